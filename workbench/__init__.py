@@ -1,0 +1,1 @@
+"""workbench: notebook cells become a fragmented dataflow graph that trains RL on Dask."""
