@@ -1,0 +1,131 @@
+"""Batched RL environments behind one protocol, `VectorEnv`.
+
+``make("CartPole-v1", N)`` gives the vectorised array CartPole (NumPy, or CuPy
+on request); any other gymnasium id, or a factory, gives gymnasium envs behind
+the same protocol (threaded when ``threads > 1``).
+"""
+
+from __future__ import annotations
+
+import difflib
+import numbers
+from typing import Any, Callable
+
+from workbench.envs.base import EpisodeTracker, StepResult, VectorEnv
+from workbench.envs.cartpole import CartPole
+from workbench.envs.gym_vector import GymVectorEnv
+from workbench.envs.threaded import ThreadedVectorEnv
+
+__all__ = [
+    "ARRAY_ENVS",
+    "CartPole",
+    "EpisodeTracker",
+    "GymVectorEnv",
+    "StepResult",
+    "ThreadedVectorEnv",
+    "VectorEnv",
+    "make",
+]
+
+#: ids with an array implementation: id -> class taking (num_envs, seed=, xp=).
+ARRAY_ENVS: dict[str, Callable[..., Any]] = {"CartPole-v1": CartPole}
+
+_BACKENDS = ("auto", "numpy", "cpu", "cupy", "gpu", "gymnasium")
+
+
+def make(
+    id_or_factory: str | Callable[[], Any],
+    num_envs: int,
+    *,
+    seed: int | None = None,
+    backend: str = "auto",
+    threads: int | None = None,
+) -> VectorEnv:
+    """Build ``num_envs`` environments behind the `VectorEnv` protocol.
+
+    Args:
+        id_or_factory: a gymnasium id (``"CartPole-v1"``, ``"HalfCheetah-v5"``,
+            ``"module:Id-v0"``) or a zero-argument callable returning a
+            ``gymnasium.Env``.
+        num_envs: number of envs ``N``.
+        seed: seeds the envs (used by the first ``reset()`` given no seed).
+        backend: ``"auto"`` — the NumPy array env for ids in `ARRAY_ENVS`,
+            gymnasium otherwise; ``"numpy"``/``"cpu"`` or ``"cupy"``/``"gpu"`` —
+            the array env on that module (error if the id has none, or no GPU);
+            ``"gymnasium"`` — always the gymnasium-backed env.
+        threads: for gymnasium-backed envs, step ``threads`` slices
+            concurrently (`ThreadedVectorEnv`); ``None``/1 steps them in the
+            calling thread. Ignored by array envs, which are vectorised already.
+
+    Example::
+
+        env = make("CartPole-v1", num_envs=1024, seed=0)       # NumPy array env
+        env = make("HalfCheetah-v5", num_envs=8, threads=2)    # gymnasium, 2 threads
+        env = make(lambda: MyEnv(), num_envs=4)                # any gymnasium.Env
+    """
+    if backend not in _BACKENDS:
+        raise ValueError(f"unknown backend {backend!r}: use one of {', '.join(_BACKENDS)}")
+    if not isinstance(num_envs, numbers.Integral) or isinstance(num_envs, bool) or num_envs < 1:
+        raise ValueError(f"num_envs must be a positive int, got {num_envs!r}")
+    if threads is not None and (not isinstance(threads, numbers.Integral) or threads < 1):
+        raise ValueError(f"threads must be a positive int or None, got {threads!r}")
+
+    if callable(id_or_factory):
+        if backend not in ("auto", "gymnasium"):
+            raise ValueError(
+                f"backend={backend!r} needs an id with an array implementation "
+                f"({', '.join(ARRAY_ENVS)}); a factory can only be gymnasium-backed"
+            )
+        return _gymnasium_env(id_or_factory, num_envs, seed, threads)
+    if not isinstance(id_or_factory, str):
+        raise TypeError(
+            "make() takes a gymnasium id (str) or a zero-argument callable returning "
+            f"a gymnasium.Env, got {type(id_or_factory).__name__}"
+        )
+
+    env_id = id_or_factory
+    if backend != "gymnasium" and env_id in ARRAY_ENVS:
+        return ARRAY_ENVS[env_id](int(num_envs), seed=seed, xp=_array_module(backend))
+    if backend not in ("auto", "gymnasium"):
+        raise ValueError(
+            f"{env_id!r} has no array implementation for backend={backend!r} "
+            f"(array envs: {', '.join(ARRAY_ENVS)}); use backend='auto' or 'gymnasium'"
+        )
+    _check_registered(env_id)
+
+    import gymnasium
+
+    return _gymnasium_env(lambda: gymnasium.make(env_id), num_envs, seed, threads)
+
+
+def _array_module(backend: str) -> Any:
+    from workbench.kernels.array_module import get_xp
+
+    # "auto" means NumPy here: the GPU is used only when asked for, since a
+    # CuPy env hands back device arrays the caller must be ready for.
+    return get_xp("cpu" if backend == "auto" else backend)
+
+
+def _gymnasium_env(
+    factory: Callable[[], Any], num_envs: int, seed: int | None, threads: int | None
+) -> VectorEnv:
+    if threads is not None and threads > 1:
+        return ThreadedVectorEnv(factory, num_envs, threads=threads, seed=seed)
+    return GymVectorEnv(factory, num_envs, seed=seed)
+
+
+def _check_registered(env_id: str) -> None:
+    """Raise a helpful ValueError for an id neither gymnasium nor workbench knows."""
+    import gymnasium
+
+    if ":" in env_id or env_id in gymnasium.registry:
+        return  # "module:Id" ids register themselves when gymnasium.make imports module
+    known = sorted(set(gymnasium.registry) | set(ARRAY_ENVS))
+    close = difflib.get_close_matches(env_id, known, n=5, cutoff=0.6)
+    hint = f" Did you mean {', '.join(map(repr, close))}?" if close else ""
+    raise ValueError(
+        f"unknown environment id {env_id!r}.{hint} make() accepts an id registered in "
+        "gymnasium.registry (import the package that registers it first, e.g. "
+        "`import ale_py`, or pass 'module:Id-v0'), an array env id "
+        f"({', '.join(ARRAY_ENVS)}), or a zero-argument callable returning a gymnasium.Env."
+    )

@@ -1,0 +1,200 @@
+"""PPO (clipped surrogate, GAE) for discrete actions, written as workbench fragments.
+
+Read it top to bottom like CleanRL's ``ppo.py``: the hyperparameters, the network, the
+update, then the four fragment cells. ``notebooks/quickstart.ipynb`` holds the same cells,
+byte for byte, and builds the same FDG (a test checks it).
+
+Example:
+    >>> from workbench.algorithms import ppo
+    >>> fdg = ppo.build_fdg()                      # namespace: this module
+    >>> sorted(fdg.fragments)
+    ['actor', 'env', 'learner']
+    >>> run = fdg.run(iterations=3, steps=8, progress=False)   # doctest: +SKIP
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from torch import nn
+
+import workbench as wb
+from workbench.kernels import gae, normalize_advantages
+
+__all__ = ["PPOConfig", "ActorCritic", "ppo_update", "FRAGMENT_CELLS", "build_fdg", "cfg"]
+
+
+# ----------------------------------------------------------------------------- hyperparameters
+@dataclass
+class PPOConfig:
+    """Every PPO hyperparameter, in one place."""
+
+    env_id: str = "CartPole-v1"
+    """the environment (a NumPy array env for CartPole-v1)"""
+    seed: int = 1
+    """seeds torch and the envs (replica ``i`` uses ``seed + i``)"""
+    num_envs: int = 8
+    """environments in total, split across the env replicas"""
+    num_steps: int = 32
+    """steps per iteration (``T``): each iteration learns from ``num_envs × num_steps``"""
+    iterations: int = 250
+    """the most iterations a run takes (it stops early once solved)"""
+    learning_rate: float = 1e-3
+    """Adam step size, annealed linearly to 0 over ``iterations`` when ``anneal_lr``"""
+    anneal_lr: bool = True
+    gamma: float = 0.98
+    """discount"""
+    gae_lambda: float = 0.8
+    """GAE's lambda"""
+    num_minibatches: int = 1
+    """minibatches per epoch"""
+    update_epochs: int = 20
+    """passes over each iteration's batch"""
+    clip_coef: float = 0.2
+    """surrogate clipping"""
+    ent_coef: float = 0.0
+    vf_coef: float = 0.5
+    max_grad_norm: float = 0.5
+    hidden: int = 64
+    """width of both hidden layers"""
+    target_return: float = 475.0
+    """solved: the mean of the last 20 episode returns reaches this"""
+
+
+cfg = PPOConfig()
+
+
+# ----------------------------------------------------------------------------- the network
+def _layer(n_in: int, n_out: int, std: float = np.sqrt(2)) -> nn.Linear:
+    layer = nn.Linear(n_in, n_out)
+    nn.init.orthogonal_(layer.weight, std)
+    nn.init.zeros_(layer.bias)
+    return layer
+
+
+class ActorCritic(nn.Module):
+    """Separate tanh MLPs for the policy (logits) and the value, as CleanRL."""
+
+    def __init__(self, obs_dim: int, n_actions: int, hidden: int = 64) -> None:
+        super().__init__()
+        self.critic = nn.Sequential(_layer(obs_dim, hidden), nn.Tanh(), _layer(hidden, hidden),
+                                    nn.Tanh(), _layer(hidden, 1, std=1.0))
+        self.actor = nn.Sequential(_layer(obs_dim, hidden), nn.Tanh(), _layer(hidden, hidden),
+                                   nn.Tanh(), _layer(hidden, n_actions, std=0.01))
+
+    def value(self, obs: torch.Tensor) -> torch.Tensor:
+        return self.critic(obs).squeeze(-1)
+
+    def evaluate(self, obs: torch.Tensor, action: torch.Tensor):
+        """log-prob of ``action``, entropy and value at ``obs`` (with gradients)."""
+        dist = torch.distributions.Categorical(logits=self.actor(obs))
+        return dist.log_prob(action), dist.entropy(), self.value(obs)
+
+    @torch.inference_mode()
+    def act(self, obs: np.ndarray):
+        """Sample actions for a batch of observations: (action, log-prob, value) as NumPy."""
+        x = torch.from_numpy(obs)
+        logits = self.actor(x)
+        action = torch.multinomial(torch.softmax(logits, -1), 1).squeeze(-1)
+        logp = torch.log_softmax(logits, -1).gather(-1, action[:, None]).squeeze(-1)
+        return action.numpy(), logp.numpy(), self.value(x).numpy()
+
+
+# ----------------------------------------------------------------------------- the update
+def ppo_update(agent, optimizer, cfg, update, state, action, logp, value, reward, starts,
+               last_obs, last_done) -> dict[str, float]:
+    """One PPO update from a ``[T, N, …]`` rollout; returns CleanRL-named losses.
+
+    ``starts[t]`` is 1 where ``state[t]`` begins an episode; ``last_obs`` / ``last_done``
+    are the observation and done flag after the final step (they bootstrap the returns).
+    """
+    if cfg.anneal_lr:
+        frac = max(0.0, 1.0 - update / cfg.iterations)
+        optimizer.param_groups[0]["lr"] = frac * cfg.learning_rate
+    with torch.no_grad():
+        last_value = agent.value(torch.from_numpy(last_obs)).numpy()
+    advantages, returns = gae(reward, value, starts, last_value, last_done, cfg.gamma, cfg.gae_lambda)
+
+    b_obs = torch.from_numpy(state.reshape(-1, state.shape[-1]))
+    b_act = torch.from_numpy(action.reshape(-1))
+    b_logp = torch.from_numpy(logp.reshape(-1))
+    b_adv = torch.from_numpy(np.ascontiguousarray(advantages.reshape(-1), dtype=np.float32))
+    b_ret = torch.from_numpy(np.ascontiguousarray(returns.reshape(-1), dtype=np.float32))
+    batch = b_obs.shape[0]
+    mb_size = batch // cfg.num_minibatches
+    for _ in range(cfg.update_epochs):
+        order = torch.randperm(batch)
+        for start in range(0, batch, mb_size):
+            mb = order[start:start + mb_size]
+            new_logp, entropy, new_value = agent.evaluate(b_obs[mb], b_act[mb])
+            ratio = (new_logp - b_logp[mb]).exp()
+            adv = normalize_advantages(b_adv[mb])
+            pg_loss = torch.max(-adv * ratio,
+                                -adv * ratio.clamp(1 - cfg.clip_coef, 1 + cfg.clip_coef)).mean()
+            v_loss = 0.5 * ((new_value - b_ret[mb]) ** 2).mean()
+            loss = pg_loss - cfg.ent_coef * entropy.mean() + cfg.vf_coef * v_loss
+            optimizer.zero_grad()
+            loss.backward()
+            for p in agent.parameters():  # the sync point: real only with several learners
+                if p.grad is not None:
+                    p.grad = wb.allreduce(p.grad)
+            nn.utils.clip_grad_norm_(agent.parameters(), cfg.max_grad_norm)
+            optimizer.step()
+    return {"losses/policy_loss": pg_loss.item(), "losses/value_loss": v_loss.item(),
+            "losses/entropy": entropy.mean().item()}
+
+
+# ----------------------------------------------------------------------------- the fragments
+# Each entry is one notebook cell: (magic line, body). The notebook holds them verbatim.
+FRAGMENT_CELLS: list[tuple[str, str]] = [
+    ("%%fragment env --init", """\
+envs = wb.envs.make(cfg.env_id, num_envs=cfg.num_envs // replica.count, seed=cfg.seed + replica.index)
+obs = envs.reset()
+done = np.zeros(envs.num_envs, dtype=bool)
+"""),
+    ("%%fragment learner --init", """\
+torch.manual_seed(cfg.seed)
+agent = ActorCritic(obs_dim=4, n_actions=2, hidden=cfg.hidden)
+optimizer = torch.optim.Adam(agent.parameters(), lr=cfg.learning_rate, eps=1e-5)
+update = 0
+weights = agent.state_dict()
+"""),
+    ("%%fragment actor --init", """\
+torch.manual_seed(cfg.seed + 1000 + replica.index)
+policy = ActorCritic(obs_dim=4, n_actions=2, hidden=cfg.hidden)
+policy.load_state_dict(weights)
+"""),
+    ("%%fragment actor", """\
+state, starts = obs, done          # what this step acts on, kept for the learner
+action, logp, value = policy.act(obs)
+"""),
+    ("%%fragment env", """\
+obs, reward, terminated, truncated, info = envs.step(action)
+done = terminated | truncated
+wb.log("charts/episodic_return", info["episode_return"])
+"""),
+    ("%%fragment learner", """\
+losses = ppo_update(agent, optimizer, cfg, update, state, action, logp, value, reward, starts,
+                    last_obs=obs[-1], last_done=done[-1])
+for name, number in losses.items():
+    wb.log(name, number)
+update += 1
+weights = agent.state_dict()
+"""),
+    ("%%fragment actor --every iteration", """\
+policy.load_state_dict(weights)
+"""),
+]
+
+
+def build_fdg(namespace: dict | None = None):
+    """The PPO FDG from :data:`FRAGMENT_CELLS`, reading names from ``namespace`` (default:
+    this module, so ``cfg``, ``ActorCritic`` and ``ppo_update`` come from here)."""
+    from workbench.fdg.options import parse_fragment_line
+
+    fdg = wb.FDG(namespace=namespace if namespace is not None else globals())
+    for line, body in FRAGMENT_CELLS:
+        options = parse_fragment_line(line.removeprefix("%%fragment"))
+        fdg.add_fragment(code=body, **options)
+    return fdg

@@ -1,0 +1,136 @@
+"""The batched environment protocol every workbench env speaks.
+
+A `VectorEnv` steps ``N`` copies of one environment at once and hands back
+arrays with a leading batch axis. Array envs (`CartPole`) keep those arrays in
+their own array module ``xp`` (NumPy, or CuPy on a GPU); gymnasium-backed envs
+(`GymVectorEnv`, `ThreadedVectorEnv`) are always NumPy.
+
+Autoreset: SAME-STEP
+--------------------
+When the episode of env ``i`` ends at a step (``terminated[i] or truncated[i]``),
+that same `step` call already resets env ``i``:
+
+- ``obs[i]`` is the FIRST observation of env ``i``'s next episode;
+- ``info["final_obs"][i]`` is the LAST observation of the episode that ended
+  (rows of ``final_obs`` where the env is not done hold no meaning);
+- ``reward[i]``, ``terminated[i]``, ``truncated[i]`` belong to the ended episode.
+
+So there is never a "dummy" reset step: every transition returned is a real one.
+
+``info["episode_return"]`` (float32) and ``info["episode_length"]`` (int64) are
+1-D host NumPy arrays with one entry per episode that ended at this step (in
+env-index order; empty when none ended) — log them as ``charts/episodic_return``.
+
+How algorithms mask
+-------------------
+``done = terminated | truncated`` cuts bootstrapping across the episode boundary:
+the value of ``obs`` (a new episode) must never be used as the next value of the
+transition that ended the old one. CleanRL's PPO stores ``dones[t] = next_done``
+(the done flag returned by step ``t-1``) next to ``obs[t]`` and multiplies the
+bootstrap by ``1 - dones[t+1]``; `workbench.kernels.gae` uses exactly that
+convention. Treating truncation as termination (as CleanRL does) slightly biases
+values at the time limit; to bootstrap truncated episodes instead, add
+``gamma * V(info["final_obs"][i])`` to ``reward[i]`` where ``truncated[i]`` and
+``not terminated[i]``.
+
+Example::
+
+    env = workbench.envs.make("CartPole-v1", num_envs=8, seed=0)
+    obs = env.reset()                              # [8, 4] float32
+    for _ in range(100):
+        actions = env.xp.asarray(np.random.randint(0, 2, size=env.num_envs))
+        obs, reward, terminated, truncated, info = env.step(actions)
+        done = terminated | truncated              # cut bootstrapping here
+        for r in info["episode_return"]:
+            print("episodic_return", r)
+    env.close()
+"""
+
+from __future__ import annotations
+
+from typing import Any, Protocol, runtime_checkable
+
+import numpy as np
+
+__all__ = ["VectorEnv", "StepResult", "EpisodeTracker"]
+
+#: ``(obs, reward, terminated, truncated, info)`` as returned by `VectorEnv.step`.
+StepResult = tuple[Any, Any, Any, Any, dict[str, Any]]
+
+
+@runtime_checkable
+class VectorEnv(Protocol):
+    """``N`` environments stepped together, with same-step autoreset.
+
+    Attributes:
+        num_envs: ``N``, the batch size of every array the env returns.
+        observation_shape: shape of ONE env's observation; ``obs`` is
+            ``[N, *observation_shape]`` float32.
+        action_space: the gymnasium space of ONE env's action; `step` takes a
+            batch ``[N, *action_space.shape]`` of them.
+        xp: the array module the arrays live in (``numpy`` or ``cupy``).
+    """
+
+    num_envs: int
+    observation_shape: tuple[int, ...]
+    action_space: Any
+    xp: Any
+
+    def reset(self, seed: int | None = None) -> Any:
+        """Reset every env and return ``obs`` ``[N, *observation_shape]`` float32.
+
+        ``seed`` reseeds the env deterministically; ``None`` continues the
+        current random stream (the one chosen at construction).
+        """
+        ...
+
+    def step(self, actions: Any) -> StepResult:
+        """Step every env once; see the module docstring for autoreset and ``info``.
+
+        Returns ``obs [N, ...] float32``, ``reward [N] float32``,
+        ``terminated [N] bool``, ``truncated [N] bool`` and ``info`` with
+        ``final_obs``, ``episode_return`` and ``episode_length``.
+        """
+        ...
+
+    def close(self) -> None:
+        """Release the env's resources (threads, simulators). Idempotent."""
+        ...
+
+
+class EpisodeTracker:
+    """Running return/length per env, emitting those of episodes that end.
+
+    Host-side NumPy bookkeeping shared by the gymnasium-backed envs (array envs
+    keep theirs on their own device).
+
+    Example::
+
+        tracker = EpisodeTracker(num_envs=2)
+        tracker.update(np.array([1.0, 1.0]), np.array([False, True]))
+        # -> (array([1.], dtype=float32), array([1]))
+    """
+
+    def __init__(self, num_envs: int) -> None:
+        # float64 accumulation: a float32 sum of thousands of small rewards drifts.
+        self.returns = np.zeros(num_envs, dtype=np.float64)
+        self.lengths = np.zeros(num_envs, dtype=np.int64)
+
+    def reset(self) -> None:
+        self.returns[:] = 0.0
+        self.lengths[:] = 0
+
+    def update(self, reward: np.ndarray, done: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Add one step; return ``(episode_return, episode_length)`` of envs now done."""
+        self.returns += reward
+        self.lengths += 1
+        ended_returns = self.returns[done].astype(np.float32)
+        ended_lengths = self.lengths[done]  # boolean indexing copies
+        self.returns[done] = 0.0
+        self.lengths[done] = 0
+        return ended_returns, ended_lengths
+
+
+def empty_episode_stats() -> tuple[np.ndarray, np.ndarray]:
+    """The ``(episode_return, episode_length)`` pair of a step where no episode ended."""
+    return np.zeros(0, dtype=np.float32), np.zeros(0, dtype=np.int64)

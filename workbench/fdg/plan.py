@@ -1,0 +1,194 @@
+"""The FDG generator: FDG + policy → a plan of what runs where and how names travel.
+
+A plan is pure data. It lists, per group of fused fragments, the *items* a replica runs
+(an init or iteration cell run, or a block of ``T`` steps), and for every interface that
+crosses groups a :class:`Route` with its spatial behaviour (gather, broadcast, one-to-one).
+:meth:`Plan.tasks` turns the loop into a stream of :class:`TaskSpec` — chunks of work that
+an executor runs, inline or as Dask tasks — each holding at most one block of steps, so
+per-step work never becomes one task per step.
+
+Example:
+    >>> from workbench.fdg.graph import FDG
+    >>> from workbench.fdg.policy import Inline
+    >>> fdg = FDG()
+    >>> _ = fdg.add_fragment("env", "obs = 0", rate="init")
+    >>> _ = fdg.add_fragment("actor", "action = obs + 1", rate="step")
+    >>> _ = fdg.add_fragment("env", "obs = action", rate="step")
+    >>> plan = make_plan(fdg, Inline().place(fdg))
+    >>> [t.describe() for t in plan.tasks(iterations=1)]
+    ['env+actor: init env · steps actor, env (iteration 0)']
+"""
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from workbench.fdg.errors import PlacementError
+from workbench.fdg.graph import FDG, Schedule
+from workbench.fdg.interface import Interface, spatial_kind
+from workbench.fdg.policy import Group, Policy
+
+__all__ = ["Item", "Route", "TaskSpec", "Plan", "make_plan"]
+
+
+@dataclass(frozen=True)
+class Item:
+    """One unit of a replica's program: run the ``rate`` cells of ``fragments`` in order;
+    for ``rate == "step"`` that is a block of ``T`` steps."""
+
+    rate: str
+    fragments: tuple[str, ...]
+    iteration: int | None = None  # None for init
+
+    def describe(self) -> str:
+        verb = "steps" if self.rate == "step" else self.rate
+        return f"{verb} {', '.join(self.fragments)}"
+
+
+@dataclass(frozen=True)
+class Route:
+    """An interface whose two ends live in different groups (so in different processes)."""
+
+    interface: Interface
+    producer_group: str
+    consumer_group: str
+    spatial: str
+
+    @property
+    def key(self) -> str:
+        """The outbox key: stacked values and latest values of one name are different data."""
+        prefix = "stacked:" if self.interface.timing == "stacked" else ""
+        return f"{prefix}{self.interface.producer}.{self.interface.name}"
+
+    @property
+    def batch_axis(self) -> int:
+        """Gathers concatenate along the batch axis: axis 1 once values are stacked ``[T, …]``."""
+        return 1 if self.interface.timing == "stacked" else 0
+
+
+@dataclass(frozen=True)
+class TaskSpec:
+    """A chunk of one group's program, run by every replica of the group."""
+
+    group: str
+    items: tuple[Item, ...]
+
+    @property
+    def iteration(self) -> int | None:
+        """The last iteration this task works on (None for a pure init task)."""
+        its = [i.iteration for i in self.items if i.iteration is not None]
+        return max(its) if its else None
+
+    def describe(self) -> str:
+        body = " · ".join(i.describe() for i in self.items)
+        when = f" (iteration {self.iteration})" if self.iteration is not None else " (init)"
+        return f"{self.group}: {body}{when}"
+
+
+class Plan:
+    """What the generator makes of FDG + policy: groups, their items, and routes."""
+
+    def __init__(self, fdg: FDG, policy: Policy, schedule: Schedule, routes: tuple[Route, ...]):
+        self.fdg = fdg
+        self.policy = policy
+        self.schedule = schedule
+        self.routes = routes
+        self.groups = {g.name: g for g in policy.groups}
+        self._group_of = {f: g.name for g in policy.groups for f in g.fragments}
+
+    def group_of(self, fragment: str) -> Group:
+        return self.groups[self._group_of[fragment]]
+
+    def routes_into(self, group: str) -> list[Route]:
+        return [r for r in self.routes if r.consumer_group == group]
+
+    def routes_out_of(self, group: str) -> list[Route]:
+        return [r for r in self.routes if r.producer_group == group]
+
+    def local_interfaces(self, group: str) -> list[Interface]:
+        members = set(self.groups[group].fragments)
+        return [e for e in self.fdg.interfaces if e.producer in members and e.consumer in members]
+
+    def stacked_names(self, fragment: str) -> tuple[str, ...]:
+        """Names ``fragment`` writes per step that some consumer reads stacked."""
+        return tuple(dict.fromkeys(
+            e.name for e in self.fdg.interfaces if e.producer == fragment and e.timing == "stacked"
+        ))
+
+    def _phase_items(self, rate: str, iteration: int | None) -> list[tuple[str, Item]]:
+        """The phase's fragments in schedule order, consecutive same-group runs merged."""
+        items: list[tuple[str, list[str]]] = []
+        for name in self.schedule.order(rate):
+            group = self._group_of[name]
+            if items and items[-1][0] == group:
+                items[-1][1].append(name)
+            else:
+                items.append((group, [name]))
+        return [(g, Item(rate, tuple(names), iteration)) for g, names in items]
+
+    def tasks(self, iterations: int, start: int = 0, *, with_init: bool = True) -> Iterator[TaskSpec]:
+        """The program as a stream of tasks, in an order that respects every data dependency.
+
+        Consecutive items of one group merge into one task, but a task never holds two
+        blocks of steps: that keeps per-iteration progress visible.
+        """
+        stream: list[tuple[str, Item]] = []
+        if with_init:
+            stream += self._phase_items("init", None)
+        pending_group, pending_items = None, []
+        for it in range(start, start + iterations):
+            stream += self._phase_items("step", it) + self._phase_items("iteration", it)
+            for group, item in stream:
+                has_steps = any(i.rate == "step" for i in pending_items)
+                if group != pending_group or (item.rate == "step" and has_steps):
+                    if pending_items:
+                        yield TaskSpec(pending_group, tuple(pending_items))
+                    pending_group, pending_items = group, []
+                pending_items.append(item)
+            stream = []
+        if pending_items:
+            yield TaskSpec(pending_group, tuple(pending_items))
+
+    def explain(self) -> str:
+        """What runs where, and what crosses process boundaries."""
+        lines = [f"plan for policy {self.policy.name!r}:"]
+        for group in self.policy.groups:
+            where = ", ".join(dict.fromkeys(group.workers)) or "anywhere"
+            lines.append(f"  {group.name} ×{group.replicas} on {where} ({group.device})")
+        if self.routes:
+            lines.append("  crossing processes:")
+            for r in self.routes:
+                lines.append(f"    {r.interface.describe()} [{r.spatial}]")
+        else:
+            lines.append("  nothing crosses processes: every interface is an in-process hand-off")
+        return "\n".join(lines)
+
+    def __repr__(self) -> str:
+        return self.explain()
+
+
+def make_plan(fdg: FDG, policy: Policy) -> Plan:
+    """Build the plan. Raises :class:`PlacementError` when the placement cannot work."""
+    schedule = fdg.schedule()
+    policy.check(fdg)
+    group_of = {f: g for g in policy.groups for f in g.fragments}
+    routes = []
+    for edge in fdg.interfaces:
+        src, dst = group_of[edge.producer], group_of[edge.consumer]
+        if src.name == dst.name:
+            continue
+        if edge.timing == "per-step":
+            raise PlacementError(
+                f"{edge.describe()} is exchanged every step, but policy {policy.name!r} puts "
+                f"{edge.producer!r} and {edge.consumer!r} in different processes; per-step "
+                "channels between processes need the SingleLearnerFine runtime. Fuse them in "
+                "one group instead."
+            )
+        spatial = spatial_kind(src.replicas, dst.replicas)
+        if spatial == "incompatible":
+            raise PlacementError(
+                f"{edge.describe()}: {src.replicas} replicas of {edge.producer!r} cannot feed "
+                f"{dst.replicas} replicas of {edge.consumer!r}; use equal counts or 1 on one side."
+            )
+        routes.append(Route(edge, src.name, dst.name, spatial))
+    return Plan(fdg, policy, schedule, tuple(routes))

@@ -1,0 +1,194 @@
+"""Distribution policies: how many replicas of each fragment run, where, and what fuses.
+
+A policy is plain data: ``groups``, each a set of fragments fused into one process per
+replica, with a replica count and (optionally) the workers the replicas go to. Presets are
+constructors that place themselves on whatever FDG and cluster they are given.
+
+Example:
+    >>> from workbench.fdg.graph import FDG
+    >>> fdg = FDG()
+    >>> _ = fdg.add_fragment("env", "obs = make()", rate="init")
+    >>> _ = fdg.add_fragment("actor", "action = pick(obs)", rate="step")
+    >>> _ = fdg.add_fragment("env", "obs = advance(action)", rate="step")
+    >>> _ = fdg.add_fragment("learner", "w = learn(obs, action)", rate="iteration")
+    >>> inv = Inventory((WorkerInfo("tcp://a:1", "w0"), WorkerInfo("tcp://b:1", "w1")))
+    >>> SingleLearnerCoarse().place(fdg, inv)
+    Policy('SingleLearnerCoarse', actor+env ×2 on w0, w1 | learner ×1 on w0)
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+
+from workbench.fdg.errors import PlacementError
+from workbench.fdg.graph import FDG
+from workbench.fdg.inventory import Inventory, WorkerInfo
+
+__all__ = ["Group", "Policy", "Inline", "SingleLearnerCoarse", "resolve_policy", "PRESETS"]
+
+#: Where an unplaced replica runs: the calling process (no Dask).
+IN_PROCESS = "local"
+
+
+@dataclass(frozen=True)
+class Group:
+    """Fragments fused into one loop per replica, with no serialisation between them.
+
+    ``workers`` holds one worker name per replica (``"local"`` = the calling process).
+    """
+
+    fragments: tuple[str, ...]
+    replicas: int = 1
+    workers: tuple[str, ...] = ()
+    device: str = "cpu"
+
+    @property
+    def name(self) -> str:
+        return "+".join(self.fragments)
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.replicas, int) or self.replicas < 1:
+            raise PlacementError(
+                f"group {self.name!r}: replicas must be a whole number ≥ 1, got {self.replicas!r}."
+            )
+        if self.workers and len(self.workers) != self.replicas:
+            raise PlacementError(
+                f"group {self.name!r}: {self.replicas} replicas but {len(self.workers)} workers "
+                f"({', '.join(self.workers)}); give one worker per replica."
+            )
+
+    def to_dict(self) -> dict:
+        return {"fragments": list(self.fragments), "replicas": self.replicas,
+                "workers": list(self.workers), "device": self.device}
+
+
+@dataclass(frozen=True)
+class Policy:
+    """A concrete placement: every fragment in exactly one group."""
+
+    name: str
+    groups: tuple[Group, ...] = field(default_factory=tuple)
+
+    @property
+    def in_process(self) -> bool:
+        """True when every replica runs in the calling process (no cluster needed)."""
+        return all(set(g.workers) <= {IN_PROCESS} for g in self.groups)
+
+    def group_of(self, fragment: str) -> Group:
+        for group in self.groups:
+            if fragment in group.fragments:
+                return group
+        raise PlacementError(
+            f"policy {self.name!r} does not place fragment {fragment!r}; add it to a group."
+        )
+
+    def check(self, fdg: FDG, inventory: Inventory | None = None) -> None:
+        """Raise :class:`PlacementError` unless the policy places every fragment of ``fdg``
+        exactly once, on workers that exist."""
+        placed = [f for g in self.groups for f in g.fragments]
+        for name in placed:
+            if name not in fdg:
+                raise PlacementError(
+                    f"policy {self.name!r} places fragment {name!r}, which the FDG does not have "
+                    f"(fragments: {', '.join(fdg.fragments)})."
+                )
+        twice = sorted({n for n in placed if placed.count(n) > 1})
+        if twice:
+            raise PlacementError(f"policy {self.name!r} places {', '.join(twice)} in two groups.")
+        for name in fdg.fragments:
+            self.group_of(name)
+        if inventory is not None:
+            for group in self.groups:
+                for worker in group.workers:
+                    if worker != IN_PROCESS and inventory.find(worker) is None:
+                        raise PlacementError(
+                            f"policy {self.name!r} puts {group.name!r} on worker {worker!r}, which "
+                            f"is not in the cluster (workers: {', '.join(inventory.names) or 'none'})."
+                        )
+
+    def to_json(self) -> str:
+        return json.dumps({"name": self.name, "groups": [g.to_dict() for g in self.groups]}, indent=2)
+
+    @classmethod
+    def from_json(cls, text: str) -> "Policy":
+        try:
+            data = json.loads(text)
+            groups = tuple(
+                Group(tuple(g["fragments"]), int(g.get("replicas", 1)), tuple(g.get("workers", ())),
+                      g.get("device", "cpu"))
+                for g in data["groups"]
+            )
+            return cls(str(data.get("name", "custom")), groups)
+        except (ValueError, KeyError, TypeError) as exc:
+            raise PlacementError(
+                f"policy JSON is malformed ({exc}); expected "
+                '{"name": …, "groups": [{"fragments": [...], "replicas": N, "workers": [...]}]}.'
+            ) from None
+
+    def __repr__(self) -> str:
+        parts = []
+        for g in self.groups:
+            where = f" on {', '.join(dict.fromkeys(g.workers))}" if g.workers else ""
+            parts.append(f"{g.name} ×{g.replicas}{where}")
+        return f"Policy({self.name!r}, {' | '.join(parts)})"
+
+
+class Inline:
+    """Every fragment fused in the calling process, one replica each, no Dask: for debugging
+    and as the overhead baseline."""
+
+    name = "inline"
+
+    def place(self, fdg: FDG, inventory: Inventory | None = None) -> Policy:
+        return Policy(self.name, (Group(tuple(fdg.fragments), 1, (IN_PROCESS,)),))
+
+
+class SingleLearnerCoarse:
+    """Acting fragments (those with step cells) fused and replicated over the workers; the
+    rest (the learner) as one replica, on a GPU worker when there is one.
+
+    ``actors`` is the number of acting replicas (default: one per worker).
+    """
+
+    name = "SingleLearnerCoarse"
+
+    def __init__(self, actors: int | None = None) -> None:
+        if actors is not None and (not isinstance(actors, int) or actors < 1):
+            raise PlacementError(f"SingleLearnerCoarse(actors=…) must be ≥ 1, got {actors!r}.")
+        self.actors = actors
+
+    def place(self, fdg: FDG, inventory: Inventory) -> Policy:
+        if not inventory.workers:
+            raise PlacementError("SingleLearnerCoarse needs a cluster with at least one worker.")
+        acting = fdg.schedule().step_order
+        learning = tuple(n for n in fdg.fragments if n not in acting)
+        if not acting:
+            raise PlacementError(
+                "SingleLearnerCoarse replicates the fragments that have step cells, and this FDG "
+                "has none; use the inline policy."
+            )
+        names = inventory.names
+        count = self.actors or len(names)
+        groups = [Group(acting, count, tuple(names[i % len(names)] for i in range(count)))]
+        if learning:
+            home: WorkerInfo = (inventory.gpu_workers() or inventory.workers)[0]
+            device = "gpu" if home.gpus else "cpu"
+            groups.append(Group(learning, 1, (home.name,), device))
+        return Policy(self.name, tuple(groups))
+
+
+PRESETS = {"inline": Inline, "coarse": SingleLearnerCoarse, "SingleLearnerCoarse": SingleLearnerCoarse}
+
+
+def resolve_policy(spec, fdg: FDG, inventory: Inventory | None) -> Policy:
+    """Turn a policy given by name, preset object or :class:`Policy` into a checked Policy."""
+    if isinstance(spec, str):
+        try:
+            spec = PRESETS[spec]()
+        except KeyError:
+            raise PlacementError(
+                f"unknown policy {spec!r}; choose one of {', '.join(PRESETS)} or pass a Policy."
+            ) from None
+    policy = spec if isinstance(spec, Policy) else spec.place(fdg, inventory)
+    policy.check(fdg, inventory)
+    return policy

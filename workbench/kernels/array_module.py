@@ -1,0 +1,85 @@
+"""Choosing NumPy or CuPy without importing CuPy where no GPU is usable.
+
+Importing CuPy on a machine without a driver can be slow or print warnings,
+and a successful import says nothing about a usable device; so CuPy is only
+imported when its package exists, and only trusted when
+``cupy.cuda.is_available()`` says a device answers.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib.util
+from typing import Any
+
+import numpy as np
+
+__all__ = ["gpu_available", "get_xp", "array_module_of"]
+
+_CPU_NAMES = {"cpu", "numpy", "np"}
+_GPU_NAMES = {"gpu", "cuda", "cupy", "cp"}
+
+
+@functools.cache
+def gpu_available() -> bool:
+    """Whether CuPy is installed AND a CUDA device is usable. Cached; never raises.
+
+    Example::
+
+        xp = cupy if gpu_available() else numpy
+    """
+    if importlib.util.find_spec("cupy") is None:
+        return False
+    try:
+        import warnings
+
+        with warnings.catch_warnings():
+            # CuPy warns at import on some driver/toolkit mismatches; the
+            # answer below is what matters, not the warning.
+            warnings.simplefilter("ignore")
+            import cupy
+
+            return bool(cupy.cuda.is_available())
+    except Exception:  # any failure means: no usable GPU here
+        return False
+
+
+def get_xp(device: str = "auto") -> Any:
+    """The array module for ``device``: ``"cpu"``/``"numpy"``, ``"gpu"``/``"cupy"`` or ``"auto"``.
+
+    ``"auto"`` picks CuPy when `gpu_available`, else NumPy. Asking for the GPU
+    where none is usable raises `RuntimeError` rather than silently using NumPy.
+
+    Example::
+
+        xp = get_xp("auto")
+        x = xp.zeros(8, dtype=xp.float32)
+    """
+    name = str(device).lower()
+    if name.startswith("cuda:"):
+        name = "cuda"
+    if name in _CPU_NAMES:
+        return np
+    if name == "auto":
+        name = "gpu" if gpu_available() else "cpu"
+        return get_xp(name)
+    if name in _GPU_NAMES:
+        if not gpu_available():
+            raise RuntimeError(
+                f"device {device!r} asks for a GPU, but none is usable here "
+                "(CuPy missing or cupy.cuda.is_available() is False); "
+                "use device='cpu' or 'auto', or install cupy-cuda12x on a GPU machine"
+            )
+        import cupy
+
+        return cupy
+    raise ValueError(f"unknown device {device!r}: use 'cpu', 'gpu' or 'auto'")
+
+
+def array_module_of(array: Any) -> Any:
+    """``cupy`` for a CuPy array, else ``numpy`` — without importing CuPy for NumPy input."""
+    if type(array).__module__.startswith("cupy"):
+        import cupy
+
+        return cupy
+    return np

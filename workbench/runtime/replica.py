@@ -1,0 +1,268 @@
+"""One replica of a group of fused fragments: their namespaces and the loop that runs them.
+
+A :class:`GroupProgram` is the plain-data part (code per fragment and rate, where each
+input comes from); a :class:`GroupReplica` holds the live state (namespaces, step
+buffers) in whichever process it was deployed to — the notebook kernel for the inline
+policy, a Dask worker otherwise. Fragments in one group hand values to each other by
+reference: no serialisation inside a process.
+"""
+from __future__ import annotations
+
+import linecache
+import time
+import traceback
+from dataclasses import dataclass, field
+from typing import Any
+
+from workbench.context import ReplicaContext, ReplicaInfo, activate, deactivate
+from workbench.fdg.errors import FragmentRuntimeError
+from workbench.fdg.plan import Item, Plan
+from workbench.runtime.arrays import gather, stack
+
+__all__ = ["GroupProgram", "GroupReplica", "TaskReport", "group_program"]
+
+
+@dataclass(frozen=True)
+class Binding:
+    """Where one input of a cell comes from.
+
+    ``source`` is ``"local"`` (another fragment of this group; ``stacked`` takes its step
+    buffer) or ``"inbox"`` (delivered from another group under ``key``).
+    """
+
+    name: str
+    source: str
+    producer: str = ""
+    stacked: bool = False
+    key: str = ""
+
+
+@dataclass(frozen=True)
+class Emit:
+    """A value this group sends to another group at the end of a task."""
+
+    key: str
+    producer: str
+    name: str
+    stacked: bool
+    rates: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class GroupProgram:
+    """Everything a replica of ``group`` needs to run, as plain picklable data."""
+
+    group: str
+    code: dict[tuple[str, str], str]
+    bindings: dict[tuple[str, str], tuple[Binding, ...]]
+    recorded: dict[str, tuple[str, ...]]
+    emits: tuple[Emit, ...]
+    steps: int
+
+
+@dataclass
+class TaskReport:
+    """What a task tells the driver (small: it goes to the notebook)."""
+
+    group: str
+    replica: int
+    worker: str
+    metrics: dict[int, dict[str, list[float]]] = field(default_factory=dict)
+    env_steps: dict[int, int] = field(default_factory=dict)
+    compute_seconds: dict[str, float] = field(default_factory=dict)
+
+
+def group_program(plan: Plan, group: str, steps: int) -> GroupProgram:
+    """Compile the plan's view of one group into a :class:`GroupProgram`."""
+    members = plan.groups[group].fragments
+    code, bindings = {}, {}
+    for name in members:
+        frag = plan.fdg[name]
+        for rate, cell in frag.cells.items():
+            code[(name, rate)] = cell.code
+            bindings[(name, rate)] = _bindings_for(plan, group, name, rate)
+    recorded = {name: plan.stacked_names(name) for name in members}
+    emits = tuple(
+        Emit(r.key, r.interface.producer, r.interface.name, r.interface.timing == "stacked",
+             r.interface.producer_rates)
+        for r in {r.key: r for r in plan.routes_out_of(group)}.values()
+    )
+    return GroupProgram(group, code, bindings, recorded, emits, steps)
+
+
+def _bindings_for(plan: Plan, group: str, fragment: str, rate: str) -> tuple[Binding, ...]:
+    out = []
+    local = {(e.name, e.consumer, e.consumer_rate): e for e in plan.local_interfaces(group)}
+    remote = {(r.interface.name, r.interface.consumer, r.interface.consumer_rate): r
+              for r in plan.routes_into(group)}
+    for name in plan.fdg[fragment].external_inputs(rate):
+        edge = local.get((name, fragment, rate))
+        if edge is not None:
+            out.append(Binding(name, "local", edge.producer, edge.timing == "stacked"))
+        elif (name, fragment, rate) in remote:
+            out.append(Binding(name, "inbox", key=remote[(name, fragment, rate)].key))
+    return tuple(out)
+
+
+class GroupReplica:
+    """The live state of one replica of a group, and the loop that runs its items."""
+
+    def __init__(self, program: GroupProgram, index: int, count: int, worker: str,
+                 notebook: dict[str, Any], device: str = "cpu") -> None:
+        self.program = program
+        self.index, self.count, self.worker = index, count, worker
+        fragments = dict.fromkeys(f for f, _ in program.code)
+        self.namespaces: dict[str, dict[str, Any]] = {}
+        for frag in fragments:
+            ns = dict(notebook)
+            ns["replica"] = ReplicaInfo(frag, index, count, worker, device)
+            self.namespaces[frag] = ns
+        self.buffers: dict[str, dict[str, list]] = {f: {} for f in fragments}
+        self.compiled = {key: self._compile(key, src) for key, src in program.code.items()}
+        self.ran: set[tuple[str, str]] = set()
+
+    @staticmethod
+    def _compile(key: tuple[str, str], source: str):
+        filename = f"<fragment {key[0]}:{key[1]}>"
+        # register the source so tracebacks show the user's cell lines
+        linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
+        return compile(source, filename, "exec")
+
+    # -- the loop ----------------------------------------------------------------------
+    def run(self, items: tuple[Item, ...], inputs: dict[str, tuple[str, int, list]],
+            emit_keys: tuple[str, ...] = ()) -> tuple[dict[str, Any], TaskReport]:
+        """Run ``items`` in order with ``inputs`` from other groups; return the outbox (values
+        for other groups, keyed by route) and a small report."""
+        inbox = {key: _assemble(spatial, axis, values, key)
+                 for key, (spatial, axis, values) in inputs.items()}
+        report = TaskReport(self.program.group, self.index, self.worker)
+        ctx = ReplicaContext(ReplicaInfo(self.program.group, self.index, self.count, self.worker))
+        token = activate(ctx)
+        try:
+            for item in items:
+                ctx.iteration = item.iteration
+                if item.rate == "step":
+                    self._run_steps(item, inbox, report)
+                else:
+                    for frag in item.fragments:
+                        self._run_cell(frag, item.rate, inbox, report, item.iteration)
+        finally:
+            deactivate(token)
+        report.metrics = ctx.metrics
+        outbox = {e.key: self._emit(e) for e in self.program.emits if e.key in emit_keys}
+        return outbox, report
+
+    def _run_steps(self, item: Item, inbox: dict, report: TaskReport) -> None:
+        for frag in item.fragments:
+            self.buffers[frag] = {name: [] for name in self.program.recorded[frag]}
+        plan = [
+            (frag, self.namespaces[frag], self.compiled[(frag, "step")],
+             self.program.bindings[(frag, "step")], self.buffers[frag])
+            for frag in item.fragments
+        ]
+        clock = {frag: 0.0 for frag in item.fragments}
+        for _ in range(self.program.steps):
+            for frag, ns, code, bindings, buffers in plan:
+                if bindings:
+                    self._bind(frag, "step", ns, bindings, inbox, item.iteration)
+                start = time.perf_counter()
+                try:
+                    exec(code, ns)
+                except Exception as exc:
+                    raise self._error(frag, "step", exc, item.iteration) from None
+                clock[frag] += time.perf_counter() - start
+                for name, buf in buffers.items():
+                    buf.append(self._written(frag, "step", ns, name, item.iteration))
+        for frag, seconds in clock.items():
+            report.compute_seconds[frag] = report.compute_seconds.get(frag, 0.0) + seconds
+        report.env_steps[item.iteration] = self.program.steps * _batch_size(
+            self.namespaces[item.fragments[-1]], self.program, item.fragments[-1])
+        self.ran.update((f, "step") for f in item.fragments)
+
+    def _run_cell(self, frag: str, rate: str, inbox: dict, report: TaskReport, iteration) -> None:
+        key = (frag, rate)
+        if key not in self.compiled:
+            return
+        ns = self.namespaces[frag]
+        self._bind(frag, rate, ns, self.program.bindings[key], inbox, iteration)
+        start = time.perf_counter()
+        try:
+            exec(self.compiled[key], ns)
+        except Exception as exc:
+            raise self._error(frag, rate, exc, iteration) from None
+        report.compute_seconds[frag] = report.compute_seconds.get(frag, 0.0) + time.perf_counter() - start
+        self.ran.add(key)
+
+    def _bind(self, frag, rate, ns, bindings, inbox, iteration) -> None:
+        for b in bindings:
+            if b.source == "inbox":
+                ns[b.name] = inbox[b.key]
+            elif b.stacked:
+                values = self.buffers[b.producer].get(b.name)
+                if not values:
+                    raise self._missing(frag, rate, b, iteration, "has not run a step yet")
+                ns[b.name] = stack(values)
+            else:
+                try:
+                    ns[b.name] = self.namespaces[b.producer][b.name]
+                except KeyError:
+                    raise self._missing(frag, rate, b, iteration, "has not written it yet") from None
+
+    def _written(self, frag, rate, ns, name, iteration):
+        try:
+            return ns[name]
+        except KeyError:
+            raise FragmentRuntimeError(
+                fragment=frag, rate=rate, replica=self.index, worker=self.worker, line=None,
+                source_line=None, iteration=iteration,
+                error=f"the {rate} cell did not bind {name!r} this time, but other fragments read it "
+                      "every step. Bind it on every path through the cell.",
+                traceback_text="",
+            ) from None
+
+    def _emit(self, e: Emit) -> Any:
+        if e.stacked:
+            return stack(self.buffers[e.producer][e.name])
+        return self.namespaces[e.producer][e.name]
+
+    # -- errors ------------------------------------------------------------------------
+    def _missing(self, frag, rate, b: Binding, iteration, why: str) -> FragmentRuntimeError:
+        return FragmentRuntimeError(
+            fragment=frag, rate=rate, replica=self.index, worker=self.worker, line=None,
+            source_line=None, iteration=iteration,
+            error=f"it reads {b.name!r} from fragment {b.producer!r}, which {why}. Give "
+                  f"{b.name!r} a first value in {b.producer!r}'s --init cell.",
+            traceback_text="",
+        )
+
+    def _error(self, frag: str, rate: str, exc: BaseException, iteration) -> FragmentRuntimeError:
+        filename = f"<fragment {frag}:{rate}>"
+        frames = traceback.extract_tb(exc.__traceback__)
+        user = [f for f in frames if f.filename == filename]
+        line = user[-1].lineno if user else None
+        source = linecache.getline(filename, line) if line else None
+        # drop the runtime's own frame: the user's code starts at the cell
+        shown = frames[1:] if frames and frames[0].filename == __file__ else frames
+        text = "".join(traceback.format_list(shown)) + "".join(
+            traceback.format_exception_only(type(exc), exc))
+        return FragmentRuntimeError(
+            fragment=frag, rate=rate, replica=self.index, worker=self.worker, line=line,
+            source_line=source, error=f"{type(exc).__name__}: {exc}", traceback_text=text,
+            iteration=iteration,
+        )
+
+
+def _assemble(spatial: str, axis: int, outboxes: list[dict], key: str) -> Any:
+    values = [o[key] for o in outboxes]
+    if spatial == "gather":
+        return gather(values, axis)
+    return values[0]
+
+
+def _batch_size(ns: dict, program: GroupProgram, frag: str) -> int:
+    """Envs stepped per step: the leading size of the last step fragment's recorded arrays."""
+    for name in program.recorded.get(frag, ()):
+        shape = getattr(ns.get(name), "shape", None)
+        if shape is not None and len(shape) >= 1:
+            return int(shape[0])
+    return 1
