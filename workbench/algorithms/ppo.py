@@ -87,9 +87,14 @@ class ActorCritic(nn.Module):
         return self.critic(obs).squeeze(-1)
 
     def evaluate(self, obs: torch.Tensor, action: torch.Tensor):
-        """log-prob of ``action``, entropy and value at ``obs`` (with gradients)."""
-        dist = torch.distributions.Categorical(logits=self.actor(obs))
-        return dist.log_prob(action), dist.entropy(), self.value(obs)
+        """log-prob of ``action``, entropy and value at ``obs`` (with gradients).
+
+        The same numbers as ``torch.distributions.Categorical(logits=…)``'s ``log_prob`` and
+        ``entropy``, from one ``log_softmax`` (the distribution object costs more than the
+        network at these sizes)."""
+        logp_all = torch.log_softmax(self.actor(obs), -1)
+        entropy = -(logp_all.exp() * logp_all).sum(-1)
+        return logp_all.gather(-1, action[:, None]).squeeze(-1), entropy, self.value(obs)
 
     @torch.inference_mode()
     def act(self, obs: np.ndarray):
@@ -102,6 +107,19 @@ class ActorCritic(nn.Module):
 
 
 # ----------------------------------------------------------------------------- the update
+def _sync_and_clip(params: list[torch.Tensor], max_grad_norm: float | None) -> None:
+    """The gradient sync point, then global-norm clipping, on one flat gradient vector.
+
+    ``wb.allreduce`` is called once on the concatenated gradients (identity with a single
+    learner, an average across learners otherwise); clipping matches
+    ``nn.utils.clip_grad_norm_`` (scale by ``max_norm / (norm + 1e-6)`` when above it)."""
+    grads = [p.grad for p in params]
+    flat = wb.allreduce(torch.cat([g.reshape(-1) for g in grads]))
+    if max_grad_norm:
+        flat = flat * (max_grad_norm / (flat.norm() + 1e-6)).clamp(max=1.0)
+    torch._foreach_copy_(grads, [c.view_as(g) for c, g in zip(flat.split([g.numel() for g in grads]), grads)])
+
+
 def ppo_update(agent, optimizer, cfg, update, state, action, logp, value, reward, starts,
                last_obs, last_done) -> dict[str, float]:
     """One PPO update from a ``[T, N, …]`` rollout; returns CleanRL-named losses.
@@ -122,6 +140,7 @@ def ppo_update(agent, optimizer, cfg, update, state, action, logp, value, reward
     b_adv = torch.from_numpy(np.ascontiguousarray(advantages.reshape(-1), dtype=np.float32))
     b_ret = torch.from_numpy(np.ascontiguousarray(returns.reshape(-1), dtype=np.float32))
     batch = b_obs.shape[0]
+    params = [p for p in agent.parameters() if p.requires_grad]
     mb_size = batch // cfg.num_minibatches
     for _ in range(cfg.update_epochs):
         order = torch.randperm(batch)
@@ -136,10 +155,7 @@ def ppo_update(agent, optimizer, cfg, update, state, action, logp, value, reward
             loss = pg_loss - cfg.ent_coef * entropy.mean() + cfg.vf_coef * v_loss
             optimizer.zero_grad()
             loss.backward()
-            for p in agent.parameters():  # the sync point: real only with several learners
-                if p.grad is not None:
-                    p.grad = wb.allreduce(p.grad)
-            nn.utils.clip_grad_norm_(agent.parameters(), cfg.max_grad_norm)
+            _sync_and_clip(params, cfg.max_grad_norm)
             optimizer.step()
     return {"losses/policy_loss": pg_loss.item(), "losses/value_loss": v_loss.item(),
             "losses/entropy": entropy.mean().item()}

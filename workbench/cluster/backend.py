@@ -1,24 +1,28 @@
-"""Running a plan on Dask: replicas live on workers, tasks are pinned to them.
+"""Running a plan on Dask: replicas live on workers, each runs one long-lived loop task.
 
-Each group replica is deployed once to its worker, where a :class:`WorkbenchPlugin` keeps
-it between tasks. Every task is a worker-pinned Dask task whose key starts with the group
-name (``actor+env-…``, ``learner-…``), so the dashboard's task stream shows fragments by
-name. A task's result (its outbox: trajectories, weights) stays on its worker until a
-consumer task on another worker pulls it — worker to worker, never via the notebook. The
-small report (metrics, timings) reaches the notebook as a Dask event.
+Deploy puts each group replica on its worker, where a :class:`WorkbenchPlugin` keeps it
+(with a mailbox and a socket server for direct channels). Then one worker-pinned task per
+replica runs the replica's loop for the whole run; its key starts with the group name
+(``actor+env-loop-…``), so the dashboard's task stream shows fragments by name. Values
+move replica to replica over the direct channels; the notebook receives only the small
+task reports, as Dask events. A stop flag on each worker ends the loops.
 """
 from __future__ import annotations
 
+import secrets
 import threading
 import uuid
 from typing import Any
 
-from distributed import Client, Future, WorkerPlugin, get_worker, wait
+from distributed import Client, Future, WorkerPlugin, get_worker, secede
 
 from workbench.fdg.errors import PlacementError
 from workbench.fdg.inventory import Inventory
-from workbench.fdg.plan import Plan, TaskSpec
-from workbench.runtime.driver import _close_envs
+from workbench.fdg.plan import Plan
+from workbench.fdg.wiring import WiredTask
+from workbench.runtime.channels import Mailbox, SocketPostman, SocketServer
+from workbench.runtime.driver import Events, close_envs
+from workbench.runtime.loop import run_loop
 from workbench.runtime.replica import GroupProgram, GroupReplica, TaskReport
 
 __all__ = ["DaskBackend", "WorkbenchPlugin"]
@@ -26,49 +30,88 @@ __all__ = ["DaskBackend", "WorkbenchPlugin"]
 PLUGIN_NAME = "workbench"
 
 
+class _Deployed:
+    """One replica on a worker: its state, mailbox and channel server."""
+
+    def __init__(self, replica: GroupReplica, authkey: bytes, host: str) -> None:
+        self.replica = replica
+        self.mailbox = Mailbox()
+        self.server = SocketServer(self.mailbox, host, authkey)
+
+    def close(self) -> None:
+        self.server.close()
+        for ns in self.replica.namespaces.values():
+            close_envs(ns)
+
+
 class WorkbenchPlugin(WorkerPlugin):
-    """Worker-resident state: the replicas deployed to this worker, by (run, group, index)."""
+    """Worker-resident state: replicas deployed here, by (run, group, index), and the
+    stop flags of runs."""
 
     name = PLUGIN_NAME
 
     def setup(self, worker) -> None:
-        self.replicas: dict[tuple[str, str, int], GroupReplica] = {}
+        self.deployed: dict[tuple[str, str, int], _Deployed] = {}
+        self.stopping: set[str] = set()
 
     def teardown(self, worker) -> None:
-        for replica in self.replicas.values():
-            for ns in replica.namespaces.values():
-                _close_envs(ns)
-        self.replicas.clear()
+        for item in self.deployed.values():
+            item.close()
+        self.deployed.clear()
 
 
 def _plugin() -> WorkbenchPlugin:
     return get_worker().plugins[PLUGIN_NAME]
 
 
-def _deploy(run_id: str, program: GroupProgram, index: int, count: int, notebook: dict, device: str) -> str:
+def _deploy(run_id: str, authkey: bytes, program: GroupProgram, index: int, count: int,
+            notebook: dict, device: str) -> tuple[str, int]:
     worker = get_worker()
-    name = str(worker.name)
-    _plugin().replicas[(run_id, program.group, index)] = GroupReplica(
-        program, index, count, name, notebook, device)
-    return name
+    replica = GroupReplica(program, index, count, str(worker.name), notebook, device)
+    deployed = _Deployed(replica, authkey, worker.ip)
+    _plugin().deployed[(run_id, program.group, index)] = deployed
+    return deployed.server.address
 
 
-def _run_task(run_id: str, task_id: str, group: str, index: int, items, inputs: dict,
-              emit_keys: tuple[str, ...], _after: Any) -> dict:
-    replica = _plugin().replicas[(run_id, group, index)]
-    outbox, report = replica.run(items, inputs, emit_keys)
-    get_worker().log_event(f"workbench-{run_id}", {"task": task_id, "report": report})
-    return outbox
+def _loop_task(run_id: str, authkey: bytes, group: str, index: int, tasks: list[WiredTask],
+               addresses: dict, counts: dict[str, int]) -> int:
+    # Leave the worker's thread pool: loops run for the whole run, and several replicas
+    # (actor+env and learner, say) may share one single-threaded worker.
+    secede()
+    plugin = _plugin()
+    worker = get_worker()
+    deployed = plugin.deployed[(run_id, group, index)]
+    local = {(g, i): d.mailbox for (r, g, i), d in plugin.deployed.items() if r == run_id}
+    postman = SocketPostman(addresses, authkey, local)
+    topic = f"workbench-{run_id}"
+
+    def report(task: int, task_report: TaskReport) -> None:
+        worker.log_event(topic, {"task": task, "report": task_report.to_message()})
+
+    try:
+        return run_loop(deployed.replica, tasks, deployed.mailbox, postman, counts, report,
+                        lambda: run_id in plugin.stopping)
+    except BaseException:
+        plugin.stopping.add(run_id)  # peers on this worker stop at once; the driver stops the rest
+        raise
+    finally:
+        postman.close()
+
+
+def _set_stopping(run_id: str, dask_worker=None) -> None:
+    plugin = dask_worker.plugins.get(PLUGIN_NAME)
+    if plugin is not None:
+        plugin.stopping.add(run_id)
 
 
 def _drop_run(run_id: str, dask_worker=None) -> int:
-    plugin = dask_worker.plugins.get(PLUGIN_NAME) if dask_worker else None
+    plugin = dask_worker.plugins.get(PLUGIN_NAME)
     if plugin is None:
         return 0
-    mine = [k for k in plugin.replicas if k[0] == run_id]
+    mine = [k for k in plugin.deployed if k[0] == run_id]
     for key in mine:
-        for ns in plugin.replicas.pop(key).namespaces.values():
-            _close_envs(ns)
+        plugin.deployed.pop(key).close()
+    plugin.stopping.discard(run_id)
     return len(mine)
 
 
@@ -79,24 +122,21 @@ def _has_plugin(dask_worker=None) -> bool:
 class DaskBackend:
     """The :class:`~workbench.runtime.driver.Backend` for a Dask cluster."""
 
-    def __init__(self, client: Client, inventory: Inventory, report_timeout: float = 30.0) -> None:
+    def __init__(self, client: Client, inventory: Inventory) -> None:
         self.client = client
         self.inventory = inventory
         self.run_id = uuid.uuid4().hex[:8]
-        self.report_timeout = report_timeout
-        self._addresses: dict[tuple[str, int], str] = {}
-        self._last: dict[tuple[str, int], Future] = {}
-        self._futures: dict[str, Future] = {}
-        self._reports: dict[str, TaskReport] = {}
-        self._arrived = threading.Condition()
+        self._authkey = secrets.token_bytes(32)
+        self._addresses: dict[tuple[str, int], tuple[str, int]] = {}
+        self._workers: dict[tuple[str, int], str] = {}
+        self._loops: list[Future] = []
         self._topic = f"workbench-{self.run_id}"
+        self._stopped = threading.Event()
         if not all(client.run(_has_plugin).values()):
             client.register_plugin(WorkbenchPlugin(), name=PLUGIN_NAME)
-        client.subscribe_topic(self._topic, self._on_event)
 
-    # -- Backend protocol ----------------------------------------------------------------
     def deploy(self, plan: Plan, programs: dict[str, GroupProgram], notebook: dict[str, Any]) -> None:
-        futures = []
+        futures = {}
         for name, group in plan.groups.items():
             for index, worker_name in enumerate(group.workers):
                 worker = self.inventory.find(worker_name)
@@ -105,56 +145,55 @@ class DaskBackend:
                         f"group {name!r} replica {index} is placed on worker {worker_name!r}, which "
                         f"is not in the cluster (workers: {', '.join(self.inventory.names)})."
                     )
-                self._addresses[(name, index)] = worker.address
-                futures.append(self.client.submit(
-                    _deploy, self.run_id, programs[name], index, group.replicas, notebook,
-                    group.device, key=f"{name}-deploy-{uuid.uuid4().hex}",
+                self._workers[(name, index)] = worker.address
+                futures[(name, index)] = self.client.submit(
+                    _deploy, self.run_id, self._authkey, programs[name], index, group.replicas,
+                    notebook, group.device, key=f"{name}-deploy-{uuid.uuid4().hex}",
                     workers=[worker.address], allow_other_workers=False, pure=False,
-                ))
-        wait(futures)
-        for f in futures:
-            f.result()  # raises a deploy error (e.g. a notebook value that cannot pickle)
+                )
+        for key, future in futures.items():
+            self._addresses[key] = tuple(future.result())
 
-    def submit(self, spec: TaskSpec, replica: int, inputs: dict, emit_keys: tuple[str, ...]) -> Future:
-        where = (spec.group, replica)
-        task_id = f"{spec.group}-{uuid.uuid4().hex}"
-        future = self.client.submit(
-            _run_task, self.run_id, task_id, spec.group, replica, spec.items, inputs, emit_keys,
-            self._last.get(where), key=task_id, workers=[self._addresses[where]],
-            allow_other_workers=False, pure=False,
-        )
-        self._last[where] = future
-        self._futures[task_id] = future
-        return future
+    def start(self, plan: Plan, tasks: list[WiredTask], events: Events) -> None:
+        def on_event(event) -> None:
+            message = event[1]
+            events.report(message["task"], TaskReport.from_message(message["report"]))
 
-    def report(self, ref: Future) -> TaskReport:
-        ref.result()  # raises the fragment's error, if any
-        key = ref.key
-        with self._arrived:
-            if not self._arrived.wait_for(lambda: key in self._reports, timeout=self.report_timeout):
-                raise TimeoutError(f"task {key} finished but its report never reached the notebook")
-            report = self._reports.pop(key)
-        self._futures.pop(key, None)
-        return report
+        def on_done(future: Future, key=None) -> None:
+            if future.status == "error":
+                events.error(future.exception())
+            events.exit(*key)
 
-    def cancel(self) -> None:
-        pending = [f for f in self._futures.values() if not f.done()]
-        if pending:
-            self.client.cancel(pending)
-        self._futures.clear()
+        self.client.subscribe_topic(self._topic, on_event)
+        counts = {name: g.replicas for name, g in plan.groups.items()}
+        tasks_future = self.client.scatter(tasks, broadcast=True, hash=False)
+        for key, address in self._workers.items():
+            future = self.client.submit(
+                _loop_task, self.run_id, self._authkey, key[0], key[1], tasks_future,
+                self._addresses, counts, key=f"{key[0]}-loop-{uuid.uuid4().hex}",
+                workers=[address], allow_other_workers=False, pure=False,
+            )
+            future.add_done_callback(lambda f, key=key: on_done(f, key))
+            self._loops.append(future)
+
+    def stop(self) -> None:
+        if not self._stopped.is_set():
+            self._stopped.set()
+            try:
+                self.client.run(_set_stopping, self.run_id)
+            except Exception:  # a worker that is gone has nothing left to stop
+                pass
 
     def teardown(self) -> None:
-        self.cancel()
-        self._last.clear()
+        self.stop()
+        for future in self._loops:
+            try:
+                future.result(timeout=30)
+            except Exception:  # its error already reached the driver
+                pass
+        self._loops.clear()
         try:
             self.client.unsubscribe_topic(self._topic)
             self.client.run(_drop_run, self.run_id)
         except Exception:  # the cluster may already be gone; nothing is left to free then
             pass
-
-    # -- events --------------------------------------------------------------------------
-    def _on_event(self, event) -> None:
-        _, message = event
-        with self._arrived:
-            self._reports[message["task"]] = message["report"]
-            self._arrived.notify_all()

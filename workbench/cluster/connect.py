@@ -12,6 +12,7 @@ Example:
 from __future__ import annotations
 
 import atexit
+import logging
 import threading
 from dataclasses import dataclass
 
@@ -58,7 +59,7 @@ def embedded_cluster(n_workers: int = 2, threads_per_worker: int = 1, *, quiet: 
             processes=True,
             host="127.0.0.1",
             dashboard_address="127.0.0.1:8787",
-            silence_logs="error",
+            silence_logs=logging.ERROR,
         )
         client = Client(cluster, set_as_default=False)
         client.run(_warm_up)
@@ -124,7 +125,7 @@ def _accepts_n_workers(client: Client) -> bool:
     return "n_workers" in inspect.signature(client.scheduler_info).parameters
 
 
-def _warm_up() -> None:
+def _warm_up(dask_worker=None) -> None:
     """Import the heavy libraries once per worker so the first iteration is not slow, and
     give torch this worker's share of the cores (not all of them: workers share a host)."""
     import numpy  # noqa: F401
@@ -133,6 +134,4 @@ def _warm_up() -> None:
         import torch
     except ImportError:
         return
-    from distributed import get_worker
-
-    torch.set_num_threads(max(1, get_worker().state.nthreads))
+    torch.set_num_threads(max(1, dask_worker.state.nthreads))

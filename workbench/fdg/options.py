@@ -28,7 +28,8 @@ class _Parser(argparse.ArgumentParser):
         self._error_type = error_type
 
     def error(self, message: str):
-        raise self._error_type(f"{self.prog}: {message}. Usage: {self.format_usage().strip()}")
+        usage = self.format_usage().strip().removeprefix("usage: ")
+        raise self._error_type(f"{self.prog}: {message}. Usage: {usage}")
 
 
 def _fragment_parser() -> _Parser:

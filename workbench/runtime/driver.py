@@ -1,40 +1,58 @@
-"""The driver: walks a plan's task stream, wires each task's inputs to the outputs of the
-tasks that produce them, and reports each iteration as it completes.
+"""The driver: wires the plan, starts one loop per group replica on a backend, and turns
+the loops' task reports into finished iterations, in order.
 
-It talks to a :class:`Backend` — :class:`InlineBackend` here (the calling process), a Dask
-backend in ``workbench.cluster`` — so the routing logic is the same for every policy.
-The driver only ever holds *references* to outputs (futures on a cluster): bulk data moves
-between workers, and the notebook receives the small :class:`TaskReport`s.
+A :class:`Backend` decides where loops run — :class:`InlineBackend` in this process (a
+thread per replica), the Dask backend in ``workbench.cluster`` on workers. The driver only
+sees small :class:`TaskReport`s; bulk data moves replica to replica.
 """
 from __future__ import annotations
 
-from collections import deque
+import queue
+import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from workbench.fdg.errors import PlacementError
-from workbench.fdg.plan import Plan, TaskSpec
+from workbench.fdg.plan import Plan
+from workbench.fdg.wiring import WiredTask, wire
+from workbench.runtime.channels import LocalPostman, Mailbox
+from workbench.runtime.loop import run_loop
 from workbench.runtime.replica import GroupProgram, GroupReplica, TaskReport
 
-__all__ = ["Backend", "InlineBackend", "IterationRecord", "drive"]
+__all__ = ["Backend", "InlineBackend", "IterationRecord", "drive", "Events", "close_envs"]
+
+
+class Events:
+    """What loops tell the driver, from any thread: ``("report", task, TaskReport)``,
+    ``("error", exception)`` or ``("exit", group, replica)``."""
+
+    def __init__(self) -> None:
+        self.queue: queue.Queue = queue.Queue()
+
+    def report(self, task: int, report: TaskReport) -> None:
+        self.queue.put(("report", task, report))
+
+    def error(self, exc: BaseException) -> None:
+        self.queue.put(("error", exc))
+
+    def exit(self, group: str, replica: int) -> None:
+        self.queue.put(("exit", group, replica))
 
 
 class Backend(Protocol):
-    """Where replicas live and tasks run."""
+    """Where replicas live and their loops run."""
 
     def deploy(self, plan: Plan, programs: dict[str, GroupProgram], notebook: dict[str, Any]) -> None: ...
 
-    def submit(self, spec: TaskSpec, replica: int, inputs: dict, emit_keys: tuple[str, ...]) -> Any: ...
+    def start(self, plan: Plan, tasks: list[WiredTask], events: Events) -> None:
+        """Start every replica's loop; loops report through ``events``."""
 
-    def report(self, ref: Any) -> TaskReport:
-        """Block until the task is done; raise its error if it failed."""
-
-    def cancel(self) -> None:
-        """Cancel every task not yet finished."""
+    def stop(self) -> None:
+        """Ask every loop to stop after its current task (non-blocking)."""
 
     def teardown(self) -> None:
-        """Drop the replicas' state (envs closed, memory freed)."""
+        """Wait for loops to end and drop the replicas' state (envs closed, memory freed)."""
 
 
 @dataclass
@@ -46,17 +64,23 @@ class IterationRecord:
     metrics: dict[str, list[float]] = field(default_factory=dict)
     compute_seconds: dict[str, float] = field(default_factory=dict)
 
-    def absorb(self, report: TaskReport) -> None:
+    def absorb(self, report: TaskReport, *, with_timing: bool) -> None:
         for name, values in report.metrics.get(self.iteration, {}).items():
             self.metrics.setdefault(name, []).extend(values)
         self.env_steps += report.env_steps.get(self.iteration, 0)
+        if with_timing:
+            for frag, seconds in report.compute_seconds.items():
+                self.compute_seconds[frag] = self.compute_seconds.get(frag, 0.0) + seconds
 
 
 class InlineBackend:
-    """Runs every replica in the calling process, synchronously."""
+    """Runs every replica in the calling process: one thread per replica loop, values
+    handed over by reference."""
 
     def __init__(self) -> None:
         self.replicas: dict[tuple[str, int], GroupReplica] = {}
+        self._stop = threading.Event()
+        self._threads: list[threading.Thread] = []
 
     def deploy(self, plan: Plan, programs: dict[str, GroupProgram], notebook: dict[str, Any]) -> None:
         for name, group in plan.groups.items():
@@ -64,24 +88,41 @@ class InlineBackend:
                 self.replicas[(name, index)] = GroupReplica(
                     programs[name], index, group.replicas, "local", notebook, group.device)
 
-    def submit(self, spec: TaskSpec, replica: int, inputs: dict, emit_keys: tuple[str, ...]):
-        resolved = {k: (s, a, [ref[0] for ref in refs]) for k, (s, a, refs) in inputs.items()}
-        return self.replicas[(spec.group, replica)].run(spec.items, resolved, emit_keys)
+    def start(self, plan: Plan, tasks: list[WiredTask], events: Events) -> None:
+        boxes = {key: Mailbox() for key in self.replicas}
+        postman = LocalPostman(boxes)
+        counts = {name: g.replicas for name, g in plan.groups.items()}
 
-    def report(self, ref) -> TaskReport:
-        return ref[1]
+        def loop(key: tuple[str, int]) -> None:
+            try:
+                run_loop(self.replicas[key], tasks, boxes[key], postman, counts,
+                         events.report, self._stop.is_set)
+            except BaseException as exc:  # reported to the driver, which re-raises it
+                self._stop.set()
+                events.error(exc)
+            finally:
+                events.exit(*key)
 
-    def cancel(self) -> None:
-        pass
+        self._threads = [threading.Thread(target=loop, args=(key,), name=f"workbench-{key[0]}-{key[1]}",
+                                          daemon=True) for key in self.replicas]
+        for thread in self._threads:
+            thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
 
     def teardown(self) -> None:
+        self._stop.set()
+        for thread in self._threads:
+            thread.join()
         for replica in self.replicas.values():
             for ns in replica.namespaces.values():
-                _close_envs(ns)
+                close_envs(ns)
         self.replicas.clear()
 
 
-def _close_envs(ns: dict) -> None:
+def close_envs(ns: dict) -> None:
+    """Close the environments a namespace holds (anything with reset, step and close)."""
     for value in list(ns.values()):
         close = getattr(value, "close", None)
         if callable(close) and hasattr(value, "step") and hasattr(value, "reset"):
@@ -99,110 +140,55 @@ def drive(
     *,
     start: int = 0,
     with_init: bool = True,
-    lookahead: int = 1,
+    stall_timeout: float = 30.0,
 ) -> int:
-    """Run ``iterations`` iterations. ``on_iteration`` is called with each finished
-    iteration in order and returns True to stop early. Returns the iterations completed.
+    """Run ``iterations`` iterations. ``on_iteration`` gets each finished iteration in
+    order and returns True to stop early. Returns the number of iterations completed.
 
-    ``lookahead`` iterations may be submitted before the current one has finished, so
-    workers never wait on the notebook.
+    Ctrl-C (KeyboardInterrupt) stops every loop before it propagates.
     """
-    latest: dict[str, list[Any]] = {}
+    tasks = wire(plan, iterations, start, with_init=with_init)
     outstanding: dict[int, int] = {}
+    for task in tasks:
+        for it in _iterations_of(task):
+            outstanding[it] = outstanding.get(it, 0) + plan.groups[task.spec.group].replicas
+    loops_left = sum(g.replicas for g in plan.groups.values())
     records: dict[int, IterationRecord] = {}
-    queue: deque[tuple[TaskSpec, list[Any]]] = deque()
-    done_through = start - 1
-
-    def settle_one() -> bool:
-        nonlocal done_through
-        spec, refs = queue.popleft()
-        for ref in refs:
-            report = backend.report(ref)
-            for it in _iterations_of(spec):
-                records.setdefault(it, IterationRecord(it)).absorb(report)
-            if spec.iteration is not None:  # compute time counts toward the task's last iteration
-                rec = records[spec.iteration]
-                for frag, seconds in report.compute_seconds.items():
-                    rec.compute_seconds[frag] = rec.compute_seconds.get(frag, 0.0) + seconds
-        for it in _iterations_of(spec):
-            outstanding[it] -= 1
-        while outstanding.get(done_through + 1, 1) == 0:
-            done_through += 1
-            if on_iteration(records.pop(done_through)):
-                return True
-        return False
-
+    events = Events()
+    next_iteration = start
+    last_event = time.monotonic()
+    backend.start(plan, tasks, events)
     try:
-        for spec in plan.tasks(iterations, start, with_init=with_init):
-            group = plan.groups[spec.group]
-            emits = _emit_keys(plan, spec)
-            refs = [
-                backend.submit(spec, r, _inputs_for(plan, spec, r, latest), emits)
-                for r in range(group.replicas)
-            ]
-            for key in emits:
-                latest[key] = refs
-            for it in _iterations_of(spec):
-                outstanding[it] = outstanding.get(it, 0) + 1
-            queue.append((spec, refs))
-            newest = _position(spec, start)
-            while queue and _position(queue[0][0], start) < newest - lookahead:
-                if settle_one():
-                    backend.cancel()
-                    return done_through - start + 1
-        while queue:
-            if settle_one():
-                backend.cancel()
-                break
-    except BaseException:
-        backend.cancel()
-        raise
-    return done_through - start + 1
-
-
-def _position(spec: TaskSpec, start: int) -> int:
-    """Where a task sits in the loop; init tasks come just before the first iteration."""
-    return spec.iteration if spec.iteration is not None else start - 1
-
-
-def _iterations_of(spec: TaskSpec) -> list[int]:
-    return sorted({i.iteration for i in spec.items if i.iteration is not None})
-
-
-def _emit_keys(plan: Plan, spec: TaskSpec) -> tuple[str, ...]:
-    keys = []
-    for route in plan.routes_out_of(spec.group):
-        edge = route.interface
-        for item in spec.items:
-            if edge.producer not in item.fragments:
+        while next_iteration < start + iterations:
+            try:
+                event = events.queue.get(timeout=0.1)
+            except queue.Empty:
+                if loops_left == 0 or time.monotonic() - last_event > stall_timeout:
+                    raise RuntimeError(
+                        f"the run stalled at iteration {next_iteration}: no replica reported for "
+                        f"{stall_timeout:g} s and {loops_left} loops are still alive."
+                    ) from None
                 continue
-            if (edge.timing == "stacked" and item.rate == "step") or (
-                edge.timing != "stacked" and item.rate in edge.producer_rates
-            ):
-                keys.append(route.key)
-    return tuple(dict.fromkeys(keys))
+            last_event = time.monotonic()
+            if event[0] == "error":
+                raise event[1]
+            if event[0] == "exit":
+                loops_left -= 1
+                continue
+            task = tasks[event[1]]
+            its = _iterations_of(task)
+            for it in its:
+                records.setdefault(it, IterationRecord(it)).absorb(event[2], with_timing=it == its[-1])
+                outstanding[it] -= 1
+            while next_iteration < start + iterations and outstanding[next_iteration] == 0:
+                record = records.pop(next_iteration)
+                next_iteration += 1
+                if on_iteration(record):
+                    return next_iteration - start
+    finally:
+        backend.stop()
+    return next_iteration - start
 
 
-def _inputs_for(plan: Plan, spec: TaskSpec, replica: int, latest: dict) -> dict:
-    inputs = {}
-    for route in plan.routes_into(spec.group):
-        edge = route.interface
-        needed = any(edge.consumer in item.fragments and item.rate == edge.consumer_rate
-                     for item in spec.items)
-        if not needed or route.key in inputs:
-            continue
-        refs = latest.get(route.key)
-        if refs is None:
-            raise PlacementError(
-                f"{edge.describe()}: {edge.consumer!r} needs {edge.name!r} before "
-                f"{edge.producer!r} has produced it. Give it a first value in "
-                f"{edge.producer!r}'s --init cell."
-            )
-        if route.spatial == "one-to-one":
-            chosen = [refs[replica]]
-        elif route.spatial == "gather":
-            chosen = list(refs)
-        else:
-            chosen = [refs[0]]
-        inputs[route.key] = (route.spatial, route.batch_axis, chosen)
-    return inputs
+def _iterations_of(task: WiredTask) -> list[int]:
+    return sorted({i.iteration for i in task.spec.items if i.iteration is not None})

@@ -71,6 +71,24 @@ class TaskReport:
     env_steps: dict[int, int] = field(default_factory=dict)
     compute_seconds: dict[str, float] = field(default_factory=dict)
 
+    def to_message(self) -> dict:
+        """Plain msgpack-able form (string keys only), for Dask events."""
+        return {
+            "group": self.group, "replica": self.replica, "worker": self.worker,
+            "metrics": {str(k): v for k, v in self.metrics.items()},
+            "env_steps": {str(k): v for k, v in self.env_steps.items()},
+            "compute_seconds": self.compute_seconds,
+        }
+
+    @classmethod
+    def from_message(cls, msg: dict) -> "TaskReport":
+        return cls(
+            msg["group"], msg["replica"], msg["worker"],
+            metrics={int(k): v for k, v in msg["metrics"].items()},
+            env_steps={int(k): v for k, v in msg["env_steps"].items()},
+            compute_seconds=dict(msg["compute_seconds"]),
+        )
+
 
 def group_program(plan: Plan, group: str, steps: int) -> GroupProgram:
     """Compile the plan's view of one group into a :class:`GroupProgram`."""
@@ -131,9 +149,10 @@ class GroupReplica:
     # -- the loop ----------------------------------------------------------------------
     def run(self, items: tuple[Item, ...], inputs: dict[str, tuple[str, int, list]],
             emit_keys: tuple[str, ...] = ()) -> tuple[dict[str, Any], TaskReport]:
-        """Run ``items`` in order with ``inputs`` from other groups; return the outbox (values
-        for other groups, keyed by route) and a small report."""
-        inbox = {key: _assemble(spatial, axis, values, key)
+        """Run ``items`` in order with ``inputs`` from other groups (key → (spatial, axis,
+        one value per sending replica)); return the outbox (values for other groups, by
+        route key) and a small report."""
+        inbox = {key: gather(values, axis) if spatial == "gather" else values[0]
                  for key, (spatial, axis, values) in inputs.items()}
         report = TaskReport(self.program.group, self.index, self.worker)
         ctx = ReplicaContext(ReplicaInfo(self.program.group, self.index, self.count, self.worker))
@@ -250,13 +269,6 @@ class GroupReplica:
             source_line=source, error=f"{type(exc).__name__}: {exc}", traceback_text=text,
             iteration=iteration,
         )
-
-
-def _assemble(spatial: str, axis: int, outboxes: list[dict], key: str) -> Any:
-    values = [o[key] for o in outboxes]
-    if spatial == "gather":
-        return gather(values, axis)
-    return values[0]
 
 
 def _batch_size(ns: dict, program: GroupProgram, frag: str) -> int:

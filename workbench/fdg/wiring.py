@@ -1,0 +1,141 @@
+"""Wiring: which task's output each task's input is, decided once, before anything runs.
+
+Every group replica walks the same task stream (:meth:`Plan.tasks`), so who-sends-what-to-
+whom can be computed up front: an input of task ``t`` is the *latest* emission of its key
+by a task before ``t`` in program order. A replica loop then needs no coordinator: it
+receives ``(key, producer task)`` messages and sends its own emissions to exactly the
+replicas that will read them.
+
+Example:
+    >>> from workbench.fdg.graph import FDG
+    >>> from workbench.fdg.policy import Group, Policy
+    >>> from workbench.fdg.plan import make_plan
+    >>> fdg = FDG()
+    >>> _ = fdg.add_fragment("env", "obs = 0", rate="init")
+    >>> _ = fdg.add_fragment("actor", "act = obs", rate="step")
+    >>> _ = fdg.add_fragment("env", "obs = act", rate="step")
+    >>> _ = fdg.add_fragment("learner", "w = obs.sum()", rate="iteration")
+    >>> policy = Policy("p", (Group(("actor", "env"), 2), Group(("learner",), 1)))
+    >>> tasks = wire(make_plan(fdg, policy), iterations=1)
+    >>> [(t.index, t.spec.group, [i.producer_task for i in t.inputs]) for t in tasks]
+    [(0, 'actor+env', []), (1, 'learner', [0])]
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from workbench.fdg.errors import PlacementError
+from workbench.fdg.plan import Plan, TaskSpec
+
+__all__ = ["WiredInput", "WiredEmit", "WiredTask", "wire", "senders_for", "receivers_for"]
+
+
+@dataclass(frozen=True)
+class WiredInput:
+    """Task input ``key``: the emission of task ``producer_task`` (a task of
+    ``producer_group``), combined across replicas as ``spatial`` along ``axis``."""
+
+    key: str
+    producer_group: str
+    producer_task: int
+    spatial: str
+    axis: int
+
+
+@dataclass(frozen=True)
+class WiredEmit:
+    """Task output ``key`` goes to replicas of ``consumer_group`` (which ones: ``spatial``)."""
+
+    key: str
+    consumer_group: str
+    spatial: str
+
+
+@dataclass(frozen=True)
+class WiredTask:
+    index: int
+    spec: TaskSpec
+    inputs: tuple[WiredInput, ...]
+    emits: tuple[WiredEmit, ...]
+
+    @property
+    def iteration(self) -> int | None:
+        return self.spec.iteration
+
+
+def wire(plan: Plan, iterations: int, start: int = 0, *, with_init: bool = True) -> list[WiredTask]:
+    """Resolve every task's inputs to producer tasks, and every emission to its readers.
+
+    Raises :class:`PlacementError` when a task would read a name before it was produced.
+    """
+    specs = list(plan.tasks(iterations, start, with_init=with_init))
+    latest: dict[str, tuple[int, str]] = {}  # key → (task index, producer group)
+    inputs: list[list[WiredInput]] = []
+    readers: dict[int, dict[tuple[str, str], str]] = {}  # producer task → (key, group) → spatial
+    for index, spec in enumerate(specs):
+        mine = []
+        for route in plan.routes_into(spec.group):
+            edge = route.interface
+            if not any(edge.consumer in it.fragments and it.rate == edge.consumer_rate for it in spec.items):
+                continue
+            if any(w.key == route.key for w in mine):
+                continue
+            if route.key not in latest:
+                raise PlacementError(
+                    f"{edge.describe()}: {edge.consumer!r} needs {edge.name!r} before "
+                    f"{edge.producer!r} has produced it. Give it a first value in "
+                    f"{edge.producer!r}'s --init cell."
+                )
+            producer_task, producer_group = latest[route.key]
+            mine.append(WiredInput(route.key, producer_group, producer_task, route.spatial, route.batch_axis))
+            readers.setdefault(producer_task, {})[(route.key, spec.group)] = route.spatial
+        inputs.append(mine)
+        for key in _emitted_keys(plan, spec):
+            latest[key] = (index, spec.group)
+    return [
+        WiredTask(
+            index, spec, tuple(inputs[index]),
+            tuple(WiredEmit(key, group, spatial)
+                  for (key, group), spatial in readers.get(index, {}).items()),
+        )
+        for index, spec in enumerate(specs)
+    ]
+
+
+def _emitted_keys(plan: Plan, spec: TaskSpec) -> list[str]:
+    keys = []
+    for route in plan.routes_out_of(spec.group):
+        edge = route.interface
+        for item in spec.items:
+            if edge.producer in item.fragments and (
+                (edge.timing == "stacked" and item.rate == "step")
+                or (edge.timing != "stacked" and item.rate in edge.producer_rates)
+            ):
+                keys.append(route.key)
+    return list(dict.fromkeys(keys))
+
+
+def senders_for(spatial: str, consumer_replica: int, producer_replicas: int) -> list[int]:
+    """Which producer replicas a consumer replica receives from.
+
+    >>> senders_for("gather", 0, 3), senders_for("broadcast", 2, 1), senders_for("one-to-one", 1, 2)
+    ([0, 1, 2], [0], [1])
+    """
+    if spatial == "gather":
+        return list(range(producer_replicas))
+    if spatial == "one-to-one":
+        return [consumer_replica]
+    return [0]
+
+
+def receivers_for(spatial: str, producer_replica: int, consumer_replicas: int) -> list[int]:
+    """Which consumer replicas a producer replica sends to (the mirror of senders_for).
+
+    >>> receivers_for("gather", 2, 1), receivers_for("broadcast", 0, 3), receivers_for("one-to-one", 1, 2)
+    ([0], [0, 1, 2], [1])
+    """
+    if spatial == "gather":
+        return [0]
+    if spatial == "one-to-one":
+        return [producer_replica]
+    return list(range(consumer_replicas)) if producer_replica == 0 else []

@@ -1,0 +1,112 @@
+"""The ``%%fragment`` cell magic and the ``%fdg`` line magic.
+
+Each magic parses its line with the shared parsers in :mod:`workbench.fdg.options`, calls
+one method of the notebook's :class:`workbench.FDG`, and shows the result. Domain errors
+become ``UsageError``s (a short red message, no traceback); the FDG is left as it was.
+"""
+from __future__ import annotations
+
+import threading
+
+from IPython.core.error import UsageError
+from IPython.core.magic import Magics, cell_magic, line_magic, magics_class
+from IPython.display import HTML, display
+
+from workbench.fdg.errors import FragmentError, WorkbenchError
+from workbench.fdg.options import FRAGMENT_USAGE, RUN_USAGE, parse_fragment_line, parse_run_line
+from workbench.session import FDG
+
+__all__ = ["WorkbenchMagics"]
+
+_FDG_HELP = f"""Show, run or change the notebook's fragmented dataflow graph (FDG).
+
+%fdg                  draw the graph: fragments, the names flowing between them, rates
+%fdg run [options]    train on the cluster (progress bar; returns the Run)
+%fdg run --background ...   train in a background thread; %fdg stop ends it
+%fdg stop             stop a background run after its current iteration
+%fdg policy [--policy P]    show the plan a policy makes of this FDG
+%fdg reset            forget every fragment
+
+Options of %fdg run:
+{RUN_USAGE}"""
+
+
+def _usage_error(exc: WorkbenchError) -> UsageError:
+    text = str(exc)
+    if isinstance(exc, FragmentError) and exc.line and "line" not in text:
+        text = f"{text} (cell line {exc.line})"
+    return UsageError(text)
+
+
+@magics_class
+class WorkbenchMagics(Magics):
+    """Holds the notebook's FDG; names no fragment writes come from the user namespace."""
+
+    def __init__(self, shell) -> None:
+        super().__init__(shell)
+        self.fdg = FDG(namespace=shell.user_ns)
+        self._background: threading.Thread | None = None
+
+    @cell_magic
+    def fragment(self, line: str, cell: str):
+        try:
+            options = parse_fragment_line(line)
+            fragment = self.fdg.add_fragment(code=cell, **options)
+        except WorkbenchError as exc:
+            raise _usage_error(exc) from None
+        print(fragment.summary())
+
+    fragment.__doc__ = (
+        "Register this cell as one rate of a fragment of the FDG.\n\n"
+        "Re-running the cell replaces that rate of the fragment. The cell's code is not run "
+        "here: it runs on the cluster, per replica, when the FDG runs.\n\n" + FRAGMENT_USAGE
+    )
+
+    @line_magic
+    def fdg(self, line: str = ""):
+        words = line.split(maxsplit=1)
+        command = words[0] if words else ""
+        rest = words[1] if len(words) > 1 else ""
+        try:
+            if command == "":
+                return self.fdg
+            if command == "run":
+                return self._run(rest)
+            if command == "stop":
+                return self._stop()
+            if command == "reset":
+                self.fdg.clear()
+                print("FDG reset: no fragments.")
+                return None
+            if command == "policy":
+                options = parse_run_line(rest)
+                plan = self.fdg.plan(options.get("policy", "inline"), options.get("cluster"))
+                display(HTML(f"<pre>{plan.explain()}</pre>"))
+                return None
+        except WorkbenchError as exc:
+            raise _usage_error(exc) from None
+        raise UsageError(f"unknown %fdg command {command!r}.\n\n{_FDG_HELP}")
+
+    fdg.__doc__ = _FDG_HELP
+
+    def _run(self, rest: str):
+        background = "--background" in rest.split()
+        options = parse_run_line(" ".join(w for w in rest.split() if w != "--background"))
+        if self._background is not None and self._background.is_alive():
+            raise UsageError("a background run is going; stop it first with %fdg stop.")
+        if not background:
+            return self.fdg.run(**options)
+        self._background = threading.Thread(
+            target=self.fdg.run, kwargs=options, name="workbench-run", daemon=True)
+        self._background.start()
+        print("training in the background; %fdg stop ends it, fdg.last_run has the record.")
+        return None
+
+    def _stop(self):
+        thread = self._background
+        if thread is None or not thread.is_alive():
+            print("nothing is running.")
+            return None
+        self.fdg.stop()
+        thread.join()
+        return self.fdg.last_run

@@ -1,0 +1,52 @@
+"""A replica's loop: walk the wired task stream, run this group's tasks, pass values on.
+
+The same loop runs in the notebook process (inline policy, one thread per replica) and on a
+Dask worker (one long-running task per replica). It blocks only on the inputs it needs,
+so replicas are synchronised by their data and nothing else — the way MSRL's generated
+interfaces work.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from workbench.fdg.wiring import WiredTask, receivers_for, senders_for
+from workbench.runtime.channels import Mailbox, Stopped
+from workbench.runtime.replica import GroupReplica, TaskReport
+
+__all__ = ["run_loop"]
+
+
+def run_loop(
+    replica: GroupReplica,
+    tasks: list[WiredTask],
+    mailbox: Mailbox,
+    postman,
+    replica_counts: dict[str, int],
+    report: Callable[[int, TaskReport], None],
+    stopped: Callable[[], bool],
+) -> int:
+    """Run this replica's tasks in order; return how many ran (fewer if stopped)."""
+    group = replica.program.group
+    done = 0
+    try:
+        for task in tasks:
+            if task.spec.group != group:
+                continue
+            if stopped():
+                break
+            inputs = {}
+            for wired in task.inputs:
+                senders = senders_for(wired.spatial, replica.index, replica_counts[wired.producer_group])
+                values = [mailbox.take(wired.key, wired.producer_task, s, stopped) for s in senders]
+                inputs[wired.key] = (wired.spatial, wired.axis, values)
+            emit_keys = tuple(dict.fromkeys(e.key for e in task.emits))
+            outbox, task_report = replica.run(task.spec.items, inputs, emit_keys)
+            for emit in task.emits:
+                for target in receivers_for(emit.spatial, replica.index, replica_counts[emit.consumer_group]):
+                    postman.send((emit.consumer_group, target), emit.key, task.index,
+                                 replica.index, outbox[emit.key])
+            report(task.index, task_report)
+            done += 1
+    except Stopped:
+        pass
+    return done
