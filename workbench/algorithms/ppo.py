@@ -100,10 +100,10 @@ class ActorCritic(nn.Module):
     def act(self, obs: np.ndarray):
         """Sample actions for a batch of observations: (action, log-prob, value) as NumPy."""
         x = torch.from_numpy(obs)
-        logits = self.actor(x)
-        action = torch.multinomial(torch.softmax(logits, -1), 1).squeeze(-1)
-        logp = torch.log_softmax(logits, -1).gather(-1, action[:, None]).squeeze(-1)
-        return action.numpy(), logp.numpy(), self.value(x).numpy()
+        logp_all = torch.log_softmax(self.actor(x), -1)
+        action = torch.multinomial(logp_all.exp(), 1)
+        logp = logp_all.gather(-1, action).squeeze(-1)
+        return action.squeeze(-1).numpy(), logp.numpy(), self.value(x).numpy()
 
 
 # ----------------------------------------------------------------------------- the update

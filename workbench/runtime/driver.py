@@ -8,6 +8,7 @@ sees small :class:`TaskReport`s; bulk data moves replica to replica.
 from __future__ import annotations
 
 import queue
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -89,6 +90,7 @@ class InlineBackend:
                     programs[name], index, group.replicas, "local", notebook, group.device)
 
     def start(self, plan: Plan, tasks: list[WiredTask], events: Events) -> None:
+        self._torch_threads = _limit_torch_threads(1)
         boxes = {key: Mailbox() for key in self.replicas}
         postman = LocalPostman(boxes)
         counts = {name: g.replicas for name, g in plan.groups.items()}
@@ -115,10 +117,26 @@ class InlineBackend:
         self._stop.set()
         for thread in self._threads:
             thread.join()
+        _limit_torch_threads(getattr(self, "_torch_threads", None))
         for replica in self.replicas.values():
             for ns in replica.namespaces.values():
                 close_envs(ns)
         self.replicas.clear()
+
+
+def _limit_torch_threads(count: int | None) -> int | None:
+    """Set torch's intra-op threads (if torch is loaded) and return the previous count.
+
+    Small RL networks run fastest single-threaded, and a thread pool larger than the cores
+    left free (the cluster, other loops) makes torch's spinning workers fight for them:
+    we measured 40× slowdowns on a busy 2-core machine.
+    """
+    torch = sys.modules.get("torch")
+    if torch is None or count is None:
+        return None
+    previous = torch.get_num_threads()
+    torch.set_num_threads(count)
+    return previous
 
 
 def close_envs(ns: dict) -> None:

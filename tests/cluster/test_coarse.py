@@ -1,0 +1,68 @@
+"""SingleLearnerCoarse on a real 2-worker LocalCluster: same cells, same semantics."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import workbench as wb
+from tests.conftest import toy_fdg
+from tests.runtime.test_inline import _expected_totals
+
+
+def _replicas_left(client) -> int:
+    def count(dask_worker=None):
+        plugin = dask_worker.plugins.get("workbench")
+        return len(plugin.deployed) if plugin else 0
+
+    return sum(client.run(count).values())
+
+
+def test_coarse_gathers_both_actor_replicas(client):
+    run = toy_fdg().run(iterations=3, steps=2, policy="coarse", cluster=client, progress=False)
+    assert run.status == "finished" and run.policy_name == "SingleLearnerCoarse"
+    # replica i's counters start at 10 * i: the learner sees both replicas' rewards
+    both = np.concatenate([np.arange(3.0), np.arange(3.0) + 10])
+    assert run.metrics["learner/total"].tolist() == _expected_totals(3, 2, both)
+    assert run.env_steps == 3 * 2 * 6
+
+
+def test_one_actor_replica_on_the_cluster_equals_inline(client):
+    inline = toy_fdg().run(iterations=4, steps=3, progress=False)
+    coarse = toy_fdg().run(iterations=4, steps=3, policy=wb.SingleLearnerCoarse(actors=1),
+                           cluster=client, progress=False)
+    assert coarse.metrics["learner/total"].tolist() == inline.metrics["learner/total"].tolist()
+    assert coarse.episode_returns == inline.episode_returns
+
+
+def test_task_stream_shows_fragment_names(client):
+    from distributed import get_task_stream
+
+    with get_task_stream(client=client) as stream:
+        toy_fdg().run(iterations=2, steps=2, policy="coarse", cluster=client, progress=False)
+    prefixes = {record["key"].split("-")[0] for record in stream.data}
+    assert {"actor+env", "learner"} <= prefixes
+
+
+def test_fragment_error_on_a_worker_stops_cleanly(client):
+    fdg = toy_fdg()
+    fdg.add_fragment("learner", "total += float(reward.sum())\nscale = 1 / (total * 0)", rate="iteration")
+    with pytest.raises(wb.FragmentRuntimeError) as info:
+        fdg.run(iterations=5, steps=2, policy="coarse", cluster=client, progress=False)
+    err = info.value
+    assert err.fragment == "learner" and err.rate == "iteration" and err.line == 2
+    assert err.worker in {"0", "1"} and "ZeroDivisionError" in str(err)
+    assert "scale = 1 / (total * 0)" in str(err)
+    assert _replicas_left(client) == 0
+    assert not any(client.processing().values())
+
+
+def test_runs_leave_no_state_on_workers(client):
+    for _ in range(2):
+        toy_fdg().run(iterations=2, steps=2, policy="coarse", cluster=client, progress=False)
+    assert _replicas_left(client) == 0
+    assert not any(client.processing().values())
+
+
+def test_unreachable_scheduler_is_a_clear_error():
+    with pytest.raises(wb.RunConfigError, match="could not reach a Dask scheduler at 'tcp://127.0.0.1:9'"):
+        toy_fdg().run(iterations=1, steps=1, policy="coarse", cluster="tcp://127.0.0.1:9", progress=False)

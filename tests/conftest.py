@@ -1,0 +1,39 @@
+"""Shared fixtures: a real LocalCluster on loopback, and small FDGs that exercise every
+interface kind without torch."""
+from __future__ import annotations
+
+import logging
+
+import numpy as np
+import pytest
+
+import workbench as wb
+
+
+@pytest.fixture(scope="session")
+def client():
+    """A 2-worker LocalCluster on 127.0.0.1 (the shape of the embedded default)."""
+    from distributed import Client, LocalCluster
+
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, host="127.0.0.1",
+                      dashboard_address="127.0.0.1:0", silence_logs=logging.ERROR) as cluster:
+        with Client(cluster, set_as_default=False) as c:
+            yield c
+
+
+def toy_fdg(**namespace) -> wb.FDG:
+    """A torch-free loop with every interface kind: per-step ring carried by an init value,
+    stacked step→iteration data, a latest value broadcast back, and wb.log metrics.
+
+    Each env replica holds 3 counters; the 'learner' sums what it saw."""
+    fdg = wb.FDG(namespace={"np": np, "wb": wb, **namespace})
+    fdg.add_fragment("env", "obs = np.arange(3.0) + 10 * replica.index\nseen = 0", rate="init")
+    fdg.add_fragment("learner", "scale = 1.0\ntotal = 0.0", rate="init")
+    fdg.add_fragment("actor", "gain = scale", rate="init")
+    fdg.add_fragment("actor", "action = obs * gain", rate="step")
+    fdg.add_fragment("env", "obs = obs + 1\nreward = action.copy()\nseen += 1\n"
+                            "wb.log('charts/episodic_return', float(reward.sum()))", rate="step")
+    fdg.add_fragment("learner", "total += float(reward.sum())\nbatch = reward.shape\n"
+                                "wb.log('learner/total', total)\nscale = scale * 0.5", rate="iteration")
+    fdg.add_fragment("actor", "gain = scale", rate="iteration")
+    return fdg

@@ -1,0 +1,88 @@
+"""The inline policy: the whole loop in this process. Checks interface semantics by value."""
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+import pytest
+
+import workbench as wb
+from tests.conftest import toy_fdg
+
+
+def _expected_totals(iterations: int, steps: int, envs: np.ndarray) -> list[float]:
+    """The toy FDG's learner totals, computed by a plain Python loop."""
+    obs, gain, total, out = envs.astype(float), 1.0, 0.0, []
+    for _ in range(iterations):
+        for _ in range(steps):
+            action = obs * gain
+            obs = obs + 1
+            total += float(action.sum())
+        out.append(total)
+        gain *= 0.5
+    return out
+
+
+def test_inline_run_matches_a_plain_loop():
+    run = toy_fdg().run(iterations=4, steps=3, progress=False)
+    assert run.status == "finished"
+    assert run.metrics["learner/total"].tolist() == _expected_totals(4, 3, np.arange(3.0))
+    assert run.env_steps == 4 * 3 * 3  # T × iterations × envs (the batch of env's arrays)
+
+
+def test_stacked_values_arrive_as_T_by_batch():
+    fdg = toy_fdg()
+    fdg.add_fragment("learner", "batch_shape = reward.shape\nwb.log('shape', list(batch_shape))",
+                     rate="iteration")
+    run = fdg.run(iterations=1, steps=5, progress=False)
+    assert run.rows[0]["shape"] == pytest.approx((5 + 3) / 2)  # mean of [5, 3]
+
+
+def test_stop_from_another_thread_ends_the_run_early():
+    fdg = toy_fdg(time=__import__("time"))
+    fdg.add_fragment("learner", "time.sleep(0.01)\nscale = 1.0", rate="iteration")
+    threading.Timer(0.2, fdg.stop).start()
+    run = fdg.run(iterations=10_000, steps=1, progress=False)
+    assert run.status == "stopped"
+    assert 0 < run.completed_iterations < 10_000
+
+
+def test_no_threads_survive_a_run():
+    toy_fdg().run(iterations=3, steps=2, progress=False)
+    assert not [t for t in threading.enumerate() if t.name.startswith("workbench-")]
+
+
+def test_fragment_error_names_fragment_replica_and_cell_line():
+    fdg = toy_fdg()
+    fdg.add_fragment("env", "obs = obs + 1\nreward = action.copy()\nboom = 1 / 0", rate="step")
+    before = fdg.copy()
+    with pytest.raises(wb.FragmentRuntimeError) as info:
+        fdg.run(iterations=2, steps=2, progress=False)
+    err = info.value
+    assert (err.fragment, err.rate, err.replica, err.worker, err.line) == ("env", "step", 0, "local", 3)
+    assert "boom = 1 / 0" in str(err) and "ZeroDivisionError" in str(err)
+    assert "original traceback" in str(err)
+    assert fdg == before and fdg.last_run.status == "failed"
+    assert not [t for t in threading.enumerate() if t.name.startswith("workbench-")]
+
+
+def test_reading_a_value_the_producer_never_wrote_is_explained():
+    fdg = wb.FDG(namespace={})
+    fdg.add_fragment("env", "if False:\n    obs = 0", rate="init")  # a first value on paper only
+    fdg.add_fragment("actor", "a = obs", rate="step")
+    fdg.add_fragment("env", "obs = a", rate="step")
+    with pytest.raises(wb.FragmentRuntimeError, match="reads 'obs' from fragment 'env', which has not written it yet"):
+        fdg.run(iterations=1, steps=1, progress=False)
+
+
+def test_undefined_notebook_name_is_caught_before_running():
+    fdg = toy_fdg()
+    fdg.add_fragment("actor", "action = obs * gain * missing_scale", rate="step")
+    with pytest.raises(wb.UndefinedNameError, match="missing_scale"):
+        fdg.run(iterations=1, steps=1, progress=False)
+
+
+@pytest.mark.parametrize("bad", [0, -3, 1.5, True])
+def test_iterations_must_be_positive_whole_numbers(bad):
+    with pytest.raises(wb.RunConfigError, match="iterations"):
+        toy_fdg().run(iterations=bad, steps=1, progress=False)
