@@ -22,7 +22,7 @@ from typing import Any
 from workbench.fdg import graph
 from workbench.fdg.errors import RunConfigError
 from workbench.fdg.plan import Plan, make_plan
-from workbench.fdg.policy import Policy, resolve_policy
+from workbench.fdg.policy import Policy, as_policy_spec, needs_cluster, resolve_policy
 from workbench.runtime.driver import InlineBackend, IterationRecord, drive
 from workbench.runtime.replica import group_program
 from workbench.runtime.run import Run
@@ -55,7 +55,7 @@ class FDG(graph.FDG):
         """The plan ``run`` would execute: groups, their workers, and routes."""
         self.validate()
         inventory = None
-        if _needs_cluster(policy):
+        if needs_cluster(policy):
             from workbench.cluster.connect import connect, inventory_of
 
             inventory = inventory_of(connect(cluster, quiet=True).client)
@@ -99,7 +99,8 @@ class FDG(graph.FDG):
 
     def _run(self, iterations, steps, policy, cluster, ns, target_return, progress) -> Run:
         inventory, handle = None, None
-        if _needs_cluster(policy):
+        policy = as_policy_spec(policy)  # an unknown name fails before any cluster starts
+        if needs_cluster(policy):
             from workbench.cluster.connect import connect, inventory_of
 
             handle = connect(cluster)
@@ -148,12 +149,6 @@ class FDG(graph.FDG):
         from workbench.fdg.render import render_html
 
         return render_html(self)
-
-
-def _needs_cluster(policy) -> bool:
-    if isinstance(policy, Policy):
-        return not policy.in_process
-    return not (policy == "inline" or type(policy).__name__ == "Inline")
 
 
 def _check_positive(name: str, value) -> None:

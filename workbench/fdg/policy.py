@@ -24,7 +24,8 @@ from workbench.fdg.errors import PlacementError
 from workbench.fdg.graph import FDG
 from workbench.fdg.inventory import Inventory, WorkerInfo
 
-__all__ = ["Group", "Policy", "Inline", "SingleLearnerCoarse", "resolve_policy", "PRESETS"]
+__all__ = ["Group", "Policy", "Inline", "SingleLearnerCoarse", "resolve_policy", "as_policy_spec",
+           "needs_cluster", "PRESETS"]
 
 #: Where an unplaced replica runs: the calling process (no Dask).
 IN_PROCESS = "local"
@@ -180,15 +181,37 @@ class SingleLearnerCoarse:
 PRESETS = {"inline": Inline, "coarse": SingleLearnerCoarse, "SingleLearnerCoarse": SingleLearnerCoarse}
 
 
+def as_policy_spec(spec):
+    """A preset object or :class:`Policy` from a name, a ``.json`` file path, a preset
+    object or a Policy."""
+    if not isinstance(spec, str):
+        return spec
+    if spec.endswith(".json"):
+        from pathlib import Path
+
+        path = Path(spec)
+        if not path.is_file():
+            raise PlacementError(f"policy file not found: {spec!r}.")
+        return Policy.from_json(path.read_text())
+    try:
+        return PRESETS[spec]()
+    except KeyError:
+        raise PlacementError(
+            f"unknown policy {spec!r}; choose one of {', '.join(PRESETS)}, a FILE.json, or a Policy."
+        ) from None
+
+
+def needs_cluster(spec) -> bool:
+    """Whether a policy spec (see :func:`as_policy_spec`) places anything on Dask workers."""
+    spec = as_policy_spec(spec)
+    if isinstance(spec, Policy):
+        return not spec.in_process
+    return not isinstance(spec, Inline)
+
+
 def resolve_policy(spec, fdg: FDG, inventory: Inventory | None) -> Policy:
-    """Turn a policy given by name, preset object or :class:`Policy` into a checked Policy."""
-    if isinstance(spec, str):
-        try:
-            spec = PRESETS[spec]()
-        except KeyError:
-            raise PlacementError(
-                f"unknown policy {spec!r}; choose one of {', '.join(PRESETS)} or pass a Policy."
-            ) from None
+    """Turn a policy given by name, file, preset object or :class:`Policy` into a checked Policy."""
+    spec = as_policy_spec(spec)
     policy = spec if isinstance(spec, Policy) else spec.place(fdg, inventory)
     policy.check(fdg, inventory)
     return policy

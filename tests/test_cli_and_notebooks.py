@@ -1,0 +1,87 @@
+"""The headless runner and the shipped notebooks."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import nbformat
+import pytest
+
+from workbench.cli import main
+
+ROOT = Path(__file__).resolve().parents[1]
+QUICKSTART = ROOT / "notebooks" / "quickstart.ipynb"
+
+
+def test_quickstart_cells_are_the_library_algorithm_byte_for_byte():
+    from workbench.algorithms.ppo import FRAGMENT_CELLS, build_fdg
+    from workbench.notebook import load_notebook
+
+    nb = nbformat.read(QUICKSTART, as_version=4)
+    fragment_cells = [c.source for c in nb.cells if c.source.startswith("%%fragment")]
+    assert fragment_cells == [f"{line}\n{body}" for line, body in FRAGMENT_CELLS]
+    notebook_fdg, options = load_notebook(QUICKSTART)
+    assert notebook_fdg == build_fdg()
+    assert options["steps"] == notebook_fdg.namespace["cfg"].num_steps
+    assert options["target_return"] == 475.0
+
+
+def test_cli_trains_a_notebook_for_a_few_iterations(capsys):
+    code = main(["run", str(QUICKSTART), "--iterations", "4", "--target-return", "1"])
+    out = capsys.readouterr().out
+    assert code == 0 and "solved (≥ 1)" in out
+
+
+def test_cli_reports_unsolved_with_status_1(capsys):
+    code = main(["run", str(QUICKSTART), "--iterations", "1", "--steps", "4"])
+    assert code == 1
+    assert "was not reached" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["run", "nowhere.ipynb"], "notebook not found: 'nowhere.ipynb'"),
+    (["run", str(QUICKSTART), "--iterations", "0"], "--iterations must be a whole number ≥ 1"),
+    (["run", str(QUICKSTART), "--policy", "sideways"], "unknown policy 'sideways'"),
+    (["run", str(QUICKSTART), "--policy", "missing.json"], "policy file not found"),
+])
+def test_cli_errors_are_one_clear_line(capsys, argv, message):
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("workbench: error:") and message in err and "Traceback" not in err
+
+
+def test_cli_rejects_a_file_that_is_not_a_notebook(tmp_path, capsys):
+    bad = tmp_path / "bad.ipynb"
+    bad.write_text("{not json")
+    assert main(["run", str(bad)]) == 2
+    assert "cannot read" in capsys.readouterr().err
+
+
+def test_cli_names_the_cell_of_a_broken_fragment(tmp_path, capsys):
+    nb = nbformat.read(QUICKSTART, as_version=4)
+    index = next(i for i, c in enumerate(nb.cells) if c.source.startswith("%%fragment actor\n"))
+    nb.cells[index].source = "%%fragment actor\naction = (\n"
+    path = tmp_path / "broken.ipynb"
+    nbformat.write(nb, path)
+    assert main(["run", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert "syntax error at cell line 1" in err and "fragment 'actor'" in err
+
+
+def test_quickstart_executes_under_nbval_at_ci_size(tmp_path):
+    """nbval runs every cell of the shipped notebook, with the iteration count cut to 2."""
+    nb = json.loads(QUICKSTART.read_text())
+    for cell in nb["cells"]:
+        if cell["cell_type"] == "code":
+            text = "".join(cell["source"])
+            cell["source"] = text.replace("--iterations {cfg.iterations}", "--iterations 2")
+    copy = tmp_path / "quickstart_ci.ipynb"
+    copy.write_text(json.dumps(nb))
+    result = subprocess.run(
+        [sys.executable, "-m", "pytest", "--nbval-lax", "-p", "no:cacheprovider", "-q", str(copy),
+         "-o", "addopts=", "--rootdir", str(tmp_path)],
+        cwd=ROOT, capture_output=True, text=True, timeout=300,
+    )
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
