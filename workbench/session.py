@@ -128,8 +128,8 @@ class FDG(graph.FDG):
             return run.is_solved() or self._stop.is_set()
 
         try:
+            run.started = time.perf_counter()  # the clock includes deploying the replicas
             backend.deploy(plan, programs, notebook)
-            run.started = time.perf_counter()
             drive(plan, backend, iterations, on_iteration)
             run.status = "stopped" if self._stop.is_set() else "finished"
         except KeyboardInterrupt:
