@@ -66,3 +66,34 @@ def test_runs_leave_no_state_on_workers(client):
 def test_unreachable_scheduler_is_a_clear_error():
     with pytest.raises(wb.RunConfigError, match="could not reach a Dask scheduler at 'tcp://127.0.0.1:9'"):
         toy_fdg().run(iterations=1, steps=1, policy="coarse", cluster="tcp://127.0.0.1:9", progress=False)
+
+
+def _worker_threads(client) -> dict:
+    import threading
+
+    def names(dask_worker=None):
+        return sorted(t.name for t in threading.enumerate() if t.name.startswith("workbench"))
+
+    return client.run(names)
+
+
+def test_ctrl_c_stops_every_loop_and_frees_the_workers(client):
+    import _thread
+    import threading
+    import time
+
+    fdg = toy_fdg(time=time)
+    fdg.add_fragment("learner", "time.sleep(0.005)\nscale = 1.0", rate="iteration")
+    timer = threading.Timer(1.0, _thread.interrupt_main)
+    timer.start()
+    with pytest.raises(KeyboardInterrupt):
+        fdg.run(iterations=1_000_000, steps=1, policy="coarse", cluster=client, progress=False)
+    assert fdg.last_run.status == "interrupted" and fdg.last_run.completed_iterations > 0
+    assert _replicas_left(client) == 0
+    assert not any(client.processing().values())
+    assert not any(_worker_threads(client).values())
+
+
+def test_no_channel_threads_outlive_a_run(client):
+    toy_fdg().run(iterations=3, steps=2, policy="coarse", cluster=client, progress=False)
+    assert not any(_worker_threads(client).values())

@@ -19,9 +19,8 @@ from distributed import Client, Future, WorkerPlugin, get_worker, secede
 from workbench.fdg.errors import PlacementError
 from workbench.fdg.inventory import Inventory
 from workbench.fdg.plan import Plan
-from workbench.fdg.wiring import WiredTask
 from workbench.runtime.channels import Mailbox, SocketPostman, SocketServer
-from workbench.runtime.driver import Events, close_envs
+from workbench.runtime.driver import Events, StreamSpec, close_envs
 from workbench.runtime.loop import run_loop
 from workbench.runtime.replica import GroupProgram, GroupReplica, TaskReport
 
@@ -73,7 +72,7 @@ def _deploy(run_id: str, authkey: bytes, program: GroupProgram, index: int, coun
     return deployed.server.address
 
 
-def _loop_task(run_id: str, authkey: bytes, group: str, index: int, tasks: list[WiredTask],
+def _loop_task(run_id: str, authkey: bytes, group: str, index: int, plan: Plan, stream: StreamSpec,
                addresses: dict, counts: dict[str, int]) -> int:
     # Leave the worker's thread pool: loops run for the whole run, and several replicas
     # (actor+env and learner, say) may share one single-threaded worker.
@@ -89,7 +88,7 @@ def _loop_task(run_id: str, authkey: bytes, group: str, index: int, tasks: list[
         worker.log_event(topic, {"task": task, "report": task_report.to_message()})
 
     try:
-        return run_loop(deployed.replica, tasks, deployed.mailbox, postman, counts, report,
+        return run_loop(deployed.replica, stream.tasks(plan), deployed.mailbox, postman, counts, report,
                         lambda: run_id in plugin.stopping)
     except BaseException:
         plugin.stopping.add(run_id)  # peers on this worker stop at once; the driver stops the rest
@@ -154,7 +153,7 @@ class DaskBackend:
         for key, future in futures.items():
             self._addresses[key] = tuple(future.result())
 
-    def start(self, plan: Plan, tasks: list[WiredTask], events: Events) -> None:
+    def start(self, plan: Plan, stream: StreamSpec, events: Events) -> None:
         def on_event(event) -> None:
             message = event[1]
             events.report(message["task"], TaskReport.from_message(message["report"]))
@@ -166,10 +165,9 @@ class DaskBackend:
 
         self.client.subscribe_topic(self._topic, on_event)
         counts = {name: g.replicas for name, g in plan.groups.items()}
-        tasks_future = self.client.scatter(tasks, broadcast=True, hash=False)
         for key, address in self._workers.items():
             future = self.client.submit(
-                _loop_task, self.run_id, self._authkey, key[0], key[1], tasks_future,
+                _loop_task, self.run_id, self._authkey, key[0], key[1], plan, stream,
                 self._addresses, counts, key=f"{key[0]}-loop-{uuid.uuid4().hex}",
                 workers=[address], allow_other_workers=False, pure=False,
             )

@@ -89,7 +89,8 @@ class Plan:
     """What the generator makes of FDG + policy: groups, their items, and routes."""
 
     def __init__(self, fdg: FDG, policy: Policy, schedule: Schedule, routes: tuple[Route, ...]):
-        self.fdg = fdg
+        # a plain copy: the plan travels to workers, the caller's FDG (and namespace) does not
+        self.fdg = FDG(fdg.fragments.values())
         self.policy = policy
         self.schedule = schedule
         self.routes = routes

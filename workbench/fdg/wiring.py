@@ -1,10 +1,11 @@
-"""Wiring: which task's output each task's input is, decided once, before anything runs.
+"""Wiring: which task's output each task's input is, decided from the task stream alone.
 
-Every group replica walks the same task stream (:meth:`Plan.tasks`), so who-sends-what-to-
-whom can be computed up front: an input of task ``t`` is the *latest* emission of its key
-by a task before ``t`` in program order. A replica loop then needs no coordinator: it
-receives ``(key, producer task)`` messages and sends its own emissions to exactly the
-replicas that will read them.
+Every replica walks the same task stream (:meth:`Plan.tasks`), so each can work out, with
+no coordinator, that an input of task ``t`` is the *latest* emission of its key by a task
+before ``t`` in program order. A producer sends every emission of a key to the replicas
+of the groups that read that key; a consumer keeps the newest value it has been sent until
+it asks for a newer one. The stream is generated lazily: a million-iteration run costs
+nothing up front.
 
 Example:
     >>> from workbench.fdg.graph import FDG
@@ -22,12 +23,13 @@ Example:
 """
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 from workbench.fdg.errors import PlacementError
 from workbench.fdg.plan import Plan, TaskSpec
 
-__all__ = ["WiredInput", "WiredEmit", "WiredTask", "wire", "senders_for", "receivers_for"]
+__all__ = ["WiredInput", "WiredEmit", "WiredTask", "wire", "wire_stream", "senders_for", "receivers_for"]
 
 
 @dataclass(frozen=True)
@@ -63,22 +65,25 @@ class WiredTask:
         return self.spec.iteration
 
 
-def wire(plan: Plan, iterations: int, start: int = 0, *, with_init: bool = True) -> list[WiredTask]:
-    """Resolve every task's inputs to producer tasks, and every emission to its readers.
+def wire_stream(plan: Plan, iterations: int, start: int = 0, *,
+                with_init: bool = True) -> Iterator[WiredTask]:
+    """The plan's task stream with every input resolved to its producer task, lazily.
 
     Raises :class:`PlacementError` when a task would read a name before it was produced.
     """
-    specs = list(plan.tasks(iterations, start, with_init=with_init))
     latest: dict[str, tuple[int, str]] = {}  # key → (task index, producer group)
-    inputs: list[list[WiredInput]] = []
-    readers: dict[int, dict[tuple[str, str], str]] = {}  # producer task → (key, group) → spatial
-    for index, spec in enumerate(specs):
-        mine = []
+    readers: dict[str, list[tuple[str, str]]] = {}  # key → [(consumer group, spatial)]
+    for route in plan.routes:
+        pair = (route.consumer_group, route.spatial)
+        if pair not in readers.setdefault(route.key, []):
+            readers[route.key].append(pair)
+    for index, spec in enumerate(plan.tasks(iterations, start, with_init=with_init)):
+        inputs: list[WiredInput] = []
         for route in plan.routes_into(spec.group):
             edge = route.interface
             if not any(edge.consumer in it.fragments and it.rate == edge.consumer_rate for it in spec.items):
                 continue
-            if any(w.key == route.key for w in mine):
+            if any(w.key == route.key for w in inputs):
                 continue
             if route.key not in latest:
                 raise PlacementError(
@@ -87,19 +92,17 @@ def wire(plan: Plan, iterations: int, start: int = 0, *, with_init: bool = True)
                     f"{edge.producer!r}'s --init cell."
                 )
             producer_task, producer_group = latest[route.key]
-            mine.append(WiredInput(route.key, producer_group, producer_task, route.spatial, route.batch_axis))
-            readers.setdefault(producer_task, {})[(route.key, spec.group)] = route.spatial
-        inputs.append(mine)
-        for key in _emitted_keys(plan, spec):
+            inputs.append(WiredInput(route.key, producer_group, producer_task, route.spatial, route.batch_axis))
+        emitted = _emitted_keys(plan, spec)
+        for key in emitted:
             latest[key] = (index, spec.group)
-    return [
-        WiredTask(
-            index, spec, tuple(inputs[index]),
-            tuple(WiredEmit(key, group, spatial)
-                  for (key, group), spatial in readers.get(index, {}).items()),
-        )
-        for index, spec in enumerate(specs)
-    ]
+        emits = tuple(WiredEmit(key, group, spatial) for key in emitted for group, spatial in readers[key])
+        yield WiredTask(index, spec, tuple(inputs), emits)
+
+
+def wire(plan: Plan, iterations: int, start: int = 0, *, with_init: bool = True) -> list[WiredTask]:
+    """:func:`wire_stream` as a list (for inspection and tests)."""
+    return list(wire_stream(plan, iterations, start, with_init=with_init))
 
 
 def _emitted_keys(plan: Plan, spec: TaskSpec) -> list[str]:

@@ -30,30 +30,35 @@ class Stopped(Exception):
 
 
 class Mailbox:
-    """Inbound values of one replica, keyed by (key, producer task, producer replica)."""
+    """Inbound values of one replica: per (key, sending replica), the versions sent, by
+    producer task. A value stays until a newer version of it is taken, because "latest
+    value" interfaces read one emission many times."""
 
     def __init__(self) -> None:
-        self._items: dict[tuple[str, int, int], Any] = {}
+        self._items: dict[tuple[str, int], dict[int, Any]] = {}
         self._cond = threading.Condition()
 
     def put(self, key: str, task: int, replica: int, value: Any) -> None:
         with self._cond:
-            self._items[(key, task, replica)] = value
+            self._items.setdefault((key, replica), {})[task] = value
             self._cond.notify_all()
 
     def take(self, key: str, task: int, replica: int, stopped: Callable[[], bool],
              poll: float = 0.05) -> Any:
-        """Wait for one value and remove it. Raises :class:`Stopped` if the run stops first."""
-        slot = (key, task, replica)
+        """Wait for the version ``task`` of ``key`` from ``replica``; older versions are
+        dropped. Raises :class:`Stopped` if the run stops first."""
         with self._cond:
-            while slot not in self._items:
+            versions = self._items.setdefault((key, replica), {})
+            while task not in versions:
                 if stopped():
                     raise Stopped()
                 self._cond.wait(poll)
-            return self._items.pop(slot)
+            for old in [t for t in versions if t < task]:
+                del versions[old]
+            return versions[task]
 
     def __len__(self) -> int:
-        return len(self._items)
+        return sum(len(v) for v in self._items.values())
 
 
 class LocalPostman:

@@ -11,17 +11,17 @@ import queue
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from workbench.fdg.plan import Plan
-from workbench.fdg.wiring import WiredTask, wire
+from workbench.fdg.wiring import WiredTask, wire_stream
 from workbench.runtime.channels import LocalPostman, Mailbox
 from workbench.runtime.loop import run_loop
 from workbench.runtime.replica import GroupProgram, GroupReplica, TaskReport
 
-__all__ = ["Backend", "InlineBackend", "IterationRecord", "drive", "Events", "close_envs"]
+__all__ = ["Backend", "InlineBackend", "IterationRecord", "StreamSpec", "drive", "Events", "close_envs"]
 
 
 class Events:
@@ -46,14 +46,27 @@ class Backend(Protocol):
 
     def deploy(self, plan: Plan, programs: dict[str, GroupProgram], notebook: dict[str, Any]) -> None: ...
 
-    def start(self, plan: Plan, tasks: list[WiredTask], events: Events) -> None:
-        """Start every replica's loop; loops report through ``events``."""
+    def start(self, plan: Plan, stream: "StreamSpec", events: Events) -> None:
+        """Start every replica's loop over ``stream``; loops report through ``events``."""
 
     def stop(self) -> None:
         """Ask every loop to stop after its current task (non-blocking)."""
 
     def teardown(self) -> None:
         """Wait for loops to end and drop the replicas' state (envs closed, memory freed)."""
+
+
+@dataclass(frozen=True)
+class StreamSpec:
+    """Which part of the loop to run; every replica generates the same wired task stream
+    from it (:func:`~workbench.fdg.wiring.wire_stream`)."""
+
+    iterations: int
+    start: int = 0
+    with_init: bool = True
+
+    def tasks(self, plan: Plan) -> Iterator[WiredTask]:
+        return wire_stream(plan, self.iterations, self.start, with_init=self.with_init)
 
 
 @dataclass
@@ -89,7 +102,7 @@ class InlineBackend:
                 self.replicas[(name, index)] = GroupReplica(
                     programs[name], index, group.replicas, "local", notebook, group.device)
 
-    def start(self, plan: Plan, tasks: list[WiredTask], events: Events) -> None:
+    def start(self, plan: Plan, stream: StreamSpec, events: Events) -> None:
         self._torch_threads = _limit_torch_threads(1)
         boxes = {key: Mailbox() for key in self.replicas}
         postman = LocalPostman(boxes)
@@ -97,7 +110,7 @@ class InlineBackend:
 
         def loop(key: tuple[str, int]) -> None:
             try:
-                run_loop(self.replicas[key], tasks, boxes[key], postman, counts,
+                run_loop(self.replicas[key], stream.tasks(plan), boxes[key], postman, counts,
                          events.report, self._stop.is_set)
             except BaseException as exc:  # reported to the driver, which re-raises it
                 self._stop.set()
@@ -165,17 +178,32 @@ def drive(
 
     Ctrl-C (KeyboardInterrupt) stops every loop before it propagates.
     """
-    tasks = wire(plan, iterations, start, with_init=with_init)
+    stream = StreamSpec(iterations, start, with_init)
+    pending = stream.tasks(plan)  # the driver walks the stream too, a little ahead of the loops
+    tasks: dict[int, WiredTask] = {}
     outstanding: dict[int, int] = {}
-    for task in tasks:
-        for it in _iterations_of(task):
-            outstanding[it] = outstanding.get(it, 0) + plan.groups[task.spec.group].replicas
+    horizon = start - 1  # every task touching iterations ≤ horizon has been counted
+
+    def count_through(iteration: int) -> None:
+        nonlocal horizon
+        while horizon < iteration:
+            task = next(pending, None)
+            if task is None:
+                horizon = start + iterations
+                return
+            tasks[task.index] = task
+            for it in _iterations_of(task):
+                outstanding[it] = outstanding.get(it, 0) + plan.groups[task.spec.group].replicas
+            if task.iteration is not None:
+                horizon = max(horizon, task.iteration - 1)
+
+    reports_left: dict[int, int] = {}
     loops_left = sum(g.replicas for g in plan.groups.values())
     records: dict[int, IterationRecord] = {}
     events = Events()
     next_iteration = start
     last_event = time.monotonic()
-    backend.start(plan, tasks, events)
+    backend.start(plan, stream, events)
     try:
         while next_iteration < start + iterations:
             try:
@@ -193,14 +221,23 @@ def drive(
             if event[0] == "exit":
                 loops_left -= 1
                 continue
+            while event[1] not in tasks:
+                if horizon >= start + iterations:
+                    raise RuntimeError(f"a replica reported task {event[1]}, which the plan does not have")
+                count_through(horizon + 1)
             task = tasks[event[1]]
+            reports_left[task.index] = reports_left.get(task.index, plan.groups[task.spec.group].replicas) - 1
+            if reports_left[task.index] == 0:
+                del tasks[task.index], reports_left[task.index]
             its = _iterations_of(task)
             for it in its:
                 records.setdefault(it, IterationRecord(it)).absorb(event[2], with_timing=it == its[-1])
                 outstanding[it] -= 1
-            while next_iteration < start + iterations and outstanding[next_iteration] == 0:
+            count_through(next_iteration + 1)
+            while next_iteration < start + iterations and outstanding.get(next_iteration) == 0:
                 record = records.pop(next_iteration)
                 next_iteration += 1
+                count_through(next_iteration + 1)
                 if on_iteration(record):
                     return next_iteration - start
     finally:

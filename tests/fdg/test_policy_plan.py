@@ -1,0 +1,536 @@
+"""Distribution policies, the plan generator, the task stream and its wiring (all pure data)."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from workbench.fdg.errors import PlacementError
+from workbench.fdg.graph import FDG
+from workbench.fdg.inventory import Inventory, WorkerInfo
+from workbench.fdg.plan import Item, Plan, Route, TaskSpec, make_plan
+from workbench.fdg.policy import (
+    IN_PROCESS,
+    PRESETS,
+    Group,
+    Inline,
+    Policy,
+    SingleLearnerCoarse,
+    as_policy_spec,
+    needs_cluster,
+    resolve_policy,
+)
+from workbench.fdg.wiring import WiredEmit, WiredInput, receivers_for, senders_for, wire, wire_stream
+
+from .conftest import STACKED, make_inventory
+
+ACTING = ("actor", "env")
+
+
+def coarse(fdg, n=2, **kwargs):
+    return SingleLearnerCoarse(**kwargs).place(fdg, make_inventory(n))
+
+
+# ----------------------------------------------------------------------------- inventory
+def test_inventory_lookup():
+    inv = make_inventory(3, gpu_at=1)
+    assert inv.names == ("w0", "w1", "w2") and len(inv) == 3
+    assert inv.find("w2").address == "tcp://10.0.0.2:4000"
+    assert inv.find("tcp://10.0.0.1:4000").name == "w1"
+    assert inv.find("nope") is None
+    assert [w.name for w in inv.gpu_workers()] == ["w1"]
+
+
+# ----------------------------------------------------------------------------- presets
+def test_inline_places_everything_in_process(ppo_fdg):
+    policy = Inline().place(ppo_fdg)
+    assert policy == Policy("inline", (Group(("env", "learner", "actor"), 1, (IN_PROCESS,)),))
+    assert policy.in_process
+    assert repr(policy) == "Policy('inline', env+learner+actor ×1 on local)"
+    policy.check(ppo_fdg, make_inventory(0))
+
+
+@pytest.mark.parametrize("n", [1, 2, 3])
+def test_single_learner_coarse_on_cpu_workers(ppo_fdg, n):
+    policy = coarse(ppo_fdg, n)
+    workers = tuple(f"w{i}" for i in range(n))
+    assert policy == Policy("SingleLearnerCoarse", (
+        Group(ACTING, n, workers, "cpu"),
+        Group(("learner",), 1, ("w0",), "cpu"),
+    ))
+    assert not policy.in_process
+    policy.check(ppo_fdg, make_inventory(n))
+
+
+def test_single_learner_coarse_repr(ppo_fdg):
+    assert repr(coarse(ppo_fdg, 2)) == "Policy('SingleLearnerCoarse', actor+env ×2 on w0, w1 | learner ×1 on w0)"
+
+
+@pytest.mark.parametrize("gpu_at", [0, 2])
+def test_single_learner_coarse_puts_the_learner_on_a_gpu(ppo_fdg, gpu_at):
+    policy = SingleLearnerCoarse().place(ppo_fdg, make_inventory(3, gpu_at=gpu_at))
+    acting, learning = policy.groups
+    assert acting == Group(ACTING, 3, ("w0", "w1", "w2"), "cpu")
+    assert learning == Group(("learner",), 1, (f"w{gpu_at}",), "gpu")
+
+
+def test_single_learner_coarse_actors_parameter(ppo_fdg):
+    policy = coarse(ppo_fdg, 2, actors=5)
+    assert policy.groups[0] == Group(ACTING, 5, ("w0", "w1", "w0", "w1", "w0"))
+    assert coarse(ppo_fdg, 3, actors=1).groups[0] == Group(ACTING, 1, ("w0",))
+
+
+def test_single_learner_coarse_without_a_learner():
+    fdg = FDG()
+    fdg.add_fragment("env", "obs = reset()", rate="init")
+    fdg.add_fragment("actor", "action = pick(obs)", rate="step")
+    fdg.add_fragment("env", "obs = step(action)", rate="step")
+    policy = coarse(fdg, 2)
+    assert policy.groups == (Group(ACTING, 2, ("w0", "w1")),)
+
+
+@pytest.mark.parametrize("actors", [0, -1, 1.5, "2"])
+def test_single_learner_coarse_rejects_bad_actor_counts(actors):
+    with pytest.raises(PlacementError, match=r"SingleLearnerCoarse\(actors=…\) must be ≥ 1, got"):
+        SingleLearnerCoarse(actors=actors)
+
+
+def test_single_learner_coarse_needs_step_fragments():
+    fdg = FDG()
+    fdg.add_fragment("learner", "w = 1")
+    with pytest.raises(PlacementError, match=r"replicates the fragments that have step cells, and this FDG "
+                                             r"has none; use the inline policy\."):
+        coarse(fdg, 2)
+
+
+def test_single_learner_coarse_needs_workers(ppo_fdg):
+    with pytest.raises(PlacementError, match=r"SingleLearnerCoarse needs a cluster with at least one worker\."):
+        SingleLearnerCoarse().place(ppo_fdg, Inventory(()))
+
+
+def test_policy_docstring_example():
+    fdg = FDG()
+    fdg.add_fragment("env", "obs = make()", rate="init")
+    fdg.add_fragment("actor", "action = pick(obs)", rate="step")
+    fdg.add_fragment("env", "obs = advance(action)", rate="step")
+    fdg.add_fragment("learner", "w = learn(obs, action)", rate="iteration")
+    inv = Inventory((WorkerInfo("tcp://a:1", "w0"), WorkerInfo("tcp://b:1", "w1")))
+    assert repr(SingleLearnerCoarse().place(fdg, inv)) == (
+        "Policy('SingleLearnerCoarse', actor+env ×2 on w0, w1 | learner ×1 on w0)")
+
+
+# ----------------------------------------------------------------------------- resolve_policy
+def test_resolve_policy_by_name_preset_and_object(ppo_fdg):
+    inv = make_inventory(2)
+    assert resolve_policy("inline", ppo_fdg, None) == Inline().place(ppo_fdg)
+    assert resolve_policy("coarse", ppo_fdg, inv) == coarse(ppo_fdg, 2)
+    assert resolve_policy("SingleLearnerCoarse", ppo_fdg, inv) == coarse(ppo_fdg, 2)
+    assert resolve_policy(SingleLearnerCoarse(actors=3), ppo_fdg, inv) == coarse(ppo_fdg, 2, actors=3)
+    p = coarse(ppo_fdg, 2)
+    assert resolve_policy(p, ppo_fdg, inv) is p
+    assert set(PRESETS) == {"inline", "coarse", "SingleLearnerCoarse"}
+
+
+def test_resolve_policy_unknown_name(ppo_fdg):
+    with pytest.raises(PlacementError, match=r"unknown policy 'fine'; choose one of inline, coarse, "
+                                             r"SingleLearnerCoarse"):
+        resolve_policy("fine", ppo_fdg, None)
+
+
+def test_resolve_policy_from_a_json_file(ppo_fdg, tmp_path):
+    policy = coarse(ppo_fdg, 2)
+    path = tmp_path / "placement.json"
+    path.write_text(policy.to_json())
+    assert as_policy_spec(str(path)) == policy
+    assert resolve_policy(str(path), ppo_fdg, make_inventory(2)) == policy
+    with pytest.raises(PlacementError, match=r"policy file not found: '.*missing\.json'\."):
+        as_policy_spec(str(tmp_path / "missing.json"))
+    path.write_text("{oops")
+    with pytest.raises(PlacementError, match=r"policy JSON is malformed"):
+        as_policy_spec(str(path))
+
+
+def test_needs_cluster(ppo_fdg):
+    assert not needs_cluster("inline")
+    assert not needs_cluster(Inline())
+    assert not needs_cluster(Inline().place(ppo_fdg))
+    assert needs_cluster("coarse")
+    assert needs_cluster(SingleLearnerCoarse(actors=2))
+    assert needs_cluster(coarse(ppo_fdg, 1))
+    assert not needs_cluster(Policy("p", (Group(ACTING, 2, (IN_PROCESS, IN_PROCESS)),)))
+
+
+def test_resolve_policy_checks_workers(ppo_fdg):
+    with pytest.raises(PlacementError, match=r"worker 'w1', which is not in the cluster"):
+        resolve_policy(coarse(ppo_fdg, 2), ppo_fdg, make_inventory(1))
+
+
+# ----------------------------------------------------------------------------- Policy.check / Group
+def test_check_unplaced_fragment(ppo_fdg):
+    policy = Policy("p", (Group(ACTING, 2),))
+    with pytest.raises(PlacementError, match=r"policy 'p' does not place fragment 'learner'; add it to a group\."):
+        policy.check(ppo_fdg)
+
+
+def test_check_unknown_fragment(ppo_fdg):
+    policy = Policy("p", (Group(ACTING, 2), Group(("learner", "critic"), 1)))
+    with pytest.raises(PlacementError, match=r"policy 'p' places fragment 'critic', which the FDG does not have "
+                                             r"\(fragments: env, learner, actor\)\."):
+        policy.check(ppo_fdg)
+
+
+def test_check_fragment_in_two_groups(ppo_fdg):
+    policy = Policy("p", (Group(ACTING, 2), Group(("learner", "actor"), 1)))
+    with pytest.raises(PlacementError, match=r"policy 'p' places actor in two groups\."):
+        policy.check(ppo_fdg)
+
+
+def test_check_unknown_worker(ppo_fdg):
+    policy = Policy("p", (Group(ACTING, 2, ("w0", "w9")), Group(("learner",), 1, (IN_PROCESS,))))
+    policy.check(ppo_fdg)  # no inventory: workers are not checked
+    with pytest.raises(PlacementError, match=r"policy 'p' puts 'actor\+env' on worker 'w9', which is not in "
+                                             r"the cluster \(workers: w0, w1\)\."):
+        policy.check(ppo_fdg, make_inventory(2))
+    with pytest.raises(PlacementError, match=r"\(workers: none\)"):
+        policy.check(ppo_fdg, make_inventory(0))
+
+
+def test_check_accepts_worker_addresses(ppo_fdg):
+    policy = Policy("p", (Group(ACTING, 1, ("tcp://10.0.0.1:4000",)), Group(("learner",), 1, ("w0",))))
+    policy.check(ppo_fdg, make_inventory(2))
+
+
+def test_group_of(ppo_fdg):
+    policy = coarse(ppo_fdg, 2)
+    assert policy.group_of("env").name == "actor+env"
+    with pytest.raises(PlacementError, match=r"does not place fragment 'critic'"):
+        policy.group_of("critic")
+
+
+@pytest.mark.parametrize("replicas", [0, -1, 1.0, "2"])
+def test_group_rejects_bad_replica_counts(replicas):
+    with pytest.raises(PlacementError, match=r"group 'actor\+env': replicas must be a whole number ≥ 1, got"):
+        Group(ACTING, replicas)
+
+
+def test_group_worker_count_must_match_replicas():
+    with pytest.raises(PlacementError, match=r"group 'actor\+env': 3 replicas but 2 workers \(w0, w1\); "
+                                             r"give one worker per replica\."):
+        Group(ACTING, 3, ("w0", "w1"))
+    assert Group(ACTING, 3).workers == ()  # no workers: unplaced is fine
+
+
+def test_group_name_and_dict():
+    g = Group(ACTING, 2, ("w0", "w1"), "gpu")
+    assert g.name == "actor+env"
+    assert g.to_dict() == {"fragments": ["actor", "env"], "replicas": 2, "workers": ["w0", "w1"],
+                           "device": "gpu"}
+
+
+# ----------------------------------------------------------------------------- JSON
+@pytest.mark.parametrize("make", [
+    lambda fdg: Inline().place(fdg),
+    lambda fdg: coarse(fdg, 3),
+    lambda fdg: SingleLearnerCoarse(actors=4).place(fdg, make_inventory(2, gpu_at=1)),
+    lambda fdg: Policy("custom", (Group(("actor", "env", "learner"), 2),)),
+    lambda fdg: Policy("empty"),
+])
+def test_policy_json_round_trip(ppo_fdg, make):
+    policy = make(ppo_fdg)
+    text = policy.to_json()
+    json.loads(text)
+    assert Policy.from_json(text) == policy
+
+
+def test_policy_from_minimal_json():
+    policy = Policy.from_json('{"groups": [{"fragments": ["actor", "env"]}]}')
+    assert policy == Policy("custom", (Group(ACTING, 1, (), "cpu"),))
+
+
+@pytest.mark.parametrize("text", [
+    "not json",
+    "{",
+    "{}",
+    '{"groups": null}',
+    "[1, 2]",
+    '{"groups": [{"replicas": 2}]}',
+    '{"groups": [{"fragments": ["a"], "replicas": "two"}]}',
+    '{"groups": [{"fragments": ["a"], "replicas": null}]}',
+])
+def test_policy_from_malformed_json(text):
+    with pytest.raises(PlacementError, match=r"policy JSON is malformed \(.*\); expected \{\"name\": …"):
+        Policy.from_json(text)
+
+
+def test_policy_from_json_with_invalid_group():
+    with pytest.raises(PlacementError, match=r"replicas must be a whole number ≥ 1, got 0"):
+        Policy.from_json('{"groups": [{"fragments": ["a"], "replicas": 0}]}')
+    with pytest.raises(PlacementError, match=r"2 replicas but 1 workers"):
+        Policy.from_json('{"groups": [{"fragments": ["a"], "replicas": 2, "workers": ["w0"]}]}')
+
+
+@pytest.mark.xfail(strict=True, reason="BUG: from_json turns a string 'fragments' (or 'workers') into a "
+                   "tuple of characters instead of rejecting it as malformed")
+def test_bug_policy_from_json_rejects_string_fragments():
+    with pytest.raises(PlacementError, match="malformed"):
+        Policy.from_json('{"groups": [{"fragments": "learner"}]}')
+
+
+# ----------------------------------------------------------------------------- make_plan
+def test_inline_plan_has_no_routes(ppo_fdg):
+    plan = make_plan(ppo_fdg, Inline().place(ppo_fdg))
+    assert plan.routes == ()
+    group = "env+learner+actor"
+    assert set(plan.groups) == {group}
+    assert plan.local_interfaces(group) == ppo_fdg.interfaces
+    assert plan.routes_into(group) == [] and plan.routes_out_of(group) == []
+    assert "nothing crosses processes" in plan.explain()
+
+
+def test_coarse_plan_routes(ppo_fdg):
+    plan = make_plan(ppo_fdg, coarse(ppo_fdg, 2))
+    assert plan.schedule == ppo_fdg.schedule()
+    got = {(r.interface.producer, r.interface.name, r.interface.consumer_rate, r.spatial, r.key, r.batch_axis,
+            r.producer_group, r.consumer_group) for r in plan.routes}
+    expected = {(p, n, "iteration", "gather", f"stacked:{p}.{n}", 1, "actor+env", "learner") for p, n in STACKED}
+    expected |= {
+        ("learner", "weights", "init", "broadcast", "learner.weights", 0, "learner", "actor+env"),
+        ("learner", "weights", "iteration", "broadcast", "learner.weights", 0, "learner", "actor+env"),
+    }
+    assert got == expected
+    # the per-step actor <-> env traffic stays inside the fused group
+    local = {(e.name, e.consumer) for e in plan.local_interfaces("actor+env")}
+    assert local == {("action", "env"), ("obs", "actor"), ("done", "actor")}
+    assert plan.local_interfaces("learner") == []
+    assert len(plan.routes_into("learner")) == 8 and len(plan.routes_out_of("learner")) == 2
+    assert plan.group_of("env") is plan.groups["actor+env"]
+    assert plan.stacked_names("env") == ("reward", "obs", "done")
+    assert plan.stacked_names("actor") == ("state", "action", "logp", "value", "starts")
+    assert plan.stacked_names("learner") == ()
+
+
+def test_coarse_plan_explain(ppo_fdg):
+    text = make_plan(ppo_fdg, SingleLearnerCoarse().place(ppo_fdg, make_inventory(2, gpu_at=1))).explain()
+    lines = text.splitlines()
+    assert lines[0] == "plan for policy 'SingleLearnerCoarse':"
+    assert "  actor+env ×2 on w0, w1 (cpu)" in lines
+    assert "  learner ×1 on w1 (gpu)" in lines
+    assert "  crossing processes:" in lines
+    assert "    actor → learner: state (stacked [T, …] each iteration) [gather]" in lines
+    assert "    learner → actor: weights (every iteration) [broadcast]" in lines
+    assert "    learner → actor: weights (once, at init) [broadcast]" in lines
+    assert repr(make_plan(ppo_fdg, coarse(ppo_fdg, 1))) == make_plan(ppo_fdg, coarse(ppo_fdg, 1)).explain()
+
+
+def test_unplaced_group_is_explained_as_anywhere(ppo_fdg):
+    plan = make_plan(ppo_fdg, Policy("p", (Group(ACTING, 2), Group(("learner",), 1))))
+    assert "  actor+env ×2 on anywhere (cpu)" in plan.explain().splitlines()
+
+
+def test_one_to_one_routes(ppo_fdg):
+    plan = make_plan(ppo_fdg, Policy("p", (Group(ACTING, 3), Group(("learner",), 3))))
+    assert {r.spatial for r in plan.routes} == {"one-to-one"}
+
+
+def test_per_step_edge_across_groups_is_rejected(ppo_fdg):
+    policy = Policy("fine", (Group(("actor",), 1), Group(("env",), 2), Group(("learner",), 1)))
+    with pytest.raises(PlacementError, match=r"actor → env: action \(every step\) is exchanged every step, but "
+                                             r"policy 'fine' puts 'actor' and 'env' in different processes; "
+                                             r".*Fuse them in one group instead\."):
+        make_plan(ppo_fdg, policy)
+
+
+def test_incompatible_replica_counts_are_rejected(ppo_fdg):
+    policy = Policy("p", (Group(ACTING, 2), Group(("learner",), 3)))
+    with pytest.raises(PlacementError, match=r"actor → learner: state \(stacked \[T, …\] each iteration\): 2 "
+                                             r"replicas of 'actor' cannot feed 3 replicas of 'learner'; use equal "
+                                             r"counts or 1 on one side\."):
+        make_plan(ppo_fdg, policy)
+
+
+def test_make_plan_checks_the_policy(ppo_fdg):
+    with pytest.raises(PlacementError, match=r"does not place fragment 'learner'"):
+        make_plan(ppo_fdg, Policy("p", (Group(ACTING, 2),)))
+
+
+def test_route_key_and_axis():
+    from workbench.fdg.interface import Interface
+
+    stacked = Route(Interface("obs", "env", ("init", "step"), "learner", "iteration"), "a", "b", "gather")
+    latest = Route(Interface("w", "learner", ("iteration",), "actor", "step"), "b", "a", "broadcast")
+    assert (stacked.key, stacked.batch_axis) == ("stacked:env.obs", 1)
+    assert (latest.key, latest.batch_axis) == ("learner.w", 0)
+
+
+# ----------------------------------------------------------------------------- the task stream
+def describe(plan: Plan, iterations: int, **kwargs) -> list[str]:
+    return [t.describe() for t in plan.tasks(iterations, **kwargs)]
+
+
+def test_inline_tasks(ppo_fdg):
+    plan = make_plan(ppo_fdg, Inline().place(ppo_fdg))
+    g = "env+learner+actor"
+    assert describe(plan, 3) == [
+        f"{g}: init env, learner, actor · steps actor, env · iteration learner, actor (iteration 0)",
+        f"{g}: steps actor, env · iteration learner, actor (iteration 1)",
+        f"{g}: steps actor, env · iteration learner, actor (iteration 2)",
+    ]
+    first = next(iter(plan.tasks(1)))
+    assert first == TaskSpec(g, (
+        Item("init", ("env", "learner", "actor"), None),
+        Item("step", ("actor", "env"), 0),
+        Item("iteration", ("learner", "actor"), 0),
+    ))
+    assert first.iteration == 0
+
+
+def test_plan_docstring_example():
+    fdg = FDG()
+    fdg.add_fragment("env", "obs = 0", rate="init")
+    fdg.add_fragment("actor", "action = obs + 1", rate="step")
+    fdg.add_fragment("env", "obs = action", rate="step")
+    plan = make_plan(fdg, Inline().place(fdg))
+    assert [t.describe() for t in plan.tasks(iterations=1)] == ["env+actor: init env · steps actor, env (iteration 0)"]
+
+
+def test_coarse_tasks(ppo_fdg):
+    plan = make_plan(ppo_fdg, coarse(ppo_fdg, 2))
+    assert describe(plan, 2) == [
+        "actor+env: init env (init)",
+        "learner: init learner (init)",
+        "actor+env: init actor · steps actor, env (iteration 0)",
+        "learner: iteration learner (iteration 0)",
+        "actor+env: iteration actor · steps actor, env (iteration 1)",
+        "learner: iteration learner (iteration 1)",
+        "actor+env: iteration actor (iteration 1)",
+    ]
+
+
+def test_tasks_without_init_and_from_a_start_iteration(ppo_fdg):
+    plan = make_plan(ppo_fdg, coarse(ppo_fdg, 2))
+    assert describe(plan, 1, start=5, with_init=False) == [
+        "actor+env: steps actor, env (iteration 5)",
+        "learner: iteration learner (iteration 5)",
+        "actor+env: iteration actor (iteration 5)",
+    ]
+    assert describe(plan, 0, with_init=False) == []
+
+
+@pytest.mark.xfail(strict=True, reason="BUG: Plan.tasks(0) drops the init items: they are queued in "
+                   "`stream` but only flushed inside the per-iteration loop, which never runs")
+def test_bug_tasks_with_zero_iterations_still_yield_the_init_tasks(ppo_fdg):
+    plan = make_plan(ppo_fdg, coarse(ppo_fdg, 2))
+    assert describe(plan, 0) == ["actor+env: init env (init)", "learner: init learner (init)",
+                                 "actor+env: init actor (init)"]
+
+
+@pytest.mark.parametrize("policy", ["inline", "coarse1", "coarse3"])
+def test_never_two_step_blocks_in_one_task(ppo_fdg, policy):
+    p = Inline().place(ppo_fdg) if policy == "inline" else coarse(ppo_fdg, int(policy[-1]))
+    tasks = list(make_plan(ppo_fdg, p).tasks(5))
+    for task in tasks:
+        assert sum(item.rate == "step" for item in task.items) <= 1
+        assert all(f in p.group_of(f).fragments and p.group_of(f).name == task.group
+                   for item in task.items for f in item.fragments)
+    steps = [item.iteration for t in tasks for item in t.items if item.rate == "step"]
+    assert steps == [0, 1, 2, 3, 4]
+
+
+# ----------------------------------------------------------------------------- wiring
+def test_wire_coarse(ppo_fdg):
+    tasks = wire(make_plan(ppo_fdg, coarse(ppo_fdg, 2)), iterations=2)
+    assert [(t.index, t.spec.group, t.iteration) for t in tasks] == [
+        (0, "actor+env", None), (1, "learner", None), (2, "actor+env", 0), (3, "learner", 0),
+        (4, "actor+env", 1), (5, "learner", 1), (6, "actor+env", 1)]
+    stacked_keys = {f"stacked:{p}.{n}" for p, n in STACKED}
+    weights_in = lambda producer: (WiredInput("learner.weights", "learner", producer, "broadcast", 0),)
+    weights_out = (WiredEmit("learner.weights", "actor+env", "broadcast"),)
+
+    assert tasks[0].inputs == () and tasks[0].emits == ()
+    # the learner's init emits the first weights; the actor's init (merged with the first steps) reads them
+    assert tasks[1].inputs == () and tasks[1].emits == weights_out
+    assert tasks[2].inputs == weights_in(1)
+    for acting, learning in ((2, 3), (4, 5)):
+        assert {e.key for e in tasks[acting].emits} == stacked_keys
+        assert {(e.consumer_group, e.spatial) for e in tasks[acting].emits} == {("learner", "gather")}
+        assert {i.key for i in tasks[learning].inputs} == stacked_keys
+        assert {(i.producer_group, i.producer_task, i.spatial, i.axis) for i in tasks[learning].inputs} == {
+            ("actor+env", acting, "gather", 1)}
+        assert tasks[learning].emits == weights_out
+    assert tasks[4].inputs == weights_in(3)
+    assert tasks[6].inputs == weights_in(5) and tasks[6].emits == ()
+
+
+def test_wire_inline_has_no_messages(ppo_fdg):
+    tasks = wire(make_plan(ppo_fdg, Inline().place(ppo_fdg)), iterations=2)
+    assert len(tasks) == 2
+    assert all(t.inputs == () and t.emits == () for t in tasks)
+
+
+def test_wire_docstring_example():
+    fdg = FDG()
+    fdg.add_fragment("env", "obs = 0", rate="init")
+    fdg.add_fragment("actor", "act = obs", rate="step")
+    fdg.add_fragment("env", "obs = act", rate="step")
+    fdg.add_fragment("learner", "w = obs.sum()", rate="iteration")
+    policy = Policy("p", (Group(("actor", "env"), 2), Group(("learner",), 1)))
+    tasks = wire(make_plan(fdg, policy), iterations=1)
+    assert [(t.index, t.spec.group, [i.producer_task for i in t.inputs]) for t in tasks] == [
+        (0, "actor+env", []), (1, "learner", [0])]
+
+
+def test_wire_rejects_a_read_before_the_first_value():
+    fdg = FDG()
+    fdg.add_fragment("learner", "w = learn(obs)")
+    fdg.add_fragment("actor", "obs = pick(w)", rate="step")
+    plan = make_plan(fdg, Policy("p", (Group(("actor",), 2), Group(("learner",), 1))))
+    with pytest.raises(PlacementError, match=r"learner → actor: w \(latest value, fixed per iteration\): 'actor' "
+                                             r"needs 'w' before 'learner' has produced it\. Give it a first value "
+                                             r"in 'learner''s --init cell\."):
+        wire(plan, 1)
+
+
+def test_wire_a_later_chunk_without_init(ppo_fdg):
+    """A chunk resumed at iteration 3: the steps need nothing from before (weights came at the
+    previous iteration's end), the learner reads this chunk's steps, indices restart at 0."""
+    tasks = wire(make_plan(ppo_fdg, coarse(ppo_fdg, 2)), 1, start=3, with_init=False)
+    assert [(t.index, t.spec.group, t.iteration) for t in tasks] == [
+        (0, "actor+env", 3), (1, "learner", 3), (2, "actor+env", 3)]
+    assert tasks[0].inputs == ()
+    assert {i.producer_task for i in tasks[1].inputs} == {0}
+    assert [i.producer_task for i in tasks[2].inputs] == [1]
+
+
+def test_wire_stream_is_lazy(ppo_fdg):
+    stream = wire_stream(make_plan(ppo_fdg, coarse(ppo_fdg, 2)), iterations=10**9)
+    first = [next(stream) for _ in range(4)]
+    assert [t.index for t in first] == [0, 1, 2, 3]
+    assert first == wire(make_plan(ppo_fdg, coarse(ppo_fdg, 2)), iterations=1)[:4]
+
+
+@pytest.mark.parametrize("spatial, consumer, producers, expected", [
+    ("gather", 0, 3, [0, 1, 2]),
+    ("one-to-one", 1, 2, [1]),
+    ("broadcast", 2, 1, [0]),
+    ("scatter", 2, 1, [0]),
+])
+def test_senders_for(spatial, consumer, producers, expected):
+    assert senders_for(spatial, consumer, producers) == expected
+
+
+@pytest.mark.parametrize("spatial, producer, consumers, expected", [
+    ("gather", 2, 1, [0]),
+    ("one-to-one", 1, 2, [1]),
+    ("broadcast", 0, 3, [0, 1, 2]),
+    ("broadcast", 1, 3, []),
+    ("scatter", 0, 2, [0, 1]),
+])
+def test_receivers_for(spatial, producer, consumers, expected):
+    assert receivers_for(spatial, producer, consumers) == expected
+
+
+@pytest.mark.parametrize("spatial, m, n", [("gather", 3, 1), ("broadcast", 1, 4), ("one-to-one", 3, 3)])
+def test_senders_and_receivers_mirror_each_other(spatial, m, n):
+    sends = {(p, c) for p in range(m) for c in receivers_for(spatial, p, n)}
+    receives = {(p, c) for c in range(n) for p in senders_for(spatial, c, m)}
+    assert sends == receives
