@@ -366,26 +366,18 @@ def test_empty_and_comment_only_cells():
 
 
 # ----------------------------------------------------------------------------- known bugs
-@pytest.mark.xfail(strict=True, reason="BUG: list/set/dict comprehensions run immediately, but their "
-                   "free names are treated as late reads, so a name the cell binds later is dropped")
 def test_bug_list_comprehension_reads_before_the_cell_binds_are_inputs():
     assert inputs("y = [x for _ in r]\nx = 1") == ("r", "x")
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: a class body runs immediately, but its reads are treated "
-                   "as late reads, so a name the cell binds later is dropped")
 def test_bug_class_body_reads_before_the_cell_binds_are_inputs():
     assert inputs("class A:\n    attr = v\nv = 1") == ("v",)
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: class scope is treated as enclosing its methods and "
-                   "comprehensions; Python resolves such names globally, so they are inputs")
 def test_bug_method_reading_a_class_attribute_name_is_an_input():
     assert inputs("class C:\n    k = 1\n    def m(self):\n        return k\n") == ("k",)
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: defaults/annotations of functions and lambdas nested in a "
-                   "function, and bases of classes nested in a function, are never walked")
 @pytest.mark.parametrize("code", [
     "def f():\n    def g(a=q):\n        return a\n    return g\n",
     "def f():\n    return lambda a=q: a\n",
@@ -395,25 +387,17 @@ def test_bug_nested_defaults_and_bases_are_reads(code):
     assert inputs(code) == ("q",)
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: parameter annotations are evaluated at def time (like the "
-                   "return annotation, which is read) but are not visited")
 def test_bug_parameter_annotations_are_reads():
     assert inputs("def f(a: T1, *, b: T2) -> R:\n    pass") == ("T1", "T2", "R")
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: `global` names assigned in a function nested in a "
-                   "function are not propagated as cell writes")
 def test_bug_global_in_nested_function_is_a_write():
     assert "H" in writes("def f():\n    def g():\n        global H\n        H = 1\n")
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: a walrus in a comprehension binds in the enclosing scope "
-                   "(PEP 572) but is treated as comprehension-local")
 def test_bug_walrus_in_comprehension_binds_in_the_cell():
     assert io("vals = [y for x in xs if (y := g(x))]\nz = y") == (("xs", "g"), ("vals", "y", "z"))
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: a bare annotation `x: T` does not bind x, "
-                   "but is counted as a write")
 def test_bug_bare_annotation_does_not_bind():
     assert io("x: T") == (("T",), ())

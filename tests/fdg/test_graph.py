@@ -476,9 +476,9 @@ def test_init_cell_reading_a_name_its_producer_writes_only_every_iteration():
     fdg.add_fragment("learner", "weights = learn()")
     fdg.add_fragment("actor", "policy = load(weights)", rate="init")
     with pytest.raises(FDGError,
-                       match=r"fragment 'actor''s init cell reads 'weights', which 'learner' writes only "
+                       match=r"fragment actor's init cell reads 'weights', which learner writes only "
                              r"every iteration; init cells run before any step\. Write 'weights' in "
-                             r"'learner''s --init cell too"):
+                             r"learner's --init cell too"):
         fdg.validate()
 
 
@@ -486,7 +486,7 @@ def test_init_cell_reading_a_name_its_producer_writes_only_every_step():
     fdg = FDG()
     fdg.add_fragment("env", "obs = step()", rate="step")
     fdg.add_fragment("actor", "first = obs", rate="init")
-    with pytest.raises(FDGError, match=r"reads 'obs', which 'env' writes only every step"):
+    with pytest.raises(FDGError, match=r"reads 'obs', which env writes only every step"):
         fdg.validate()
 
 
@@ -499,9 +499,7 @@ def test_validate_reports_conflicts_in_an_fdg_built_from_fragments():
 
 
 # ----------------------------------------------------------------------------- known bugs
-@pytest.mark.xfail(strict=True, reason="BUG: init→init edges always count as carried_from_init, so a "
-                   "ring of init cells is scheduled silently and one of them reads an unset name")
-def test_bug_init_cell_ring_is_rejected():
+def test_init_cell_ring_is_rejected():
     fdg = FDG()
     fdg.add_fragment("a", "x = f(y)", rate="init")
     fdg.add_fragment("b", "y = f(x)", rate="init")
@@ -523,3 +521,12 @@ def test_ppo_module_builds_the_same_shape():
     shape = lambda g: {(e.producer, e.name, e.consumer, e.consumer_rate, e.timing) for e in g.interfaces}
     assert shape(fdg) == shape(ours)
     assert fdg.validate(vars(ppo)) == ours.validate()
+
+
+def test_step_cell_reading_a_per_iteration_value_needs_a_first_value():
+    fdg = FDG()
+    fdg.add_fragment("learner", "weights = learn()")
+    fdg.add_fragment("actor", "action = act(weights)", rate="step")
+    with pytest.raises(FDGError, match=r"actor's step cell reads 'weights', which learner writes only "
+                                       r"every iteration.*first value in learner's --init cell"):
+        fdg.validate()

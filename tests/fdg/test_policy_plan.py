@@ -269,9 +269,7 @@ def test_policy_from_json_with_invalid_group():
         Policy.from_json('{"groups": [{"fragments": ["a"], "replicas": 2, "workers": ["w0"]}]}')
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: from_json turns a string 'fragments' (or 'workers') into a "
-                   "tuple of characters instead of rejecting it as malformed")
-def test_bug_policy_from_json_rejects_string_fragments():
+def test_policy_from_json_rejects_string_fragments():
     with pytest.raises(PlacementError, match="malformed"):
         Policy.from_json('{"groups": [{"fragments": "learner"}]}')
 
@@ -416,9 +414,7 @@ def test_tasks_without_init_and_from_a_start_iteration(ppo_fdg):
     assert describe(plan, 0, with_init=False) == []
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: Plan.tasks(0) drops the init items: they are queued in "
-                   "`stream` but only flushed inside the per-iteration loop, which never runs")
-def test_bug_tasks_with_zero_iterations_still_yield_the_init_tasks(ppo_fdg):
+def test_tasks_with_zero_iterations_still_yield_the_init_tasks(ppo_fdg):
     plan = make_plan(ppo_fdg, coarse(ppo_fdg, 2))
     assert describe(plan, 0) == ["actor+env: init env (init)", "learner: init learner (init)",
                                  "actor+env: init actor (init)"]

@@ -7,10 +7,15 @@ reader of the cell would say:
 - statements are visited in execution order, so ``x += 1`` reads then writes ``x`` and
   ``y = 1; print(y)`` has no input;
 - a name bound anywhere in the cell (even in one branch of an ``if``) counts as written;
-- names used inside functions, lambdas and comprehensions defined in the cell are reads
-  (they run later, so they are inputs unless the cell binds them at top level);
+- names used inside functions, lambdas and generator expressions defined in the cell are
+  reads that run later, so they are inputs unless the cell binds them at top level;
+- list/set/dict comprehensions and class bodies run at once: their reads are ordinary reads;
+  a class body does not enclose its methods, whose free names are global lookups;
+- defaults, decorators, annotations and class bases run where the ``def``/``class`` is;
 - ``obj.attr = v`` and ``obj[i] = v`` mutate, they do not rebind: they read ``obj``;
-- ``global`` names assigned inside a function are writes of the cell.
+- ``x: T`` without a value reads ``T`` but binds nothing;
+- ``global`` names assigned inside a function (at any depth), and ``:=`` inside a
+  comprehension (PEP 572), are writes of the cell.
 
 Example:
     >>> result = analyse_code("y = x + 1\\nz = f(y)")
@@ -53,13 +58,14 @@ def parse_cell(code: str, *, fragment: str = "<cell>") -> ast.Module:
 
 def analyse_code(code: str, *, fragment: str = "<cell>") -> CellAnalysis:
     """Analyse a cell's source. Raises :class:`FragmentSyntaxError` on bad syntax."""
-    visitor = _TopLevelVisitor()
+    visitor = _ModuleScope()
     visitor.visit(parse_cell(code, fragment=fragment))
-    late_inputs = [n for n in visitor.late_reads if n not in visitor.writes]
+    writes = visitor.bound
+    late_inputs = [n for n in visitor.late_reads if n not in writes]
     inputs = _unique([*visitor.inputs, *late_inputs])
     return CellAnalysis(
-        inputs=tuple(n for n in inputs if n not in _BUILTINS or n in visitor.writes),
-        writes=tuple(visitor.writes),
+        inputs=tuple(n for n in inputs if n not in _BUILTINS or n in writes),
+        writes=tuple(writes),
     )
 
 
@@ -67,28 +73,81 @@ def _unique(names):
     return list(dict.fromkeys(names))
 
 
-class _TopLevelVisitor(ast.NodeVisitor):
-    """Walks the module's top-level scope in execution order."""
+# What a nested scope tells the scope around it, in execution order.
+_READ = "read"      # a free name read now, while the enclosing scope runs
+_LATE = "late"      # a free name read later (the body of a function, lambda or genexp)
+_GLOBAL = "global"  # a ``global`` name rebound: a write of the cell, however deep
+_LEAK = "leak"      # a ``:=`` in a comprehension: binds in the enclosing scope (PEP 572)
+
+
+class _Scope(ast.NodeVisitor):
+    """Walks one scope's code in execution order, recording what it binds and reporting its
+    free reads and escaping bindings as events (``self.events``) for the enclosing scope.
+
+    Every nested scope is walked by its own ``_Scope`` subclass, so the same statement rules
+    (and the eager parts of ``def``/``class``/comprehensions) hold at every depth.
+    """
+
+    defers = False  # True where the body runs later than the code that defines it
+    encloses = True  # False for class bodies: their names are invisible to nested scopes
 
     def __init__(self) -> None:
-        self.writes: dict[str, None] = {}
-        self.inputs: dict[str, None] = {}
-        # reads inside nested scopes: inputs only if the cell never binds them
-        self.late_reads: dict[str, None] = {}
+        self.bound: dict[str, None] = {}  # names bound here so far, in first-bind order
+        self.globals: set[str] = set()
+        self.nonlocals: set[str] = set()
+        self.events: list[tuple[str, str]] = []
+
+    def run(self, nodes: list[ast.AST]) -> list[tuple[str, str]]:
+        for node in nodes:
+            self.visit(node)
+        return self.events
 
     # -- name bookkeeping ------------------------------------------------------------
-    def _read(self, name: str) -> None:
-        if name not in self.writes:
-            self.inputs.setdefault(name, None)
+    def _emit(self, kind: str, name: str) -> None:
+        self.events.append((kind, name))
+
+    def _sees(self, name: str) -> bool:
+        return name in self.bound
+
+    def _read(self, name: str, *, late: bool = False) -> None:
+        if not self._sees(name):
+            self._emit(_LATE if late or self.defers else _READ, name)
 
     def _write(self, name: str) -> None:
-        self.writes.setdefault(name, None)
+        if name in self.globals:
+            self._emit(_GLOBAL, name)
+        elif name not in self.nonlocals:  # a nonlocal rebinds a local of an enclosing function
+            self.bound.setdefault(name, None)
+
+    def _leaked(self, name: str) -> None:
+        """A ``:=`` in a nested comprehension bound ``name`` in this scope."""
+        self._write(name)
+
+    def _receive(self, kind: str, name: str) -> None:
+        if kind == _GLOBAL:
+            self._emit(_GLOBAL, name)
+        elif kind == _LEAK:
+            self._leaked(name)
+        elif self.encloses:
+            self._read(name, late=kind == _LATE)
+        else:  # skip this scope's names, keep the read's timing
+            self._emit(_LATE if kind == _LATE or self.defers else _READ, name)
+
+    def _nested(self, scope: _Scope, nodes: list[ast.AST]) -> None:
+        for kind, name in scope.run(nodes):
+            self._receive(kind, name)
 
     def visit_Name(self, node: ast.Name) -> None:
         if isinstance(node.ctx, ast.Load):
             self._read(node.id)
         else:  # Store and Del both rebind the name in this scope
             self._write(node.id)
+
+    def visit_Global(self, node: ast.Global) -> None:
+        self.globals.update(node.names)
+
+    def visit_Nonlocal(self, node: ast.Nonlocal) -> None:
+        self.nonlocals.update(node.names)
 
     # -- statements where evaluation order differs from field order -------------------
     def visit_Assign(self, node: ast.Assign) -> None:
@@ -100,7 +159,9 @@ class _TopLevelVisitor(ast.NodeVisitor):
         if node.value is not None:
             self.visit(node.value)
         self.visit(node.annotation)
-        self.visit(node.target)
+        # A bare ``x: T`` only annotates x; ``obj.attr: T`` still evaluates obj.
+        if node.value is not None or not isinstance(node.target, ast.Name):
+            self.visit(node.target)
 
     def visit_AugAssign(self, node: ast.AugAssign) -> None:
         self.visit(node.value)
@@ -153,117 +214,145 @@ class _TopLevelVisitor(ast.NodeVisitor):
         if node.rest:
             self._write(node.rest)
 
-    # -- nested scopes -----------------------------------------------------------------
+    # -- nested scopes: the header runs here, the body in its own scope ---------------
     def visit_FunctionDef(self, node: ast.FunctionDef | ast.AsyncFunctionDef) -> None:
-        for decorator in node.decorator_list:
-            self.visit(decorator)
-        self._visit_arguments_defaults(node.args)
+        for expr in [*node.decorator_list, *_defaults(node.args), *_annotations(node.args)]:
+            self.visit(expr)
         if node.returns is not None:
             self.visit(node.returns)
-        self._nested_scope(node)
+        self._nested(_FunctionScope(node.args), node.body)
         self._write(node.name)
 
     visit_AsyncFunctionDef = visit_FunctionDef
 
     def visit_Lambda(self, node: ast.Lambda) -> None:
-        self._visit_arguments_defaults(node.args)
-        self._nested_scope(node)
+        for expr in _defaults(node.args):
+            self.visit(expr)
+        self._nested(_FunctionScope(node.args), [node.body])
 
     def visit_ClassDef(self, node: ast.ClassDef) -> None:
         for expr in [*node.decorator_list, *node.bases, *(k.value for k in node.keywords)]:
             self.visit(expr)
-        self._nested_scope(node)
+        self._nested(_ClassScope(), node.body)
         self._write(node.name)
 
     def _comprehension(self, node) -> None:
         # The first iterable is evaluated in the enclosing scope, right away.
         self.visit(node.generators[0].iter)
-        self._nested_scope(node)
+        scope = _ComprehensionScope(lazy=isinstance(node, ast.GeneratorExp))
+        self._nested(scope, _comprehension_parts(node))
 
     visit_ListComp = visit_SetComp = visit_GeneratorExp = visit_DictComp = _comprehension
 
-    def _visit_arguments_defaults(self, args: ast.arguments) -> None:
-        for default in [*args.defaults, *(d for d in args.kw_defaults if d is not None)]:
-            self.visit(default)
 
-    def _nested_scope(self, node: ast.AST) -> None:
-        scope = _free_names(node)
-        for name in scope.free:
-            if name not in self.writes:
-                self.late_reads.setdefault(name, None)
-        for name in scope.global_writes:
+class _ModuleScope(_Scope):
+    """The cell's top level: ``bound`` is its writes; free reads are its inputs."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.inputs: dict[str, None] = {}
+        # reads inside deferred scopes: inputs only if the cell never binds them
+        self.late_reads: dict[str, None] = {}
+        # ``:=`` bindings leaked by comprehensions in the current statement, not yet listed
+        self.pending: dict[str, None] = {}
+
+    def visit(self, node: ast.AST) -> None:
+        # A statement's own targets are listed before the names its comprehensions leak
+        # (``vals = [y for x in xs if (y := g(x))]`` writes vals, then y); a nested
+        # statement comes after its header, so flush on the way in too.
+        is_stmt = isinstance(node, ast.stmt)
+        if is_stmt:
+            self._flush_pending()
+        super().visit(node)
+        if is_stmt:
+            self._flush_pending()
+
+    def _flush_pending(self) -> None:
+        for name in self.pending:
+            self._write(name)
+        self.pending.clear()
+
+    def _sees(self, name: str) -> bool:
+        return name in self.bound or name in self.pending
+
+    def _emit(self, kind: str, name: str) -> None:
+        if kind == _READ:
+            self.inputs.setdefault(name, None)
+        elif kind == _LATE:
+            self.late_reads.setdefault(name, None)
+        else:  # _GLOBAL
             self._write(name)
 
+    def _leaked(self, name: str) -> None:
+        self.pending.setdefault(name, None)
 
-@dataclass
-class _Scope:
-    free: list[str]
-    global_writes: list[str]
+    def visit_Global(self, node: ast.Global) -> None:
+        pass  # at top level ``global`` changes nothing
 
 
-def _free_names(node: ast.AST) -> _Scope:
-    """Names a nested scope (function, lambda, class body, comprehension) reads from outside.
+class _ClassScope(_Scope):
+    """A class body: runs at once, in order; a name it binds later is still read outside
+    first. Methods and comprehensions in it do not see its names (``encloses``)."""
 
-    Python's rule: a name bound anywhere in a function body is local to it (unless declared
-    ``global``/``nonlocal``), so reads of it never reach the enclosing scope.
-    """
-    bound: set[str] = set()
-    declared_global: set[str] = set()
-    loads: list[str] = []
-    nested: list[ast.AST] = []
+    encloses = False
 
-    if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
-        args = node.args
-        for arg in [*args.posonlyargs, *args.args, *args.kwonlyargs, args.vararg, args.kwarg]:
+
+class _StaticScope(_Scope):
+    """A function-like scope: a name bound anywhere in it is local throughout (Python
+    decides at compile time), so reads of it never reach the enclosing scope, even reads
+    made before the binding. ``run`` drops them once all bindings are known."""
+
+    def run(self, nodes: list[ast.AST]) -> list[tuple[str, str]]:
+        events = super().run(nodes)
+        return [(kind, name) for kind, name in events
+                if kind not in (_READ, _LATE) or name not in self.bound]
+
+
+class _FunctionScope(_StaticScope):
+    """A function or lambda body: runs when called, so every free read is late."""
+
+    defers = True
+
+    def __init__(self, args: ast.arguments) -> None:
+        super().__init__()
+        for arg in [*args.posonlyargs, *args.args, args.vararg, *args.kwonlyargs, args.kwarg]:
             if arg is not None:
-                bound.add(arg.arg)
-        body = node.body if isinstance(node.body, list) else [node.body]
-    elif isinstance(node, ast.ClassDef):
-        body = node.body
-    else:  # comprehension: element(s) plus every generator except the first's iterable
-        body = []
-        for i, gen in enumerate(node.generators):
-            body.append(gen.target)
-            if i:
-                body.append(gen.iter)
-            body.extend(gen.ifs)
-        body.extend([node.key, node.value] if isinstance(node, ast.DictComp) else [node.elt])
+                self._write(arg.arg)
 
-    def walk(n: ast.AST) -> None:
-        if isinstance(n, (ast.Global, ast.Nonlocal)):
-            declared_global.update(n.names)
-            return
-        if isinstance(n, ast.Name):
-            (loads.append(n.id) if isinstance(n.ctx, ast.Load) else bound.add(n.id))
-            return
-        if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-            bound.add(n.name)
-            for d in n.decorator_list:
-                walk(d)
-            nested.append(n)
-            return
-        if isinstance(n, (ast.Lambda, ast.ListComp, ast.SetComp, ast.GeneratorExp, ast.DictComp)):
-            if not isinstance(n, ast.Lambda):
-                walk(n.generators[0].iter)
-            nested.append(n)
-            return
-        if isinstance(n, (ast.Import, ast.ImportFrom)):
-            bound.update((a.asname or a.name).split(".")[0] for a in n.names if a.name != "*")
-            return
-        if isinstance(n, ast.ExceptHandler) and n.name:
-            bound.add(n.name)
-        if isinstance(n, ast.NamedExpr):
-            bound.add(n.target.id)
-        if isinstance(n, (ast.MatchAs, ast.MatchStar)) and n.name:
-            bound.add(n.name)
-        for child in ast.iter_child_nodes(n):
-            walk(child)
 
-    for stmt in body:
-        walk(stmt)
+class _ComprehensionScope(_StaticScope):
+    """A comprehension: its targets are local; a list/set/dict comprehension runs at once,
+    a generator expression only when consumed (``lazy``)."""
 
-    free = [name for name in loads if name not in bound or name in declared_global]
-    for inner in nested:
-        free.extend(n for n in _free_names(inner).free if n not in bound or n in declared_global)
-    global_writes = [n for n in bound if n in declared_global]
-    return _Scope(free=_unique(free), global_writes=sorted(global_writes))
+    def __init__(self, *, lazy: bool) -> None:
+        super().__init__()
+        self.defers = lazy
+
+    def visit_NamedExpr(self, node: ast.NamedExpr) -> None:
+        self.visit(node.value)
+        self._emit(_LEAK, node.target.id)
+
+    def _leaked(self, name: str) -> None:
+        self._emit(_LEAK, name)  # from a comprehension nested in this one: pass it on
+
+
+def _comprehension_parts(node) -> list[ast.AST]:
+    """A comprehension's own code in execution order, less the first iterable (which the
+    enclosing scope runs): per generator its iterable, target and conditions, then the
+    element(s)."""
+    parts: list[ast.AST] = []
+    for i, gen in enumerate(node.generators):
+        parts.extend([gen.iter, gen.target] if i else [gen.target])
+        parts.extend(gen.ifs)
+    parts.extend([node.key, node.value] if isinstance(node, ast.DictComp) else [node.elt])
+    return parts
+
+
+def _defaults(args: ast.arguments) -> list[ast.expr]:
+    return [*args.defaults, *(d for d in args.kw_defaults if d is not None)]
+
+
+def _annotations(args: ast.arguments) -> list[ast.expr]:
+    """Parameter annotations, which run with the ``def`` (the return one is separate)."""
+    params = [*args.posonlyargs, *args.args, args.vararg, *args.kwonlyargs, args.kwarg]
+    return [p.annotation for p in params if p is not None and p.annotation is not None]

@@ -85,18 +85,21 @@ class ConflictingWritersError(FDGError):
 
 
 class StepCycleError(FDGError):
-    """Step cells depend on each other in a ring that no earlier value can start."""
+    """Cells of one rate depend on each other in a ring that no earlier value can start."""
 
-    def __init__(self, cycle: list[tuple[str, str, str]]):
+    def __init__(self, cycle: list[tuple[str, str, str]], rate: str = "step"):
         ring = cycle[0][0] + "".join(f" --{name}--> {dst}" for _, name, dst in cycle)
         names = sorted({name for _, name, _ in cycle})
+        if rate == "init":
+            advice = "Init cells run once, in dependency order: break the ring by moving one read to a step or iteration cell."
+        else:
+            advice = (f"Give one of {', '.join(map(repr, names))} a first value in its writer's "
+                      "--init cell (as env's init cell writes the first obs), so the loop can carry it.")
         super().__init__(
-            f"step cells form a cycle that no loop carries: {ring}. Each step needs a value "
-            "another step has not produced yet. Give one of "
-            f"{', '.join(map(repr, names))} a first value in its writer's --init cell "
-            "(as env's init cell writes the first obs), so the loop can carry it."
+            f"{rate} cells form a cycle that no loop carries: {ring}. Each needs a value "
+            f"another has not produced yet. {advice}"
         )
-        self.cycle = cycle
+        self.cycle, self.rate = cycle, rate
 
 
 class PlacementError(WorkbenchError):

@@ -162,7 +162,7 @@ class FDG:
             raise FDGError("the FDG has no fragments yet: register cells with %%fragment NAME "
                            "(or fdg.add_fragment) first.")
         _check_single_writers(self._fragments)
-        self._check_init_reads()
+        self._check_first_values()
         if namespace is not None:
             self._check_defined(namespace)
         return self.schedule()
@@ -176,14 +176,26 @@ class FDG:
             iteration_order=self._phase_order("iteration", edges),
         )
 
-    def _check_init_reads(self) -> None:
+    def _check_first_values(self) -> None:
+        """Reads that happen before their producer can have run need a value from its init
+        cell: an init cell reading anything, and a step cell reading a per-iteration value
+        (the first iteration's steps run before any iteration cell)."""
         for edge in self.interfaces:
-            if edge.consumer_rate == "init" and "init" not in edge.producer_rates:
+            if "init" in edge.producer_rates:
+                continue
+            if edge.consumer_rate == "init":
                 raise FDGError(
-                    f"fragment {edge.consumer!r}'s init cell reads {edge.name!r}, which "
-                    f"{edge.producer!r} writes only every {edge.producer_rates[0]}; init cells "
-                    f"run before any step. Write {edge.name!r} in {edge.producer!r}'s --init "
-                    f"cell too, or read it in {edge.consumer!r}'s step or iteration cell."
+                    f"fragment {edge.consumer}'s init cell reads {edge.name!r}, which "
+                    f"{edge.producer} writes only every {edge.producer_rates[0]}; init cells "
+                    f"run before any step. Write {edge.name!r} in {edge.producer}'s --init "
+                    f"cell too, or read it in {edge.consumer}'s step or iteration cell."
+                )
+            if edge.consumer_rate == "step" and edge.timing == "latest":
+                raise FDGError(
+                    f"fragment {edge.consumer}'s step cell reads {edge.name!r}, which "
+                    f"{edge.producer} writes only every iteration: the first iteration's steps "
+                    f"run before any iteration cell. Give {edge.name!r} a first value in "
+                    f"{edge.producer}'s --init cell."
                 )
 
     def _check_defined(self, namespace: Mapping[str, object]) -> None:
@@ -214,13 +226,14 @@ class FDG:
             ready = [n for n in remaining if not any(p in remaining for p in incoming[n])]
             if not ready:
                 # a ring: start it at a fragment whose pending inputs all have a first value
-                ready = [
+                # (init cells have nothing earlier to carry: a ring of them is always an error)
+                ready = [] if rate == "init" else [
                     n for n in remaining
                     if all(e.carried_from_init
                            for p, es in incoming[n].items() if p in remaining for e in es)
                 ]
                 if not ready:
-                    raise StepCycleError(_find_cycle(remaining, incoming))
+                    raise StepCycleError(_find_cycle(remaining, incoming, rate), rate)
             order.append(ready[0])
             remaining.remove(ready[0])
         return tuple(order)
@@ -250,11 +263,11 @@ def _check_single_writers(fragments: Mapping[str, Fragment]) -> None:
             raise ConflictingWritersError(name, names, readers)
 
 
-def _find_cycle(remaining: list[str], incoming) -> list[tuple[str, str, str]]:
+def _find_cycle(remaining: list[str], incoming, rate: str) -> list[tuple[str, str, str]]:
     """One ring of uncarried edges among ``remaining``, as (producer, name, consumer)."""
     strong = {
         n: [(p, e.name) for p, es in incoming[n].items() if p in remaining
-            for e in es if not e.carried_from_init]
+            for e in es if rate == "init" or not e.carried_from_init]
         for n in remaining
     }
     start = next(n for n in remaining if strong[n])

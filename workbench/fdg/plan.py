@@ -20,6 +20,7 @@ Example:
 """
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -137,8 +138,10 @@ class Plan:
         if with_init:
             stream += self._phase_items("init", None)
         pending_group, pending_items = None, []
-        for it in range(start, start + iterations):
-            stream += self._phase_items("step", it) + self._phase_items("iteration", it)
+        phases = itertools.chain([stream], (  # lazily: a run may ask for a billion iterations
+            self._phase_items("step", it) + self._phase_items("iteration", it)
+            for it in range(start, start + iterations)))
+        for stream in phases:
             for group, item in stream:
                 has_steps = any(i.rate == "step" for i in pending_items)
                 if group != pending_group or (item.rate == "step" and has_steps):
@@ -146,7 +149,6 @@ class Plan:
                         yield TaskSpec(pending_group, tuple(pending_items))
                     pending_group, pending_items = group, []
                 pending_items.append(item)
-            stream = []
         if pending_items:
             yield TaskSpec(pending_group, tuple(pending_items))
 

@@ -48,6 +48,8 @@ class Group:
         return "+".join(self.fragments)
 
     def __post_init__(self) -> None:
+        if self.device not in ("cpu", "gpu"):
+            raise PlacementError(f"group {self.name!r}: device must be 'cpu' or 'gpu', got {self.device!r}.")
         if not isinstance(self.replicas, int) or self.replicas < 1:
             raise PlacementError(
                 f"group {self.name!r}: replicas must be a whole number ≥ 1, got {self.replicas!r}."
@@ -115,12 +117,12 @@ class Policy:
         try:
             data = json.loads(text)
             groups = tuple(
-                Group(tuple(g["fragments"]), int(g.get("replicas", 1)), tuple(g.get("workers", ())),
+                Group(_names(g["fragments"]), int(g.get("replicas", 1)), _names(g.get("workers", [])),
                       g.get("device", "cpu"))
                 for g in data["groups"]
             )
             return cls(str(data.get("name", "custom")), groups)
-        except (ValueError, KeyError, TypeError) as exc:
+        except (ValueError, KeyError, TypeError, AttributeError) as exc:
             raise PlacementError(
                 f"policy JSON is malformed ({exc}); expected "
                 '{"name": …, "groups": [{"fragments": [...], "replicas": N, "workers": [...]}]}.'
@@ -132,6 +134,12 @@ class Policy:
             where = f" on {', '.join(dict.fromkeys(g.workers))}" if g.workers else ""
             parts.append(f"{g.name} ×{g.replicas}{where}")
         return f"Policy({self.name!r}, {' | '.join(parts)})"
+
+
+def _names(value) -> tuple[str, ...]:
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise TypeError(f"expected a list of names, got {value!r}")
+    return tuple(value)
 
 
 class Inline:
