@@ -27,6 +27,9 @@ def main() -> None:
     from workbench.cluster.connect import embedded_cluster
 
     handle = embedded_cluster(quiet=True)
+    # the workers were warmed up with the cluster; warm this process alike (imports such as
+    # torch._dynamo on the first optimizer) so inline's first seed is not charged for them
+    ppo.build_fdg().run(iterations=1, steps=4, progress=False)
     results: dict[str, list[dict]] = {p: [] for p in args.policies}
     for seed in args.seeds:
         for policy in args.policies:

@@ -135,3 +135,5 @@ def _warm_up(dask_worker=None) -> None:
     except ImportError:
         return
     torch.set_num_threads(max(1, dask_worker.state.nthreads))
+    # the first optimizer a process builds imports torch._dynamo (~1.3 s here): pay it now
+    torch.optim.Adam([torch.zeros(1, requires_grad=True)])

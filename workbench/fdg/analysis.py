@@ -319,6 +319,12 @@ class _FunctionScope(_StaticScope):
             if arg is not None:
                 self._write(arg.arg)
 
+    def visit_AnnAssign(self, node: ast.AnnAssign) -> None:
+        super().visit_AnnAssign(node)
+        # Unlike at top level, a bare ``x: T`` in a function makes x local (compile time).
+        if isinstance(node.target, ast.Name):
+            self._write(node.target.id)
+
 
 class _ComprehensionScope(_StaticScope):
     """A comprehension: its targets are local; a list/set/dict comprehension runs at once,
