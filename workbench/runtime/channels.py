@@ -13,6 +13,7 @@ Example:
 """
 from __future__ import annotations
 
+import io
 import pickle
 import threading
 from collections.abc import Callable
@@ -23,6 +24,39 @@ __all__ = ["Mailbox", "Stopped", "LocalPostman", "SocketServer", "SocketPostman"
 
 Address = tuple[str, int]
 Target = tuple[str, int]  # (group, replica)
+
+
+class _Pickler(pickle.Pickler):
+    """pickle, with plain CPU torch tensors sent as their NumPy buffers: ~10× cheaper than
+    torch's own reduction for a state_dict of small tensors (weights every iteration)."""
+
+    def reducer_override(self, obj):
+        if type(obj).__module__ == "torch" and type(obj).__name__ in ("Tensor", "Parameter"):
+            if obj.device.type == "cpu" and not obj.requires_grad and obj.layout is _torch_strided():
+                try:
+                    return _tensor_from_numpy, (obj.numpy(),)
+                except TypeError:  # a dtype NumPy lacks (bfloat16…): torch's own reduction
+                    pass
+        return NotImplemented
+
+
+def _torch_strided():
+    import torch
+
+    return torch.strided
+
+
+def _tensor_from_numpy(array):
+    import torch
+
+    return torch.from_numpy(array)
+
+
+def dumps(value: Any) -> bytes:
+    """Serialise a value for a channel (pickle protocol 5, fast path for torch tensors)."""
+    buffer = io.BytesIO()
+    _Pickler(buffer, protocol=5).dump(value)
+    return buffer.getvalue()
 
 
 class Stopped(Exception):
@@ -131,6 +165,7 @@ class SocketPostman:
         self.local = local or {}
         self._conns: dict[Target, Any] = {}
         self._lock = threading.Lock()
+        self._last_payload: tuple | None = None
         self.bytes_sent = 0
 
     def send(self, target: Target, key: str, task: int, replica: int, value: Any) -> None:
@@ -138,7 +173,13 @@ class SocketPostman:
         if box is not None:
             box.put(key, task, replica, value)
             return
-        payload = pickle.dumps((key, task, replica, value), protocol=5)
+        # one value often goes to several replicas (a broadcast): serialise it once
+        cached = self._last_payload
+        if cached is not None and cached[0] is value and cached[1] == (key, task, replica):
+            payload = cached[2]
+        else:
+            payload = dumps((key, task, replica, value))
+            self._last_payload = (value, (key, task, replica), payload)
         with self._lock:
             conn = self._conns.get(target)
             if conn is None:

@@ -77,6 +77,8 @@ class IterationRecord:
     env_steps: int = 0
     metrics: dict[str, list[float]] = field(default_factory=dict)
     compute_seconds: dict[str, float] = field(default_factory=dict)
+    #: "group[replica] wait" / "group[replica] send" → seconds
+    comm_seconds: dict[str, float] = field(default_factory=dict)
 
     def absorb(self, report: TaskReport, *, with_timing: bool) -> None:
         for name, values in report.metrics.get(self.iteration, {}).items():
@@ -85,6 +87,9 @@ class IterationRecord:
         if with_timing:
             for frag, seconds in report.compute_seconds.items():
                 self.compute_seconds[frag] = self.compute_seconds.get(frag, 0.0) + seconds
+            for kind, seconds in (("wait", report.wait_seconds), ("send", report.send_seconds)):
+                name = f"{report.group}[{report.replica}] {kind}"
+                self.comm_seconds[name] = self.comm_seconds.get(name, 0.0) + seconds
 
 
 class InlineBackend:

@@ -7,6 +7,7 @@ interfaces work.
 """
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 
 from workbench.fdg.wiring import WiredTask, receivers_for, senders_for
@@ -34,17 +35,22 @@ def run_loop(
                 continue
             if stopped():
                 break
+            waited = time.perf_counter()
             inputs = {}
             for wired in task.inputs:
                 senders = senders_for(wired.spatial, replica.index, replica_counts[wired.producer_group])
                 values = [mailbox.take(wired.key, wired.producer_task, s, stopped) for s in senders]
                 inputs[wired.key] = (wired.spatial, wired.axis, values)
+            waited = time.perf_counter() - waited
             emit_keys = tuple(dict.fromkeys(e.key for e in task.emits))
             outbox, task_report = replica.run(task.spec.items, inputs, emit_keys)
+            sending = time.perf_counter()
             for emit in task.emits:
                 for target in receivers_for(emit.spatial, replica.index, replica_counts[emit.consumer_group]):
                     postman.send((emit.consumer_group, target), emit.key, task.index,
                                  replica.index, outbox[emit.key])
+            task_report.wait_seconds = waited
+            task_report.send_seconds = time.perf_counter() - sending
             report(task.index, task_report)
             done += 1
     except Stopped:

@@ -70,6 +70,9 @@ class TaskReport:
     metrics: dict[int, dict[str, list[float]]] = field(default_factory=dict)
     env_steps: dict[int, int] = field(default_factory=dict)
     compute_seconds: dict[str, float] = field(default_factory=dict)
+    #: time the task spent waiting for its inputs, and sending its outputs
+    wait_seconds: float = 0.0
+    send_seconds: float = 0.0
 
     def to_message(self) -> dict:
         """Plain msgpack-able form (string keys only), for Dask events."""
@@ -78,6 +81,7 @@ class TaskReport:
             "metrics": {str(k): v for k, v in self.metrics.items()},
             "env_steps": {str(k): v for k, v in self.env_steps.items()},
             "compute_seconds": self.compute_seconds,
+            "wait_seconds": self.wait_seconds, "send_seconds": self.send_seconds,
         }
 
     @classmethod
@@ -87,6 +91,7 @@ class TaskReport:
             metrics={int(k): v for k, v in msg["metrics"].items()},
             env_steps={int(k): v for k, v in msg["env_steps"].items()},
             compute_seconds=dict(msg["compute_seconds"]),
+            wait_seconds=msg["wait_seconds"], send_seconds=msg["send_seconds"],
         )
 
 

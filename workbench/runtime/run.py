@@ -56,6 +56,8 @@ class Run:
         row["charts/mean_return_last_%d" % self.window] = self.mean_return()
         for frag, seconds in rec.compute_seconds.items():
             row[f"time/{frag}_compute_s"] = seconds
+        for name, seconds in rec.comm_seconds.items():
+            row[f"time/{name}_s"] = seconds
         self.rows.append(row)
         if self.solved_at is None and self.is_solved():
             self.solved_at = {"iteration": rec.iteration, "time_s": elapsed, "env_steps": self.env_steps}
