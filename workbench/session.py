@@ -131,7 +131,7 @@ class FDG(graph.FDG):
             run.started = time.perf_counter()  # the clock includes deploying the replicas
             backend.deploy(plan, programs, notebook)
             drive(plan, backend, iterations, on_iteration)
-            run.status = "stopped" if self._stop.is_set() else "finished"
+            run.status = "stopped" if self._stop.is_set() else ("solved" if run.solved_at else "finished")
         except KeyboardInterrupt:
             run.status = "interrupted"
             raise
