@@ -19,13 +19,21 @@ from workbench.fdg.errors import (
     UndefinedNameError,
     WorkbenchError,
 )
-from workbench.fdg.policy import Inline, Policy, SingleLearnerCoarse
+from workbench.fdg.policy import (
+    GPUOnly,
+    Inline,
+    MultiLearner,
+    Policy,
+    SingleLearnerCoarse,
+    SingleLearnerFine,
+)
 from workbench.session import FDG
 
 __version__ = "0.1.0"
 
 __all__ = [
-    "FDG", "Policy", "Inline", "SingleLearnerCoarse", "ReplicaInfo", "log", "allreduce",
+    "FDG", "Policy", "Inline", "SingleLearnerCoarse", "SingleLearnerFine", "MultiLearner", "GPUOnly",
+    "ReplicaInfo", "log", "allreduce",
     "WorkbenchError", "FragmentError", "FragmentSyntaxError", "FragmentOptionError",
     "FDGError", "UndefinedNameError", "ConflictingWritersError", "StepCycleError",
     "PlacementError", "FragmentRuntimeError", "RunConfigError",

@@ -330,12 +330,15 @@ def test_one_to_one_routes(ppo_fdg):
     assert {r.spatial for r in plan.routes} == {"one-to-one"}
 
 
-def test_per_step_edge_across_groups_is_rejected(ppo_fdg):
+def test_per_step_edges_across_groups_scatter_and_gather(ppo_fdg):
     policy = Policy("fine", (Group(("actor",), 1), Group(("env",), 2), Group(("learner",), 1)))
-    with pytest.raises(PlacementError, match=r"actor → env: action \(every step\) is exchanged every step, but "
-                                             r"policy 'fine' puts 'actor' and 'env' in different processes; "
-                                             r".*Fuse them in one group instead\."):
-        make_plan(ppo_fdg, policy)
+    plan = make_plan(ppo_fdg, policy)
+    per_step = {(r.interface.name, r.spatial) for r in plan.routes if r.per_step}
+    assert per_step == {("action", "scatter"), ("obs", "gather"), ("done", "gather")}
+    assert all(r.key.startswith("step:") for r in plan.routes if r.per_step)
+    # per-step values move inside the step blocks: tasks never wait for them
+    for task in wire(plan, iterations=2):
+        assert not any(i.key.startswith("step:") for i in task.inputs)
 
 
 def test_incompatible_replica_counts_are_rejected(ppo_fdg):

@@ -1,7 +1,8 @@
 """Batched RL environments behind one protocol, `VectorEnv`.
 
 ``make("CartPole-v1", N)`` gives the vectorised array CartPole (NumPy, or CuPy
-on request); any other gymnasium id, or a factory, gives gymnasium envs behind
+on request), ``make("simple_spread_v3", N)`` the multi-agent MPE simple_spread
+(`SimpleSpread`); any other gymnasium id, or a factory, gives gymnasium envs behind
 the same protocol (threaded when ``threads > 1``).
 """
 
@@ -14,6 +15,7 @@ from typing import Any, Callable
 from workbench.envs.base import EpisodeTracker, StepResult, VectorEnv
 from workbench.envs.cartpole import CartPole
 from workbench.envs.gym_vector import GymVectorEnv
+from workbench.envs.simple_spread import SimpleSpread
 from workbench.envs.threaded import ThreadedVectorEnv
 
 __all__ = [
@@ -21,6 +23,7 @@ __all__ = [
     "CartPole",
     "EpisodeTracker",
     "GymVectorEnv",
+    "SimpleSpread",
     "StepResult",
     "ThreadedVectorEnv",
     "VectorEnv",
@@ -28,7 +31,10 @@ __all__ = [
 ]
 
 #: ids with an array implementation: id -> class taking (num_envs, seed=, xp=).
-ARRAY_ENVS: dict[str, Callable[..., Any]] = {"CartPole-v1": CartPole}
+ARRAY_ENVS: dict[str, Callable[..., Any]] = {
+    "CartPole-v1": CartPole,
+    "simple_spread_v3": SimpleSpread,  # multi-agent: reward [N, agents]
+}
 
 _BACKENDS = ("auto", "numpy", "cpu", "cupy", "gpu", "gymnasium")
 

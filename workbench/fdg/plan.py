@@ -56,9 +56,14 @@ class Route:
     spatial: str
 
     @property
+    def per_step(self) -> bool:
+        """Exchanged every step, inside the step blocks (a direct channel between loops)."""
+        return self.interface.timing == "per-step"
+
+    @property
     def key(self) -> str:
-        """The outbox key: stacked values and latest values of one name are different data."""
-        prefix = "stacked:" if self.interface.timing == "stacked" else ""
+        """The channel key: stacked, latest and per-step values of one name are different data."""
+        prefix = {"stacked": "stacked:", "per-step": "step:"}.get(self.interface.timing, "")
         return f"{prefix}{self.interface.producer}.{self.interface.name}"
 
     @property
@@ -118,12 +123,17 @@ class Plan:
         ))
 
     def _phase_items(self, rate: str, iteration: int | None) -> list[tuple[str, Item]]:
-        """The phase's fragments in schedule order, consecutive same-group runs merged."""
+        """The phase's fragments in schedule order, consecutive same-group runs merged.
+
+        The step phase is one block per group: groups step in lockstep, each running its
+        fragments in step order every step and exchanging per-step values on channels.
+        """
         items: list[tuple[str, list[str]]] = []
         for name in self.schedule.order(rate):
             group = self._group_of[name]
-            if items and items[-1][0] == group:
-                items[-1][1].append(name)
+            same = [entry for entry in items if entry[0] == group] if rate == "step" else items[-1:]
+            if same and same[-1][0] == group:
+                same[-1][1].append(name)
             else:
                 items.append((group, [name]))
         return [(g, Item(rate, tuple(names), iteration)) for g, names in items]
@@ -180,14 +190,9 @@ def make_plan(fdg: FDG, policy: Policy) -> Plan:
         src, dst = group_of[edge.producer], group_of[edge.consumer]
         if src.name == dst.name:
             continue
-        if edge.timing == "per-step":
-            raise PlacementError(
-                f"{edge.describe()} is exchanged every step, but policy {policy.name!r} puts "
-                f"{edge.producer!r} and {edge.consumer!r} in different processes; per-step "
-                "channels between processes need the SingleLearnerFine runtime. Fuse them in "
-                "one group instead."
-            )
-        spatial = spatial_kind(src.replicas, dst.replicas)
+        # one → many: per-step data is a batch to split (actions for each env replica);
+        # per-iteration data is one thing every replica needs (weights)
+        spatial = spatial_kind(src.replicas, dst.replicas, scatter=edge.timing == "per-step")
         if spatial == "incompatible":
             raise PlacementError(
                 f"{edge.describe()}: {src.replicas} replicas of {edge.producer!r} cannot feed "

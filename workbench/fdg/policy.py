@@ -24,7 +24,8 @@ from workbench.fdg.errors import PlacementError
 from workbench.fdg.graph import FDG
 from workbench.fdg.inventory import Inventory, WorkerInfo
 
-__all__ = ["Group", "Policy", "Inline", "SingleLearnerCoarse", "resolve_policy", "as_policy_spec",
+__all__ = ["Group", "Policy", "Inline", "SingleLearnerCoarse", "SingleLearnerFine", "MultiLearner",
+           "GPUOnly", "resolve_policy", "as_policy_spec",
            "needs_cluster", "PRESETS"]
 
 #: Where an unplaced replica runs: the calling process (no Dask).
@@ -166,6 +167,9 @@ class SingleLearnerCoarse:
             raise PlacementError(f"SingleLearnerCoarse(actors=…) must be ≥ 1, got {actors!r}.")
         self.actors = actors
 
+    def __repr__(self) -> str:
+        return f"SingleLearnerCoarse(actors={self.actors!r})"
+
     def place(self, fdg: FDG, inventory: Inventory) -> Policy:
         if not inventory.workers:
             raise PlacementError("SingleLearnerCoarse needs a cluster with at least one worker.")
@@ -186,7 +190,104 @@ class SingleLearnerCoarse:
         return Policy(self.name, tuple(groups))
 
 
-PRESETS = {"inline": Inline, "coarse": SingleLearnerCoarse, "SingleLearnerCoarse": SingleLearnerCoarse}
+def _spread(names: tuple[str, ...], count: int) -> tuple[str, ...]:
+    """``count`` replicas round-robin over ``names``."""
+    return tuple(names[i % len(names)] for i in range(count))
+
+
+def _home(inventory: Inventory) -> WorkerInfo:
+    """Where the single learner goes: a GPU worker if there is one, else the first worker."""
+    if not inventory.workers:
+        raise PlacementError("this policy needs a cluster with at least one worker.")
+    return (inventory.gpu_workers() or inventory.workers)[0]
+
+
+def _check_count(preset: str, parameter: str, value) -> None:
+    if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
+        raise PlacementError(f"{preset}({parameter}=…) must be a whole number ≥ 1, got {value!r}.")
+
+
+class SingleLearnerFine:
+    """The actor beside the learner in one process; environment replicas spread over the
+    other workers, exchanging observations and actions every step (no weights on the wire).
+
+    ``envs`` is the number of environment replicas (default: one per other worker);
+    ``env_fragments`` names the environment fragments (default: those named ``env…``).
+    """
+
+    name = "SingleLearnerFine"
+
+    def __init__(self, envs: int | None = None, env_fragments: tuple[str, ...] | None = None) -> None:
+        _check_count(self.name, "envs", envs)
+        self.envs, self.env_fragments = envs, env_fragments
+
+    def place(self, fdg: FDG, inventory: Inventory) -> Policy:
+        home = _home(inventory)
+        stepping = fdg.schedule().step_order
+        envs = tuple(self.env_fragments or (n for n in stepping if n.startswith("env")))
+        unknown = [n for n in envs if n not in fdg]
+        if not envs or unknown:
+            raise PlacementError(
+                "SingleLearnerFine splits environment fragments from the rest, but "
+                + (f"the FDG has no fragment {', '.join(map(repr, unknown))}" if unknown
+                   else "no step fragment is named env…")
+                + "; pass SingleLearnerFine(env_fragments=(…))."
+            )
+        rest = tuple(n for n in fdg.fragments if n not in envs)
+        others = tuple(w.name for w in inventory.workers if w.name != home.name) or (home.name,)
+        count = self.envs or len(others)
+        groups = [Group(rest, 1, (home.name,), "gpu" if home.gpus else "cpu")] if rest else []
+        groups.append(Group(tuple(n for n in stepping if n in envs) + tuple(
+            n for n in envs if n not in stepping), count, _spread(others, count)))
+        return Policy(self.name, tuple(groups))
+
+
+class MultiLearner:
+    """The whole loop (actor+env+learner) fused per worker and replicated; the learners
+    average gradients at the ``wb.allreduce`` sync point the algorithm marks."""
+
+    name = "MultiLearner"
+
+    def __init__(self, learners: int | None = None) -> None:
+        _check_count(self.name, "learners", learners)
+        self.learners = learners
+
+    def place(self, fdg: FDG, inventory: Inventory) -> Policy:
+        names = inventory.names
+        if not names:
+            raise PlacementError("MultiLearner needs a cluster with at least one worker.")
+        count = self.learners or len(names)
+        return Policy(self.name, (Group(_ordered(fdg), count, _spread(names, count)),))
+
+
+class GPUOnly:
+    """The whole loop fused in one process on one GPU (the first worker when none has one:
+    then it runs on that worker's CPU)."""
+
+    name = "GPUOnly"
+
+    def place(self, fdg: FDG, inventory: Inventory) -> Policy:
+        home = _home(inventory)
+        return Policy(self.name, (Group(_ordered(fdg), 1, (home.name,), "gpu" if home.gpus else "cpu"),))
+
+
+def _ordered(fdg: FDG) -> tuple[str, ...]:
+    """Every fragment, step fragments first in step order (a readable group name)."""
+    stepping = fdg.schedule().step_order
+    return stepping + tuple(n for n in fdg.fragments if n not in stepping)
+
+
+PRESETS = {
+    "inline": Inline,
+    "coarse": SingleLearnerCoarse,
+    "SingleLearnerCoarse": SingleLearnerCoarse,
+    "fine": SingleLearnerFine,
+    "SingleLearnerFine": SingleLearnerFine,
+    "multilearner": MultiLearner,
+    "MultiLearner": MultiLearner,
+    "gpuonly": GPUOnly,
+    "GPUOnly": GPUOnly,
+}
 
 
 def as_policy_spec(spec):

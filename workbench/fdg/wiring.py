@@ -74,6 +74,8 @@ def wire_stream(plan: Plan, iterations: int, start: int = 0, *,
     latest: dict[str, tuple[int, str]] = {}  # key → (task index, producer group)
     readers: dict[str, list[tuple[str, str]]] = {}  # key → [(consumer group, spatial)]
     for route in plan.routes:
+        if route.per_step:
+            continue  # per-step values move inside step blocks, not between tasks
         pair = (route.consumer_group, route.spatial)
         if pair not in readers.setdefault(route.key, []):
             readers[route.key].append(pair)
@@ -81,6 +83,8 @@ def wire_stream(plan: Plan, iterations: int, start: int = 0, *,
         inputs: list[WiredInput] = []
         for route in plan.routes_into(spec.group):
             edge = route.interface
+            if route.per_step:
+                continue
             if not any(edge.consumer in it.fragments and it.rate == edge.consumer_rate for it in spec.items):
                 continue
             if any(w.key == route.key for w in inputs):
@@ -109,6 +113,8 @@ def _emitted_keys(plan: Plan, spec: TaskSpec) -> list[str]:
     keys = []
     for route in plan.routes_out_of(spec.group):
         edge = route.interface
+        if route.per_step:
+            continue
         for item in spec.items:
             if edge.producer in item.fragments and (
                 (edge.timing == "stacked" and item.rate == "step")

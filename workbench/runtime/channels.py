@@ -109,6 +109,56 @@ class LocalPostman:
         pass
 
 
+class Peers:
+    """What a replica's loop lends the replica: direct channels to the other replicas.
+
+    ``send``/``receive`` move per-step values between groups (scatter/gather across
+    replica counts); ``allreduce`` averages a value across the replicas of one group.
+    """
+
+    def __init__(self, group: str, index: int, mailbox: Mailbox, postman, counts: dict[str, int],
+                 stopped: Callable[[], bool]) -> None:
+        self.group, self.index = group, index
+        self.mailbox, self.postman, self.counts, self.stopped = mailbox, postman, counts, stopped
+        self._reductions = 0
+
+    def send(self, consumer_group: str, spatial: str, key: str, tag: int, value: Any) -> None:
+        from workbench.fdg.wiring import receivers_for
+        from workbench.runtime.arrays import split
+
+        targets = receivers_for(spatial, self.index, self.counts[consumer_group])
+        pieces = split(value, self.counts[consumer_group]) if spatial == "scatter" else None
+        for target in targets:
+            part = pieces[target] if pieces is not None else value
+            self.postman.send((consumer_group, target), key, tag, self.index, part)
+
+    def receive(self, producer_group: str, spatial: str, key: str, tag: int) -> Any:
+        from workbench.fdg.wiring import senders_for
+        from workbench.runtime.arrays import gather
+
+        senders = senders_for(spatial, self.index, self.counts[producer_group])
+        values = [self.mailbox.take(key, tag, s, self.stopped) for s in senders]
+        return gather(values, 0) if spatial == "gather" else values[0]
+
+    def allreduce(self, value: Any) -> Any:
+        """The mean of ``value`` over this group's replicas, identical on every replica
+        (summed in replica order, so floating-point rounding agrees too)."""
+        count = self.counts[self.group]
+        if count == 1:
+            return value
+        tag, self._reductions = self._reductions, self._reductions + 1
+        key = f"allreduce:{self.group}"
+        for other in range(count):
+            if other != self.index:
+                self.postman.send((self.group, other), key, tag, self.index, value)
+        parts = [value if r == self.index else self.mailbox.take(key, tag, r, self.stopped)
+                 for r in range(count)]
+        total = parts[0]
+        for part in parts[1:]:
+            total = total + part
+        return total / count
+
+
 class SocketServer:
     """Accepts connections from other replicas' postmen and files what they send."""
 

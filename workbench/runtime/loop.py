@@ -11,7 +11,7 @@ import time
 from collections.abc import Callable
 
 from workbench.fdg.wiring import WiredTask, receivers_for, senders_for
-from workbench.runtime.channels import Mailbox, Stopped
+from workbench.runtime.channels import Mailbox, Peers, Stopped
 from workbench.runtime.replica import GroupReplica, TaskReport
 
 __all__ = ["run_loop"]
@@ -28,6 +28,7 @@ def run_loop(
 ) -> int:
     """Run this replica's tasks in order; return how many ran (fewer if stopped)."""
     group = replica.program.group
+    replica.peers = Peers(group, replica.index, mailbox, postman, replica_counts, stopped)
     done = 0
     try:
         for task in tasks:

@@ -27,7 +27,8 @@ class Binding:
     """Where one input of a cell comes from.
 
     ``source`` is ``"local"`` (another fragment of this group; ``stacked`` takes its step
-    buffer) or ``"inbox"`` (delivered from another group under ``key``).
+    buffer), ``"inbox"`` (delivered from another group under ``key`` at the task's start)
+    or ``"step"`` (received from another group's step loop, every step).
     """
 
     name: str
@@ -35,6 +36,11 @@ class Binding:
     producer: str = ""
     stacked: bool = False
     key: str = ""
+    #: for ``source == "step"``: the producer's group, how replicas combine, and which of
+    #: the producer's messages the consumer's k-th read is (k + offset)
+    producer_group: str = ""
+    spatial: str = ""
+    offset: int = 0
 
 
 @dataclass(frozen=True)
@@ -49,6 +55,19 @@ class Emit:
 
 
 @dataclass(frozen=True)
+class StepSend:
+    """A value this group sends to another group's step loop after every step (and after
+    init, when the producer gives it a first value there)."""
+
+    key: str
+    producer: str
+    name: str
+    consumer_group: str
+    spatial: str
+    at_init: bool
+
+
+@dataclass(frozen=True)
 class GroupProgram:
     """Everything a replica of ``group`` needs to run, as plain picklable data."""
 
@@ -58,6 +77,10 @@ class GroupProgram:
     recorded: dict[str, tuple[str, ...]]
     emits: tuple[Emit, ...]
     steps: int
+    step_sends: tuple[StepSend, ...] = ()
+    #: the fragment whose per-step batch counts env steps (the last in step order), if
+    #: it is in this group: each env step is counted once, by the group that takes it
+    counted: str | None = None
 
 
 @dataclass
@@ -105,12 +128,20 @@ def group_program(plan: Plan, group: str, steps: int) -> GroupProgram:
             code[(name, rate)] = cell.code
             bindings[(name, rate)] = _bindings_for(plan, group, name, rate)
     recorded = {name: plan.stacked_names(name) for name in members}
+    outgoing = plan.routes_out_of(group)
     emits = tuple(
         Emit(r.key, r.interface.producer, r.interface.name, r.interface.timing == "stacked",
              r.interface.producer_rates)
-        for r in {r.key: r for r in plan.routes_out_of(group)}.values()
+        for r in {r.key: r for r in outgoing if not r.per_step}.values()
     )
-    return GroupProgram(group, code, bindings, recorded, emits, steps)
+    step_sends = tuple(
+        StepSend(r.key, r.interface.producer, r.interface.name, r.consumer_group, r.spatial,
+                 "init" in r.interface.producer_rates)
+        for r in {(r.key, r.consumer_group): r for r in outgoing if r.per_step}.values()
+    )
+    order = plan.schedule.step_order
+    counted = order[-1] if order and order[-1] in members else None
+    return GroupProgram(group, code, bindings, recorded, emits, steps, step_sends, counted)
 
 
 def _bindings_for(plan: Plan, group: str, fragment: str, rate: str) -> tuple[Binding, ...]:
@@ -123,7 +154,16 @@ def _bindings_for(plan: Plan, group: str, fragment: str, rate: str) -> tuple[Bin
         if edge is not None:
             out.append(Binding(name, "local", edge.producer, edge.timing == "stacked"))
         elif (name, fragment, rate) in remote:
-            out.append(Binding(name, "inbox", key=remote[(name, fragment, rate)].key))
+            route = remote[(name, fragment, rate)]
+            if route.per_step:
+                order = plan.schedule.step_order
+                forward = order.index(route.interface.producer) < order.index(fragment)
+                offset = 1 if forward and "init" in route.interface.producer_rates else 0
+                out.append(Binding(name, "step", route.interface.producer, key=route.key,
+                                   producer_group=route.producer_group, spatial=route.spatial,
+                                   offset=offset))
+            else:
+                out.append(Binding(name, "inbox", key=route.key))
     return tuple(out)
 
 
@@ -143,6 +183,11 @@ class GroupReplica:
         self.buffers: dict[str, dict[str, list]] = {f: {} for f in fragments}
         self.compiled = {key: self._compile(key, src) for key, src in program.code.items()}
         self.ran: set[tuple[str, str]] = set()
+        #: channels to other replicas, lent by the loop that runs this replica
+        self.peers = None
+        self._sent: dict[str, int] = {}  # per-step key → messages sent so far
+        self._read: dict[tuple[str, str], int] = {}  # (per-step key, reader) → messages read
+        self._sends = {f: [s for s in program.step_sends if s.producer == f] for f in fragments}
 
     @staticmethod
     def _compile(key: tuple[str, str], source: str):
@@ -161,6 +206,8 @@ class GroupReplica:
                  for key, (spatial, axis, values) in inputs.items()}
         report = TaskReport(self.program.group, self.index, self.worker)
         ctx = ReplicaContext(ReplicaInfo(self.program.group, self.index, self.count, self.worker))
+        if self.peers is not None and self.count > 1:
+            ctx.reducer = self.peers.allreduce
         token = activate(ctx)
         try:
             for item in items:
@@ -181,12 +228,12 @@ class GroupReplica:
             self.buffers[frag] = {name: [] for name in self.program.recorded[frag]}
         plan = [
             (frag, self.namespaces[frag], self.compiled[(frag, "step")],
-             self.program.bindings[(frag, "step")], self.buffers[frag])
+             self.program.bindings[(frag, "step")], self.buffers[frag], self._sends[frag])
             for frag in item.fragments
         ]
         clock = {frag: 0.0 for frag in item.fragments}
         for _ in range(self.program.steps):
-            for frag, ns, code, bindings, buffers in plan:
+            for frag, ns, code, bindings, buffers, sends in plan:
                 if bindings:
                     self._bind(frag, "step", ns, bindings, inbox, item.iteration)
                 start = time.perf_counter()
@@ -197,10 +244,13 @@ class GroupReplica:
                 clock[frag] += time.perf_counter() - start
                 for name, buf in buffers.items():
                     buf.append(self._written(frag, "step", ns, name, item.iteration))
+                if sends:
+                    self._send_step_values(frag, ns, sends, item.iteration)
         for frag, seconds in clock.items():
             report.compute_seconds[frag] = report.compute_seconds.get(frag, 0.0) + seconds
-        report.env_steps[item.iteration] = self.program.steps * _batch_size(
-            self.namespaces[item.fragments[-1]], self.program, item.fragments[-1])
+        if self.program.counted in item.fragments:
+            report.env_steps[item.iteration] = self.program.steps * _batch_size(
+                self.namespaces[self.program.counted], self.program, self.program.counted)
         self.ran.update((f, "step") for f in item.fragments)
 
     def _run_cell(self, frag: str, rate: str, inbox: dict, report: TaskReport, iteration) -> None:
@@ -216,11 +266,26 @@ class GroupReplica:
             raise self._error(frag, rate, exc, iteration) from None
         report.compute_seconds[frag] = report.compute_seconds.get(frag, 0.0) + time.perf_counter() - start
         self.ran.add(key)
+        if rate == "init":  # first values of per-step channels (the loop carries them)
+            self._send_step_values(frag, ns, [s for s in self._sends[frag] if s.at_init], iteration)
+
+    def _send_step_values(self, frag: str, ns: dict, sends, iteration) -> None:
+        sent_keys = set()
+        for send in sends:
+            value = self._written(frag, "step", ns, send.name, iteration)
+            self.peers.send(send.consumer_group, send.spatial, send.key, self._sent.get(send.key, 0), value)
+            sent_keys.add(send.key)
+        for key in sent_keys:
+            self._sent[key] = self._sent.get(key, 0) + 1
 
     def _bind(self, frag, rate, ns, bindings, inbox, iteration) -> None:
         for b in bindings:
             if b.source == "inbox":
                 ns[b.name] = inbox[b.key]
+            elif b.source == "step":
+                count = self._read.get((b.key, frag), 0)
+                ns[b.name] = self.peers.receive(b.producer_group, b.spatial, b.key, count + b.offset)
+                self._read[(b.key, frag)] = count + 1
             elif b.stacked:
                 values = self.buffers[b.producer].get(b.name)
                 if not values:
@@ -277,8 +342,9 @@ class GroupReplica:
 
 
 def _batch_size(ns: dict, program: GroupProgram, frag: str) -> int:
-    """Envs stepped per step: the leading size of the last step fragment's recorded arrays."""
-    for name in program.recorded.get(frag, ()):
+    """Envs stepped per step: the leading size of the arrays the last step fragment hands on."""
+    names = [*program.recorded.get(frag, ()), *(s.name for s in program.step_sends if s.producer == frag)]
+    for name in names:
         shape = getattr(ns.get(name), "shape", None)
         if shape is not None and len(shape) >= 1:
             return int(shape[0])

@@ -1,0 +1,69 @@
+"""Every preset runs the same cells on a real 2-worker LocalCluster, with the semantics the
+plan promises (checked by value against a plain loop)."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import workbench as wb
+from tests.cluster.test_coarse import _replicas_left
+from tests.conftest import toy_fdg
+from tests.runtime.test_inline import _expected_totals
+
+BOTH = np.concatenate([np.arange(3.0), np.arange(3.0) + 10])
+
+
+def test_fine_exchanges_every_step_and_matches_the_plain_loop(client):
+    run = toy_fdg().run(iterations=3, steps=4, policy="fine", cluster=client, progress=False)
+    assert run.policy_name == "SingleLearnerFine"
+    # one env replica (on the other worker): the same numbers as inline
+    assert run.metrics["learner/total"].tolist() == _expected_totals(3, 4, np.arange(3.0))
+
+
+def test_fine_scatters_actions_to_several_env_replicas(client):
+    run = toy_fdg().run(iterations=3, steps=2, policy=wb.SingleLearnerFine(envs=2), cluster=client,
+                        progress=False)
+    assert run.metrics["learner/total"].tolist() == _expected_totals(3, 2, BOTH)
+    assert run.env_steps == 3 * 2 * 6
+    assert _replicas_left(client) == 0
+
+
+def test_fine_plan_puts_no_weights_on_the_wire(client):
+    fdg = toy_fdg()
+    plan = fdg.plan(wb.SingleLearnerFine(envs=2), cluster=client)
+    crossing = {(r.interface.name, r.interface.timing) for r in plan.routes}
+    assert ("action", "per-step") in crossing and ("obs", "per-step") in crossing
+    assert not any(name in ("scale", "gain") for name, _ in crossing)
+
+
+def _allreduce_fdg():
+    fdg = wb.FDG(namespace={"np": np, "wb": wb})
+    fdg.add_fragment("env", "obs = np.full(2, float(replica.index))", rate="init")
+    fdg.add_fragment("actor", "action = obs + 1", rate="step")
+    fdg.add_fragment("env", "obs = obs + 0\nreward = action", rate="step")
+    fdg.add_fragment("learner", "local = float(reward.sum())\nmean = wb.allreduce(np.array([local]))\n"
+                                "wb.log('local', local)\nwb.log('mean', float(mean[0]))", rate="iteration")
+    return fdg
+
+
+def test_multilearner_allreduces_across_learner_replicas(client):
+    run = _allreduce_fdg().run(iterations=2, steps=3, policy=wb.MultiLearner(learners=2), cluster=client,
+                               progress=False)
+    assert run.policy_name == "MultiLearner"
+    # replica 0 sums 3 steps × 2 envs × 1 = 6; replica 1: 3 × 2 × 2 = 12; both see the mean 9
+    assert run.rows[-1]["local"] == pytest.approx(9.0)  # mean over the two replicas' logs
+    assert run.rows[-1]["mean"] == pytest.approx(9.0)
+    assert run.metrics["mean"].tolist() == [9.0, 9.0]
+
+
+def test_allreduce_is_the_identity_with_one_learner():
+    run = _allreduce_fdg().run(iterations=1, steps=3, progress=False)
+    assert run.rows[0]["mean"] == run.rows[0]["local"] == 3 * 2 * 1.0
+
+
+def test_gpuonly_fuses_everything_on_one_worker(client):
+    run = toy_fdg().run(iterations=3, steps=2, policy="GPUOnly", cluster=client, progress=False)
+    assert run.policy_name == "GPUOnly"
+    assert run.metrics["learner/total"].tolist() == _expected_totals(3, 2, np.arange(3.0))
+    plan = toy_fdg().plan("GPUOnly", cluster=client)
+    assert plan.routes == () and len(plan.policy.groups) == 1
