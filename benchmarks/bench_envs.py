@@ -3,6 +3,7 @@
     python benchmarks/bench_envs.py            # N in 1, 16, 256, 1024, 4096; median of 5
     python benchmarks/bench_envs.py --quick    # fewer steps and repeats, smaller N
     python benchmarks/bench_envs.py --mujoco   # also HalfCheetah-v5, 1 vs 2 threads
+    python benchmarks/bench_envs.py --spread   # also MPE simple_spread_v3 (array env vs mpe2)
 
 Every number is env-steps/s (N x steps / wall time) of the step loop alone,
 actions drawn beforehand; the median of the repeats is reported.
@@ -19,7 +20,7 @@ import gymnasium
 import numpy as np
 from gymnasium.vector import AutoresetMode, SyncVectorEnv
 
-from workbench.envs import CartPole, ThreadedVectorEnv
+from workbench.envs import CartPole, SimpleSpread, ThreadedVectorEnv
 
 SYNC_MAX_ENVS = 1024  # the per-env Python loop above this only costs time
 
@@ -88,10 +89,41 @@ def bench_mujoco(num_envs: int, steps: int, repeats: int) -> None:
         print(f"| {threads} | {rate:,.0f} | {rate / base:.2f}x |", flush=True)
 
 
+def bench_spread(sizes: list[int], repeats: int, budget: int) -> None:
+    """SimpleSpread (3 agents) env-steps/s; one mpe2 parallel_env as the per-env reference."""
+    rng = np.random.default_rng(0)
+    print("\n### simple_spread_v3 (3 agents): workbench array env (NumPy)\n")
+    print("| N | array SimpleSpread (env-steps/s) |")
+    print("|---:|---:|")
+    for n in sizes:
+        actions = rng.integers(0, 5, size=(steps_for(n, budget * 50), n, 3))
+        rate = median_rate(lambda: SimpleSpread(n, seed=0), actions, repeats)
+        print(f"| {n} | {rate:,.0f} |", flush=True)
+    try:
+        from mpe2 import simple_spread_v3
+    except ImportError:
+        print("\n(mpe2 is not installed: no per-env reference; pip install mpe2)")
+        return
+    penv = simple_spread_v3.parallel_env()
+    penv.reset(seed=0)
+    steps = 2000
+    acts = rng.integers(0, 5, size=(steps, 3))
+    rates = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        for a in acts:
+            _, _, _, trunc, _ = penv.step(dict(zip(penv.possible_agents, a.tolist())))
+            if any(trunc.values()):
+                penv.reset()
+        rates.append(steps / (time.perf_counter() - start))
+    print(f"\nmpe2 simple_spread_v3.parallel_env, one env: {statistics.median(rates):,.0f} env-steps/s")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="fewer steps/repeats, N up to 1024")
     parser.add_argument("--mujoco", action="store_true", help="also HalfCheetah-v5 threads")
+    parser.add_argument("--spread", action="store_true", help="also MPE simple_spread_v3")
     args = parser.parse_args()
     repeats = 3 if args.quick else 5
     budget = 20_000 if args.quick else 100_000  # env-steps per SyncVectorEnv repeat
@@ -100,6 +132,8 @@ def main() -> None:
     bench_cartpole(sizes, repeats, budget)
     if args.mujoco:
         bench_mujoco(num_envs=8, steps=100 if args.quick else 300, repeats=repeats)
+    if args.spread:
+        bench_spread(sizes + [16384], repeats, budget)
 
 
 if __name__ == "__main__":

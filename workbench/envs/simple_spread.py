@@ -172,7 +172,11 @@ class SimpleSpread:
         # others[i] = the other agents of agent i, in index order (mpe2's order).
         others = [[j for j in range(a) if j != i] for i in range(a)]
         self._others = xp.asarray(np.array(others, dtype=np.int64).reshape(a, a - 1))
-        self._not_self = xp.asarray(~np.eye(a, dtype=bool))
+        pair_i, pair_j = np.triu_indices(a, 1)  # unordered agent pairs, i < j
+        self._pair_i, self._pair_j = xp.asarray(pair_i), xp.asarray(pair_j)
+        members = np.zeros((pair_i.size, a))  # [pairs, agents]: 1 where the agent is in the pair
+        members[np.arange(pair_i.size), pair_i] = members[np.arange(pair_i.size), pair_j] = 1.0
+        self._pair_members = xp.asarray(members)
         self._needs_reset = True
 
     # -- protocol ------------------------------------------------------------------
@@ -203,24 +207,30 @@ class SimpleSpread:
         vx, vy = self._vel
 
         # Contact forces from the positions BEFORE the move (mpe2 gathers all
-        # forces, then integrates). fx[n, i, j]: push on agent i from agent j.
-        dx = x[:, :, None] - x[:, None, :]
-        dy = y[:, :, None] - y[:, None, :]
+        # forces, then integrates), once per unordered pair (i < j): the push
+        # on j from i is exactly minus the push on i from j (delta flips sign,
+        # dist and penetration are symmetric), so half the transcendentals.
+        dx = x[:, self._pair_i] - x[:, self._pair_j]  # [N, pairs]: pos_i - pos_j
+        dy = y[:, self._pair_i] - y[:, self._pair_j]
         dist = xp.sqrt(dx * dx + dy * dy)
-        # The diagonal (i == j) has dist 0; mpe2 skips it. Dividing 0 by 1
-        # instead gives an exact 0 force, and x + 0.0 == x, so it can be summed.
-        dist = xp.where(self._not_self, dist, 1.0)
         k = CONTACT_MARGIN
         penetration = xp.logaddexp(0.0, -(dist - (AGENT_SIZE + AGENT_SIZE)) / k) * k
         # mpe2: contact_force * delta_pos / dist * penetration, left to right.
         fx = CONTACT_FORCE * dx / dist * penetration
         fy = CONTACT_FORCE * dy / dist * penetration
-        # mpe2 adds pair forces onto the action force one other agent at a time,
+        # push[:, i, j]: on agent i from agent j; the diagonal stays an exact 0.
+        push_x = xp.zeros((self.num_envs, self.num_agents, self.num_agents), dtype=xp.float64)
+        push_y = xp.zeros_like(push_x)
+        push_x[:, self._pair_i, self._pair_j] = fx
+        push_x[:, self._pair_j, self._pair_i] = -fx
+        push_y[:, self._pair_i, self._pair_j] = fy
+        push_y[:, self._pair_j, self._pair_i] = -fy
+        # mpe2 adds the pushes onto the action force one other agent at a time,
         # in agent order; a Python loop over AGENTS (not envs) keeps that order,
-        # so the float sums round exactly as mpe2's do.
+        # so the float sums round exactly as mpe2's do (x + 0.0 == x on the diagonal).
         for j in range(self.num_agents):
-            force_x = force_x + fx[:, :, j]
-            force_y = force_y + fy[:, :, j]
+            force_x = force_x + push_x[:, :, j]
+            force_y = force_y + push_y[:, :, j]
 
         # integrate_state: position with the old velocity, then damped velocity.
         x += vx * DT
@@ -366,10 +376,11 @@ class SimpleSpread:
             total = total + nearest[:, j]
         global_reward = -total
         # Local term: one penalty per OTHER agent overlapping (dist < 0.3, strict).
-        dx = x[:, :, None] - x[:, None, :]
-        dy = y[:, :, None] - y[:, None, :]
-        overlap = (xp.sqrt(dx * dx + dy * dy) < AGENT_SIZE + AGENT_SIZE) & self._not_self
-        local_reward = -overlap.sum(axis=2).astype(xp.float64)
+        dx = x[:, self._pair_i] - x[:, self._pair_j]
+        dy = y[:, self._pair_i] - y[:, self._pair_j]
+        overlap = xp.sqrt(dx * dx + dy * dy) < AGENT_SIZE + AGENT_SIZE  # [N, pairs]
+        # Each overlapping pair penalises both its agents; small integer sums are exact.
+        local_reward = -(overlap.astype(xp.float64) @ self._pair_members)
         reward = (
             global_reward[:, None] * (1 - self.local_ratio) + local_reward * self.local_ratio
         )

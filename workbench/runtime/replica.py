@@ -18,6 +18,7 @@ from workbench.context import ReplicaContext, ReplicaInfo, activate, deactivate
 from workbench.fdg.errors import FragmentRuntimeError
 from workbench.fdg.plan import Item, Plan
 from workbench.runtime.arrays import gather, stack
+from workbench.runtime.channels import Stopped
 
 __all__ = ["GroupProgram", "GroupReplica", "TaskReport", "group_program"]
 
@@ -239,6 +240,8 @@ class GroupReplica:
                 start = time.perf_counter()
                 try:
                     exec(code, ns)
+                except Stopped:  # the run is stopping while a cell waits on a channel
+                    raise
                 except Exception as exc:
                     raise self._error(frag, "step", exc, item.iteration) from None
                 clock[frag] += time.perf_counter() - start
@@ -262,6 +265,8 @@ class GroupReplica:
         start = time.perf_counter()
         try:
             exec(self.compiled[key], ns)
+        except Stopped:  # the run is stopping while a cell waits on a channel (allreduce)
+            raise
         except Exception as exc:
             raise self._error(frag, rate, exc, iteration) from None
         report.compute_seconds[frag] = report.compute_seconds.get(frag, 0.0) + time.perf_counter() - start
