@@ -116,7 +116,8 @@ def bench_spread(sizes: list[int], repeats: int, budget: int) -> None:
             if any(trunc.values()):
                 penv.reset()
         rates.append(steps / (time.perf_counter() - start))
-    print(f"\nmpe2 simple_spread_v3.parallel_env, one env: {statistics.median(rates):,.0f} env-steps/s")
+    rate = statistics.median(rates)
+    print(f"\nmpe2 simple_spread_v3.parallel_env, one env: {rate:,.0f} env-steps/s")
 
 
 def main() -> None:

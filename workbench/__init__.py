@@ -20,6 +20,7 @@ from workbench.fdg.errors import (
     WorkbenchError,
 )
 from workbench.fdg.policy import (
+    Async,
     GPUOnly,
     Inline,
     MultiLearner,
@@ -32,7 +33,7 @@ from workbench.session import FDG
 __version__ = "0.1.0"
 
 __all__ = [
-    "FDG", "Policy", "Inline", "SingleLearnerCoarse", "SingleLearnerFine", "MultiLearner", "GPUOnly",
+    "FDG", "Policy", "Inline", "SingleLearnerCoarse", "SingleLearnerFine", "MultiLearner", "GPUOnly", "Async",
     "ReplicaInfo", "log", "allreduce",
     "WorkbenchError", "FragmentError", "FragmentSyntaxError", "FragmentOptionError",
     "FDGError", "UndefinedNameError", "ConflictingWritersError", "StepCycleError",

@@ -67,3 +67,33 @@ def test_gpuonly_fuses_everything_on_one_worker(client):
     assert run.metrics["learner/total"].tolist() == _expected_totals(3, 2, np.arange(3.0))
     plan = toy_fdg().plan("GPUOnly", cluster=client)
     assert plan.routes == () and len(plan.policy.groups) == 1
+
+
+def _async_fdg():
+    """A3C's shape: actors send a per-iteration value, the learner applies each as it
+    arrives and answers that actor with its newest state."""
+    fdg = wb.FDG(namespace={"np": np, "wb": wb})
+    fdg.add_fragment("env", "obs = np.zeros(2) + replica.index", rate="init")
+    fdg.add_fragment("learner", "w = 0.0\napplied = 0", rate="init")
+    fdg.add_fragment("actor", "seen = []", rate="init")
+    fdg.add_fragment("actor", "seen.append(w)\naction = obs + 1", rate="step")
+    fdg.add_fragment("env", "obs = obs + 0\nreward = action", rate="step")
+    fdg.add_fragment("actor", "g = float(reward.sum())\nwb.log('seen', seen[-1])", rate="iteration")
+    fdg.add_fragment("learner", "w = w + g\napplied += 1\nwb.log('applied', applied)\nwb.log('g', g)",
+                     rate="iteration")
+    return fdg
+
+
+def test_async_learner_applies_each_replicas_value_as_it_arrives(client):
+    run = _async_fdg().run(iterations=4, steps=3, policy=wb.Async(actors=2), cluster=client, progress=False)
+    assert run.policy_name == "Async"
+    # two applications per iteration, whatever order the replicas arrive in
+    assert run.metrics["applied"].tolist() == [1.5, 3.5, 5.5, 7.5]
+    # replica 0 sends 3 steps × 2 envs × 1 = 6, replica 1 sends 3 × 2 × 2 = 12 each iteration
+    assert run.metrics["g"].tolist() == [9.0] * 4
+    assert _replicas_left(client) == 0
+
+
+def test_async_plan_says_as_it_arrives(client):
+    plan = _async_fdg().plan(wb.Async(actors=2), cluster=client)
+    assert plan.policy.asynchronous and "as it arrives" in plan.explain()

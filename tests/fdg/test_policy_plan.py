@@ -128,13 +128,14 @@ def test_resolve_policy_by_name_preset_and_object(ppo_fdg):
     assert resolve_policy(SingleLearnerCoarse(actors=3), ppo_fdg, inv) == coarse(ppo_fdg, 2, actors=3)
     p = coarse(ppo_fdg, 2)
     assert resolve_policy(p, ppo_fdg, inv) is p
-    assert set(PRESETS) == {"inline", "coarse", "SingleLearnerCoarse"}
+    assert set(PRESETS) == {"inline", "coarse", "SingleLearnerCoarse", "fine", "SingleLearnerFine",
+                            "multilearner", "MultiLearner", "gpuonly", "GPUOnly", "async", "Async"}
 
 
 def test_resolve_policy_unknown_name(ppo_fdg):
-    with pytest.raises(PlacementError, match=r"unknown policy 'fine'; choose one of inline, coarse, "
-                                             r"SingleLearnerCoarse"):
-        resolve_policy("fine", ppo_fdg, None)
+    with pytest.raises(PlacementError, match=r"unknown policy 'sideways'; choose one of inline, coarse, "
+                                             r"SingleLearnerCoarse, fine"):
+        resolve_policy("sideways", ppo_fdg, None)
 
 
 def test_resolve_policy_from_a_json_file(ppo_fdg, tmp_path):

@@ -34,7 +34,7 @@ class _Deployed:
 
     def __init__(self, replica: GroupReplica, authkey: bytes, host: str) -> None:
         self.replica = replica
-        self.mailbox = Mailbox()
+        self.mailbox = Mailbox(replica.program.arrival_keys)
         self.server = SocketServer(self.mailbox, host, authkey)
 
     def close(self) -> None:

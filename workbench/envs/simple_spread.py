@@ -362,7 +362,7 @@ class SimpleSpread:
         return ux * SENSITIVITY, uy * SENSITIVITY
 
     def _reward(self) -> tuple[Any, Any]:
-        """Per-agent float64 rewards ``[N, agents]`` and whether all landmarks are covered ``[N]``."""
+        """Per-agent float64 rewards ``[N, agents]``; whether all landmarks are covered ``[N]``."""
         xp = self.xp
         x, y = self._pos
         lx, ly = self._landmarks

@@ -54,6 +54,8 @@ class Route:
     producer_group: str
     consumer_group: str
     spatial: str
+    #: taken as it arrives, one producer replica at a time (an asynchronous policy)
+    arrival: bool = False
 
     @property
     def per_step(self) -> bool:
@@ -105,6 +107,11 @@ class Plan:
 
     def group_of(self, fragment: str) -> Group:
         return self.groups[self._group_of[fragment]]
+
+    @property
+    def arrival_groups(self) -> set[str]:
+        """Groups that take values as they arrive (and reply to the sender alone)."""
+        return {r.consumer_group for r in self.routes if r.arrival}
 
     def routes_into(self, group: str) -> list[Route]:
         return [r for r in self.routes if r.consumer_group == group]
@@ -171,7 +178,8 @@ class Plan:
         if self.routes:
             lines.append("  crossing processes:")
             for r in self.routes:
-                lines.append(f"    {r.interface.describe()} [{r.spatial}]")
+                how = "as it arrives, one replica at a time" if r.arrival else r.spatial
+                lines.append(f"    {r.interface.describe()} [{how}]")
         else:
             lines.append("  nothing crosses processes: every interface is an in-process hand-off")
         return "\n".join(lines)
@@ -198,5 +206,6 @@ def make_plan(fdg: FDG, policy: Policy) -> Plan:
                 f"{edge.describe()}: {src.replicas} replicas of {edge.producer!r} cannot feed "
                 f"{dst.replicas} replicas of {edge.consumer!r}; use equal counts or 1 on one side."
             )
-        routes.append(Route(edge, src.name, dst.name, spatial))
+        arrival = policy.asynchronous and spatial == "gather" and edge.timing != "per-step"
+        routes.append(Route(edge, src.name, dst.name, spatial, arrival))
     return Plan(fdg, policy, schedule, tuple(routes))

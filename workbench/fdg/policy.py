@@ -25,7 +25,7 @@ from workbench.fdg.graph import FDG
 from workbench.fdg.inventory import Inventory, WorkerInfo
 
 __all__ = ["Group", "Policy", "Inline", "SingleLearnerCoarse", "SingleLearnerFine", "MultiLearner",
-           "GPUOnly", "resolve_policy", "as_policy_spec",
+           "GPUOnly", "Async", "resolve_policy", "as_policy_spec",
            "needs_cluster", "PRESETS"]
 
 #: Where an unplaced replica runs: the calling process (no Dask).
@@ -68,10 +68,16 @@ class Group:
 
 @dataclass(frozen=True)
 class Policy:
-    """A concrete placement: every fragment in exactly one group."""
+    """A concrete placement: every fragment in exactly one group.
+
+    ``asynchronous``: a group that gathers per-iteration values from many replicas takes
+    each replica's value as it arrives (running its cells once per value) and replies to
+    that replica alone, instead of waiting for all of them (MSRL's async interfaces, A3C).
+    """
 
     name: str
     groups: tuple[Group, ...] = field(default_factory=tuple)
+    asynchronous: bool = False
 
     @property
     def in_process(self) -> bool:
@@ -111,7 +117,8 @@ class Policy:
                         )
 
     def to_json(self) -> str:
-        return json.dumps({"name": self.name, "groups": [g.to_dict() for g in self.groups]}, indent=2)
+        return json.dumps({"name": self.name, "asynchronous": self.asynchronous,
+                           "groups": [g.to_dict() for g in self.groups]}, indent=2)
 
     @classmethod
     def from_json(cls, text: str) -> "Policy":
@@ -122,7 +129,10 @@ class Policy:
                       g.get("device", "cpu"))
                 for g in data["groups"]
             )
-            return cls(str(data.get("name", "custom")), groups)
+            asynchronous = data.get("asynchronous", False)
+            if not isinstance(asynchronous, bool):
+                raise TypeError(f"asynchronous must be true or false, got {asynchronous!r}")
+            return cls(str(data.get("name", "custom")), groups, asynchronous)
         except (ValueError, KeyError, TypeError, AttributeError) as exc:
             raise PlacementError(
                 f"policy JSON is malformed ({exc}); expected "
@@ -134,7 +144,8 @@ class Policy:
         for g in self.groups:
             where = f" on {', '.join(dict.fromkeys(g.workers))}" if g.workers else ""
             parts.append(f"{g.name} ×{g.replicas}{where}")
-        return f"Policy({self.name!r}, {' | '.join(parts)})"
+        mode = ", async" if self.asynchronous else ""
+        return f"Policy({self.name!r}, {' | '.join(parts)}{mode})"
 
 
 def _names(value) -> tuple[str, ...]:
@@ -205,6 +216,21 @@ def _home(inventory: Inventory) -> WorkerInfo:
 def _check_count(preset: str, parameter: str, value) -> None:
     if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
         raise PlacementError(f"{preset}({parameter}=…) must be a whole number ≥ 1, got {value!r}.")
+
+
+class Async(SingleLearnerCoarse):
+    """SingleLearnerCoarse's placement, asynchronous: each acting replica's per-iteration
+    output (A3C's gradients) reaches the learner as it arrives; the learner runs once per
+    arrival and sends its fresh output (weights) back to that replica alone. No barrier."""
+
+    name = "Async"
+
+    def __repr__(self) -> str:
+        return f"Async(actors={self.actors!r})"
+
+    def place(self, fdg: FDG, inventory: Inventory) -> Policy:
+        coarse = super().place(fdg, inventory)
+        return Policy(self.name, coarse.groups, asynchronous=True)
 
 
 class SingleLearnerFine:
@@ -287,6 +313,8 @@ PRESETS = {
     "MultiLearner": MultiLearner,
     "gpuonly": GPUOnly,
     "GPUOnly": GPUOnly,
+    "async": Async,
+    "Async": Async,
 }
 
 

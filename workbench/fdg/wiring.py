@@ -42,6 +42,8 @@ class WiredInput:
     producer_task: int
     spatial: str
     axis: int
+    #: taken as it arrives from any producer replica (async), not gathered from all
+    arrival: bool = False
 
 
 @dataclass(frozen=True)
@@ -51,6 +53,8 @@ class WiredEmit:
     key: str
     consumer_group: str
     spatial: str
+    #: sent back only to the replica whose arrival this task answered (async)
+    reply: bool = False
 
 
 @dataclass(frozen=True)
@@ -72,6 +76,10 @@ def wire_stream(plan: Plan, iterations: int, start: int = 0, *,
     Raises :class:`PlacementError` when a task would read a name before it was produced.
     """
     latest: dict[str, tuple[int, str]] = {}  # key → (task index, producer group)
+    # async: a group's inputs from a group that answers arrivals are the answer to this
+    # group's own last message to it (the task index of that message tags the reply)
+    last_sent: dict[tuple[str, str], int] = {}  # (group, answering group) → task index
+    answering = plan.arrival_groups
     readers: dict[str, list[tuple[str, str]]] = {}  # key → [(consumer group, spatial)]
     for route in plan.routes:
         if route.per_step:
@@ -96,11 +104,21 @@ def wire_stream(plan: Plan, iterations: int, start: int = 0, *,
                     f"{edge.producer!r}'s --init cell."
                 )
             producer_task, producer_group = latest[route.key]
-            inputs.append(WiredInput(route.key, producer_group, producer_task, route.spatial, route.batch_axis))
+            if producer_group in answering:
+                producer_task = last_sent.get((spec.group, producer_group), producer_task)
+            inputs.append(WiredInput(route.key, producer_group, producer_task, route.spatial,
+                                     route.batch_axis, route.arrival))
         emitted = _emitted_keys(plan, spec)
         for key in emitted:
             latest[key] = (index, spec.group)
-        emits = tuple(WiredEmit(key, group, spatial) for key in emitted for group, spatial in readers[key])
+        emits = tuple(
+            WiredEmit(key, group, spatial, reply=spec.group in answering and
+                      any(w.arrival for w in inputs))
+            for key in emitted for group, spatial in readers[key]
+        )
+        for emit in emits:
+            if emit.consumer_group in answering:
+                last_sent[(spec.group, emit.consumer_group)] = index
         yield WiredTask(index, spec, tuple(inputs), emits)
 
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 import io
 import pickle
 import threading
+from collections import deque
 from collections.abc import Callable
 from multiprocessing.connection import Client, Listener
 from typing import Any
@@ -68,14 +69,33 @@ class Mailbox:
     producer task. A value stays until a newer version of it is taken, because "latest
     value" interfaces read one emission many times."""
 
-    def __init__(self) -> None:
+    def __init__(self, arrival_keys: tuple[str, ...] = ()) -> None:
         self._items: dict[tuple[str, int], dict[int, Any]] = {}
+        # arrival order, kept only for keys an asynchronous consumer takes as they come
+        self._arrivals: dict[str, deque[tuple[int, int]]] = {k: deque() for k in arrival_keys}
         self._cond = threading.Condition()
 
     def put(self, key: str, task: int, replica: int, value: Any) -> None:
         with self._cond:
             self._items.setdefault((key, replica), {})[task] = value
+            if key in self._arrivals:
+                self._arrivals[key].append((task, replica))
             self._cond.notify_all()
+
+    def take_next(self, key: str, stopped: Callable[[], bool], poll: float = 0.05) -> tuple[int, int, Any]:
+        """The oldest unclaimed value of ``key`` from any replica, as (task, replica, value):
+        an as-they-arrive queue for asynchronous consumers."""
+        with self._cond:
+            while True:
+                queue = self._arrivals.get(key)
+                while queue:
+                    task, replica = queue.popleft()
+                    versions = self._items.get((key, replica), {})
+                    if task in versions:
+                        return task, replica, versions.pop(task)
+                if stopped():
+                    raise Stopped()
+                self._cond.wait(poll)
 
     def take(self, key: str, task: int, replica: int, stopped: Callable[[], bool],
              poll: float = 0.05) -> Any:

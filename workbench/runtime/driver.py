@@ -109,7 +109,7 @@ class InlineBackend:
 
     def start(self, plan: Plan, stream: StreamSpec, events: Events) -> None:
         self._torch_threads = _limit_torch_threads(1)
-        boxes = {key: Mailbox() for key in self.replicas}
+        boxes = {key: Mailbox(r.program.arrival_keys) for key, r in self.replicas.items()}
         postman = LocalPostman(boxes)
         counts = {name: g.replicas for name, g in plan.groups.items()}
 
@@ -198,7 +198,7 @@ def drive(
                 return
             tasks[task.index] = task
             for it in _iterations_of(task):
-                outstanding[it] = outstanding.get(it, 0) + plan.groups[task.spec.group].replicas
+                outstanding[it] = outstanding.get(it, 0) + _reports_of(plan, task)
             if task.iteration is not None:
                 horizon = max(horizon, task.iteration - 1)
 
@@ -231,7 +231,7 @@ def drive(
                     raise RuntimeError(f"a replica reported task {event[1]}, which the plan does not have")
                 count_through(horizon + 1)
             task = tasks[event[1]]
-            reports_left[task.index] = reports_left.get(task.index, plan.groups[task.spec.group].replicas) - 1
+            reports_left[task.index] = reports_left.get(task.index, _reports_of(plan, task)) - 1
             if reports_left[task.index] == 0:
                 del tasks[task.index], reports_left[task.index]
             its = _iterations_of(task)
@@ -248,6 +248,14 @@ def drive(
     finally:
         backend.stop()
     return next_iteration - start
+
+
+def _reports_of(plan: Plan, task: WiredTask) -> int:
+    """How many reports a task sends: one per replica — and an asynchronous consumer runs
+    once per arriving producer replica's value."""
+    arrivals = [w for w in task.inputs if w.arrival]
+    runs = plan.groups[arrivals[0].producer_group].replicas if arrivals else 1
+    return plan.groups[task.spec.group].replicas * runs
 
 
 def _iterations_of(task: WiredTask) -> list[int]:

@@ -36,24 +36,45 @@ def run_loop(
                 continue
             if stopped():
                 break
-            waited = time.perf_counter()
-            inputs = {}
-            for wired in task.inputs:
-                senders = senders_for(wired.spatial, replica.index, replica_counts[wired.producer_group])
-                values = [mailbox.take(wired.key, wired.producer_task, s, stopped) for s in senders]
-                inputs[wired.key] = (wired.spatial, wired.axis, values)
-            waited = time.perf_counter() - waited
-            emit_keys = tuple(dict.fromkeys(e.key for e in task.emits))
-            outbox, task_report = replica.run(task.spec.items, inputs, emit_keys)
-            sending = time.perf_counter()
-            for emit in task.emits:
-                for target in receivers_for(emit.spatial, replica.index, replica_counts[emit.consumer_group]):
-                    postman.send((emit.consumer_group, target), emit.key, task.index,
-                                 replica.index, outbox[emit.key])
-            task_report.wait_seconds = waited
-            task_report.send_seconds = time.perf_counter() - sending
-            report(task.index, task_report)
+            arrivals = [w for w in task.inputs if w.arrival]
+            if arrivals:  # asynchronous: once per producer replica's value, as each arrives
+                for _ in range(replica_counts[arrivals[0].producer_group]):
+                    _run_task(replica, task, mailbox, postman, replica_counts, report, stopped, arrivals)
+            else:
+                _run_task(replica, task, mailbox, postman, replica_counts, report, stopped, [])
             done += 1
     except Stopped:
         pass
     return done
+
+
+def _run_task(replica, task, mailbox, postman, counts, report, stopped, arrivals) -> None:
+    """Receive the task's inputs, run its items, send its outputs, report."""
+    waited = time.perf_counter()
+    inputs, sender, tag = {}, None, task.index
+    if arrivals:
+        tag, sender, value = mailbox.take_next(arrivals[0].key, stopped)
+        inputs[arrivals[0].key] = ("one-to-one", arrivals[0].axis, [value])
+        for wired in arrivals[1:]:  # the same replica's other values of that iteration
+            inputs[wired.key] = ("one-to-one", wired.axis, [mailbox.take(wired.key, tag, sender, stopped)])
+    for wired in task.inputs:
+        if wired.arrival:
+            continue
+        senders = senders_for(wired.spatial, replica.index, counts[wired.producer_group])
+        values = [mailbox.take(wired.key, wired.producer_task, s, stopped) for s in senders]
+        inputs[wired.key] = (wired.spatial, wired.axis, values)
+    waited = time.perf_counter() - waited
+    emit_keys = tuple(dict.fromkeys(e.key for e in task.emits))
+    outbox, task_report = replica.run(task.spec.items, inputs, emit_keys)
+    sending = time.perf_counter()
+    for emit in task.emits:
+        if emit.reply and sender is not None:
+            # the answer goes to the replica that asked, tagged with its message's task
+            postman.send((emit.consumer_group, sender), emit.key, tag, replica.index, outbox[emit.key])
+            continue
+        for target in receivers_for(emit.spatial, replica.index, counts[emit.consumer_group]):
+            postman.send((emit.consumer_group, target), emit.key, task.index, replica.index,
+                         outbox[emit.key])
+    task_report.wait_seconds = waited
+    task_report.send_seconds = time.perf_counter() - sending
+    report(task.index, task_report)

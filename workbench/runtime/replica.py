@@ -82,6 +82,8 @@ class GroupProgram:
     #: the fragment whose per-step batch counts env steps (the last in step order), if
     #: it is in this group: each env step is counted once, by the group that takes it
     counted: str | None = None
+    #: keys this group takes as they arrive (an asynchronous policy)
+    arrival_keys: tuple[str, ...] = ()
 
 
 @dataclass
@@ -142,7 +144,8 @@ def group_program(plan: Plan, group: str, steps: int) -> GroupProgram:
     )
     order = plan.schedule.step_order
     counted = order[-1] if order and order[-1] in members else None
-    return GroupProgram(group, code, bindings, recorded, emits, steps, step_sends, counted)
+    arrival_keys = tuple(dict.fromkeys(r.key for r in plan.routes_into(group) if r.arrival))
+    return GroupProgram(group, code, bindings, recorded, emits, steps, step_sends, counted, arrival_keys)
 
 
 def _bindings_for(plan: Plan, group: str, fragment: str, rate: str) -> tuple[Binding, ...]:
