@@ -87,8 +87,9 @@ def _async_fdg():
 def test_async_learner_applies_each_replicas_value_as_it_arrives(client):
     run = _async_fdg().run(iterations=4, steps=3, policy=wb.Async(actors=2), cluster=client, progress=False)
     assert run.policy_name == "Async"
-    # two applications per iteration, whatever order the replicas arrive in
-    assert run.metrics["applied"].tolist() == [1.5, 3.5, 5.5, 7.5]
+    # two applications per iteration (each row is their mean), in whatever order the
+    # replicas arrive: no barrier, so one replica may run iterations ahead of the other
+    assert sum(run.metrics["applied"]) * 2 == sum(range(1, 9))
     # replica 0 sends 3 steps × 2 envs × 1 = 6, replica 1 sends 3 × 2 × 2 = 12 each iteration
     assert run.metrics["g"].tolist() == [9.0] * 4
     assert _replicas_left(client) == 0

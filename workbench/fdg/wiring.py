@@ -55,6 +55,8 @@ class WiredEmit:
     spatial: str
     #: sent back only to the replica whose arrival this task answered (async)
     reply: bool = False
+    #: the consumer takes it as it arrives: it travels with its iteration number
+    arrival: bool = False
 
 
 @dataclass(frozen=True)
@@ -80,11 +82,11 @@ def wire_stream(plan: Plan, iterations: int, start: int = 0, *,
     # group's own last message to it (the task index of that message tags the reply)
     last_sent: dict[tuple[str, str], int] = {}  # (group, answering group) → task index
     answering = plan.arrival_groups
-    readers: dict[str, list[tuple[str, str]]] = {}  # key → [(consumer group, spatial)]
+    readers: dict[str, list[tuple[str, str, bool]]] = {}  # key → [(consumer group, spatial, arrival)]
     for route in plan.routes:
         if route.per_step:
             continue  # per-step values move inside step blocks, not between tasks
-        pair = (route.consumer_group, route.spatial)
+        pair = (route.consumer_group, route.spatial, route.arrival)
         if pair not in readers.setdefault(route.key, []):
             readers[route.key].append(pair)
     for index, spec in enumerate(plan.tasks(iterations, start, with_init=with_init)):
@@ -113,8 +115,8 @@ def wire_stream(plan: Plan, iterations: int, start: int = 0, *,
             latest[key] = (index, spec.group)
         emits = tuple(
             WiredEmit(key, group, spatial, reply=spec.group in answering and
-                      any(w.arrival for w in inputs))
-            for key in emitted for group, spatial in readers[key]
+                      any(w.arrival for w in inputs), arrival=arrival)
+            for key in emitted for group, spatial, arrival in readers[key]
         )
         for emit in emits:
             if emit.consumer_group in answering:

@@ -234,7 +234,8 @@ def drive(
             reports_left[task.index] = reports_left.get(task.index, _reports_of(plan, task)) - 1
             if reports_left[task.index] == 0:
                 del tasks[task.index], reports_left[task.index]
-            its = _iterations_of(task)
+            its = event[2].iterations  # an async answer counts toward its sender's iteration
+            count_through(max(its, default=start))
             for it in its:
                 records.setdefault(it, IterationRecord(it)).absorb(event[2], with_timing=it == its[-1])
                 outstanding[it] -= 1

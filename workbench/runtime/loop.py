@@ -8,6 +8,7 @@ interfaces work.
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 from collections.abc import Callable
 
 from workbench.fdg.wiring import WiredTask, receivers_for, senders_for
@@ -51,12 +52,14 @@ def run_loop(
 def _run_task(replica, task, mailbox, postman, counts, report, stopped, arrivals) -> None:
     """Receive the task's inputs, run its items, send its outputs, report."""
     waited = time.perf_counter()
-    inputs, sender, tag = {}, None, task.index
+    inputs, sender, tag, items = {}, None, task.index, task.spec.items
     if arrivals:
-        tag, sender, value = mailbox.take_next(arrivals[0].key, stopped)
+        tag, sender, (iteration, value) = mailbox.take_next(arrivals[0].key, stopped)
         inputs[arrivals[0].key] = ("one-to-one", arrivals[0].axis, [value])
         for wired in arrivals[1:]:  # the same replica's other values of that iteration
-            inputs[wired.key] = ("one-to-one", wired.axis, [mailbox.take(wired.key, tag, sender, stopped)])
+            inputs[wired.key] = ("one-to-one", wired.axis, [mailbox.take(wired.key, tag, sender, stopped)[1]])
+        # this run answers the sender's iteration: account it (and its metrics) there
+        items = tuple(replace(item, iteration=iteration) for item in items)
     for wired in task.inputs:
         if wired.arrival:
             continue
@@ -65,16 +68,16 @@ def _run_task(replica, task, mailbox, postman, counts, report, stopped, arrivals
         inputs[wired.key] = (wired.spatial, wired.axis, values)
     waited = time.perf_counter() - waited
     emit_keys = tuple(dict.fromkeys(e.key for e in task.emits))
-    outbox, task_report = replica.run(task.spec.items, inputs, emit_keys)
+    outbox, task_report = replica.run(items, inputs, emit_keys)
     sending = time.perf_counter()
     for emit in task.emits:
         if emit.reply and sender is not None:
             # the answer goes to the replica that asked, tagged with its message's task
             postman.send((emit.consumer_group, sender), emit.key, tag, replica.index, outbox[emit.key])
             continue
+        value = (task.iteration, outbox[emit.key]) if emit.arrival else outbox[emit.key]
         for target in receivers_for(emit.spatial, replica.index, counts[emit.consumer_group]):
-            postman.send((emit.consumer_group, target), emit.key, task.index, replica.index,
-                         outbox[emit.key])
+            postman.send((emit.consumer_group, target), emit.key, task.index, replica.index, value)
     task_report.wait_seconds = waited
     task_report.send_seconds = time.perf_counter() - sending
     report(task.index, task_report)

@@ -99,6 +99,8 @@ class TaskReport:
     #: time the task spent waiting for its inputs, and sending its outputs
     wait_seconds: float = 0.0
     send_seconds: float = 0.0
+    #: the iterations whose items this task ran
+    iterations: list[int] = field(default_factory=list)
 
     def to_message(self) -> dict:
         """Plain msgpack-able form (string keys only), for Dask events."""
@@ -108,6 +110,7 @@ class TaskReport:
             "env_steps": {str(k): v for k, v in self.env_steps.items()},
             "compute_seconds": self.compute_seconds,
             "wait_seconds": self.wait_seconds, "send_seconds": self.send_seconds,
+            "iterations": self.iterations,
         }
 
     @classmethod
@@ -118,6 +121,7 @@ class TaskReport:
             env_steps={int(k): v for k, v in msg["env_steps"].items()},
             compute_seconds=dict(msg["compute_seconds"]),
             wait_seconds=msg["wait_seconds"], send_seconds=msg["send_seconds"],
+            iterations=list(msg["iterations"]),
         )
 
 
@@ -208,7 +212,8 @@ class GroupReplica:
         route key) and a small report."""
         inbox = {key: gather(values, axis) if spatial == "gather" else values[0]
                  for key, (spatial, axis, values) in inputs.items()}
-        report = TaskReport(self.program.group, self.index, self.worker)
+        report = TaskReport(self.program.group, self.index, self.worker,
+                            iterations=sorted({i.iteration for i in items if i.iteration is not None}))
         ctx = ReplicaContext(ReplicaInfo(self.program.group, self.index, self.count, self.worker))
         if self.peers is not None and self.count > 1:
             ctx.reducer = self.peers.allreduce
