@@ -26,11 +26,14 @@ from workbench.fdg.policy import Policy, as_policy_spec, needs_cluster, resolve_
 from workbench.runtime.driver import InlineBackend, IterationRecord, drive
 from workbench.runtime.replica import group_program
 from workbench.runtime.run import Run
+from workbench.runtime.state import RunState
 
 __all__ = ["FDG"]
 
 DEFAULT_ITERATIONS = 100
 DEFAULT_STEPS = 128
+#: iterations each candidate policy runs under policy="auto" (the first is not timed)
+AUTO_TRIAL_ITERATIONS = 4
 
 
 class FDG(graph.FDG):
@@ -72,24 +75,50 @@ class FDG(graph.FDG):
         namespace: Mapping[str, Any] | None = None,
         target_return: float | None = None,
         progress: bool = True,
+        resume: RunState | None = None,
+        keep_state: bool = False,
     ) -> Run:
         """Train: ``iterations`` iterations of ``steps`` steps each under ``policy``.
 
-        ``policy`` is ``"inline"`` (the calling process, no Dask), ``"coarse"``
-        (SingleLearnerCoarse on the cluster), a preset object or a :class:`Policy`.
-        ``cluster`` is a ``distributed.Client``, a scheduler address, or None (the
-        notebook's client, else an embedded local cluster). With ``target_return``, the
-        run stops once the mean of the last 20 episode returns reaches it.
+        ``policy`` is a preset name (``"inline"`` — the calling process, no Dask —,
+        ``"coarse"``, ``"fine"``, ``"multilearner"``, ``"gpuonly"``, ``"async"``), ``"auto"``
+        (try the presets on this cluster, keep the fastest), a ``FILE.json``, a preset
+        object or a :class:`Policy`. ``cluster`` is a ``distributed.Client``, a scheduler
+        address, or None (the notebook's client, else an embedded local cluster). With
+        ``target_return``, the run stops once the mean of the last 20 episode returns
+        reaches it. ``resume`` continues from another run's ``state`` (any policy);
+        ``keep_state`` keeps this run's final state in ``run.state``.
         Returns a :class:`~workbench.runtime.run.Run`; the FDG is never modified.
         """
         _check_positive("iterations", iterations)
         _check_positive("steps", steps)
         ns = namespace if namespace is not None else (self.namespace or {})
         self.validate(ns)
+        policy = as_policy_spec(policy)  # a bad policy name or file fails before anything starts
         if not self._running.acquire(blocking=False):
             raise RunConfigError("this FDG is already running; stop it first (%fdg stop or fdg.stop()).")
         try:
-            return self._run(iterations, steps, policy, cluster, ns, target_return, progress)
+            self._stop.clear()
+            label = policy if isinstance(policy, str) else getattr(policy, "name", "custom")
+            run = Run(label, iterations, steps, target_return=target_return)
+            self.last_run = run
+            bar = _progress_bar(iterations, label) if progress else None
+            try:
+                if policy == "auto":
+                    self._run_auto(run, iterations, steps, cluster, ns, bar, resume)
+                else:
+                    self._run(run, iterations, steps, policy, cluster, ns, bar, resume, keep_state)
+                run.status = "stopped" if self._stop.is_set() else ("solved" if run.solved_at else "finished")
+            except KeyboardInterrupt:
+                run.status = "interrupted"
+                raise
+            except BaseException as exc:
+                run.status, run.error = "failed", exc
+                raise
+            finally:
+                if bar is not None:
+                    bar.close()
+            return run
         finally:
             self._running.release()
 
@@ -97,7 +126,9 @@ class FDG(graph.FDG):
         """Ask a running ``run`` (e.g. in another thread) to stop after the current iteration."""
         self._stop.set()
 
-    def _run(self, iterations, steps, policy, cluster, ns, target_return, progress) -> Run:
+    def _run(self, run: Run, iterations: int, steps: int, policy, cluster, ns, bar,
+             resume: RunState | None, keep_state: bool, *, stop_after=None) -> None:
+        """One placement's stretch of a run: ``iterations`` iterations, recorded into ``run``."""
         inventory, handle = None, None
         policy = as_policy_spec(policy)  # an unknown name fails before any cluster starts
         if needs_cluster(policy):
@@ -115,40 +146,104 @@ class FDG(graph.FDG):
             from workbench.cluster.backend import DaskBackend
 
             backend = DaskBackend(handle.client, inventory)
-        run = Run(resolved.name, iterations, steps, target_return=target_return, plan_text=plan.explain())
-        self.last_run = run
-        self._stop.clear()
-        bar = _progress_bar(iterations, resolved.name) if progress else None
+        if not run.policy_name.startswith("auto"):
+            run.policy_name = resolved.name
+        run.plan_text = plan.explain()
+        start = resume.iteration if resume is not None else 0
+        completed = 0
 
         def on_iteration(rec: IterationRecord) -> bool:
+            nonlocal completed
+            completed += 1
             run.record(rec)
             if bar is not None:
                 bar.update(1)
                 bar.set_postfix_str(_postfix(run), refresh=False)
-            return run.is_solved() or self._stop.is_set()
+            return (run.is_solved() or self._stop.is_set()
+                    or (stop_after is not None and stop_after(completed)))
 
         try:
-            run.started = time.perf_counter()  # the clock includes deploying the replicas
-            backend.deploy(plan, programs, notebook)
-            drive(plan, backend, iterations, on_iteration)
-            run.status = "stopped" if self._stop.is_set() else ("solved" if run.solved_at else "finished")
-        except KeyboardInterrupt:
-            run.status = "interrupted"
-            raise
-        except BaseException as exc:
-            run.status, run.error = "failed", exc
-            raise
+            if not run.rows:
+                run.started = time.perf_counter()  # the clock includes deploying the replicas
+            backend.deploy(plan, programs, notebook, _states_for(plan, resume))
+            drive(plan, backend, iterations, on_iteration, start=start)
+            if keep_state:
+                run.state = _collect_state(plan, backend.export(), start + completed)
         finally:
             backend.teardown()
-            if bar is not None:
-                bar.close()
-        return run
+
+    def _run_auto(self, run: Run, iterations: int, steps: int, cluster, ns, bar, resume) -> None:
+        """Try each applicable preset for a few iterations on the real cluster, continuing
+        one learning state through all of them; then train on with the fastest."""
+        from workbench.cluster.connect import connect, inventory_of
+        from workbench.fdg.policy import auto_candidates
+
+        inventory = inventory_of(connect(cluster).client)
+        candidates = auto_candidates(self, inventory)
+        trial = max(2, min(AUTO_TRIAL_ITERATIONS, (iterations - 1) // max(1, len(candidates))))
+        state, table = resume, []
+        for name, preset in candidates:
+            if run.completed_iterations + trial >= iterations or run.is_solved() or self._stop.is_set():
+                break
+            first = len(run.rows)
+            self._run(run, trial, steps, preset, cluster, ns, bar, state, True)
+            state = run.state
+            table.append({"policy": name, "env-steps/s": _steady_rate(run.rows[first:])})
+        run.auto_table = table
+        if not table:
+            raise RunConfigError(f"--iterations {iterations} is too few for policy auto: it needs "
+                                 f"more than {trial} per candidate policy.")
+        best = max(table, key=lambda row: row["env-steps/s"])
+        run.policy_name = f"auto → {best['policy']}"
+        print(_auto_summary(table, best["policy"]))
+        left = iterations - run.completed_iterations
+        if left > 0 and not run.is_solved() and not self._stop.is_set():
+            self._run(run, left, steps, dict(candidates)[best["policy"]], cluster, ns, bar, state, False)
 
     # -- display -----------------------------------------------------------------------
     def _repr_html_(self) -> str:
         from workbench.fdg.render import render_html
 
         return render_html(self)
+
+
+def _states_for(plan: Plan, resume: RunState | None) -> dict[tuple[str, int], dict] | None:
+    """Lay a resumed state out over this plan's replicas: (group, index) → fragment states."""
+    if resume is None:
+        return None
+    counts = {f: g.replicas for g in plan.policy.groups for f in g.fragments}
+    layout = resume.layout(counts)
+    out: dict[tuple[str, int], dict] = {}
+    for group in plan.policy.groups:
+        for index in range(group.replicas):
+            out[(group.name, index)] = {f: layout[f][index] for f in group.fragments
+                                        if layout[f][index] is not None}
+    return out
+
+
+def _collect_state(plan: Plan, exported: dict, iteration: int) -> RunState:
+    fragments: dict[str, list] = {}
+    for group in plan.policy.groups:
+        for frag in group.fragments:
+            fragments[frag] = [exported[(group.name, i)][frag] for i in range(group.replicas)]
+    stepping = frozenset(n for n, f in plan.fdg.fragments.items() if "step" in f.cells)
+    return RunState(iteration, fragments, stepping)
+
+
+def _steady_rate(rows: list[dict]) -> float:
+    """env-steps/s over a stretch of iterations, leaving out the first (deploy, warm-up)."""
+    if len(rows) < 2:
+        return 0.0
+    steps = rows[-1]["env_steps"] - rows[0]["env_steps"]
+    seconds = rows[-1]["time_s"] - rows[0]["time_s"]
+    return steps / seconds if seconds > 0 else 0.0
+
+
+def _auto_summary(table: list[dict], best: str) -> str:
+    lines = ["policy auto measured (env-steps/s, first iteration of each left out):"]
+    lines += [f"  {row['policy']:<22} {row['env-steps/s']:>12,.0f}" + ("   ← continuing with this" if row["policy"] == best else "")
+              for row in table]
+    return "\n".join(lines)
 
 
 def _check_positive(name: str, value) -> None:

@@ -98,3 +98,38 @@ def test_async_learner_applies_each_replicas_value_as_it_arrives(client):
 def test_async_plan_says_as_it_arrives(client):
     plan = _async_fdg().plan(wb.Async(actors=2), cluster=client)
     assert plan.policy.asynchronous and "as it arrives" in plan.explain()
+
+
+def test_resume_under_another_policy_continues_exactly(client):
+    whole = toy_fdg().run(iterations=6, steps=2, progress=False)
+    first = toy_fdg().run(iterations=3, steps=2, progress=False, keep_state=True)
+    assert first.state.iteration == 3
+    second = toy_fdg().run(iterations=3, steps=2, policy=wb.SingleLearnerCoarse(actors=1), cluster=client,
+                           resume=first.state, progress=False)
+    assert second.metrics.index.tolist() == [3, 4, 5]
+    totals = first.metrics["learner/total"].tolist() + second.metrics["learner/total"].tolist()
+    assert totals == whole.metrics["learner/total"].tolist()
+
+
+def test_resume_with_more_replicas_keeps_the_learner_and_restarts_envs(client):
+    first = toy_fdg().run(iterations=2, steps=2, progress=False, keep_state=True)
+    second = toy_fdg().run(iterations=1, steps=2, policy="coarse", cluster=client, resume=first.state,
+                           progress=False)
+    # the learner's running total carries on; two fresh env replicas feed it
+    gain = 0.25  # scale halved twice
+    fresh = BOTH * gain + (BOTH + 1) * gain
+    assert second.rows[0]["learner/total"] == pytest.approx(first.rows[-1]["learner/total"] + fresh.sum())
+
+
+def test_auto_tries_presets_and_keeps_learning(client, capsys):
+    fdg = toy_fdg()
+    run = fdg.run(iterations=16, steps=2, policy="auto", cluster=client, progress=False)
+    tried = [row["policy"] for row in run.auto_table]
+    assert set(tried) == {"SingleLearnerCoarse", "SingleLearnerFine", "MultiLearner", "GPUOnly"}
+    assert run.policy_name.startswith("auto → ") and run.completed_iterations == 16
+    totals = run.metrics["learner/total"].tolist()
+    # never restarted from scratch (a restart would log the first iteration's total again);
+    # the toy's MultiLearner learners diverge (no allreduce), so totals may dip at a switch
+    assert min(totals[1:]) > totals[0]
+    assert "continuing with this" in capsys.readouterr().out
+    assert _replicas_left(client) == 0

@@ -64,9 +64,9 @@ def _plugin() -> WorkbenchPlugin:
 
 
 def _deploy(run_id: str, authkey: bytes, program: GroupProgram, index: int, count: int,
-            notebook: dict, device: str) -> tuple[str, int]:
+            notebook: dict, device: str, state: dict | None) -> tuple[str, int]:
     worker = get_worker()
-    replica = GroupReplica(program, index, count, str(worker.name), notebook, device)
+    replica = GroupReplica(program, index, count, str(worker.name), notebook, device, state)
     deployed = _Deployed(replica, authkey, worker.ip)
     _plugin().deployed[(run_id, program.group, index)] = deployed
     return deployed.server.address
@@ -95,6 +95,10 @@ def _loop_task(run_id: str, authkey: bytes, group: str, index: int, plan: Plan, 
         raise
     finally:
         postman.close()
+
+
+def _export(run_id: str, group: str, index: int) -> dict:
+    return _plugin().deployed[(run_id, group, index)].replica.export_state()
 
 
 def _set_stopping(run_id: str, dask_worker=None) -> None:
@@ -134,7 +138,8 @@ class DaskBackend:
         if not all(client.run(_has_plugin).values()):
             client.register_plugin(WorkbenchPlugin(), name=PLUGIN_NAME)
 
-    def deploy(self, plan: Plan, programs: dict[str, GroupProgram], notebook: dict[str, Any]) -> None:
+    def deploy(self, plan: Plan, programs: dict[str, GroupProgram], notebook: dict[str, Any],
+               states: dict[tuple[str, int], dict] | None = None) -> None:
         futures = {}
         for name, group in plan.groups.items():
             for index, worker_name in enumerate(group.workers):
@@ -147,7 +152,8 @@ class DaskBackend:
                 self._workers[(name, index)] = worker.address
                 futures[(name, index)] = self.client.submit(
                     _deploy, self.run_id, self._authkey, programs[name], index, group.replicas,
-                    notebook, group.device, key=f"{name}-deploy-{uuid.uuid4().hex}",
+                    notebook, group.device, (states or {}).get((name, index)),
+                    key=f"{name}-deploy-{uuid.uuid4().hex}",
                     workers=[worker.address], allow_other_workers=False, pure=False,
                 )
         for key, future in futures.items():
@@ -174,6 +180,23 @@ class DaskBackend:
             future.add_done_callback(lambda f, key=key: on_done(f, key))
             self._loops.append(future)
 
+    def export(self) -> dict[tuple[str, int], dict[str, dict[str, Any]]]:
+        self._join_loops()
+        futures = {
+            key: self.client.submit(_export, self.run_id, key[0], key[1], workers=[address],
+                                    allow_other_workers=False, pure=False,
+                                    key=f"{key[0]}-export-{uuid.uuid4().hex}")
+            for key, address in self._workers.items()
+        }
+        return {key: future.result() for key, future in futures.items()}
+
+    def _join_loops(self) -> None:
+        for future in self._loops:
+            try:
+                future.result(timeout=30)
+            except Exception:  # its error already reached the driver
+                pass
+
     def stop(self) -> None:
         if not self._stopped.is_set():
             self._stopped.set()
@@ -184,11 +207,7 @@ class DaskBackend:
 
     def teardown(self) -> None:
         self.stop()
-        for future in self._loops:
-            try:
-                future.result(timeout=30)
-            except Exception:  # its error already reached the driver
-                pass
+        self._join_loops()
         self._loops.clear()
         try:
             self.client.unsubscribe_topic(self._topic)

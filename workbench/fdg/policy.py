@@ -25,7 +25,7 @@ from workbench.fdg.graph import FDG
 from workbench.fdg.inventory import Inventory, WorkerInfo
 
 __all__ = ["Group", "Policy", "Inline", "SingleLearnerCoarse", "SingleLearnerFine", "MultiLearner",
-           "GPUOnly", "Async", "resolve_policy", "as_policy_spec",
+           "GPUOnly", "Async", "auto_candidates", "resolve_policy", "as_policy_spec",
            "needs_cluster", "PRESETS"]
 
 #: Where an unplaced replica runs: the calling process (no Dask).
@@ -297,6 +297,20 @@ class GPUOnly:
         return Policy(self.name, (Group(_ordered(fdg), 1, (home.name,), "gpu" if home.gpus else "cpu"),))
 
 
+def auto_candidates(fdg: FDG, inventory: Inventory) -> list[tuple[str, object]]:
+    """The presets ``policy="auto"`` tries: every synchronous preset that can place this
+    FDG on this cluster (Async changes the algorithm's semantics, so it is never chosen
+    for you)."""
+    out = []
+    for preset in (SingleLearnerCoarse(), SingleLearnerFine(), MultiLearner(), GPUOnly()):
+        try:
+            preset.place(fdg, inventory)
+        except PlacementError:
+            continue
+        out.append((preset.name, preset))
+    return out
+
+
 def _ordered(fdg: FDG) -> tuple[str, ...]:
     """Every fragment, step fragments first in step order (a readable group name)."""
     stepping = fdg.schedule().step_order
@@ -320,8 +334,8 @@ PRESETS = {
 
 def as_policy_spec(spec):
     """A preset object or :class:`Policy` from a name, a ``.json`` file path, a preset
-    object or a Policy."""
-    if not isinstance(spec, str):
+    object or a Policy (``"auto"`` stays a name: the runner handles it)."""
+    if not isinstance(spec, str) or spec == "auto":
         return spec
     if spec.endswith(".json"):
         from pathlib import Path
@@ -340,6 +354,8 @@ def as_policy_spec(spec):
 
 def needs_cluster(spec) -> bool:
     """Whether a policy spec (see :func:`as_policy_spec`) places anything on Dask workers."""
+    if spec == "auto":
+        return True
     spec = as_policy_spec(spec)
     if isinstance(spec, Policy):
         return not spec.in_process

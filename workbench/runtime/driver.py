@@ -44,7 +44,12 @@ class Events:
 class Backend(Protocol):
     """Where replicas live and their loops run."""
 
-    def deploy(self, plan: Plan, programs: dict[str, GroupProgram], notebook: dict[str, Any]) -> None: ...
+    def deploy(self, plan: Plan, programs: dict[str, GroupProgram], notebook: dict[str, Any],
+               states: dict[tuple[str, int], dict] | None = None) -> None:
+        """Create every replica (``states``: (group, index) → fragment states to resume)."""
+
+    def export(self) -> dict[tuple[str, int], dict[str, dict[str, Any]]]:
+        """Every replica's fragment states, once the loops have stopped."""
 
     def start(self, plan: Plan, stream: "StreamSpec", events: Events) -> None:
         """Start every replica's loop over ``stream``; loops report through ``events``."""
@@ -101,11 +106,18 @@ class InlineBackend:
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
 
-    def deploy(self, plan: Plan, programs: dict[str, GroupProgram], notebook: dict[str, Any]) -> None:
+    def deploy(self, plan: Plan, programs: dict[str, GroupProgram], notebook: dict[str, Any],
+               states: dict[tuple[str, int], dict] | None = None) -> None:
         for name, group in plan.groups.items():
             for index in range(group.replicas):
                 self.replicas[(name, index)] = GroupReplica(
-                    programs[name], index, group.replicas, "local", notebook, group.device)
+                    programs[name], index, group.replicas, "local", notebook, group.device,
+                    (states or {}).get((name, index)))
+
+    def export(self) -> dict[tuple[str, int], dict[str, dict[str, Any]]]:
+        for thread in self._threads:
+            thread.join()
+        return {key: replica.export_state() for key, replica in self.replicas.items()}
 
     def start(self, plan: Plan, stream: StreamSpec, events: Events) -> None:
         self._torch_threads = _limit_torch_threads(1)

@@ -84,6 +84,8 @@ class GroupProgram:
     counted: str | None = None
     #: keys this group takes as they arrive (an asynchronous policy)
     arrival_keys: tuple[str, ...] = ()
+    #: per fragment, the names that are its state (what it binds), for export/restore
+    state_names: dict[str, tuple[str, ...]] = field(default_factory=dict)
 
 
 @dataclass
@@ -149,7 +151,9 @@ def group_program(plan: Plan, group: str, steps: int) -> GroupProgram:
     order = plan.schedule.step_order
     counted = order[-1] if order and order[-1] in members else None
     arrival_keys = tuple(dict.fromkeys(r.key for r in plan.routes_into(group) if r.arrival))
-    return GroupProgram(group, code, bindings, recorded, emits, steps, step_sends, counted, arrival_keys)
+    state_names = {name: tuple(n for n in plan.fdg[name].writes if n != "replica") for name in members}
+    return GroupProgram(group, code, bindings, recorded, emits, steps, step_sends, counted,
+                        arrival_keys, state_names)
 
 
 def _bindings_for(plan: Plan, group: str, fragment: str, rate: str) -> tuple[Binding, ...]:
@@ -179,7 +183,8 @@ class GroupReplica:
     """The live state of one replica of a group, and the loop that runs its items."""
 
     def __init__(self, program: GroupProgram, index: int, count: int, worker: str,
-                 notebook: dict[str, Any], device: str = "cpu") -> None:
+                 notebook: dict[str, Any], device: str = "cpu",
+                 state: dict[str, dict[str, Any]] | None = None) -> None:
         self.program = program
         self.index, self.count, self.worker = index, count, worker
         fragments = dict.fromkeys(f for f, _ in program.code)
@@ -188,6 +193,10 @@ class GroupReplica:
             ns = dict(notebook)
             ns["replica"] = ReplicaInfo(frag, index, count, worker, device)
             self.namespaces[frag] = ns
+        #: fragments resumed from an exported state: their init cells do not run again
+        self.restored = set(state or ())
+        for frag, values in (state or {}).items():
+            self.namespaces[frag].update(values)
         self.buffers: dict[str, dict[str, list]] = {f: {} for f in fragments}
         self.compiled = {key: self._compile(key, src) for key, src in program.code.items()}
         self.ran: set[tuple[str, str]] = set()
@@ -269,6 +278,10 @@ class GroupReplica:
         if key not in self.compiled:
             return
         ns = self.namespaces[frag]
+        if rate == "init" and frag in self.restored:
+            # resumed: the state is here already; hand on its first values as init would
+            self._send_step_values(frag, ns, [s for s in self._sends[frag] if s.at_init], iteration)
+            return
         self._bind(frag, rate, ns, self.program.bindings[key], inbox, iteration)
         start = time.perf_counter()
         try:
@@ -281,6 +294,13 @@ class GroupReplica:
         self.ran.add(key)
         if rate == "init":  # first values of per-step channels (the loop carries them)
             self._send_step_values(frag, ns, [s for s in self._sends[frag] if s.at_init], iteration)
+
+    def export_state(self) -> dict[str, dict[str, Any]]:
+        """Each fragment's own state (the names it binds), to resume elsewhere."""
+        return {
+            frag: {n: ns[n] for n in self.program.state_names.get(frag, ()) if n in ns}
+            for frag, ns in self.namespaces.items()
+        }
 
     def _send_step_values(self, frag: str, ns: dict, sends, iteration) -> None:
         sent_keys = set()

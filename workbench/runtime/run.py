@@ -38,6 +38,10 @@ class Run:
     episode_returns: list[float] = field(default_factory=list)
     env_steps: int = 0
     solved_at: dict[str, float] | None = None
+    #: the final fragment states, when the run was asked to keep them (resume from it)
+    state: Any = None
+    #: policy="auto": what each candidate policy measured
+    auto_table: list[dict] | None = None
 
     # -- recording ---------------------------------------------------------------------
     def record(self, rec: IterationRecord) -> None:
