@@ -9,11 +9,13 @@ task reports, as Dask events. A stop flag on each worker ends the loops.
 """
 from __future__ import annotations
 
+import pickle
 import secrets
 import threading
 import uuid
 from typing import Any
 
+import cloudpickle
 from distributed import Client, Future, WorkerPlugin, get_worker, secede
 
 from workbench.fdg.errors import PlacementError
@@ -64,9 +66,10 @@ def _plugin() -> WorkbenchPlugin:
 
 
 def _deploy(run_id: str, authkey: bytes, program: GroupProgram, index: int, count: int,
-            notebook: dict, device: str, state: dict | None) -> tuple[str, int]:
+            notebook: dict, device: str, state: bytes | None) -> tuple[str, int]:
     worker = get_worker()
-    replica = GroupReplica(program, index, count, str(worker.name), notebook, device, state)
+    restored = pickle.loads(state) if state is not None else None
+    replica = GroupReplica(program, index, count, str(worker.name), notebook, device, restored)
     deployed = _Deployed(replica, authkey, worker.ip)
     _plugin().deployed[(run_id, program.group, index)] = deployed
     return deployed.server.address
@@ -97,8 +100,10 @@ def _loop_task(run_id: str, authkey: bytes, group: str, index: int, plan: Plan, 
         postman.close()
 
 
-def _export(run_id: str, group: str, index: int) -> dict:
-    return _plugin().deployed[(run_id, group, index)].replica.export_state()
+def _export(run_id: str, group: str, index: int) -> bytes:
+    # One pickle for the whole replica: Dask would serialise a dict's values one by one,
+    # and an optimizer would come back pointing at copies of its model's parameters.
+    return cloudpickle.dumps(_plugin().deployed[(run_id, group, index)].replica.export_state(), protocol=5)
 
 
 def _set_stopping(run_id: str, dask_worker=None) -> None:
@@ -116,6 +121,10 @@ def _drop_run(run_id: str, dask_worker=None) -> int:
         plugin.deployed.pop(key).close()
     plugin.stopping.discard(run_id)
     return len(mine)
+
+
+def _pickled(state: dict | None) -> bytes | None:
+    return None if state is None else cloudpickle.dumps(state, protocol=5)
 
 
 def _has_plugin(dask_worker=None) -> bool:
@@ -152,7 +161,7 @@ class DaskBackend:
                 self._workers[(name, index)] = worker.address
                 futures[(name, index)] = self.client.submit(
                     _deploy, self.run_id, self._authkey, programs[name], index, group.replicas,
-                    notebook, group.device, (states or {}).get((name, index)),
+                    notebook, group.device, _pickled((states or {}).get((name, index))),
                     key=f"{name}-deploy-{uuid.uuid4().hex}",
                     workers=[worker.address], allow_other_workers=False, pure=False,
                 )
@@ -188,7 +197,7 @@ class DaskBackend:
                                     key=f"{key[0]}-export-{uuid.uuid4().hex}")
             for key, address in self._workers.items()
         }
-        return {key: future.result() for key, future in futures.items()}
+        return {key: pickle.loads(future.result()) for key, future in futures.items()}
 
     def _join_loops(self) -> None:
         for future in self._loops:

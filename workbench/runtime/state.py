@@ -21,7 +21,7 @@ Example:
 """
 from __future__ import annotations
 
-import pickle
+import cloudpickle
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -55,4 +55,4 @@ class RunState:
 
 
 def _copy(value: Any) -> Any:
-    return pickle.loads(pickle.dumps(value))
+    return cloudpickle.loads(cloudpickle.dumps(value))

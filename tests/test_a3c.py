@@ -1,0 +1,118 @@
+"""A3C: the notebook is the library algorithm, its gradient and update do what they say, and it
+learns CartPole-v1 under the inline policy (synchronous A2C)."""
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import nbformat
+import numpy as np
+import pytest
+import torch
+
+from workbench.algorithms import a3c
+from workbench.algorithms.a3c import (FRAGMENT_CELLS, A3CConfig, ActorCritic, a3c_gradients,
+                                      apply_gradients, build_fdg)
+from workbench.algorithms.ppo import ActorCritic as PPOActorCritic
+from workbench.notebook import load_notebook
+
+ROOT = Path(__file__).resolve().parents[1]
+NOTEBOOK = ROOT / "notebooks" / "a3c.ipynb"
+
+
+def _namespace(**overrides) -> dict:
+    """The module's names with a modified ``cfg``."""
+    return {**vars(a3c), "cfg": dataclasses.replace(A3CConfig(), **overrides)}
+
+
+def test_notebook_cells_are_the_library_algorithm_byte_for_byte():
+    nb = nbformat.read(NOTEBOOK, as_version=4)
+    fragment_cells = [c.source for c in nb.cells if c.source.startswith("%%fragment")]
+    assert fragment_cells == [f"{line}\n{body}" for line, body in FRAGMENT_CELLS]
+    notebook_fdg, options = load_notebook(NOTEBOOK)
+    assert notebook_fdg == build_fdg()
+    cfg = notebook_fdg.namespace["cfg"]
+    assert options["iterations"] == cfg.iterations and options["steps"] == cfg.num_steps
+    assert options["target_return"] == 475.0
+
+
+def test_the_dataflow_is_gradients_in_weights_back():
+    fdg = build_fdg()
+    assert sorted(fdg.fragments) == ["actor", "env", "learner"]
+    edges = {(e.name, e.producer, e.consumer) for e in fdg.interfaces}
+    assert ("grads", "actor", "learner") in edges
+    assert ("weights", "learner", "actor") in edges
+    # no rollout crosses to the learner: only gradients do
+    assert not any(e.consumer == "learner" and e.name != "grads" for e in fdg.interfaces)
+
+
+def test_reuses_the_ppo_network_and_config_is_async_friendly():
+    assert ActorCritic is PPOActorCritic
+    cfg = A3CConfig()
+    assert cfg.num_envs % 4 == 0 and cfg.target_return == 475
+
+
+def _rollout(T=5, N=4, seed=0):
+    rng = np.random.default_rng(seed)
+    state = rng.normal(size=(T, N, 4)).astype(np.float32)
+    action = rng.integers(0, 2, size=(T, N))
+    reward = np.ones((T, N), dtype=np.float32)
+    starts = np.zeros((T, N), dtype=bool)
+    starts[2, 1] = True
+    return state, action, reward, starts, rng.normal(size=(N, 4)).astype(np.float32), np.zeros(N, bool)
+
+
+def test_gradient_is_flat_float32_and_matches_autograd_on_the_same_loss():
+    torch.manual_seed(0)
+    cfg = A3CConfig(ent_coef=0.01)
+    policy = ActorCritic(4, 2, cfg.hidden)
+    state, action, reward, starts, last_obs, last_done = _rollout()
+    before = [p.detach().clone() for p in policy.parameters()]
+    flat = a3c_gradients(policy, cfg, state, action, reward, starts, last_obs, last_done)
+    n_params = sum(p.numel() for p in policy.parameters())
+    assert flat.dtype == np.float32 and flat.shape == (n_params,)
+    assert all(p.grad is None for p in policy.parameters())      # the actor's network is untouched
+    assert all(torch.equal(a, b) for a, b in zip(before, policy.parameters()))
+    assert np.isfinite(flat).all() and np.abs(flat).sum() > 0
+    # deterministic in the rollout and the parameters
+    again = a3c_gradients(policy, cfg, state, action, reward, starts, last_obs, last_done)
+    np.testing.assert_array_equal(flat, again)
+
+
+def test_apply_gradients_steps_the_learner_toward_lower_loss_and_clips():
+    torch.manual_seed(0)
+    cfg = A3CConfig(max_grad_norm=0.5)
+    model = ActorCritic(4, 2, cfg.hidden)
+    policy = ActorCritic(4, 2, cfg.hidden)
+    policy.load_state_dict(model.state_dict())
+    optimizer = torch.optim.SGD(model.parameters(), lr=1.0)
+    flat = np.arange(sum(p.numel() for p in model.parameters()), dtype=np.float32)
+    before = torch.cat([p.detach().reshape(-1) for p in model.parameters()])
+    norm = apply_gradients(model, optimizer, flat, cfg)
+    after = torch.cat([p.detach().reshape(-1) for p in model.parameters()])
+    assert abs(norm / np.linalg.norm(flat) - 1) < 1e-5               # the norm before clipping
+    step = before - after                                         # SGD, lr 1: the clipped gradient
+    assert abs(step.norm().item() - cfg.max_grad_norm) < 1e-4
+    np.testing.assert_allclose(step.numpy(), flat * (0.5 / np.linalg.norm(flat)), rtol=1e-3, atol=1e-7)
+    # the wrong size is a clear error
+    with pytest.raises(ValueError, match="networks differ"):
+        apply_gradients(model, optimizer, flat[:-1], cfg)
+
+
+def test_a_short_inline_run_learns_and_logs_losses():
+    fdg = build_fdg()
+    run = fdg.run(iterations=5, steps=8, progress=False)
+    assert run.completed_iterations == 5 and run.env_steps == 5 * 8 * A3CConfig().num_envs
+    metrics = run.metrics
+    for name in ("losses/policy_loss", "losses/value_loss", "losses/entropy", "losses/grad_norm"):
+        assert name in metrics and metrics[name].notna().all(), name
+    assert (metrics["losses/entropy"] > 0).all()
+
+
+def test_inline_a2c_solves_cartpole():
+    """The default config, seed 2: about 75k env steps and 1–2 s here."""
+    cfg = dataclasses.replace(A3CConfig(), seed=2)
+    run = build_fdg(_namespace(seed=2)).run(iterations=cfg.iterations, steps=cfg.num_steps,
+                                            target_return=cfg.target_return, progress=False)
+    assert run.solved_at is not None, run.summary()
+    assert run.mean_return() >= 475 and len(run.episode_returns) >= 20
