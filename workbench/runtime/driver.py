@@ -84,12 +84,15 @@ class IterationRecord:
     compute_seconds: dict[str, float] = field(default_factory=dict)
     #: "group[replica] wait" / "group[replica] send" → seconds
     comm_seconds: dict[str, float] = field(default_factory=dict)
+    #: bytes sent between processes by the tasks that finished this iteration
+    wire_bytes: int = 0
 
     def absorb(self, report: TaskReport, *, with_timing: bool) -> None:
         for name, values in report.metrics.get(self.iteration, {}).items():
             self.metrics.setdefault(name, []).extend(values)
         self.env_steps += report.env_steps.get(self.iteration, 0)
         if with_timing:
+            self.wire_bytes += report.sent_bytes
             for frag, seconds in report.compute_seconds.items():
                 self.compute_seconds[frag] = self.compute_seconds.get(frag, 0.0) + seconds
             for kind, seconds in (("wait", report.wait_seconds), ("send", report.send_seconds)):

@@ -52,6 +52,7 @@ def run_loop(
 def _run_task(replica, task, mailbox, postman, counts, report, stopped, arrivals) -> None:
     """Receive the task's inputs, run its items, send its outputs, report."""
     waited = time.perf_counter()
+    bytes_before = postman.bytes_sent
     inputs, sender, tag, items = {}, None, task.index, task.spec.items
     if arrivals:
         tag, sender, (iteration, value) = mailbox.take_next(arrivals[0].key, stopped)
@@ -80,4 +81,5 @@ def _run_task(replica, task, mailbox, postman, counts, report, stopped, arrivals
             postman.send((emit.consumer_group, target), emit.key, task.index, replica.index, value)
     task_report.wait_seconds = waited
     task_report.send_seconds = time.perf_counter() - sending
+    task_report.sent_bytes = postman.bytes_sent - bytes_before
     report(task.index, task_report)

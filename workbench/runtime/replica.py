@@ -103,6 +103,8 @@ class TaskReport:
     send_seconds: float = 0.0
     #: the iterations whose items this task ran
     iterations: list[int] = field(default_factory=list)
+    #: bytes this task sent to other processes (in-process hand-offs cost none)
+    sent_bytes: int = 0
 
     def to_message(self) -> dict:
         """Plain msgpack-able form (string keys only), for Dask events."""
@@ -112,7 +114,7 @@ class TaskReport:
             "env_steps": {str(k): v for k, v in self.env_steps.items()},
             "compute_seconds": self.compute_seconds,
             "wait_seconds": self.wait_seconds, "send_seconds": self.send_seconds,
-            "iterations": self.iterations,
+            "iterations": self.iterations, "sent_bytes": self.sent_bytes,
         }
 
     @classmethod
@@ -123,7 +125,7 @@ class TaskReport:
             env_steps={int(k): v for k, v in msg["env_steps"].items()},
             compute_seconds=dict(msg["compute_seconds"]),
             wait_seconds=msg["wait_seconds"], send_seconds=msg["send_seconds"],
-            iterations=list(msg["iterations"]),
+            iterations=list(msg["iterations"]), sent_bytes=msg["sent_bytes"],
         )
 
 

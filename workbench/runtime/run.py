@@ -53,6 +53,7 @@ class Run:
             "time_s": elapsed,
             "env_steps": self.env_steps,
             "charts/SPS": self.env_steps / elapsed if elapsed > 0 else 0.0,
+            "wire/bytes": rec.wire_bytes,
         }
         for name, values in rec.metrics.items():
             if values:
