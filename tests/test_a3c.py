@@ -110,9 +110,10 @@ def test_a_short_inline_run_learns_and_logs_losses():
 
 
 def test_inline_a2c_solves_cartpole():
-    """The default config, seed 2: about 75k env steps and 1–2 s here."""
-    cfg = dataclasses.replace(A3CConfig(), seed=2)
-    run = build_fdg(_namespace(seed=2)).run(iterations=cfg.iterations, steps=cfg.num_steps,
-                                            target_return=cfg.target_return, progress=False)
+    """The default config (seed 1) as the notebook would run it inline: about 85k env steps
+    and 3 s here (seeds 2 and 3: 98k and 77k)."""
+    cfg = A3CConfig()
+    run = build_fdg(_namespace()).run(iterations=cfg.iterations, steps=cfg.num_steps,
+                                      target_return=cfg.target_return, progress=False)
     assert run.solved_at is not None, run.summary()
     assert run.mean_return() >= 475 and len(run.episode_returns) >= 20

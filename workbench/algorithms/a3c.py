@@ -61,8 +61,10 @@ class A3CConfig:
     ``num_envs / replicas × num_steps`` transitions"""
     iterations: int = 2000
     """the most iterations a run takes (it stops early once solved)"""
-    learning_rate: float = 1e-3
-    """Adam step size (constant: under Async the number of updates per iteration varies)"""
+    learning_rate: float = 2e-3
+    """Adam step size (constant: under Async the number of updates per iteration varies).
+    3e-3 is faster at 32 envs per gradient but collapsed once in 6 seeds at 16; 2e-3 solved
+    every seed tried at 8, 16 and 32 envs per gradient"""
     gamma: float = 0.99
     """discount"""
     gae_lambda: float = 1.0
@@ -70,8 +72,9 @@ class A3CConfig:
     the rollout's last step)"""
     normalize_advantages: bool = True
     """normalise advantages over each rollout (per gradient, so per replica under Async)"""
-    ent_coef: float = 0.0
-    """entropy bonus"""
+    ent_coef: float = 0.01
+    """entropy bonus (the paper's 0.01): guards small, stale-gradient updates against a
+    policy that collapses to one action"""
     vf_coef: float = 0.5
     """value-loss weight"""
     max_grad_norm: float = 0.5
