@@ -70,6 +70,19 @@ def test_cli_names_the_cell_of_a_broken_fragment(tmp_path, capsys):
     assert "syntax error at cell line 1" in err and "fragment 'actor'" in err
 
 
+def _nbval(path: Path, tmp_path: Path) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "pytest", "--nbval-lax", "-p", "no:cacheprovider", "-q", str(path),
+         "-o", "addopts=", "--rootdir", str(tmp_path)],
+        cwd=ROOT, capture_output=True, text=True, timeout=600,
+    )
+
+
+def test_policies_notebook_runs_every_policy(tmp_path):
+    result = _nbval(ROOT / "notebooks" / "policies.ipynb", tmp_path)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+
+
 def test_quickstart_executes_under_nbval_at_ci_size(tmp_path):
     """nbval runs every cell of the shipped notebook, with the iteration count cut to 2."""
     nb = json.loads(QUICKSTART.read_text())
@@ -79,9 +92,5 @@ def test_quickstart_executes_under_nbval_at_ci_size(tmp_path):
             cell["source"] = text.replace("--iterations {cfg.iterations}", "--iterations 2")
     copy = tmp_path / "quickstart_ci.ipynb"
     copy.write_text(json.dumps(nb))
-    result = subprocess.run(
-        [sys.executable, "-m", "pytest", "--nbval-lax", "-p", "no:cacheprovider", "-q", str(copy),
-         "-o", "addopts=", "--rootdir", str(tmp_path)],
-        cwd=ROOT, capture_output=True, text=True, timeout=300,
-    )
+    result = _nbval(copy, tmp_path)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
