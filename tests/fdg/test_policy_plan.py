@@ -16,6 +16,7 @@ from workbench.fdg.policy import (
     Inline,
     Policy,
     SingleLearnerCoarse,
+    SingleLearnerFine,
     as_policy_spec,
     needs_cluster,
     resolve_policy,
@@ -190,9 +191,9 @@ def test_check_unknown_worker(ppo_fdg):
     policy = Policy("p", (Group(ACTING, 2, ("w0", "w9")), Group(("learner",), 1, (IN_PROCESS,))))
     policy.check(ppo_fdg)  # no inventory: workers are not checked
     with pytest.raises(PlacementError, match=r"policy 'p' puts 'actor\+env' on worker 'w9', which is not in "
-                                             r"the cluster \(workers: w0, w1\)\."):
+                                             r"the cluster .*\(workers now: w0, w1\)\."):
         policy.check(ppo_fdg, make_inventory(2))
-    with pytest.raises(PlacementError, match=r"\(workers: none\)"):
+    with pytest.raises(PlacementError, match=r"\(workers now: none\)"):
         policy.check(ppo_fdg, make_inventory(0))
 
 
@@ -534,3 +535,24 @@ def test_senders_and_receivers_mirror_each_other(spatial, m, n):
     sends = {(p, c) for p in range(m) for c in receivers_for(spatial, p, n)}
     receives = {(p, c) for c in range(n) for p in senders_for(spatial, c, m)}
     assert sends == receives
+
+
+def test_gpu_placement_on_a_worker_without_gpu_is_refused(ppo_fdg):
+    policy = Policy("p", (Group(tuple(ppo_fdg.fragments), 1, ("w0",), "gpu"),))
+    with pytest.raises(PlacementError, match=r"on the GPU of worker 'w0', which has no GPU"):
+        policy.check(ppo_fdg, make_inventory(2))
+
+
+def test_a_worker_that_left_is_named(ppo_fdg):
+    policy = coarse(ppo_fdg, 3)
+    with pytest.raises(PlacementError, match=r"worker 'w2', which is not in the cluster — it may have left"):
+        policy.check(ppo_fdg, make_inventory(2))
+
+
+def test_fine_needs_a_per_step_boundary():
+    fdg = FDG()
+    fdg.add_fragment("env", "obs = 0", rate="init")
+    fdg.add_fragment("env", "obs = obs + 1", rate="step")
+    fdg.add_fragment("learner", "w = obs", rate="iteration")
+    with pytest.raises(PlacementError, match="no per-step interface between them"):
+        SingleLearnerFine().place(fdg, make_inventory(2))

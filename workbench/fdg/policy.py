@@ -110,10 +110,22 @@ class Policy:
         if inventory is not None:
             for group in self.groups:
                 for worker in group.workers:
-                    if worker != IN_PROCESS and inventory.find(worker) is None:
+                    if worker == IN_PROCESS:
+                        continue
+                    info = inventory.find(worker)
+                    if info is None:
                         raise PlacementError(
                             f"policy {self.name!r} puts {group.name!r} on worker {worker!r}, which "
-                            f"is not in the cluster (workers: {', '.join(inventory.names) or 'none'})."
+                            f"is not in the cluster — it may have left since the policy was made "
+                            f"(workers now: {', '.join(inventory.names) or 'none'}). Place the "
+                            "group on a worker that is there, or rebuild the policy from a preset."
+                        )
+                    if group.device == "gpu" and info.gpus == 0:
+                        gpus = ", ".join(w.name for w in inventory.gpu_workers()) or "none"
+                        raise PlacementError(
+                            f"policy {self.name!r} puts {group.name!r} on the GPU of worker "
+                            f"{worker!r}, which has no GPU (workers with GPUs: {gpus}). Use "
+                            "device 'cpu' or a worker with a GPU."
                         )
 
     def to_json(self) -> str:
@@ -260,6 +272,13 @@ class SingleLearnerFine:
                 + "; pass SingleLearnerFine(env_fragments=(…))."
             )
         rest = tuple(n for n in fdg.fragments if n not in envs)
+        if not any(e.timing == "per-step" and (e.producer in envs) != (e.consumer in envs)
+                   for e in fdg.interfaces):
+            raise PlacementError(
+                "SingleLearnerFine exchanges values every step between the environment fragments "
+                f"({', '.join(envs)}) and the rest, but this FDG has no per-step interface between "
+                "them; use SingleLearnerCoarse."
+            )
         others = tuple(w.name for w in inventory.workers if w.name != home.name) or (home.name,)
         count = self.envs or len(others)
         groups = [Group(rest, 1, (home.name,), "gpu" if home.gpus else "cpu")] if rest else []
