@@ -21,7 +21,7 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("notebook", help="path to a .ipynb with %%fragment cells")
     run.add_argument("--iterations", type=int, help="training iterations (default: the notebook's)")
     run.add_argument("--steps", type=int, help="steps per iteration, T (default: the notebook's)")
-    run.add_argument("--policy", help="inline | coarse (SingleLearnerCoarse) | FILE.json")
+    run.add_argument("--policy", help="inline | coarse | fine | multilearner | gpuonly | async | auto | FILE.json")
     run.add_argument("--scheduler", help="Dask scheduler address (default: an embedded local cluster)")
     run.add_argument("--target-return", type=float, dest="target_return",
                      help="stop once the mean of the last 20 episode returns reaches this")

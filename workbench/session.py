@@ -25,6 +25,7 @@ from workbench.fdg.plan import Plan, make_plan
 from workbench.fdg.policy import Policy, as_policy_spec, needs_cluster, resolve_policy
 from workbench.runtime.driver import InlineBackend, IterationRecord, drive
 from workbench.runtime.replica import group_program
+from workbench.runtime.arrays import nbytes
 from workbench.runtime.run import Run
 from workbench.runtime.state import RunState
 
@@ -54,15 +55,34 @@ class FDG(graph.FDG):
         return FDG(self.fragments.values(), self.namespace)
 
     # -- planning ----------------------------------------------------------------------
-    def plan(self, policy: str | Policy | Any = "inline", cluster=None) -> Plan:
-        """The plan ``run`` would execute: groups, their workers, and routes."""
-        self.validate()
+    def plan(self, policy: str | Policy | Any = "inline", cluster=None, *, steps: int | None = None) -> Plan:
+        """The plan ``run`` would execute: groups, their workers, and routes.
+
+        With ``steps``, one inline iteration of one step measures every value's size, so
+        ``plan.explain()`` shows the bytes each route moves per iteration of ``steps``.
+        """
+        self.validate(self.namespace or {})
         inventory = None
         if needs_cluster(policy):
             from workbench.cluster.connect import connect, inventory_of
 
             inventory = inventory_of(connect(cluster, quiet=True).client)
-        return make_plan(self, resolve_policy(policy, self, inventory))
+        plan = make_plan(self, resolve_policy(policy, self, inventory))
+        if steps is not None:
+            sizes = self.measure_sizes()
+            text = plan.explain(sizes, steps)
+            plan.explain = lambda *_a, **_k: text  # the measured view is the one to show
+        return plan
+
+    def measure_sizes(self) -> dict[str, int]:
+        """Bytes of every value a fragment writes, after one inline iteration of one step."""
+        probe = self.copy()
+        run = probe.run(iterations=1, steps=1, progress=False, keep_state=True)
+        sizes: dict[str, int] = {}
+        for replicas in run.state.fragments.values():
+            for name, value in replicas[0].items():
+                sizes[name] = max(sizes.get(name, 0), nbytes(value))
+        return sizes
 
     # -- running -----------------------------------------------------------------------
     def run(

@@ -556,3 +556,23 @@ def test_fine_needs_a_per_step_boundary():
     fdg.add_fragment("learner", "w = obs", rate="iteration")
     with pytest.raises(PlacementError, match="no per-step interface between them"):
         SingleLearnerFine().place(fdg, make_inventory(2))
+
+
+def test_bytes_per_iteration_for_each_preset_without_a_cluster(ppo_fdg):
+    """What crosses the wire each iteration, from value sizes (bytes for the whole batch)."""
+    from workbench.fdg.policy import GPUOnly, MultiLearner
+
+    sizes = {"state": 512, "action": 256, "logp": 128, "value": 128, "starts": 32, "reward": 128,
+             "obs": 512, "done": 32, "weights": 10_000}
+    inv, T = make_inventory(2), 32
+    stacked = T * (512 + 256 + 128 + 128 + 32 + 128 + 512 + 32)
+    coarse_plan = make_plan(ppo_fdg, coarse(ppo_fdg, 2))
+    assert sum(coarse_plan.traffic(sizes, T).values()) == stacked + 2 * 10_000  # weights to 2 actors
+    fine = make_plan(ppo_fdg, SingleLearnerFine().place(ppo_fdg, inv))
+    per_step = T * (256 + 512 + 32)  # action out, obs and done back, every step
+    assert sum(fine.traffic(sizes, T).values()) == per_step + T * (128 + 512 + 32)  # + env's stacked data
+    assert "weights" not in {r.interface.name for r in fine.routes}  # no weights on the wire
+    for preset in (MultiLearner(), GPUOnly()):
+        assert make_plan(ppo_fdg, preset.place(ppo_fdg, inv)).traffic(sizes, T) == {}
+    text = coarse_plan.explain(sizes, T)
+    assert "on the wire per iteration: at most" in text and "weights (every iteration) [broadcast, 20.0 KB" in text

@@ -133,3 +133,11 @@ def test_help_is_there(ip):
     magics = ip.magics_manager.magics
     assert "--every" in magics["cell"]["fragment"].__doc__
     assert "%fdg run" in magics["line"]["fdg"].__doc__
+
+
+def test_fdg_policy_shows_the_active_policy_and_its_plan(ip, capsys):
+    _cells(ip, *LOOP)
+    ip.run_line_magic("fdg", "run --iterations 1 --steps 2")
+    ip.run_line_magic("fdg", "policy")
+    out = capsys.readouterr().out
+    assert "active policy: inline" in out and "plan for policy 'inline'" in out

@@ -58,15 +58,23 @@ def embedded_cluster(n_workers: int = 2, threads_per_worker: int = 1, *, quiet: 
         # OS sooner; torch's many small allocations then page-fault constantly: we measured
         # the PPO learner 1.5× slower. RL replicas keep steady working sets, so use glibc's
         # default instead.
-        with dask.config.set({"distributed.nanny.pre-spawn-environ.MALLOC_TRIM_THRESHOLD_": None}):
-            cluster = LocalCluster(
-                n_workers=n_workers,
-                threads_per_worker=threads_per_worker,
-                processes=True,
-                host="127.0.0.1",
-                dashboard_address="127.0.0.1:8787",
-                silence_logs=logging.ERROR,
-            )
+        try:
+            with dask.config.set({"distributed.nanny.pre-spawn-environ.MALLOC_TRIM_THRESHOLD_": None}):
+                cluster = LocalCluster(
+                    n_workers=n_workers,
+                    threads_per_worker=threads_per_worker,
+                    processes=True,
+                    host="127.0.0.1",
+                    dashboard_address="127.0.0.1:8787",
+                    silence_logs=logging.ERROR,
+                )
+        except RuntimeError as exc:
+            raise RunConfigError(
+                f"the embedded Dask cluster could not start its workers ({exc}). Worker "
+                "processes re-import the main script: in a script, start runs under "
+                "`if __name__ == \"__main__\":`; from stdin or `python -c`, use the inline "
+                "policy or pass cluster=ADDRESS of a running scheduler."
+            ) from None
         client = Client(cluster, set_as_default=False)
         client.run(_warm_up)
         _embedded = ClusterHandle(client, owned=True, cluster=cluster)

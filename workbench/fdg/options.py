@@ -53,7 +53,8 @@ def _run_parser() -> _Parser:
     p = _Parser(prog="%fdg run", error_type=RunConfigError)
     p.add_argument("--iterations", type=int, help="training iterations (default 100)")
     p.add_argument("--steps", type=int, help="environment steps per iteration, T (default 128)")
-    p.add_argument("--policy", help="inline | coarse (SingleLearnerCoarse) | FILE.json")
+    p.add_argument("--policy", help="inline | coarse | fine | multilearner | gpuonly | async | auto "
+                                    "| FILE.json (a saved wb.Policy)")
     p.add_argument("--cluster", help="a Dask scheduler address; default: the notebook's "
                                      "client, else an embedded local cluster")
     p.add_argument("--target-return", type=float, dest="target_return",

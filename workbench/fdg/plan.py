@@ -169,8 +169,48 @@ class Plan:
         if pending_items:
             yield TaskSpec(pending_group, tuple(pending_items))
 
-    def explain(self) -> str:
-        """What runs where, and what crosses process boundaries."""
+    def traffic(self, sizes: dict[str, int], steps: int) -> dict[str, int]:
+        """Bytes each crossing route moves per iteration, from ``sizes``: interface name →
+        bytes of one value as a single replica writes it for the whole batch (what a
+        one-iteration inline run measures).
+
+        Per-step and stacked values are batches that replicas split between them, so the
+        whole batch crosses once per step (per-step) or once per iteration, ``[T, …]``
+        (stacked). Per-iteration values (weights, gradients) are whole on every replica:
+        one copy per receiving replica (broadcast, one-to-one) or per sending replica
+        (gather, arrivals). Values written only at init cost nothing per iteration, and
+        all-reduce traffic, decided by the algorithm's code, is not counted here.
+
+        >>> from workbench.fdg.graph import FDG
+        >>> from workbench.fdg.policy import Group, Policy
+        >>> fdg = FDG()
+        >>> _ = fdg.add_fragment("env", "o = 0", rate="init")
+        >>> _ = fdg.add_fragment("actor", "a = o", rate="step")
+        >>> _ = fdg.add_fragment("env", "o = a", rate="step")
+        >>> plan = make_plan(fdg, Policy("p", (Group(("actor",), 1), Group(("env",), 2))))
+        >>> plan.traffic({"a": 800, "o": 400}, steps=10)
+        {'step:actor.a': 8000, 'step:env.o': 4000}
+        """
+        out: dict[str, int] = {}
+        for route in self.routes:
+            out[route.key] = out.get(route.key, 0) + self._route_bytes(route, sizes, steps)
+        return out
+
+    def _route_bytes(self, route: Route, sizes: dict[str, int], steps: int) -> int:
+        edge = route.interface
+        size = sizes.get(edge.name, 0)
+        if edge.timing in ("per-step", "stacked"):
+            return steps * size
+        if edge.timing == "once" or "iteration" not in edge.producer_rates:
+            return 0
+        if route.spatial == "gather":
+            return size * self.groups[route.producer_group].replicas
+        return size * self.groups[route.consumer_group].replicas
+
+    def explain(self, sizes: dict[str, int] | None = None, steps: int | None = None) -> str:
+        """What runs where, and what crosses process boundaries (with bytes per iteration
+        when value ``sizes`` and ``steps`` are given, see :meth:`traffic`)."""
+        moved = self.traffic(sizes, steps) if sizes is not None and steps else None
         lines = [f"plan for policy {self.policy.name!r}:"]
         for group in self.policy.groups:
             where = ", ".join(dict.fromkeys(group.workers)) or "anywhere"
@@ -179,13 +219,26 @@ class Plan:
             lines.append("  crossing processes:")
             for r in self.routes:
                 how = "as it arrives, one replica at a time" if r.arrival else r.spatial
-                lines.append(f"    {r.interface.describe()} [{how}]")
+                size = (f", {_human(self._route_bytes(r, sizes, steps))}/iteration"
+                        if moved is not None else "")
+                lines.append(f"    {r.interface.describe()} [{how}{size}]")
+            if moved is not None:
+                lines.append(f"  on the wire per iteration: at most {_human(sum(moved.values()))} "
+                             "(less where two groups share a worker process)")
         else:
             lines.append("  nothing crosses processes: every interface is an in-process hand-off")
         return "\n".join(lines)
 
     def __repr__(self) -> str:
         return self.explain()
+
+
+def _human(count: int) -> str:
+    for unit in ("B", "KB", "MB"):
+        if count < 1000 or unit == "MB":
+            return f"{count:,.0f} {unit}" if unit == "B" else f"{count:,.1f} {unit}"
+        count /= 1000
+    return f"{count:,.1f} GB"
 
 
 def make_plan(fdg: FDG, policy: Policy) -> Plan:

@@ -6,6 +6,7 @@ become ``UsageError``s (a short red message, no traceback); the FDG is left as i
 """
 from __future__ import annotations
 
+import html
 import threading
 
 from IPython.core.error import UsageError
@@ -24,7 +25,9 @@ _FDG_HELP = f"""Show, run or change the notebook's fragmented dataflow graph (FD
 %fdg run [options]    train on the cluster (progress bar; returns the Run)
 %fdg run --background ...   train in a background thread; %fdg stop ends it
 %fdg stop             stop a background run after its current iteration
-%fdg policy [--policy P]    show the plan a policy makes of this FDG
+%fdg policy           show the active policy (the last run's) and its plan
+%fdg policy --policy P [--steps T]   the plan P makes of this FDG (with --steps: bytes
+                      moved per iteration, measured by one short inline run)
 %fdg reset            forget every fragment
 
 Options of %fdg run:
@@ -80,8 +83,13 @@ class WorkbenchMagics(Magics):
                 return None
             if command == "policy":
                 options = parse_run_line(rest)
-                plan = self.fdg.plan(options.get("policy", "inline"), options.get("cluster"))
-                display(HTML(f"<pre>{plan.explain()}</pre>"))
+                last = self.fdg.last_run
+                if "policy" not in options and last is not None:
+                    print(f"active policy: {last.policy_name} (the last run's)\n{last.plan_text}")
+                    return None
+                plan = self.fdg.plan(options.get("policy", "inline"), options.get("cluster"),
+                                     steps=options.get("steps"))
+                display(HTML(f"<pre>{html.escape(plan.explain())}</pre>"))
                 return None
         except WorkbenchError as exc:
             raise _usage_error(exc) from None
