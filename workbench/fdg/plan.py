@@ -103,6 +103,8 @@ class Plan:
         self.schedule = schedule
         self.routes = routes
         self.groups = {g.name: g for g in policy.groups}
+        #: (value sizes, steps) when a short run measured them, for :meth:`explain`
+        self.measured: tuple[dict[str, int], int] | None = None
         self._group_of = {f: g.name for g in policy.groups for f in g.fragments}
 
     def group_of(self, fragment: str) -> Group:
@@ -209,7 +211,9 @@ class Plan:
 
     def explain(self, sizes: dict[str, int] | None = None, steps: int | None = None) -> str:
         """What runs where, and what crosses process boundaries (with bytes per iteration
-        when value ``sizes`` and ``steps`` are given, see :meth:`traffic`)."""
+        when value ``sizes`` and ``steps`` are given, or were measured: see :meth:`traffic`)."""
+        if sizes is None and self.measured is not None:
+            sizes, steps = self.measured
         moved = self.traffic(sizes, steps) if sizes is not None and steps else None
         lines = [f"plan for policy {self.policy.name!r}:"]
         for group in self.policy.groups:

@@ -52,7 +52,6 @@ class Emit:
     producer: str
     name: str
     stacked: bool
-    rates: tuple[str, ...]
 
 
 @dataclass(frozen=True)
@@ -141,8 +140,7 @@ def group_program(plan: Plan, group: str, steps: int) -> GroupProgram:
     recorded = {name: plan.stacked_names(name) for name in members}
     outgoing = plan.routes_out_of(group)
     emits = tuple(
-        Emit(r.key, r.interface.producer, r.interface.name, r.interface.timing == "stacked",
-             r.interface.producer_rates)
+        Emit(r.key, r.interface.producer, r.interface.name, r.interface.timing == "stacked")
         for r in {r.key: r for r in outgoing if not r.per_step}.values()
     )
     step_sends = tuple(
@@ -201,7 +199,6 @@ class GroupReplica:
             self.namespaces[frag].update(values)
         self.buffers: dict[str, dict[str, list]] = {f: {} for f in fragments}
         self.compiled = {key: self._compile(key, src) for key, src in program.code.items()}
-        self.ran: set[tuple[str, str]] = set()
         #: channels to other replicas, lent by the loop that runs this replica
         self.peers = None
         self._sent: dict[str, int] = {}  # per-step key → messages sent so far
@@ -273,7 +270,6 @@ class GroupReplica:
         if self.program.counted in item.fragments:
             report.env_steps[item.iteration] = self.program.steps * _batch_size(
                 self.namespaces[self.program.counted], self.program, self.program.counted)
-        self.ran.update((f, "step") for f in item.fragments)
 
     def _run_cell(self, frag: str, rate: str, inbox: dict, report: TaskReport, iteration) -> None:
         key = (frag, rate)
@@ -293,7 +289,6 @@ class GroupReplica:
         except Exception as exc:
             raise self._error(frag, rate, exc, iteration) from None
         report.compute_seconds[frag] = report.compute_seconds.get(frag, 0.0) + time.perf_counter() - start
-        self.ran.add(key)
         if rate == "init":  # first values of per-step channels (the loop carries them)
             self._send_step_values(frag, ns, [s for s in self._sends[frag] if s.at_init], iteration)
 
