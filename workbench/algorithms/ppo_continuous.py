@@ -1,0 +1,342 @@
+"""PPO (clipped surrogate, GAE) for continuous actions, written as workbench fragments.
+
+Read it top to bottom like CleanRL's ``ppo_continuous_action.py``: the hyperparameters, the
+running normalisers, the Gaussian policy, the update, then the fragment cells. The cells have
+the dataflow of :mod:`workbench.algorithms.ppo` (discrete PPO):
+
+- ``env`` (init/step): a pool of gymnasium MuJoCo envs stepped by ``cfg.threads`` threads
+  (`workbench.envs.ThreadedVectorEnv`); it keeps CleanRL's wrappers as fragment state —
+  actions clipped to the action space, observations normalised by a running mean/std and
+  clipped to ±10, rewards scaled by a running std of the discounted return and clipped to ±10
+  — and writes ``obs``, ``reward``, ``done``; it logs the raw ``charts/episodic_return``;
+- ``learner`` (init/iteration): writes ``weights``; each iteration runs the PPO update on the
+  stacked rollout, the flat gradient going through ``wb.allreduce`` (the sync point);
+- ``actor`` (init/step/iteration): samples ``action`` from the Gaussian policy, keeps
+  ``state``/``starts``/``logp``/``value`` for the learner, loads new weights every iteration.
+
+The normalisers live in the env fragment, as CleanRL's gym wrappers live in its envs: each env
+replica keeps its own statistics, and the actor and learner see only normalised observations.
+
+Example:
+    >>> from workbench.algorithms import ppo_continuous
+    >>> fdg = ppo_continuous.build_fdg()           # namespace: this module
+    >>> sorted(fdg.fragments)
+    ['actor', 'env', 'learner']
+    >>> run = fdg.run(iterations=3, steps=64, progress=False)   # doctest: +SKIP
+
+``examples/ppo_halfcheetah.py`` trains HalfCheetah-v5 with it from the command line.
+"""
+from __future__ import annotations
+
+import functools
+import math
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from torch import nn
+
+import workbench as wb
+from workbench.algorithms.ppo import _layer, _sync_and_clip
+from workbench.kernels import gae, normalize_advantages
+
+__all__ = ["PPOContinuousConfig", "RunningMeanStd", "ObsNormalizer", "RewardScaler", "env_dims",
+           "GaussianActorCritic", "ppo_continuous_update", "FRAGMENT_CELLS", "build_fdg", "cfg"]
+
+
+# ----------------------------------------------------------------------------- hyperparameters
+@dataclass
+class PPOContinuousConfig:
+    """Every hyperparameter, in one place; the defaults are CleanRL's
+    ``ppo_continuous_action.py`` (batch 2048 = ``num_envs × num_steps``, 32 minibatches of 64,
+    10 epochs, lr 3e-4 annealed), with the batch collected by 8 envs instead of 1."""
+
+    env_id: str = "HalfCheetah-v5"
+    """a gymnasium id with a ``Box`` action space (``"Pendulum-v1"`` needs no MuJoCo)"""
+    seed: int = 1
+    """seeds torch and the envs (env replica ``i`` uses ``seed + i``)"""
+    num_envs: int = 8
+    """environments in total, split across the env replicas (keep it even: 2 replicas must split it)"""
+    threads: int = 1
+    """threads stepping each env replica's pool (``ThreadedVectorEnv`` when > 1). 1 is fastest on
+    the 2-core dev machine (see ``examples/ppo_halfcheetah.py``); raise it with more cores"""
+    num_steps: int = 256
+    """steps per iteration (``T``): each iteration learns from ``num_envs × num_steps``"""
+    iterations: int = 488
+    """iterations of a full run (488 × 2048 ≈ 1M env steps, CleanRL's budget); the learning
+    rate anneals over this many"""
+    learning_rate: float = 3e-4
+    """Adam step size, annealed linearly to 0 over ``iterations`` when ``anneal_lr``"""
+    anneal_lr: bool = True
+    gamma: float = 0.99
+    """discount (also of the return whose running std scales rewards)"""
+    gae_lambda: float = 0.95
+    """GAE's lambda"""
+    num_minibatches: int = 32
+    """minibatches per epoch"""
+    update_epochs: int = 10
+    """passes over each iteration's batch"""
+    clip_coef: float = 0.2
+    """surrogate clipping (and value clipping, with ``clip_vloss``)"""
+    clip_vloss: bool = True
+    """clip the value update around the rollout's values, as CleanRL"""
+    ent_coef: float = 0.0
+    vf_coef: float = 0.5
+    max_grad_norm: float = 0.5
+    target_kl: float | None = None
+    """stop an update's epochs early once the approximate KL exceeds this (None: never)"""
+    hidden: int = 64
+    """width of both hidden layers (tanh), policy and value alike"""
+    norm_obs: bool = True
+    """normalise observations by a running mean/std (kept by the env fragment), clip to ±10"""
+    norm_reward: bool = True
+    """scale rewards by the running std of the discounted return, clip to ±10 (the logged
+    episodic returns stay raw)"""
+
+
+cfg = PPOContinuousConfig()
+
+
+# ----------------------------------------------------------------------------- normalisers
+class RunningMeanStd:
+    """Running mean and variance over batches (Chan et al.'s parallel update), float64, as
+    gymnasium's ``RunningMeanStd`` (which CleanRL's wrappers use)."""
+
+    def __init__(self, shape: tuple[int, ...] = (), epsilon: float = 1e-4) -> None:
+        self.mean = np.zeros(shape, dtype=np.float64)
+        self.var = np.ones(shape, dtype=np.float64)
+        self.count = epsilon
+
+    def update(self, batch: np.ndarray) -> None:
+        batch = np.asarray(batch, dtype=np.float64)
+        b_mean, b_var, b_count = batch.mean(axis=0), batch.var(axis=0), batch.shape[0]
+        delta = b_mean - self.mean
+        total = self.count + b_count
+        self.mean = self.mean + delta * b_count / total
+        m2 = self.var * self.count + b_var * b_count + delta ** 2 * self.count * b_count / total
+        self.var = m2 / total
+        self.count = total
+
+
+class ObsNormalizer:
+    """``obs → clip((obs - mean) / sqrt(var + eps), ±clip)`` with running statistics updated by
+    every batch it normalises (CleanRL's ``NormalizeObservation`` + clipping). Disabled, it
+    passes observations through unchanged."""
+
+    def __init__(self, shape: tuple[int, ...], *, enabled: bool = True, clip: float = 10.0,
+                 epsilon: float = 1e-8) -> None:
+        self.rms = RunningMeanStd(shape)
+        self.enabled, self.clip, self.epsilon = enabled, clip, epsilon
+
+    def __call__(self, obs: np.ndarray) -> np.ndarray:
+        if not self.enabled:
+            return obs
+        self.rms.update(obs)
+        out = (obs - self.rms.mean) / np.sqrt(self.rms.var + self.epsilon)
+        return np.clip(out, -self.clip, self.clip).astype(np.float32)
+
+
+class RewardScaler:
+    """``reward → clip(reward / sqrt(var(G) + eps), ±clip)`` where ``G`` is each env's running
+    discounted return (reset where an episode ends), as CleanRL's ``NormalizeReward`` +
+    clipping. Disabled, it passes rewards through unchanged."""
+
+    def __init__(self, num_envs: int, gamma: float, *, enabled: bool = True, clip: float = 10.0,
+                 epsilon: float = 1e-8) -> None:
+        self.rms = RunningMeanStd(())
+        self.returns = np.zeros(num_envs, dtype=np.float64)
+        self.gamma, self.enabled, self.clip, self.epsilon = gamma, enabled, clip, epsilon
+
+    def __call__(self, reward: np.ndarray, done: np.ndarray) -> np.ndarray:
+        if not self.enabled:
+            return reward
+        self.returns = self.returns * self.gamma + reward
+        self.rms.update(self.returns)
+        self.returns[done] = 0.0
+        out = reward / np.sqrt(self.rms.var + self.epsilon)
+        return np.clip(out, -self.clip, self.clip).astype(np.float32)
+
+
+@functools.cache
+def env_dims(env_id: str) -> tuple[int, int]:
+    """(observation size, action size) of a gymnasium env with flat Box spaces, read from one
+    throw-away instance (so the learner and actor need no env of their own)."""
+    import gymnasium
+
+    env = gymnasium.make(env_id)
+    try:
+        obs_space, act_space = env.observation_space, env.action_space
+        if not isinstance(act_space, gymnasium.spaces.Box):
+            raise ValueError(f"{env_id} has a {type(act_space).__name__} action space; "
+                             "continuous PPO needs a Box (use workbench.algorithms.ppo)")
+        return int(np.prod(obs_space.shape)), int(np.prod(act_space.shape))
+    finally:
+        env.close()
+
+
+# ----------------------------------------------------------------------------- the network
+_LOG_SQRT_2PI = 0.5 * math.log(2 * math.pi)
+
+
+class GaussianActorCritic(nn.Module):
+    """Separate tanh MLPs for the action mean and the value, and a state-independent log-std
+    (one learned number per action dimension, starting at 0), as CleanRL."""
+
+    def __init__(self, obs_dim: int, act_dim: int, hidden: int = 64) -> None:
+        super().__init__()
+        self.critic = nn.Sequential(_layer(obs_dim, hidden), nn.Tanh(), _layer(hidden, hidden),
+                                    nn.Tanh(), _layer(hidden, 1, std=1.0))
+        self.actor_mean = nn.Sequential(_layer(obs_dim, hidden), nn.Tanh(), _layer(hidden, hidden),
+                                        nn.Tanh(), _layer(hidden, act_dim, std=0.01))
+        self.actor_logstd = nn.Parameter(torch.zeros(1, act_dim))
+
+    def value(self, obs: torch.Tensor) -> torch.Tensor:
+        return self.critic(obs).squeeze(-1)
+
+    def evaluate(self, obs: torch.Tensor, action: torch.Tensor):
+        """log-prob of ``action`` (summed over its dimensions), entropy and value at ``obs``.
+
+        The numbers of ``torch.distributions.Normal(mean, std).log_prob(action).sum(-1)`` and
+        ``.entropy().sum(-1)``, written out (the distribution object costs more than the
+        network at these sizes)."""
+        mean = self.actor_mean(obs)
+        logstd = self.actor_logstd.expand_as(mean)
+        z = (action - mean) * torch.exp(-logstd)
+        logp = (-0.5 * z * z - logstd - _LOG_SQRT_2PI).sum(-1)
+        entropy = (0.5 + _LOG_SQRT_2PI + logstd).sum(-1)
+        return logp, entropy, self.value(obs)
+
+    @torch.inference_mode()
+    def act(self, obs: np.ndarray):
+        """Sample actions for a batch of observations: (action, log-prob, value) as float32
+        NumPy. Actions are NOT clipped (the env clips them; the learner needs the sample)."""
+        x = torch.from_numpy(np.asarray(obs, dtype=np.float32))
+        mean = self.actor_mean(x)
+        logstd = self.actor_logstd.expand_as(mean)
+        noise = torch.randn_like(mean)
+        action = mean + noise * logstd.exp()
+        logp = (-0.5 * noise * noise - logstd - _LOG_SQRT_2PI).sum(-1)
+        return action.numpy(), logp.numpy(), self.value(x).numpy()
+
+
+# ----------------------------------------------------------------------------- the update
+def ppo_continuous_update(agent, optimizer, cfg, update, state, action, logp, value, reward, starts,
+                          last_obs, last_done) -> dict[str, float]:
+    """One PPO update from a ``[T, N, …]`` rollout; returns CleanRL-named losses.
+
+    ``starts[t]`` is 1 where ``state[t]`` begins an episode; ``last_obs`` / ``last_done``
+    are the observation and done flag after the final step (they bootstrap the returns).
+    ``action`` is ``[T, N, act_dim]``, the unclipped samples the actor drew.
+    """
+    if cfg.anneal_lr:
+        frac = max(0.0, 1.0 - update / cfg.iterations)
+        optimizer.param_groups[0]["lr"] = frac * cfg.learning_rate
+    with torch.no_grad():
+        last_value = agent.value(torch.from_numpy(np.asarray(last_obs, dtype=np.float32))).numpy()
+    advantages, returns = gae(reward, value, starts, last_value, last_done, cfg.gamma, cfg.gae_lambda)
+
+    def flat(x, *shape):
+        return torch.from_numpy(np.ascontiguousarray(np.asarray(x).reshape(-1, *shape), dtype=np.float32))
+
+    b_obs = flat(state, state.shape[-1])
+    b_act = flat(action, action.shape[-1])
+    b_logp, b_val = flat(logp), flat(value)
+    b_adv, b_ret = flat(advantages), flat(returns)
+    batch = b_obs.shape[0]
+    params = [p for p in agent.parameters() if p.requires_grad]
+    mb_size = max(1, batch // cfg.num_minibatches)
+    clipfracs, approx_kl = [], torch.zeros(())
+    for _ in range(cfg.update_epochs):
+        order = torch.randperm(batch)
+        for start in range(0, batch, mb_size):
+            mb = order[start:start + mb_size]
+            new_logp, entropy, new_value = agent.evaluate(b_obs[mb], b_act[mb])
+            log_ratio = new_logp - b_logp[mb]
+            ratio = log_ratio.exp()
+            with torch.no_grad():
+                approx_kl = ((ratio - 1) - log_ratio).mean()
+                clipfracs.append(((ratio - 1.0).abs() > cfg.clip_coef).float().mean().item())
+            adv = normalize_advantages(b_adv[mb])
+            pg_loss = torch.max(-adv * ratio,
+                                -adv * ratio.clamp(1 - cfg.clip_coef, 1 + cfg.clip_coef)).mean()
+            if cfg.clip_vloss:
+                v_clipped = b_val[mb] + (new_value - b_val[mb]).clamp(-cfg.clip_coef, cfg.clip_coef)
+                v_loss = 0.5 * torch.max((new_value - b_ret[mb]) ** 2, (v_clipped - b_ret[mb]) ** 2).mean()
+            else:
+                v_loss = 0.5 * ((new_value - b_ret[mb]) ** 2).mean()
+            loss = pg_loss - cfg.ent_coef * entropy.mean() + cfg.vf_coef * v_loss
+            optimizer.zero_grad()
+            loss.backward()
+            _sync_and_clip(params, cfg.max_grad_norm)
+            optimizer.step()
+        if cfg.target_kl is not None and approx_kl.item() > cfg.target_kl:
+            break
+    y_pred, y_true = b_val.numpy(), b_ret.numpy()
+    var_y = np.var(y_true)
+    explained_var = float("nan") if var_y == 0 else float(1 - np.var(y_true - y_pred) / var_y)
+    return {"losses/policy_loss": pg_loss.item(), "losses/value_loss": v_loss.item(),
+            "losses/entropy": entropy.mean().item(), "losses/approx_kl": approx_kl.item(),
+            "losses/clipfrac": float(np.mean(clipfracs)), "losses/explained_variance": explained_var,
+            "charts/learning_rate": optimizer.param_groups[0]["lr"],
+            "charts/action_std": agent.actor_logstd.exp().mean().item()}
+
+
+# ----------------------------------------------------------------------------- the fragments
+# Each entry is one notebook cell: (magic line, body), in ppo.py's order and shape.
+FRAGMENT_CELLS: list[tuple[str, str]] = [
+    ("%%fragment env --init", """\
+envs = wb.envs.make(cfg.env_id, num_envs=cfg.num_envs // replica.count, seed=cfg.seed + replica.index,
+                    threads=cfg.threads)
+low, high = envs.action_space.low, envs.action_space.high
+obs_norm = ObsNormalizer(envs.observation_shape, enabled=cfg.norm_obs)
+reward_scale = RewardScaler(envs.num_envs, cfg.gamma, enabled=cfg.norm_reward)
+obs = obs_norm(envs.reset())
+done = np.zeros(envs.num_envs, dtype=bool)
+"""),
+    ("%%fragment learner --init", """\
+torch.manual_seed(cfg.seed)
+agent = GaussianActorCritic(*env_dims(cfg.env_id), hidden=cfg.hidden)
+optimizer = torch.optim.Adam(agent.parameters(), lr=cfg.learning_rate, eps=1e-5)
+update = 0
+weights = agent.state_dict()
+"""),
+    ("%%fragment actor --init", """\
+torch.manual_seed(cfg.seed + 1000 + replica.index)
+policy = GaussianActorCritic(*env_dims(cfg.env_id), hidden=cfg.hidden)
+policy.load_state_dict(weights)
+"""),
+    ("%%fragment actor", """\
+state, starts = obs, done          # what this step acts on, kept for the learner
+action, logp, value = policy.act(obs)
+"""),
+    ("%%fragment env", """\
+obs, reward, terminated, truncated, info = envs.step(np.clip(action, low, high))
+done = terminated | truncated
+obs, reward = obs_norm(obs), reward_scale(reward, done)
+wb.log("charts/episodic_return", info["episode_return"])
+"""),
+    ("%%fragment learner", """\
+losses = ppo_continuous_update(agent, optimizer, cfg, update, state, action, logp, value, reward,
+                               starts, last_obs=obs[-1], last_done=done[-1])
+for name, number in losses.items():
+    wb.log(name, number)
+update += 1
+weights = agent.state_dict()
+"""),
+    ("%%fragment actor --every iteration", """\
+policy.load_state_dict(weights)
+"""),
+]
+
+
+def build_fdg(namespace: dict | None = None):
+    """The continuous-PPO FDG from :data:`FRAGMENT_CELLS`, reading names from ``namespace``
+    (default: this module, so ``cfg``, ``GaussianActorCritic``, ``ppo_continuous_update`` and the
+    normalisers come from here)."""
+    from workbench.fdg.options import parse_fragment_line
+
+    fdg = wb.FDG(namespace=namespace if namespace is not None else globals())
+    for line, body in FRAGMENT_CELLS:
+        options = parse_fragment_line(line.removeprefix("%%fragment"))
+        fdg.add_fragment(code=body, **options)
+    return fdg
