@@ -14,6 +14,14 @@ iteration is ``num_envs × num_steps`` = 8 × 256 = 2048 env steps (CleanRL's ba
 Needs MuJoCo: ``pip install "mujoco>=3" "gymnasium[mujoco]"``. Prints the mean episode return
 at the start and at the end (a random policy scores about -300; CleanRL reaches ~1000-1500
 after 1M steps), a short learning curve, and the throughput.
+
+Measured on the 2-core dev machine (shared, torch 2.13 CPU, MuJoCo 4.0, seed 1), inline:
+``--iterations 150`` (307k env steps) took 115 s at ~2,700 env-steps/s; the mean return went
+from -302 (first 8 episodes) to 1117 (last 20); curve -284 (32k steps), 37 (96k), 602 (161k),
+940 (225k), 1123 (305k). ``--threads 2`` gives the identical run (threaded pools are seeded as
+one) but slower: ~2,300-2,500 env-steps/s, the env cell 0.6-0.75x as fast, since two threads
+on two shared cores lose more to GIL hand-offs than MuJoCo's GIL-free stepping gains. The
+learner's update (320 minibatch steps per iteration) is ~70% of the time.
 """
 from __future__ import annotations
 
