@@ -78,7 +78,7 @@ def main() -> None:
                 print(f"[{c or 'defaults'}] seed {seed}: solved_at={run.solved_at} "
                       f"({run.env_steps} env steps, {wall:.2f} s)", flush=True)
 
-    print(f"\n| config | solved | median time-to-solve (s) | median env-steps to solve | env-steps/s |")
+    print("\n| config | solved | median time-to-solve (s) | median env-steps to solve | env-steps/s |")
     print("|---|---|---|---|---|")
     for c, rows in results.items():
         solved = [s for s, _, _ in rows if s is not None]

@@ -21,6 +21,21 @@ def client():
             yield c
 
 
+def assert_notebook_is_the_module(notebook, module) -> tuple[wb.FDG, dict]:
+    """A shipped notebook's fragment cells are the algorithm module's FRAGMENT_CELLS, byte for
+    byte, and build the same FDG. Returns the notebook's FDG and its %fdg run options."""
+    import nbformat
+
+    from workbench.notebook import load_notebook
+
+    nb = nbformat.read(notebook, as_version=4)
+    fragment_cells = [c.source for c in nb.cells if c.source.startswith("%%fragment")]
+    assert fragment_cells == [f"{line}\n{body}" for line, body in module.FRAGMENT_CELLS]
+    fdg, options = load_notebook(notebook)
+    assert fdg == module.build_fdg()
+    return fdg, options
+
+
 def toy_fdg(**namespace) -> wb.FDG:
     """A torch-free loop with every interface kind: per-step ring carried by an init value,
     stacked step→iteration data, a latest value broadcast back, and wb.log metrics.

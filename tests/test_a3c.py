@@ -5,16 +5,15 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
-import nbformat
 import numpy as np
 import pytest
 import torch
 
 from workbench.algorithms import a3c
-from workbench.algorithms.a3c import (FRAGMENT_CELLS, A3CConfig, ActorCritic, a3c_gradients,
+from workbench.algorithms.a3c import (A3CConfig, ActorCritic, a3c_gradients,
                                       apply_gradients, build_fdg)
 from workbench.algorithms.ppo import ActorCritic as PPOActorCritic
-from workbench.notebook import load_notebook
+from tests.conftest import assert_notebook_is_the_module
 
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOK = ROOT / "notebooks" / "a3c.ipynb"
@@ -26,11 +25,7 @@ def _namespace(**overrides) -> dict:
 
 
 def test_notebook_cells_are_the_library_algorithm_byte_for_byte():
-    nb = nbformat.read(NOTEBOOK, as_version=4)
-    fragment_cells = [c.source for c in nb.cells if c.source.startswith("%%fragment")]
-    assert fragment_cells == [f"{line}\n{body}" for line, body in FRAGMENT_CELLS]
-    notebook_fdg, options = load_notebook(NOTEBOOK)
-    assert notebook_fdg == build_fdg()
+    notebook_fdg, options = assert_notebook_is_the_module(NOTEBOOK, a3c)
     cfg = notebook_fdg.namespace["cfg"]
     assert options["iterations"] == cfg.iterations and options["steps"] == cfg.num_steps
     assert options["target_return"] == 475.0

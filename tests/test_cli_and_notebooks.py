@@ -16,14 +16,10 @@ QUICKSTART = ROOT / "notebooks" / "quickstart.ipynb"
 
 
 def test_quickstart_cells_are_the_library_algorithm_byte_for_byte():
-    from workbench.algorithms.ppo import FRAGMENT_CELLS, build_fdg
-    from workbench.notebook import load_notebook
+    from tests.conftest import assert_notebook_is_the_module
+    from workbench.algorithms import ppo
 
-    nb = nbformat.read(QUICKSTART, as_version=4)
-    fragment_cells = [c.source for c in nb.cells if c.source.startswith("%%fragment")]
-    assert fragment_cells == [f"{line}\n{body}" for line, body in FRAGMENT_CELLS]
-    notebook_fdg, options = load_notebook(QUICKSTART)
-    assert notebook_fdg == build_fdg()
+    notebook_fdg, options = assert_notebook_is_the_module(QUICKSTART, ppo)
     assert options["steps"] == notebook_fdg.namespace["cfg"].num_steps
     assert options["target_return"] == 475.0
 

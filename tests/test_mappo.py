@@ -7,16 +7,14 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
-import nbformat
 import numpy as np
-import pytest
 import torch
 
 import workbench as wb
 from workbench.algorithms import mappo
-from workbench.algorithms.mappo import (FRAGMENT_CELLS, MAPPOAgent, MAPPOConfig, build_fdg,
+from workbench.algorithms.mappo import (MAPPOAgent, MAPPOConfig, build_fdg,
                                         global_state, mappo_update)
-from workbench.notebook import load_notebook
+from tests.conftest import assert_notebook_is_the_module
 
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOK = ROOT / "notebooks" / "mappo.ipynb"
@@ -28,11 +26,7 @@ def _namespace(**overrides) -> dict:
 
 
 def test_notebook_cells_are_the_library_algorithm_byte_for_byte():
-    nb = nbformat.read(NOTEBOOK, as_version=4)
-    fragment_cells = [c.source for c in nb.cells if c.source.startswith("%%fragment")]
-    assert fragment_cells == [f"{line}\n{body}" for line, body in FRAGMENT_CELLS]
-    notebook_fdg, options = load_notebook(NOTEBOOK)
-    assert notebook_fdg == build_fdg()
+    notebook_fdg, options = assert_notebook_is_the_module(NOTEBOOK, mappo)
     cfg = notebook_fdg.namespace["cfg"]
     assert options["iterations"] == cfg.iterations and options["steps"] == cfg.num_steps
 

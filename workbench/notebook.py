@@ -18,7 +18,7 @@ from pathlib import Path
 
 from workbench.fdg.analysis import analyse_code
 from workbench.fdg.errors import FragmentError, RunConfigError
-from workbench.fdg.options import parse_fragment_line, parse_run_line
+from workbench.fdg.options import parse_run_line
 from workbench.session import FDG
 
 __all__ = ["load_notebook", "notebook_cells"]
@@ -51,7 +51,7 @@ def load_notebook(path: str | Path) -> tuple[FDG, dict]:
         if stripped.startswith("%%fragment"):
             first, _, body = stripped.partition("\n")
             try:
-                fdg.add_fragment(code=body, **parse_fragment_line(first.removeprefix("%%fragment")))
+                fdg.add_cell(first, body)
             except FragmentError as exc:
                 raise FragmentError(f"{path}, code cell {number}: {exc}", fragment=exc.fragment,
                                     line=exc.line) from None

@@ -198,10 +198,7 @@ def build_fdg(namespace: dict | None = None):
     """The A3C FDG from :data:`FRAGMENT_CELLS`, reading names from ``namespace`` (default:
     this module, so ``cfg``, ``ActorCritic``, ``a3c_gradients`` and ``apply_gradients`` come
     from here)."""
-    from workbench.fdg.options import parse_fragment_line
-
     fdg = wb.FDG(namespace=namespace if namespace is not None else globals())
     for line, body in FRAGMENT_CELLS:
-        options = parse_fragment_line(line.removeprefix("%%fragment"))
-        fdg.add_fragment(code=body, **options)
+        fdg.add_cell(line, body)
     return fdg

@@ -333,10 +333,7 @@ def build_fdg(namespace: dict | None = None):
     """The continuous-PPO FDG from :data:`FRAGMENT_CELLS`, reading names from ``namespace``
     (default: this module, so ``cfg``, ``GaussianActorCritic``, ``ppo_continuous_update`` and the
     normalisers come from here)."""
-    from workbench.fdg.options import parse_fragment_line
-
     fdg = wb.FDG(namespace=namespace if namespace is not None else globals())
     for line, body in FRAGMENT_CELLS:
-        options = parse_fragment_line(line.removeprefix("%%fragment"))
-        fdg.add_fragment(code=body, **options)
+        fdg.add_cell(line, body)
     return fdg

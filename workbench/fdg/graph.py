@@ -25,6 +25,7 @@ from workbench.fdg.errors import (
 )
 from workbench.fdg.fragment import RATES, Fragment, default_rate
 from workbench.fdg.interface import Interface
+from workbench.fdg.options import parse_fragment_line
 
 __all__ = ["FDG", "Schedule"]
 
@@ -85,6 +86,16 @@ class FDG:
         _check_single_writers(candidate)
         self._fragments = candidate
         return updated
+
+    def add_cell(self, magic_line: str, code: str) -> Fragment:
+        """Register a cell given as a notebook has it: its ``%%fragment NAME [options]``
+        line and its body.
+
+        >>> FDG().add_cell("%%fragment actor --replicas 2", "action = 1").replicas
+        2
+        """
+        options = parse_fragment_line(magic_line.strip().removeprefix("%%fragment"))
+        return self.add_fragment(code=code, **options)
 
     def remove_fragment(self, name: str) -> None:
         if name not in self._fragments:
