@@ -54,6 +54,7 @@ def embedded_cluster(n_workers: int = 2, threads_per_worker: int = 1, *, quiet: 
     with _embedded_lock:
         if _embedded is not None and _embedded.client.status == "running":
             return _embedded
+        import workbench.cluster.dashboard  # noqa: F401  (registers the /workbench page before the dashboard starts)
         # Dask's nanny sets MALLOC_TRIM_THRESHOLD_=65536 in workers to return memory to the
         # OS sooner; torch's many small allocations then page-fault constantly: we measured
         # the PPO learner 1.5× slower. RL replicas keep steady working sets, so use glibc's
