@@ -95,6 +95,8 @@ class FDG(graph.FDG):
         progress: bool = True,
         resume: RunState | None = None,
         keep_state: bool = False,
+        loggers=(),
+        log_dir: str | None = None,
     ) -> Run:
         """Train: ``iterations`` iterations of ``steps`` steps each under ``policy``.
 
@@ -106,6 +108,9 @@ class FDG(graph.FDG):
         ``target_return``, the run stops once the mean of the last 20 episode returns
         reaches it. ``resume`` continues from another run's ``state`` (any policy);
         ``keep_state`` keeps this run's final state in ``run.state``.
+        ``loggers`` get each finished iteration's row (``log(row)``, then ``close()``);
+        ``log_dir`` adds a ``CSVLogger(log_dir/metrics.csv)`` and, when tensorboard is
+        installed, a ``TensorBoardLogger(log_dir)`` (see ``workbench.profiling``).
         Returns a :class:`~workbench.runtime.run.Run`; the FDG is never modified.
         """
         _check_positive("iterations", iterations)
@@ -119,6 +124,7 @@ class FDG(graph.FDG):
             self._stop.clear()
             label = policy if isinstance(policy, str) else getattr(policy, "name", "custom")
             run = Run(label, iterations, steps, target_return=target_return)
+            run.loggers = _loggers(loggers, log_dir)
             self.last_run = run
             bar = _progress_bar(iterations, label) if progress else None
             try:
@@ -136,6 +142,8 @@ class FDG(graph.FDG):
             finally:
                 if bar is not None:
                     bar.close()
+                for logger in run.loggers:
+                    logger.close()
             return run
         finally:
             self._running.release()
@@ -174,6 +182,8 @@ class FDG(graph.FDG):
             nonlocal completed
             completed += 1
             run.record(rec)
+            for logger in run.loggers:
+                logger.log(run.rows[-1])
             if bar is not None:
                 bar.update(1)
                 bar.set_postfix_str(_postfix(run), refresh=False)
@@ -262,6 +272,19 @@ def _auto_summary(table: list[dict], best: str) -> str:
     lines += [f"  {row['policy']:<22} {row['env-steps/s']:>12,.0f}" + ("   ← continuing with this" if row["policy"] == best else "")
               for row in table]
     return "\n".join(lines)
+
+
+def _loggers(loggers, log_dir: str | None) -> list:
+    out = list(loggers)
+    if log_dir is not None:
+        import os
+
+        from workbench.profiling.loggers import CSVLogger, TensorBoardLogger, tensorboard_available
+
+        out.append(CSVLogger(os.path.join(log_dir, "metrics.csv")))
+        if tensorboard_available():
+            out.append(TensorBoardLogger(log_dir))
+    return out
 
 
 def _check_positive(name: str, value) -> None:

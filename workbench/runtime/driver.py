@@ -82,7 +82,7 @@ class IterationRecord:
     env_steps: int = 0
     metrics: dict[str, list[float]] = field(default_factory=dict)
     compute_seconds: dict[str, float] = field(default_factory=dict)
-    #: "group[replica] wait" / "group[replica] send" → seconds
+    #: "group[replica] KIND" → seconds, KIND: wait, send, compute (its cells), other (the rest)
     comm_seconds: dict[str, float] = field(default_factory=dict)
     #: bytes sent between processes by the tasks that finished this iteration
     wire_bytes: int = 0
@@ -95,7 +95,9 @@ class IterationRecord:
             self.wire_bytes += report.sent_bytes
             for frag, seconds in report.compute_seconds.items():
                 self.compute_seconds[frag] = self.compute_seconds.get(frag, 0.0) + seconds
-            for kind, seconds in (("wait", report.wait_seconds), ("send", report.send_seconds)):
+            for kind, seconds in (("wait", report.wait_seconds), ("send", report.send_seconds),
+                                  ("compute", sum(report.compute_seconds.values())),
+                                  ("other", report.other_seconds)):
                 name = f"{report.group}[{report.replica}] {kind}"
                 self.comm_seconds[name] = self.comm_seconds.get(name, 0.0) + seconds
 

@@ -51,7 +51,8 @@ def run_loop(
 
 def _run_task(replica, task, mailbox, postman, counts, report, stopped, arrivals) -> None:
     """Receive the task's inputs, run its items, send its outputs, report."""
-    waited = time.perf_counter()
+    waited = started = time.perf_counter()
+    step_waited, step_sent = replica.step_wait_seconds, replica.step_send_seconds
     bytes_before = postman.bytes_sent
     inputs, sender, tag, items = {}, None, task.index, task.spec.items
     if arrivals:
@@ -79,7 +80,12 @@ def _run_task(replica, task, mailbox, postman, counts, report, stopped, arrivals
         value = (task.iteration, outbox[emit.key]) if emit.arrival else outbox[emit.key]
         for target in receivers_for(emit.spatial, replica.index, counts[emit.consumer_group]):
             postman.send((emit.consumer_group, target), emit.key, task.index, replica.index, value)
-    task_report.wait_seconds = waited
-    task_report.send_seconds = time.perf_counter() - sending
+    ended = time.perf_counter()
+    # per-step channels (a fine-grained policy) wait and send inside the steps: count them
+    task_report.wait_seconds = waited + replica.step_wait_seconds - step_waited
+    task_report.send_seconds = ended - sending + replica.step_send_seconds - step_sent
+    # the rest of the task (binding, stacking, emitting): its span less what is accounted
+    task_report.other_seconds = max(0.0, ended - started - task_report.wait_seconds - task_report.send_seconds
+                                    - sum(task_report.compute_seconds.values()))
     task_report.sent_bytes = postman.bytes_sent - bytes_before
     report(task.index, task_report)

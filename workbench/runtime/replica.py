@@ -22,6 +22,10 @@ from workbench.runtime.channels import Stopped
 
 __all__ = ["GroupProgram", "GroupReplica", "TaskReport", "group_program"]
 
+#: time each cell's execution (``compute_seconds``); False skips the per-cell clock reads
+#: (per process: set it on the workers too for a Dask policy). Used to measure its cost.
+TIMING = True
+
 
 @dataclass(frozen=True)
 class Binding:
@@ -100,6 +104,8 @@ class TaskReport:
     #: time the task spent waiting for its inputs, and sending its outputs
     wait_seconds: float = 0.0
     send_seconds: float = 0.0
+    #: the rest of the task's time: binding inputs, stacking step buffers, emitting
+    other_seconds: float = 0.0
     #: the iterations whose items this task ran
     iterations: list[int] = field(default_factory=list)
     #: bytes this task sent to other processes (in-process hand-offs cost none)
@@ -113,7 +119,7 @@ class TaskReport:
             "env_steps": {str(k): v for k, v in self.env_steps.items()},
             "compute_seconds": self.compute_seconds,
             "wait_seconds": self.wait_seconds, "send_seconds": self.send_seconds,
-            "iterations": self.iterations, "sent_bytes": self.sent_bytes,
+            "other_seconds": self.other_seconds, "iterations": self.iterations, "sent_bytes": self.sent_bytes,
         }
 
     @classmethod
@@ -124,7 +130,7 @@ class TaskReport:
             env_steps={int(k): v for k, v in msg["env_steps"].items()},
             compute_seconds=dict(msg["compute_seconds"]),
             wait_seconds=msg["wait_seconds"], send_seconds=msg["send_seconds"],
-            iterations=list(msg["iterations"]), sent_bytes=msg["sent_bytes"],
+            other_seconds=msg.get("other_seconds", 0.0), iterations=list(msg["iterations"]), sent_bytes=msg["sent_bytes"],
         )
 
 
@@ -204,6 +210,9 @@ class GroupReplica:
         self._sent: dict[str, int] = {}  # per-step key → messages sent so far
         self._read: dict[tuple[str, str], int] = {}  # (per-step key, reader) → messages read
         self._sends = {f: [s for s in program.step_sends if s.producer == f] for f in fragments}
+        #: seconds spent in per-step channels so far (receiving / sending), read by the loop
+        self.step_wait_seconds = 0.0
+        self.step_send_seconds = 0.0
 
     @staticmethod
     def _compile(key: tuple[str, str], source: str):
@@ -253,14 +262,15 @@ class GroupReplica:
             for frag, ns, code, bindings, buffers, sends in plan:
                 if bindings:
                     self._bind(frag, "step", ns, bindings, inbox, item.iteration)
-                start = time.perf_counter()
+                start = time.perf_counter() if TIMING else 0.0
                 try:
                     exec(code, ns)
                 except Stopped:  # the run is stopping while a cell waits on a channel
                     raise
                 except Exception as exc:
                     raise self._error(frag, "step", exc, item.iteration) from None
-                clock[frag] += time.perf_counter() - start
+                if TIMING:
+                    clock[frag] += time.perf_counter() - start
                 for name, buf in buffers.items():
                     buf.append(self._written(frag, "step", ns, name, item.iteration))
                 if sends:
@@ -281,14 +291,15 @@ class GroupReplica:
             self._send_step_values(frag, ns, [s for s in self._sends[frag] if s.at_init], iteration)
             return
         self._bind(frag, rate, ns, self.program.bindings[key], inbox, iteration)
-        start = time.perf_counter()
+        start = time.perf_counter() if TIMING else 0.0
         try:
             exec(self.compiled[key], ns)
         except Stopped:  # the run is stopping while a cell waits on a channel (allreduce)
             raise
         except Exception as exc:
             raise self._error(frag, rate, exc, iteration) from None
-        report.compute_seconds[frag] = report.compute_seconds.get(frag, 0.0) + time.perf_counter() - start
+        if TIMING:
+            report.compute_seconds[frag] = report.compute_seconds.get(frag, 0.0) + time.perf_counter() - start
         if rate == "init":  # first values of per-step channels (the loop carries them)
             self._send_step_values(frag, ns, [s for s in self._sends[frag] if s.at_init], iteration)
 
@@ -303,7 +314,9 @@ class GroupReplica:
         sent_keys = set()
         for send in sends:
             value = self._written(frag, "step", ns, send.name, iteration)
+            start = time.perf_counter()
             self.peers.send(send.consumer_group, send.spatial, send.key, self._sent.get(send.key, 0), value)
+            self.step_send_seconds += time.perf_counter() - start
             sent_keys.add(send.key)
         for key in sent_keys:
             self._sent[key] = self._sent.get(key, 0) + 1
@@ -314,7 +327,9 @@ class GroupReplica:
                 ns[b.name] = inbox[b.key]
             elif b.source == "step":
                 count = self._read.get((b.key, frag), 0)
+                start = time.perf_counter()
                 ns[b.name] = self.peers.receive(b.producer_group, b.spatial, b.key, count + b.offset)
+                self.step_wait_seconds += time.perf_counter() - start
                 self._read[(b.key, frag)] = count + 1
             elif b.stacked:
                 values = self.buffers[b.producer].get(b.name)

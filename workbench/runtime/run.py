@@ -42,6 +42,8 @@ class Run:
     state: Any = None
     #: policy="auto": what each candidate policy measured
     auto_table: list[dict] | None = None
+    #: per-iteration metric loggers (``log(row)``/``close()``), fed by ``FDG.run(loggers=...)``
+    loggers: list = field(default_factory=list, repr=False)
 
     # -- recording ---------------------------------------------------------------------
     def record(self, rec: IterationRecord) -> None:
@@ -96,6 +98,24 @@ class Run:
         import pandas as pd
 
         return pd.DataFrame(self.rows).set_index("iteration") if self.rows else pd.DataFrame()
+
+    def profile(self, *, skip: int = 0):
+        """Where the time went, per fragment and group replica (see ``workbench.profiling``)."""
+        from workbench.profiling import profile
+
+        return profile(self, skip=skip)
+
+    def profile_by_iteration(self, *, skip: int = 0):
+        """Per iteration and group replica: compute, wait, send, other vs the wall time."""
+        from workbench.profiling import profile_by_iteration
+
+        return profile_by_iteration(self, skip=skip)
+
+    def report(self, path: str = "profile.html") -> str:
+        """Write a self-contained HTML report (plots, plan, profile); return its path."""
+        from workbench.profiling import write_report
+
+        return write_report(self, path)
 
     def summary(self) -> str:
         mean = self.mean_return()

@@ -1,0 +1,89 @@
+"""The runtime's timing adds up: per iteration, each group replica's compute + wait + send
+(+ other: binding, stacking, emitting) is the iteration's wall time, within 10 %."""
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import pytest
+
+import workbench as wb
+
+ENV_STEP_S = 0.002   # each env step sleeps this long
+LEARNER_S = 0.04     # each learner update sleeps this long
+STEPS = 20
+ITERATIONS = 10
+
+
+def sleepy_fdg() -> wb.FDG:
+    """tests/conftest.py's toy loop, with cells that sleep known amounts."""
+    fdg = wb.FDG(namespace={"np": np, "wb": wb, "time": time})
+    fdg.add_fragment("env", "obs = np.arange(3.0) + 10 * replica.index\nseen = 0", rate="init")
+    fdg.add_fragment("learner", "scale = 1.0\ntotal = 0.0", rate="init")
+    fdg.add_fragment("actor", "gain = scale", rate="init")
+    fdg.add_fragment("actor", "action = obs * gain", rate="step")
+    fdg.add_fragment("env", f"time.sleep({ENV_STEP_S})\nobs = obs + 1\nreward = action.copy()\n"
+                            "seen += 1\nwb.log('charts/episodic_return', float(reward.sum()))", rate="step")
+    fdg.add_fragment("learner", f"time.sleep({LEARNER_S})\ntotal += float(reward.sum())\n"
+                                "wb.log('learner/total', total)\nscale = scale * 0.5", rate="iteration")
+    fdg.add_fragment("actor", "gain = scale", rate="iteration")
+    return fdg
+
+
+def _check(run, replicas: set[str]) -> None:
+    by_it = run.profile_by_iteration()
+    assert set(by_it.index.get_level_values("replica")) == replicas
+    # skip the first 2 iterations (deploy, warm-up) and the last: its record also holds the
+    # pipeline's final task (the actors' last weight sync), so it is not a steady cycle
+    steady = by_it[(by_it.index.get_level_values("iteration") >= 2)
+                   & (by_it.index.get_level_values("iteration") < ITERATIONS - 1)]
+    assert len(steady) == len(replicas) * (ITERATIONS - 3)
+    bad = steady[(steady["accounted_share"] - 1).abs() > 0.10]
+    assert bad.empty, f"compute + wait + send + other ≠ wall time:\n{bad.to_string()}"
+
+
+def _check_compute(run, env_replicas: int) -> None:
+    """The sleeps show up as compute where they ran."""
+    df = run.metrics.iloc[2:]
+    assert df["time/learner_compute_s"].median() == pytest.approx(LEARNER_S, rel=0.25)
+    assert df["time/env_compute_s"].median() == pytest.approx(ENV_STEP_S * STEPS * env_replicas, rel=0.25)
+
+
+def test_inline_accounting():
+    run = sleepy_fdg().run(iterations=ITERATIONS, steps=STEPS, policy="inline", progress=False)
+    _check(run, {"env+learner+actor[0]"})
+    _check_compute(run, 1)
+    prof = run.profile()
+    assert {"env", "learner", "actor", "env+learner+actor[0]", "(run)"} <= set(prof.index)
+    assert prof.loc["env+learner+actor[0]", "share_of_wall"] == pytest.approx(1.0, abs=0.15)
+
+
+def test_coarse_accounting(client):
+    run = sleepy_fdg().run(iterations=ITERATIONS, steps=STEPS, policy="coarse", cluster=client,
+                           progress=False)
+    _check(run, {"actor+env[0]", "actor+env[1]", "learner[0]"})
+    _check_compute(run, 2)
+    prof = run.profile(skip=2)
+    # per replica: each env replica computes its own rollouts; the learner waits for them
+    per_it = prof.loc["actor+env[0]", "compute_s_per_it"]
+    assert per_it == pytest.approx(ENV_STEP_S * STEPS, rel=0.25)
+    assert prof.loc["learner[0]", "wait_s_per_it"] > 0.5 * ENV_STEP_S * STEPS
+    assert prof.loc["(run)", "bytes"] > 0
+
+
+def test_profile_of_empty_run():
+    from workbench.runtime.run import Run
+
+    run = Run("inline", 1, 1)
+    assert run.profile_by_iteration().empty
+    assert list(run.profile().index) == ["(run)"]
+
+
+def test_fine_accounting(client):
+    """Per-step channels: the waiting inside the steps counts as wait, not as nothing."""
+    run = sleepy_fdg().run(iterations=ITERATIONS, steps=STEPS, policy="fine", cluster=client,
+                           progress=False)
+    replicas = set(run.profile_by_iteration().index.get_level_values("replica"))
+    _check(run, replicas)
+    prof = run.profile(skip=2)
+    assert (prof.loc[prof["kind"] == "replica", "other_s_per_it"] < 0.005).all()

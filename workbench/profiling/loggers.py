@@ -1,0 +1,100 @@
+"""Per-iteration metric loggers: ``log(row)`` with the run's flat row (CleanRL names),
+``close()`` at the end. Pass them to ``fdg.run(..., loggers=[...])``.
+
+    >>> import os, tempfile
+    >>> path = os.path.join(tempfile.mkdtemp(), "m.csv")
+    >>> with CSVLogger(path) as log:
+    ...     log.log({"iteration": 0, "charts/SPS": 10.0})
+    >>> open(path).read().splitlines()[0]
+    'iteration,charts/SPS'
+"""
+from __future__ import annotations
+
+import csv
+import math
+import numbers
+import os
+from typing import Any
+
+__all__ = ["CSVLogger", "TensorBoardLogger", "tensorboard_available"]
+
+
+class _Logger:
+    def log(self, row: dict[str, Any]) -> None:  # pragma: no cover - interface
+        raise NotImplementedError
+
+    def close(self) -> None:
+        pass
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+class CSVLogger(_Logger):
+    """One CSV line per iteration. Columns are the first row's names; a name that shows up
+    later (a metric logged only now and then) rewrites the file with the widened header,
+    so the file always parses with ``pandas.read_csv``."""
+
+    def __init__(self, path: str | os.PathLike) -> None:
+        self.path = os.fspath(path)
+        os.makedirs(os.path.dirname(os.path.abspath(self.path)), exist_ok=True)
+        self.columns: list[str] = []
+        self.rows: list[dict[str, Any]] = []
+        self._file = open(self.path, "w", newline="")
+        self._writer: csv.DictWriter | None = None
+
+    def log(self, row: dict[str, Any]) -> None:
+        self.rows.append(dict(row))
+        new = [c for c in row if c not in self.columns]
+        if new or self._writer is None:
+            self.columns.extend(new)
+            self._file.seek(0)
+            self._file.truncate()
+            self._writer = csv.DictWriter(self._file, self.columns, restval="")
+            self._writer.writeheader()
+            self._writer.writerows(self.rows)
+        else:
+            self._writer.writerow(row)
+        self._file.flush()
+
+    def close(self) -> None:
+        if not self._file.closed:
+            self._file.close()
+
+
+def tensorboard_available() -> bool:
+    try:
+        from torch.utils.tensorboard import SummaryWriter  # noqa: F401
+    except Exception:  # torch missing, or tensorboard not installed
+        return False
+    return True
+
+
+class TensorBoardLogger(_Logger):
+    """Every numeric value of a row as a scalar (tag = the flat name), at global step =
+    the cumulative ``env_steps`` (CleanRL's convention; ``step="iteration"`` for the
+    iteration). Needs ``torch`` and ``pip install tensorboard``."""
+
+    def __init__(self, log_dir: str | os.PathLike, *, step: str = "env_steps") -> None:
+        try:
+            from torch.utils.tensorboard import SummaryWriter
+        except Exception as exc:
+            raise ImportError("TensorBoardLogger needs torch and tensorboard: pip install tensorboard") from exc
+        self.log_dir = os.fspath(log_dir)
+        self.step = step
+        self.writer = SummaryWriter(log_dir=self.log_dir)
+
+    def log(self, row: dict[str, Any]) -> None:
+        step = int(row.get(self.step, row.get("iteration", 0)))
+        for name, value in row.items():
+            if name in ("iteration", self.step) and name != "env_steps":
+                continue
+            if isinstance(value, numbers.Real) and not isinstance(value, bool) and math.isfinite(value):
+                self.writer.add_scalar(name, float(value), step)
+        self.writer.flush()
+
+    def close(self) -> None:
+        self.writer.close()
