@@ -12,6 +12,7 @@ def ip():
     shell.run_cell("import numpy as np\nimport workbench as wb")
     magics = shell.magics_manager.registry["WorkbenchMagics"]
     magics.fdg.clear()
+    magics.fdg.last_run = None
     yield shell
     magics.fdg.clear()
 
@@ -141,3 +142,15 @@ def test_fdg_policy_shows_the_active_policy_and_its_plan(ip, capsys):
     ip.run_line_magic("fdg", "policy")
     out = capsys.readouterr().out
     assert "active policy: inline" in out and "plan for policy 'inline'" in out
+
+
+def test_fdg_profile_gives_the_last_runs_time_per_fragment(ip):
+    from IPython.core.error import UsageError
+
+    with pytest.raises(UsageError, match="nothing has run yet"):
+        ip.run_line_magic("fdg", "profile")
+    _cells(ip, *LOOP)
+    ip.run_line_magic("fdg", "run --iterations 3 --steps 2")
+    table = ip.run_line_magic("fdg", "profile")
+    assert {"actor", "env", "learner"} <= set(table.index)
+    assert (table.loc[["actor", "env", "learner"], "kind"] == "fragment").all()

@@ -25,6 +25,7 @@ _FDG_HELP = f"""Show, run or change the notebook's fragmented dataflow graph (FD
 %fdg run [options]    train on the cluster (progress bar; returns the Run)
 %fdg run --background ...   train in a background thread; %fdg stop ends it
 %fdg stop             stop a background run after its current iteration
+%fdg profile          the last run's time per fragment and replica (compute, waiting, sending)
 %fdg policy           show the active policy (the last run's) and its plan
 %fdg policy --policy P [--steps T]   the plan P makes of this FDG (with --steps: bytes
                       moved per iteration, measured by one short inline run)
@@ -77,6 +78,10 @@ class WorkbenchMagics(Magics):
                 return self._run(rest)
             if command == "stop":
                 return self._stop()
+            if command == "profile":
+                if self.fdg.last_run is None:
+                    raise UsageError("nothing has run yet: %fdg run first, then %fdg profile.")
+                return self.fdg.last_run.profile()
             if command == "reset":
                 self.fdg.clear()
                 print("FDG reset: no fragments.")
