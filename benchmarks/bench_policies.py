@@ -18,7 +18,7 @@ import argparse
 import logging
 import statistics
 
-PRESETS = ["inline", "SingleLearnerCoarse", "SingleLearnerFine", "MultiLearner", "GPUOnly", "auto"]
+PRESETS = ["inline", "SingleLearnerCoarse", "SingleLearnerFine", "MultiLearner", "GPUOnly", "Async", "auto"]
 
 
 def steady(run, skip: int = 5) -> tuple[float, float]:
