@@ -97,3 +97,25 @@ def test_ctrl_c_stops_every_loop_and_frees_the_workers(client):
 def test_no_channel_threads_outlive_a_run(client):
     toy_fdg().run(iterations=3, steps=2, policy="coarse", cluster=client, progress=False)
     assert not any(_worker_threads(client).values())
+
+
+def test_loop_tasks_report_their_phases_as_fine_performance_metrics(client):
+    toy_fdg().run(iterations=3, steps=2, policy="coarse", cluster=client, progress=False)
+
+    import time
+
+    def activities(dask_scheduler=None):
+        return [list(map(str, key)) for key in dask_scheduler.cumulative_worker_metrics
+                if isinstance(key, tuple) and len(key) == 4 and key[0] == "execute"]
+
+    wanted = {("actor+env-loop", "actor compute"), ("learner-loop", "learner compute")}
+    deadline = time.monotonic() + 15  # workers send metrics with their heartbeats
+    while True:
+        labels = {(k[1], k[2]) for k in client.run_on_scheduler(activities)}
+        if wanted <= labels or time.monotonic() > deadline:
+            break
+        time.sleep(0.2)
+    assert ("actor+env-loop", "actor compute") in labels
+    assert ("actor+env-loop", "env compute") in labels
+    assert ("learner-loop", "learner compute") in labels
+    assert ("learner-loop", "waiting for inputs") in labels
