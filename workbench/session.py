@@ -108,7 +108,8 @@ class FDG(graph.FDG):
         ``target_return``, the run stops once the mean of the last 20 episode returns
         reaches it. ``resume`` continues from another run's ``state`` (any policy);
         ``keep_state`` keeps this run's final state in ``run.state``.
-        ``loggers`` get each finished iteration's row (``log(row)``, then ``close()``);
+        ``progress``: False, True (a progress bar), or a factory of live views
+        (``%fdg run`` shows live Bokeh plots this way). ``loggers`` get each finished iteration's row (``log(row)``, then ``close()``);
         ``log_dir`` adds a ``CSVLogger(log_dir/metrics.csv)`` and, when tensorboard is
         installed, a ``TensorBoardLogger(log_dir)`` (see ``workbench.profiling``).
         Returns a :class:`~workbench.runtime.run.Run`; the FDG is never modified.
@@ -126,7 +127,7 @@ class FDG(graph.FDG):
             run = Run(label, iterations, steps, target_return=target_return)
             run.loggers = _loggers(loggers, log_dir)
             self.last_run = run
-            bar = _progress_bar(iterations, label) if progress else None
+            bar = _make_progress(progress, iterations, label)
             try:
                 if policy == "auto":
                     self._run_auto(run, iterations, steps, cluster, ns, bar, resume)
@@ -141,7 +142,7 @@ class FDG(graph.FDG):
                 raise
             finally:
                 if bar is not None:
-                    bar.close()
+                    bar.finish(run)
                 for logger in run.loggers:
                     logger.close()
             return run
@@ -185,8 +186,7 @@ class FDG(graph.FDG):
             for logger in run.loggers:
                 logger.log(run.rows[-1])
             if bar is not None:
-                bar.update(1)
-                bar.set_postfix_str(_postfix(run), refresh=False)
+                bar.advance(run)
             return (run.is_solved() or self._stop.is_set()
                     or (stop_after is not None and stop_after(completed)))
 
@@ -292,10 +292,30 @@ def _check_positive(name: str, value) -> None:
         raise RunConfigError(f"--{name} must be a whole number ≥ 1, got {value!r}.")
 
 
-def _progress_bar(total: int, policy: str):
-    from tqdm.auto import tqdm
+def _make_progress(progress, total: int, label: str):
+    """``progress``: False (none), True (a text bar), or a factory ``(total, label) ->``
+    object with ``advance(run)`` and ``finish(run)`` (``%fdg run`` passes the live view)."""
+    if not progress:
+        return None
+    if callable(progress):
+        return progress(total, label)
+    return _TextProgress(total, label)
 
-    return tqdm(total=total, desc=f"training ({policy})", unit="it", leave=True)
+
+class _TextProgress:
+    """tqdm's bar (a widget in notebooks, text elsewhere) with throughput and return."""
+
+    def __init__(self, total: int, label: str) -> None:
+        from tqdm.auto import tqdm
+
+        self.bar = tqdm(total=total, desc=f"training ({label})", unit="it", leave=True)
+
+    def advance(self, run: Run) -> None:
+        self.bar.update(1)
+        self.bar.set_postfix_str(_postfix(run), refresh=False)
+
+    def finish(self, run: Run) -> None:
+        self.bar.close()
 
 
 def _postfix(run: Run) -> str:

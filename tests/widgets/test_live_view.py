@@ -1,0 +1,43 @@
+"""The live view that %fdg run shows: its plots receive every iteration."""
+from __future__ import annotations
+
+import pytest
+
+from tests.conftest import toy_fdg
+
+live = pytest.importorskip("workbench.widgets.live")
+
+
+def test_live_view_streams_throughput_and_return_each_iteration():
+    views = []
+
+    def factory(total, label):
+        views.append(live.LiveView(total, label))
+        return views[-1]
+
+    fdg = toy_fdg()
+    run = fdg.run(iterations=30, steps=5, progress=factory)
+    view = views[0]
+    assert view.progress.value == 30 and view.progress.max == 30
+    assert view.rates.data["sps"] and len(view.rates.data["time"]) == 30  # forced final draw
+    assert view.returns.data["iteration"][-1] == 29
+    assert view.progress.bar_style == "success" and run.status == "finished"
+    assert "env-steps/s" in view.label.value
+
+
+def test_the_magic_uses_the_live_view(capsys):
+    from IPython.core.interactiveshell import InteractiveShell
+
+    ip = InteractiveShell.instance()
+    ip.run_line_magic("load_ext", "workbench")
+    magics = ip.magics_manager.registry["WorkbenchMagics"]
+    magics.fdg.clear()
+    ip.run_cell("import numpy as np\nimport workbench as wb")
+    for cell in ("%%fragment env --init\nobs = np.zeros(2)\n", "%%fragment actor\naction = obs + 1\n",
+                 "%%fragment env\nobs = action * 0.5\nreward = action.sum()\n",
+                 "%%fragment learner\nseen = reward.shape[0]\n"):
+        assert ip.run_cell(cell).success
+    run = ip.run_line_magic("fdg", "run --iterations 2 --steps 2")
+    assert run.status == "finished"
+    assert "VBox" in capsys.readouterr().out  # the widget box was displayed
+    magics.fdg.clear()

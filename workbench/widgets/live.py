@@ -1,0 +1,87 @@
+"""The live view of a run in a notebook: progress, and Bokeh plots of the return and of
+env-steps/s that update every iteration.
+
+It is an ipywidgets box (a progress bar plus a ``jupyter_bokeh`` BokehModel), so updates
+travel over the kernel's widget channel: no Bokeh server, nothing fetched from a CDN
+(BokehJS comes with the jupyter_bokeh extension). Outside a notebook, runs use a text
+progress bar instead.
+
+Example (in a notebook; ``fdg.run`` does this for you):
+    >>> view = LiveView(total=100, title="SingleLearnerCoarse")     # doctest: +SKIP
+    >>> view.update(run)                                            # doctest: +SKIP
+"""
+from __future__ import annotations
+
+import time
+
+import ipywidgets as widgets
+from bokeh.layouts import row
+from bokeh.models import ColumnDataSource
+from bokeh.plotting import figure
+from jupyter_bokeh.widgets import BokehModel
+
+__all__ = ["LiveView"]
+
+#: the plots redraw at most this often (a fast run finishes iterations in milliseconds)
+MIN_REDRAW_SECONDS = 0.25
+
+
+class LiveView:
+    """Progress plus live return and throughput plots for one run."""
+
+    def __init__(self, total: int, title: str) -> None:
+        self.total = total
+        self.progress = widgets.IntProgress(value=0, min=0, max=total, description="training",
+                                            layout=widgets.Layout(width="60%"))
+        self.label = widgets.HTML(self._label_text(0, title, ""))
+        self.title = title
+        self.returns = ColumnDataSource({"iteration": [], "mean": []})
+        self.rates = ColumnDataSource({"time": [], "sps": []})
+        ret = figure(height=220, width=420, title="mean return (last 20 episodes)",
+                     x_axis_label="iteration", toolbar_location=None)
+        ret.line("iteration", "mean", source=self.returns, line_width=2, color="#5aae61")
+        sps = figure(height=220, width=420, title="env-steps/s", x_axis_label="seconds",
+                     toolbar_location=None)
+        sps.line("time", "sps", source=self.rates, line_width=2, color="#4393c3")
+        self.plots = BokehModel(row(ret, sps))
+        self.widget = widgets.VBox([widgets.HBox([self.progress, self.label]), self.plots])
+        self._shown = 0
+        self._last_draw = 0.0
+
+    def _repr_mimebundle_(self, **kwargs):
+        return self.widget._repr_mimebundle_(**kwargs)
+
+    @staticmethod
+    def _label_text(done: int, title: str, extra: str) -> str:
+        return f"<span style='font-family:monospace'>{title} · {done} it {extra}</span>"
+
+    def advance(self, run) -> None:
+        """One more iteration finished (the runner's progress protocol)."""
+        self.update(run)
+
+    def finish(self, run) -> None:
+        self.close(run)
+
+    def update(self, run, *, force: bool = False) -> None:
+        """Show the run's newest iterations (throttled; ``force`` draws now)."""
+        done = len(run.rows)
+        self.progress.value = min(done, self.total)
+        now = time.monotonic()
+        if not force and now - self._last_draw < MIN_REDRAW_SECONDS:
+            return
+        self._last_draw = now
+        rows = run.rows[self._shown:]
+        self._shown = done
+        mean = run.mean_return()
+        extra = f"· {run.steps_per_second:,.0f} env-steps/s · return {mean:.0f}" if mean is not None else ""
+        self.label.value = self._label_text(done, self.title, extra)
+        fresh = [(r["iteration"], r.get("charts/mean_return_last_20")) for r in rows]
+        fresh = [(i, m) for i, m in fresh if m is not None]
+        if fresh:
+            self.returns.stream({"iteration": [i for i, _ in fresh], "mean": [m for _, m in fresh]})
+        if rows:
+            self.rates.stream({"time": [r["time_s"] for r in rows], "sps": [r["charts/SPS"] for r in rows]})
+
+    def close(self, run) -> None:
+        self.update(run, force=True)
+        self.progress.bar_style = "success" if run.status in ("finished", "solved") else "warning"
