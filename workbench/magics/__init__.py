@@ -10,3 +10,17 @@ __all__ = ["WorkbenchMagics", "load_ipython_extension"]
 def load_ipython_extension(ipython) -> None:
     """``%load_ext workbench``."""
     ipython.register_magics(WorkbenchMagics(ipython))
+    _load_bokehjs(ipython)
+
+
+def _load_bokehjs(ipython) -> None:
+    """Put BokehJS in the notebook page now, from the installed package (no CDN): the live
+    view of ``%fdg run`` renders with it, and it must be loaded before any view is built."""
+    if type(ipython).__name__ != "ZMQInteractiveShell":  # a terminal or a test shell: no page
+        return
+    try:
+        from bokeh.io import output_notebook
+        from bokeh.resources import INLINE
+    except ImportError:  # bokeh missing: runs fall back to a text progress bar
+        return
+    output_notebook(INLINE, hide_banner=True)

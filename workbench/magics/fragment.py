@@ -35,20 +35,6 @@ Options of %fdg run:
 {RUN_USAGE}"""
 
 
-def _live_view(total: int, label: str):
-    """Show a live view (progress + Bokeh plots) in the cell's output; a text bar when the
-    Bokeh widget extension is not installed."""
-    try:
-        from workbench.widgets.live import LiveView
-    except ImportError:  # jupyter_bokeh missing: the plain progress bar still works
-        from workbench.session import _TextProgress
-
-        return _TextProgress(total, label)
-    view = LiveView(total, label)
-    display(view.widget)
-    return view
-
-
 def _usage_error(exc: WorkbenchError) -> UsageError:
     text = str(exc)
     if isinstance(exc, FragmentError) and exc.line and "line" not in text:
@@ -121,7 +107,7 @@ class WorkbenchMagics(Magics):
         options = parse_run_line(" ".join(w for w in rest.split() if w != "--background"))
         if self._background is not None and self._background.is_alive():
             raise UsageError("a background run is going; stop it first with %fdg stop.")
-        options.setdefault("progress", _live_view)
+        options.setdefault("progress", self._live_view)
         if not background:
             return self.fdg.run(**options)
         self._background = threading.Thread(
@@ -129,6 +115,19 @@ class WorkbenchMagics(Magics):
         self._background.start()
         print("training in the background; %fdg stop ends it, fdg.last_run has the record.")
         return None
+
+    def _live_view(self, total: int, label: str):
+        """Show a live view (progress + Bokeh plots) in the cell's output; a text bar when
+        the Bokeh widget extension is not installed."""
+        try:
+            from workbench.widgets.live import LiveView
+        except ImportError:  # jupyter_bokeh missing: the plain progress bar still works
+            from workbench.session import _TextProgress
+
+            return _TextProgress(total, label)
+        view = LiveView(total, label)
+        display(view.widget)
+        return view
 
     def _stop(self):
         thread = self._background
