@@ -38,6 +38,9 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("workbench: interrupted; every worker was released.", file=sys.stderr)
         return 130
+    finally:
+        if "workbench.cluster.connect" in sys.modules:  # a run started the embedded cluster
+            sys.modules["workbench.cluster.connect"].shutdown_embedded()
 
 
 def _run(args) -> int:

@@ -121,7 +121,15 @@ class FDG(graph.FDG):
         policy = as_policy_spec(policy)  # a bad policy name or file fails before anything starts
         if not self._running.acquire(blocking=False):
             raise RunConfigError("this FDG is already running; stop it first (%fdg stop or fdg.stop()).")
+        handle = None
         try:
+            if needs_cluster(policy):
+                # connect once, before any progress display: the embedded cluster prints its
+                # dashboard link, and every stretch of this run (auto tries several) shares it
+                from workbench.cluster.connect import connect
+
+                handle = connect(cluster)
+                cluster = handle.client
             self._stop.clear()
             label = policy if isinstance(policy, str) else getattr(policy, "name", "custom")
             run = Run(label, iterations, steps, target_return=target_return)
@@ -148,6 +156,8 @@ class FDG(graph.FDG):
             return run
         finally:
             self._running.release()
+            if handle is not None and handle.owned and handle.cluster is None:
+                handle.close()  # a client this run opened to a scheduler address
 
     def stop(self) -> None:
         """Ask a running ``run`` (e.g. in another thread) to stop after the current iteration."""

@@ -22,7 +22,7 @@ from distributed import Client, LocalCluster
 from workbench.fdg.errors import RunConfigError
 from workbench.fdg.inventory import Inventory, WorkerInfo
 
-__all__ = ["ClusterHandle", "connect", "embedded_cluster", "inventory_of"]
+__all__ = ["ClusterHandle", "connect", "embedded_cluster", "inventory_of", "shutdown_embedded"]
 
 
 @dataclass
@@ -79,11 +79,25 @@ def embedded_cluster(n_workers: int = 2, threads_per_worker: int = 1, *, quiet: 
         client = Client(cluster, set_as_default=False)
         client.run(_warm_up)
         _embedded = ClusterHandle(client, owned=True, cluster=cluster)
-        atexit.register(_embedded.close)
+        atexit.register(shutdown_embedded)
         if not quiet:
             print(f"workbench: started a local Dask cluster ({n_workers} workers on 127.0.0.1); "
                   f"dashboard: {client.dashboard_link}")
         return _embedded
+
+
+def shutdown_embedded() -> None:
+    """Close the embedded cluster, if one was started. Workers still sending heartbeats as
+    the scheduler goes log connection errors: those are expected here, so they are hushed."""
+    global _embedded
+    with _embedded_lock:
+        if _embedded is None:
+            return
+        logging.getLogger("distributed").setLevel(logging.CRITICAL)
+        try:
+            _embedded.close()
+        finally:
+            _embedded = None
 
 
 def connect(cluster: Client | str | None = None, *, quiet: bool = False, timeout: float = 10.0) -> ClusterHandle:
