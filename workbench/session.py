@@ -66,7 +66,10 @@ class FDG(graph.FDG):
         if needs_cluster(policy):
             from workbench.cluster.connect import connect, inventory_of
 
-            inventory = inventory_of(connect(cluster, quiet=True).client)
+            handle = connect(cluster, quiet=True)
+            inventory = inventory_of(handle.client)
+            if handle.owned and handle.cluster is None:
+                handle.close()  # a client opened just to read the workers of an address
         plan = make_plan(self, resolve_policy(policy, self, inventory))
         if steps is not None:
             plan.measured = (self.measure_sizes(), steps)

@@ -131,6 +131,13 @@ class EpisodeTracker:
         return ended_returns, ended_lengths
 
 
+def ended_envs(done: Any, xp: Any) -> tuple[np.ndarray, Any]:
+    """Which envs ended this step, for an array env's autoreset: their indices on the host
+    (to count them, to report stats) and on the env's device (to index its state)."""
+    ended = np.flatnonzero(done if xp is np else done.get())
+    return ended, (ended if xp is np else xp.asarray(ended))
+
+
 def empty_episode_stats() -> tuple[np.ndarray, np.ndarray]:
     """The ``(episode_return, episode_length)`` pair of a step where no episode ended."""
     return np.zeros(0, dtype=np.float32), np.zeros(0, dtype=np.int64)

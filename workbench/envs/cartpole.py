@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 from gymnasium import spaces
 
-from workbench.envs.base import StepResult
+from workbench.envs.base import StepResult, empty_episode_stats, ended_envs
 
 __all__ = ["CartPole"]
 
@@ -182,11 +182,9 @@ class CartPole:
     def _autoreset(self, done: Any, final_obs: Any) -> tuple[Any, np.ndarray, np.ndarray]:
         """Reset the envs where ``done``; return (obs, episode returns, lengths)."""
         xp = self.xp
-        done_host = done if xp is np else done.get()
-        ended = np.flatnonzero(done_host)
+        ended, index = ended_envs(done, xp)
         if ended.size == 0:
-            return final_obs.copy(), np.zeros(0, np.float32), np.zeros(0, np.int64)
-        index = ended if xp is np else xp.asarray(ended)
+            return (final_obs.copy(), *empty_episode_stats())
         lengths = self._elapsed[index]
         lengths = (lengths if xp is np else lengths.get()).astype(np.int64)
         fresh = self._draw_initial_states(ended.size)
