@@ -21,6 +21,38 @@ def client():
             yield c
 
 
+#: notebook cells of a small loop whose values gather across replicas (arrays along the batch axis)
+LOOP_CELLS = (
+    "%%fragment env --init\nobs = np.zeros(2)\n",
+    "%%fragment actor\naction = obs + 1\n",
+    "%%fragment env\nobs = action * 0.5\nreward = action.copy()\n",
+    "%%fragment learner\nseen = reward.shape[0]\nwb.log('T', seen)\n",
+)
+
+
+@pytest.fixture
+def ip():
+    """A real IPython InteractiveShell with ``%load_ext workbench`` and an empty FDG (no last
+    run, no board placement); emptied again afterwards, any placement board closed."""
+    from IPython.core.interactiveshell import InteractiveShell
+
+    shell = InteractiveShell.instance()
+    shell.run_line_magic("load_ext", "workbench")
+    shell.run_cell("import numpy as np\nimport workbench as wb")
+    magics = shell.magics_manager.registry["WorkbenchMagics"]
+
+    def empty() -> None:
+        magics.fdg.clear()
+        magics.fdg.last_run, magics.fdg.placement = None, None
+
+    empty()
+    yield shell
+    if getattr(magics, "_board", None) is not None:
+        magics._board.close()
+        magics._board = None
+    empty()
+
+
 def assert_notebook_is_the_module(notebook, module) -> tuple[wb.FDG, dict]:
     """A shipped notebook's fragment cells are the algorithm module's FRAGMENT_CELLS, byte for
     byte, and build the same FDG. Returns the notebook's FDG and its %fdg run options."""

@@ -90,3 +90,27 @@ def test_quickstart_executes_under_nbval_at_ci_size(tmp_path):
     copy.write_text(json.dumps(nb))
     result = _nbval(copy, tmp_path)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+
+
+def test_cli_checkpoints_and_resumes(tmp_path, capsys):
+    ckpt = tmp_path / "ckpt"
+    assert main(["run", str(QUICKSTART), "--iterations", "4", "--steps", "8", "--target-return", "1",
+                 "--checkpoint-dir", str(ckpt), "--checkpoint-every", "2"]) == 0
+    assert (ckpt / "LATEST").exists()
+    from workbench.runtime.checkpoint import load_checkpoint
+
+    written = load_checkpoint(ckpt).iteration
+    # too short to reach the notebook's target (exit 1), but it trains on from the checkpoint
+    assert main(["run", str(QUICKSTART), "--iterations", "2", "--steps", "8", "--resume", str(ckpt)]) == 1
+    assert "2/2 iterations" in capsys.readouterr().out and written >= 2
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--resume", "no-such-dir"], "no checkpoint at no-such-dir: the path does not exist"),
+    (["--checkpoint-every", "5"], "checkpoint_every needs checkpoint_dir"),
+    (["--checkpoint-dir", "x", "--checkpoint-every", "0"], "--checkpoint-every must be a whole number ≥ 1"),
+])
+def test_cli_checkpoint_options_errors_are_one_clear_line(capsys, argv, message):
+    assert main(["run", str(QUICKSTART), "--iterations", "1", *argv]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("workbench: error:") and message in err and "Traceback" not in err

@@ -7,12 +7,14 @@ In a notebook, ``%load_ext workbench`` adds the ``%%fragment`` and ``%fdg`` magi
 """
 from workbench.context import ReplicaInfo, allreduce, log
 from workbench.fdg.errors import (
+    CheckpointError,
     ConflictingWritersError,
     FDGError,
     FragmentError,
     FragmentOptionError,
     FragmentRuntimeError,
     FragmentSyntaxError,
+    MetricError,
     PlacementError,
     RunConfigError,
     StepCycleError,
@@ -32,13 +34,38 @@ from workbench.session import FDG
 
 __version__ = "0.1.0"
 
+import logging as _logging
+
+# a library's logger stays silent unless the application configures logging; what the user
+# must see (a lost worker, a re-placement) is also printed by the run itself
+_logging.getLogger("workbench").addHandler(_logging.NullHandler())
+
 __all__ = [
     "FDG", "Policy", "Inline", "SingleLearnerCoarse", "SingleLearnerFine", "MultiLearner", "GPUOnly", "Async",
+    "placement",
     "ReplicaInfo", "log", "allreduce",
     "WorkbenchError", "FragmentError", "FragmentSyntaxError", "FragmentOptionError",
     "FDGError", "UndefinedNameError", "ConflictingWritersError", "StepCycleError",
-    "PlacementError", "FragmentRuntimeError", "RunConfigError",
+    "PlacementError", "FragmentRuntimeError", "RunConfigError", "CheckpointError", "MetricError",
 ]
+
+
+def placement(fdg, cluster=None, *, steps: int | None = None):
+    """The placement board for ``fdg``: drag its fragments onto ``cluster``'s workers and
+    devices; ``board.policy`` is the placement, also put on ``fdg.placement``. ``cluster``:
+    a ``distributed.Client``, a scheduler address, or None (the notebook's client, else the
+    embedded local cluster). ``%fdg place`` does this for the notebook's FDG.
+
+    >>> board = wb.placement(fdg)      # doctest: +SKIP
+    >>> board                          # doctest: +SKIP
+    >>> board.policy                   # doctest: +SKIP
+    Policy('SingleLearnerCoarse', actor+env ×2 on 0, 1 | learner ×1 on 0)
+
+    See :class:`workbench.widgets.placement.PlacementBoard`.
+    """
+    from workbench.widgets.placement import placement as _placement  # anywidget: only when used
+
+    return _placement(fdg, cluster, steps=steps)
 
 
 _LAZY_SUBPACKAGES = ("envs", "kernels", "algorithms", "cluster")

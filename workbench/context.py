@@ -13,6 +13,7 @@ Example (inside a fragment cell):
 from __future__ import annotations
 
 import contextvars
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -47,8 +48,11 @@ class ReplicaContext:
     reducer: Callable[[Any], Any] | None = None
 
     def record(self, name: str, value: Any) -> None:
+        self.add(name, _as_floats(value))
+
+    def add(self, name: str, values: list[float]) -> None:
         bucket = self.metrics.setdefault(self.iteration if self.iteration is not None else -1, {})
-        bucket.setdefault(name, []).extend(_as_floats(value))
+        bucket.setdefault(name, []).extend(values)
 
 
 _current: contextvars.ContextVar[ReplicaContext | None] = contextvars.ContextVar(
@@ -69,14 +73,21 @@ def deactivate(token: contextvars.Token) -> None:
     _current.reset(token)
 
 
-def log(name: str, value: Any) -> None:
+def log(name: str, value: Any, *, allow_nan: bool = False) -> None:
     """Record a metric for this iteration: a number, or an array of numbers (each kept).
 
-    Use flat names such as ``charts/episodic_return`` or ``losses/policy_loss``.
+    Use flat names such as ``charts/episodic_return`` or ``losses/policy_loss``. A value
+    that is NaN or infinite raises :class:`~workbench.fdg.errors.MetricError` naming the
+    metric, so a diverging loss stops the run at the line that logged it instead of
+    training on garbage; ``allow_nan=True`` records such a value anyway (for a metric that
+    is legitimately undefined at times, such as an explained variance of constant returns).
     """
+    values = _metric_values(name, value)
+    if not allow_nan:
+        _check_finite(name, values)
     ctx = _current.get()
     if ctx is not None:
-        ctx.record(name, value)
+        ctx.add(name, values)
 
 
 def allreduce(value: Any) -> Any:
@@ -86,6 +97,40 @@ def allreduce(value: Any) -> Any:
     if ctx is None or ctx.reducer is None:
         return value
     return ctx.reducer(value)
+
+
+def _metric_values(name: str, value: Any) -> list[float]:
+    try:
+        return _as_floats(value)
+    except (TypeError, ValueError):
+        from workbench.fdg.errors import MetricError
+
+        raise MetricError(
+            f"wb.log({name!r}, …) needs a number or an array of numbers, got "
+            f"{type(value).__name__} {_short(value)}. Log each number under its own name "
+            "(e.g. for name, number in losses.items(): wb.log(name, number))."
+        ) from None
+
+
+def _check_finite(name: str, values: list[float]) -> None:
+    bad = [v for v in values if not math.isfinite(v)]
+    if not bad:
+        return
+    from workbench.fdg.errors import MetricError
+
+    kinds = ", ".join(sorted({str(v) for v in bad}))
+    what = f"is {kinds}" if len(values) == 1 else f"has {len(bad)} of {len(values)} values not finite ({kinds})"
+    raise MetricError(
+        f"metric {name!r} {what}. A NaN or infinite loss usually means training diverged: "
+        "lower the learning rate, clip gradients, and check the inputs for NaN or inf (e.g. "
+        "a normalisation dividing by a zero standard deviation). To record such a value "
+        f"anyway: wb.log({name!r}, value, allow_nan=True)."
+    )
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
 
 
 def _as_floats(value: Any) -> list[float]:

@@ -3,9 +3,9 @@ from __future__ import annotations
 
 import pytest
 
-from workbench.fdg.board import move_fragment, set_replicas
+from workbench.fdg.board import fill_preset, load_policy, move_fragment, set_replicas
 from workbench.fdg.errors import PlacementError
-from workbench.fdg.policy import SingleLearnerCoarse
+from workbench.fdg.policy import Inline, SingleLearnerCoarse
 
 from .conftest import make_inventory
 
@@ -57,3 +57,43 @@ def test_incompatible_replica_counts_are_refused(ppo_fdg, coarse):
     inv = make_inventory(3)
     with pytest.raises(PlacementError, match="cannot feed"):
         set_replicas(set_replicas(coarse, ppo_fdg, "learner", 2, inv), ppo_fdg, "actor", 3, inv)
+
+
+def test_set_replicas_leaves_out_workers_that_have_left(ppo_fdg):
+    # actor+env on w0, w1; w1 leaves: resizing is a way to recover
+    policy = SingleLearnerCoarse().place(ppo_fdg, make_inventory(2))
+    shrunk = set_replicas(policy, ppo_fdg, "env", 1, make_inventory(1))
+    assert shrunk.group_of("env").workers == ("w0",)
+
+
+@pytest.mark.parametrize("name, expected", [
+    ("coarse", "SingleLearnerCoarse"), ("fine", "SingleLearnerFine"), ("multilearner", "MultiLearner"),
+    ("gpuonly", "GPUOnly"), ("async", "Async"), ("MultiLearner", "MultiLearner"),
+])
+def test_fill_preset_places_the_preset_on_the_cluster(ppo_fdg, name, expected):
+    policy = fill_preset(name, ppo_fdg, make_inventory(2, gpu_at=1))
+    assert policy.name == expected
+    assert {f for g in policy.groups for f in g.fragments} == set(ppo_fdg.fragments)
+
+
+def test_fill_preset_auto_needs_a_measured_run(ppo_fdg):
+    inv = make_inventory(2)
+    with pytest.raises(PlacementError, match="chosen at run time.*SingleLearnerCoarse"):
+        fill_preset("auto", ppo_fdg, inv)
+    table = [{"policy": "SingleLearnerCoarse", "env-steps/s": 10.0}, {"policy": "GPUOnly", "env-steps/s": 30.0}]
+    assert fill_preset("auto", ppo_fdg, inv, auto_table=table).name == "GPUOnly"
+    for bad in ("inline", "sideways"):
+        with pytest.raises(PlacementError, match="unknown preset"):
+            fill_preset(bad, ppo_fdg, inv)
+
+
+def test_load_policy_round_trips_and_refuses_what_a_board_cannot_show(ppo_fdg, coarse):
+    inv = make_inventory(2)
+    assert load_policy(coarse.to_json(), ppo_fdg, inv) == coarse
+    with pytest.raises(PlacementError, match="malformed"):
+        load_policy("[1, 2", ppo_fdg, inv)
+    with pytest.raises(PlacementError, match="not in the cluster"):
+        load_policy(coarse.to_json(), ppo_fdg, make_inventory(1))
+    inline = Inline().place(ppo_fdg)
+    with pytest.raises(PlacementError, match="calling process"):
+        load_policy(inline.to_json(), ppo_fdg, inv)

@@ -2,19 +2,8 @@
 from __future__ import annotations
 
 import pytest
-from IPython.core.interactiveshell import InteractiveShell
 
-
-@pytest.fixture
-def ip():
-    shell = InteractiveShell.instance()
-    shell.run_line_magic("load_ext", "workbench")
-    shell.run_cell("import numpy as np\nimport workbench as wb")
-    magics = shell.magics_manager.registry["WorkbenchMagics"]
-    magics.fdg.clear()
-    magics.fdg.last_run = None
-    yield shell
-    magics.fdg.clear()
+from tests.conftest import LOOP_CELLS
 
 
 def _fdg(ip):
@@ -27,30 +16,22 @@ def _cells(ip, *cells):
         assert result.success, result.error_in_exec or result.error_before_exec
 
 
-LOOP = (
-    "%%fragment env --init\nobs = np.zeros(2)\n",
-    "%%fragment actor\naction = obs + 1\n",
-    "%%fragment env\nobs = action * 0.5\nreward = action.sum()\n",
-    "%%fragment learner\nseen = reward.shape[0]\nwb.log('T', seen)\n",
-)
-
-
 def test_fragment_prints_what_it_found(ip, capsys):
-    _cells(ip, LOOP[0])
-    _cells(ip, LOOP[1])
+    _cells(ip, LOOP_CELLS[0])
+    _cells(ip, LOOP_CELLS[1])
     out = capsys.readouterr().out
     assert "env: reads np → writes obs · once at init" in out
     assert "actor: reads obs → writes action · every step" in out
 
 
 def test_learner_defaults_to_every_iteration(ip, capsys):
-    _cells(ip, *LOOP)
+    _cells(ip, *LOOP_CELLS)
     assert "every iteration" in capsys.readouterr().out.splitlines()[-1]
     assert _fdg(ip)["learner"].rates == ("iteration",)
 
 
 def test_syntax_error_is_a_usage_error_naming_the_line_and_keeps_the_fdg(ip, capsys):
-    _cells(ip, *LOOP)
+    _cells(ip, *LOOP_CELLS)
     before = _fdg(ip).copy()
     result = ip.run_cell("%%fragment actor\nx = 1\naction = obs +\n")
     assert not result.success
@@ -67,27 +48,27 @@ def test_unknown_option_is_a_usage_error(ip, capsys):
 
 
 def test_rerunning_a_cell_replaces_the_fragment_rate(ip):
-    _cells(ip, *LOOP, "%%fragment actor\naction = obs + 2\n")
+    _cells(ip, *LOOP_CELLS, "%%fragment actor\naction = obs + 2\n")
     assert _fdg(ip)["actor"].cells["step"].code == "action = obs + 2\n"
     assert len(_fdg(ip)) == 3
 
 
 def test_fdg_draws_the_graph(ip):
-    _cells(ip, *LOOP)
+    _cells(ip, *LOOP_CELLS)
     fdg = ip.run_line_magic("fdg", "")
     html = fdg._repr_html_()
     assert "<svg" in html and "learner" in html and "reward" in html
 
 
 def test_fdg_run_trains_and_returns_the_run(ip):
-    _cells(ip, *LOOP)
+    _cells(ip, *LOOP_CELLS)
     run = ip.run_line_magic("fdg", "run --iterations 3 --steps 4")
     assert run.status == "finished" and run.completed_iterations == 3
     assert run.metrics["T"].tolist() == [4, 4, 4]
 
 
 def test_fdg_run_expands_notebook_variables(ip):
-    _cells(ip, *LOOP, "T = 6")
+    _cells(ip, *LOOP_CELLS, "T = 6")
     run = ip.run_cell("run = %fdg run --iterations 2 --steps {T}\nrun").result
     assert run.metrics["T"].tolist() == [6, 6]
 
@@ -100,7 +81,7 @@ def test_fdg_run_expands_notebook_variables(ip):
     ("fly", "unknown %fdg command 'fly'"),
 ])
 def test_bad_fdg_lines_are_usage_errors(ip, line, message):
-    _cells(ip, *LOOP)
+    _cells(ip, *LOOP_CELLS)
     from IPython.core.error import UsageError
 
     with pytest.raises(UsageError, match=message):
@@ -115,7 +96,7 @@ def test_run_before_any_fragment_says_what_to_do(ip):
 
 
 def test_background_run_and_stop(ip):
-    _cells(ip, "import time", *LOOP, "%%fragment learner\ntime.sleep(0.01)\n")
+    _cells(ip, "import time", *LOOP_CELLS, "%%fragment learner\ntime.sleep(0.01)\n")
     ip.run_line_magic("fdg", "run --background --iterations 100000 --steps 1")
     import time
 
@@ -125,7 +106,7 @@ def test_background_run_and_stop(ip):
 
 
 def test_reset_forgets_fragments(ip):
-    _cells(ip, *LOOP)
+    _cells(ip, *LOOP_CELLS)
     ip.run_line_magic("fdg", "reset")
     assert len(_fdg(ip)) == 0
 
@@ -137,7 +118,7 @@ def test_help_is_there(ip):
 
 
 def test_fdg_policy_shows_the_active_policy_and_its_plan(ip, capsys):
-    _cells(ip, *LOOP)
+    _cells(ip, *LOOP_CELLS)
     ip.run_line_magic("fdg", "run --iterations 1 --steps 2")
     ip.run_line_magic("fdg", "policy")
     out = capsys.readouterr().out
@@ -149,7 +130,7 @@ def test_fdg_profile_gives_the_last_runs_time_per_fragment(ip):
 
     with pytest.raises(UsageError, match="nothing has run yet"):
         ip.run_line_magic("fdg", "profile")
-    _cells(ip, *LOOP)
+    _cells(ip, *LOOP_CELLS)
     ip.run_line_magic("fdg", "run --iterations 3 --steps 2")
     table = ip.run_line_magic("fdg", "profile")
     assert {"actor", "env", "learner"} <= set(table.index)

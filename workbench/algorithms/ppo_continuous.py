@@ -273,12 +273,14 @@ def ppo_continuous_update(agent, optimizer, cfg, update, state, action, logp, va
             break
     y_pred, y_true = b_val.numpy(), b_ret.numpy()
     var_y = np.var(y_true)
-    explained_var = float("nan") if var_y == 0 else float(1 - np.var(y_true - y_pred) / var_y)
-    return {"losses/policy_loss": pg_loss.item(), "losses/value_loss": v_loss.item(),
-            "losses/entropy": entropy.mean().item(), "losses/approx_kl": approx_kl.item(),
-            "losses/clipfrac": float(np.mean(clipfracs)), "losses/explained_variance": explained_var,
-            "charts/learning_rate": optimizer.param_groups[0]["lr"],
-            "charts/action_std": agent.actor_logstd.exp().mean().item()}
+    metrics = {"losses/policy_loss": pg_loss.item(), "losses/value_loss": v_loss.item(),
+               "losses/entropy": entropy.mean().item(), "losses/approx_kl": approx_kl.item(),
+               "losses/clipfrac": float(np.mean(clipfracs)),
+               "charts/learning_rate": optimizer.param_groups[0]["lr"],
+               "charts/action_std": agent.actor_logstd.exp().mean().item()}
+    if var_y > 0:  # undefined when every return is the same (wb.log refuses NaN)
+        metrics["losses/explained_variance"] = float(1 - np.var(y_true - y_pred) / var_y)
+    return metrics
 
 
 # ----------------------------------------------------------------------------- the fragments

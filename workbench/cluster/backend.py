@@ -12,24 +12,32 @@ from __future__ import annotations
 import pickle
 import secrets
 import threading
+import time
 import uuid
 from typing import Any
 
 import cloudpickle
 from distributed import Client, Future, WorkerPlugin, get_worker, secede
+from distributed.comm.addressing import get_address_host
 from distributed.metrics import context_meter
+from distributed.utils import get_ip
 
-from workbench.fdg.errors import PlacementError
+from workbench.fdg.errors import FragmentRuntimeError, PlacementError, WorkerLostError
 from workbench.fdg.inventory import Inventory
 from workbench.fdg.plan import Plan
 from workbench.runtime.channels import Mailbox, SocketPostman, SocketServer
 from workbench.runtime.driver import Events, StreamSpec, close_envs
 from workbench.runtime.loop import run_loop
 from workbench.runtime.replica import GroupProgram, GroupReplica, TaskReport
+from workbench.runtime.snapshots import DRIVER, SnapshotBook, snapshot_key
 
 __all__ = ["DaskBackend", "WorkbenchPlugin"]
 
 PLUGIN_NAME = "workbench"
+#: after a loop fails, how long to wait for the scheduler to notice a dead worker
+LOSS_GRACE_SECONDS = 5.0
+#: finished runs whose events the scheduler keeps (the /workbench page can show them)
+KEEP_TOPICS = 10
 
 
 class _Deployed:
@@ -78,6 +86,7 @@ def _deploy(run_id: str, authkey: bytes, program: GroupProgram, index: int, coun
 
 def _loop_task(run_id: str, authkey: bytes, group: str, index: int, plan: Plan, stream: StreamSpec,
                addresses: dict, counts: dict[str, int]) -> int:
+    # ``addresses`` includes the driver's snapshot server (DRIVER) when snapshots are on
     # Leave the worker's thread pool: loops run for the whole run, and several replicas
     # (actor+env and learner, say) may share one single-threaded worker.
     secede()
@@ -87,19 +96,39 @@ def _loop_task(run_id: str, authkey: bytes, group: str, index: int, plan: Plan, 
     local = {(g, i): d.mailbox for (r, g, i), d in plugin.deployed.items() if r == run_id}
     postman = SocketPostman(addresses, authkey, local)
     topic = f"workbench-{run_id}"
+    phases: dict[tuple[str, str], float] = {}
 
     def report(task: int, task_report: TaskReport) -> None:
-        _mark_phases(task_report)
+        _add_phases(phases, task_report)
         worker.log_event(topic, {"task": task, "report": task_report.to_message()})
+
+    def snapshot(iteration: int) -> None:
+        state = cloudpickle.dumps(deployed.replica.export_state(), protocol=5)
+        postman.send(DRIVER, snapshot_key(group), iteration, index, state)
 
     try:
         return run_loop(deployed.replica, stream.tasks(plan), deployed.mailbox, postman, counts, report,
-                        lambda: run_id in plugin.stopping)
+                        lambda: run_id in plugin.stopping, snapshot, stream.snapshot_every)
+    except (ConnectionError, EOFError) as exc:
+        # a peer's process died under this replica's send: not this task's fault, so no
+        # "Compute Failed" in the worker's log — the driver finds the dead worker and
+        # re-places the run
+        plugin.stopping.add(run_id)
+        return PeerLost(f"{type(exc).__name__}: {exc}")
     except BaseException:
         plugin.stopping.add(run_id)  # peers on this worker stop at once; the driver stops the rest
         raise
     finally:
         postman.close()
+        # once per phase for the whole loop: Dask's ledger of this task keeps every
+        # digest_metric call until the task ends, and this task lasts the whole run
+        # (one call per report grew worker memory ~1 KB per iteration, found by the soak)
+        for (label, unit), value in phases.items():
+            context_meter.digest_metric(label, value, unit)
+
+
+class PeerLost(str):
+    """What a loop returns when a channel to another replica broke (its process died)."""
 
 
 def _export(run_id: str, group: str, index: int) -> bytes:
@@ -108,15 +137,31 @@ def _export(run_id: str, group: str, index: int) -> bytes:
     return cloudpickle.dumps(_plugin().deployed[(run_id, group, index)].replica.export_state(), protocol=5)
 
 
-def _mark_phases(task_report: TaskReport) -> None:
-    """Split a replica's long-lived loop task into its phases for Dask's fine performance
-    metrics (dashboard: "Fine Performance Metrics", by task prefix and activity), so the
-    loop is not one opaque bar. Runs in the loop task's own thread and context."""
+def _add_phases(phases: dict, task_report: TaskReport) -> None:
+    """Add one task's phases to its loop's totals. At the loop's end they become Dask fine
+    performance metrics (dashboard: "Fine Performance Metrics", by task prefix and
+    activity), so the long-lived loop task is not one opaque bar."""
     for fragment, seconds in task_report.compute_seconds.items():
-        context_meter.digest_metric(f"{fragment} compute", seconds, "seconds")
-    context_meter.digest_metric("waiting for inputs", task_report.wait_seconds, "seconds")
-    context_meter.digest_metric("sending outputs", task_report.send_seconds, "seconds")
-    context_meter.digest_metric("sent to other processes", task_report.sent_bytes, "bytes")
+        key = (f"{fragment} compute", "seconds")
+        phases[key] = phases.get(key, 0.0) + seconds
+    for key, value in ((("waiting for inputs", "seconds"), task_report.wait_seconds),
+                       (("sending outputs", "seconds"), task_report.send_seconds),
+                       (("sent to other processes", "bytes"), task_report.sent_bytes)):
+        phases[key] = phases.get(key, 0) + value
+
+
+def _prune_topics(keep: int, dask_scheduler=None) -> int:
+    """Forget all but the newest ``keep`` finished workbench run topics (and their events):
+    the scheduler's broker keeps every topic forever otherwise."""
+    topics = getattr(getattr(dask_scheduler, "_broker", None), "_topics", None)
+    if topics is None:
+        return 0
+    ours = [t for t, v in topics.items()
+            if isinstance(t, str) and t.startswith("workbench-") and not getattr(v, "subscribers", None)]
+    gone = ours[:max(0, len(ours) - keep)]
+    for name in gone:
+        del topics[name]
+    return len(gone)
 
 
 def _set_stopping(run_id: str, dask_worker=None) -> None:
@@ -140,6 +185,27 @@ def _pickled(state: dict | None) -> bytes | None:
     return None if state is None else cloudpickle.dumps(state, protocol=5)
 
 
+def _looks_like_loss(exc: BaseException) -> bool:
+    """Errors a dying process causes in the others (sockets, Dask's comms and task loss)."""
+    from distributed import KilledWorker
+    from distributed.comm.core import CommClosedError
+
+    return isinstance(exc, (ConnectionError, EOFError, OSError, CommClosedError, KilledWorker))
+
+
+def _worker_addresses(dask_scheduler=None) -> list[str]:
+    return list(dask_scheduler.workers)
+
+
+def _driver_host(inventory: Inventory) -> str:
+    """Where workers can reach this process: loopback when every worker is on it (the
+    embedded cluster), else this machine's address on the route to the first worker."""
+    hosts = {get_address_host(w.address) for w in inventory.workers}
+    if hosts <= {"127.0.0.1", "localhost"}:
+        return "127.0.0.1"
+    return get_ip(next(iter(sorted(hosts))))
+
+
 def _has_plugin(dask_worker=None) -> bool:
     return PLUGIN_NAME in dask_worker.plugins
 
@@ -157,6 +223,8 @@ class DaskBackend:
         self._loops: list[Future] = []
         self._topic = f"workbench-{self.run_id}"
         self._stopped = threading.Event()
+        self.snapshots: SnapshotBook | None = None
+        self._snapshot_server: SocketServer | None = None
         if not all(client.run(_has_plugin).values()):
             client.register_plugin(WorkbenchPlugin(), name=PLUGIN_NAME)
 
@@ -189,14 +257,23 @@ class DaskBackend:
         def on_done(future: Future, key=None) -> None:
             if future.status == "error":
                 events.error(future.exception())
+            elif future.status == "finished" and isinstance(future.result(), PeerLost):
+                events.error(ConnectionError(f"{key[0]}[{key[1]}] lost a peer: {future.result()}"))
             events.exit(*key)
 
         self.client.subscribe_topic(self._topic, on_event)
         counts = {name: g.replicas for name, g in plan.groups.items()}
+        addresses = dict(self._addresses)
+        if stream.snapshot_every:
+            # replicas send their state here between iterations (HMAC-authenticated like
+            # every channel); the run restores from it when a worker dies
+            self.snapshots = SnapshotBook(counts, on_complete=events.on_snapshot)
+            self._snapshot_server = SocketServer(self.snapshots, _driver_host(self.inventory), self._authkey)
+            addresses[DRIVER] = self._snapshot_server.address
         for key, address in self._workers.items():
             future = self.client.submit(
                 _loop_task, self.run_id, self._authkey, key[0], key[1], plan, stream,
-                self._addresses, counts, key=f"{key[0]}-loop-{uuid.uuid4().hex}",
+                addresses, counts, key=f"{key[0]}-loop-{uuid.uuid4().hex}",
                 workers=[address], allow_other_workers=False, pure=False,
             )
             future.add_done_callback(lambda f, key=key: on_done(f, key))
@@ -213,11 +290,57 @@ class DaskBackend:
         return {key: pickle.loads(future.result()) for key, future in futures.items()}
 
     def _join_loops(self) -> None:
-        for future in self._loops:
+        gone = set(self.lost_workers())
+        for key, future in zip(self._workers, self._loops):
+            if self._workers[key] in gone:
+                future.cancel()  # its worker died: the task would wait for it forever
+                continue
             try:
                 future.result(timeout=30)
             except Exception:  # its error already reached the driver
                 pass
+
+    # -- worker loss -------------------------------------------------------------------
+    def lost_workers(self) -> list[str]:
+        """Addresses of workers holding this run's replicas that have left the cluster."""
+        if not self._workers:
+            return []
+        try:
+            alive = set(self.client.run_on_scheduler(_worker_addresses))
+        except Exception:  # the scheduler itself is unreachable: nothing to compare with
+            return []
+        return sorted({a for a in self._workers.values() if a not in alive})
+
+    def check(self) -> None:
+        gone = self.lost_workers()
+        if gone:
+            raise WorkerLostError([self._name_of(a) for a in gone])
+
+    def failure(self, exc: BaseException) -> BaseException:
+        if isinstance(exc, FragmentRuntimeError):
+            return exc  # the user's code raised: no worker is to blame
+        # a peer's socket broke, or the loop's task was lost: wait a moment for the
+        # scheduler to notice a dead worker before calling it the user's error
+        grace = LOSS_GRACE_SECONDS if _looks_like_loss(exc) else 0.0
+        deadline = time.monotonic() + grace
+        if not grace:
+            gone = self.lost_workers()
+            if gone:
+                lost = WorkerLostError([self._name_of(a) for a in gone])
+                lost.__cause__ = exc
+                return lost
+        while time.monotonic() < deadline:
+            gone = self.lost_workers()
+            if gone:
+                lost = WorkerLostError([self._name_of(a) for a in gone])
+                lost.__cause__ = exc
+                return lost
+            time.sleep(0.2)
+        return exc
+
+    def _name_of(self, address: str) -> str:
+        info = self.inventory.find(address)
+        return info.name if info is not None else address
 
     def stop(self) -> None:
         if not self._stopped.is_set():
@@ -231,8 +354,13 @@ class DaskBackend:
         self.stop()
         self._join_loops()
         self._loops.clear()
+        if self._snapshot_server is not None:
+            self._snapshot_server.close()
         try:
             self.client.unsubscribe_topic(self._topic)
+            # Dask's unsubscribe_topic keeps the handler (and with it this run's Events)
+            getattr(self.client, "_event_handlers", {}).pop(self._topic, None)
+            self.client.run_on_scheduler(_prune_topics, KEEP_TOPICS)
             self.client.run(_drop_run, self.run_id)
         except Exception:  # the cluster may already be gone; nothing is left to free then
             pass

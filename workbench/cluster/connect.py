@@ -2,22 +2,32 @@
 
 The embedded cluster is a ``LocalCluster`` whose scheduler, workers and dashboard listen
 on loopback only (Dask runs any code it is sent: it belongs on a trusted network). It is
-started once per process and reused by later runs.
+started once per process and reused by later runs. A remote scheduler is reached by
+address, over TLS when it was started with TLS (docs/security.md); every way that can go
+wrong ends, within the timeout, in a :class:`RunConfigError` that says which it was.
 
 Example:
     >>> handle = connect()                      # doctest: +SKIP
     >>> handle.client.dashboard_link            # doctest: +SKIP
     'http://127.0.0.1:8787/status'
+    >>> secure = Security(tls_ca_file="ca.pem", tls_client_cert="cert.pem",
+    ...                   tls_client_key="key.pem", require_encryption=True)
+    >>> handle = connect("tls://10.0.0.5:8786", security=secure)   # doctest: +SKIP
 """
 from __future__ import annotations
 
+import asyncio
 import atexit
 import logging
+import ssl
 import threading
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 import dask
 from distributed import Client, LocalCluster
+from distributed.comm.core import CommClosedError
+from distributed.security import Security
 
 from workbench.fdg.errors import RunConfigError
 from workbench.fdg.inventory import Inventory, WorkerInfo
@@ -47,6 +57,11 @@ class ClusterHandle:
 _embedded: ClusterHandle | None = None
 _embedded_lock = threading.Lock()
 
+#: Where the embedded cluster listens: loopback only (anyone who can reach a Dask scheduler
+#: can run code on its workers). The dashboard keeps Dask's usual port.
+EMBEDDED_HOST = "127.0.0.1"
+EMBEDDED_DASHBOARD_ADDRESS = "127.0.0.1:8787"
+
 
 def embedded_cluster(n_workers: int = 2, threads_per_worker: int = 1, *, quiet: bool = False) -> ClusterHandle:
     """The process's embedded ``LocalCluster`` (started on first use, on loopback)."""
@@ -65,8 +80,8 @@ def embedded_cluster(n_workers: int = 2, threads_per_worker: int = 1, *, quiet: 
                     n_workers=n_workers,
                     threads_per_worker=threads_per_worker,
                     processes=True,
-                    host="127.0.0.1",
-                    dashboard_address="127.0.0.1:8787",
+                    host=EMBEDDED_HOST,
+                    dashboard_address=EMBEDDED_DASHBOARD_ADDRESS,
                     silence_logs=logging.ERROR,
                 )
         except RuntimeError as exc:
@@ -100,35 +115,130 @@ def shutdown_embedded() -> None:
             _embedded = None
 
 
-def connect(cluster: Client | str | None = None, *, quiet: bool = False, timeout: float = 10.0) -> ClusterHandle:
+def connect(cluster: Client | str | None = None, *, quiet: bool = False, timeout: float = 10.0,
+            security: Security | None = None) -> ClusterHandle:
     """A handle on the cluster to run on.
 
-    ``cluster`` may be a ``distributed.Client``, a scheduler address (``tcp://host:8786``),
-    or None: then the notebook's default client if it has one, else the embedded cluster.
+    ``cluster`` may be a ``distributed.Client``, a scheduler address (``tcp://host:8786``,
+    or ``tls://host:8786`` for a scheduler started with TLS), or None: then the notebook's
+    default client if it has one, else the embedded cluster. ``security`` (a
+    ``distributed.security.Security`` with the CA, client certificate and key) is used
+    to connect to an address; without it a ``tls://`` address takes its certificates from
+    Dask's config (``distributed.comm.tls.*``). See docs/security.md.
     """
+    if security is not None and not isinstance(security, Security):
+        raise RunConfigError(
+            f"security must be a distributed.security.Security, not {type(security).__name__}: "
+            "Security(tls_ca_file=CA, tls_client_cert=CERT, tls_client_key=KEY, require_encryption=True)."
+        )
     if isinstance(cluster, Client):
+        if security is not None:
+            raise RunConfigError("security= applies to a scheduler address; a Client already has "
+                                 "its own (Client(address, security=...)).")
         return ClusterHandle(cluster)
     if isinstance(cluster, str):
-        try:
-            client = Client(cluster, timeout=timeout, set_as_default=False)
-        except (OSError, TimeoutError) as exc:
-            raise RunConfigError(
-                f"could not reach a Dask scheduler at {cluster!r} within {timeout:g} s ({exc}). "
-                "Check the address (tcp://HOST:PORT) and that the scheduler is running, or leave "
-                "--cluster out to use the embedded local cluster."
-            ) from None
+        client = _open_client(cluster, timeout, security)
         client.run(_warm_up)
         return ClusterHandle(client, owned=True)
     if cluster is not None:
         raise RunConfigError(
             f"cluster must be a distributed.Client, a scheduler address or None, not {type(cluster).__name__}."
         )
+    if security is not None:
+        raise RunConfigError("security= needs a scheduler address (tls://HOST:PORT) to connect to.")
     try:
         from distributed import default_client
 
         return ClusterHandle(default_client())
     except ValueError:
         return embedded_cluster(quiet=quiet)
+
+
+_TLS_ADVICE = ("the certificates: security=Security(tls_ca_file=CA, tls_client_cert=CERT, "
+               "tls_client_key=KEY, require_encryption=True) in Python, --tls-ca-file/--tls-cert/"
+               "--tls-key for `workbench run`, or distributed.comm.tls.* in Dask's config "
+               "(see docs/security.md)")
+
+
+def _handshake(address: str, timeout: float, security: Security | None) -> None:
+    """Connect to ``address`` and exchange Dask's handshake once, all within ``timeout``.
+
+    ``Client(address, timeout=...)`` bounds only the TCP connect: a service that accepts the
+    connection but never answers the handshake (an HTTP port, say) makes it wait forever.
+    Runs in a thread of its own, as a notebook's thread already has a running event loop.
+    """
+    from distributed.comm import connect as dask_connect
+
+    args = (security or Security()).get_connection_args("client")
+
+    async def attempt() -> None:
+        comm = await asyncio.wait_for(dask_connect(address, timeout=timeout, **args), timeout + 0.5)
+        await comm.close()
+
+    with ThreadPoolExecutor(1, thread_name_prefix="connect-probe") as pool:
+        pool.submit(asyncio.run, attempt()).result()
+
+
+def _open_client(address: str, timeout: float, security: Security | None) -> Client:
+    """A client of the scheduler at ``address``, or a :class:`RunConfigError` that says which
+    of the usual mistakes it is (no scheduler there, plain vs TLS, a malformed address)."""
+    scheme = address.split("://", 1)[0] if "://" in address else "tcp"
+    try:
+        _handshake(address, timeout, security)
+        return Client(address, timeout=timeout, set_as_default=False, security=security)
+    except (TimeoutError, asyncio.TimeoutError):  # connected, but no Dask handshake came back
+        raise RunConfigError(
+            f"{address!r} accepted the connection but did not answer as a Dask scheduler within "
+            f"{timeout:g} s. Is it the scheduler's port (8786 by default), not the dashboard's "
+            "(8787) or another service?"
+        ) from None
+    except ValueError as exc:  # distributed parses the address before connecting
+        raise RunConfigError(
+            f"{address!r} is not a Dask scheduler address ({exc}). Give it as tcp://HOST:PORT, "
+            "or tls://HOST:PORT for a scheduler started with TLS."
+        ) from None
+    except TypeError as exc:
+        if scheme != "tls" and "ssl" not in str(exc).lower():
+            raise
+        raise RunConfigError(
+            f"{address!r} is a TLS address, but no TLS certificates were given. Pass {_TLS_ADVICE}."
+        ) from None
+    except RuntimeError as exc:
+        if "encryption required" not in str(exc):
+            raise
+        raise RunConfigError(
+            f"TLS was asked for (require_encryption), but {address!r} is not a tls:// address: "
+            "connect to tls://HOST:PORT, the scheduler started with --tls-ca-file/--tls-cert/"
+            "--tls-key."
+        ) from None
+    except ssl.SSLError as exc:
+        raise RunConfigError(
+            f"the TLS certificates for {address!r} could not be used ({exc}). Give the CA "
+            "certificate that signed the scheduler's, this client's certificate and its private "
+            "key, as PEM files that belong together."
+        ) from None
+    except CommClosedError as exc:  # something listens there, and hung up on us
+        if scheme == "tls":
+            raise RunConfigError(
+                f"the TLS handshake with {address!r} failed ({exc}): the two sides do not trust "
+                "each other's certificates. Use the CA that signed the scheduler's certificate, "
+                "and a client certificate signed by the cluster's CA."
+            ) from None
+        raise RunConfigError(
+            f"the scheduler at {address!r} closed the plain (unencrypted) connection ({exc}): it "
+            f"probably requires TLS. Connect to tls://… instead, with {_TLS_ADVICE}."
+        ) from None
+    except (OSError, TimeoutError) as exc:
+        raise RunConfigError(
+            f"could not reach a Dask scheduler at {address!r} within {timeout:g} s ({exc}). "
+            "Check the address (tcp://HOST:PORT) and that the scheduler is running, or leave "
+            "--cluster out to use the embedded local cluster."
+        ) from None
+    except Exception as exc:  # something answered, but not as a Dask scheduler speaks
+        raise RunConfigError(
+            f"{address!r} did not answer as a Dask scheduler ({type(exc).__name__}: {exc}). Is it "
+            "the scheduler's port (8786 by default), not the dashboard's (8787) or another service?"
+        ) from None
 
 
 def inventory_of(client: Client) -> Inventory:

@@ -397,6 +397,11 @@ class WorkbenchPage:
 
     def _update(self) -> None:
         topics = workbench_topics(self.scheduler)
+        for gone in [t for t in self.cursors if t not in topics and t != self.shown]:
+            # the scheduler forgot an old run (it keeps the newest few): so does the page
+            self.cursors.pop(gone)
+            self.states.pop(gone, None)
+            self.first_seen.pop(gone, None)
         for topic in topics:
             if topic not in self.cursors:
                 self.cursors[topic] = EventCursor()

@@ -127,8 +127,11 @@ def _check_registered(env_id: str) -> None:
     if ":" in env_id or env_id in gymnasium.registry:
         return  # "module:Id" ids register themselves when gymnasium.make imports module
     known = sorted(set(gymnasium.registry) | set(ARRAY_ENVS))
-    close = difflib.get_close_matches(env_id, known, n=5, cutoff=0.6)
-    hint = f" Did you mean {', '.join(map(repr, close))}?" if close else ""
+    # compared case-blind: "cartpole-v1" is a typo of "CartPole-v1", not a new id
+    by_lower = {k.lower(): k for k in known}
+    close = difflib.get_close_matches(env_id.lower(), list(by_lower), n=5, cutoff=0.6)
+    hint = (f" Did you mean {', '.join(repr(by_lower[c]) for c in close)}?" if close
+            else " No known id is close (gymnasium.pprint_registry() lists the registered ones).")
     raise ValueError(
         f"unknown environment id {env_id!r}.{hint} make() accepts an id registered in "
         "gymnasium.registry (import the package that registers it first, e.g. "

@@ -52,7 +52,13 @@ from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
-__all__ = ["VectorEnv", "StepResult", "EpisodeTracker"]
+__all__ = ["VectorEnv", "StepResult", "EpisodeTracker", "SavesState", "action_error"]
+
+#: dtype kinds a discrete action may have (bool: a two-action env's False/True)
+DISCRETE_KINDS = "biu"
+#: dtype kinds a continuous action may have: floats only (integer actions into a continuous
+#: env almost always come from a discrete policy head by mistake)
+CONTINUOUS_KINDS = "f"
 
 #: ``(obs, reward, terminated, truncated, info)`` as returned by `VectorEnv.step`.
 StepResult = tuple[Any, Any, Any, Any, dict[str, Any]]
@@ -141,3 +147,70 @@ def ended_envs(done: Any, xp: Any) -> tuple[np.ndarray, Any]:
 def empty_episode_stats() -> tuple[np.ndarray, np.ndarray]:
     """The ``(episode_return, episode_length)`` pair of a step where no episode ended."""
     return np.zeros(0, dtype=np.float32), np.zeros(0, dtype=np.int64)
+
+
+class SavesState:
+    """Mixin for array envs: ``state_dict()`` / ``load_state_dict()`` over the attributes
+    named in ``_STATE`` (state arrays, step counters, the NumPy random generator), so a
+    checkpoint restores environments mid-episode with their random streams.
+
+    Example:
+        >>> from workbench.envs.cartpole import CartPole
+        >>> a, b = CartPole(4, seed=1), CartPole(4, seed=2)
+        >>> _ = a.reset(); _ = b.reset()
+        >>> b.load_state_dict(a.state_dict())
+        >>> bool((a.step(np.ones(4, np.int64))[0] == b.step(np.ones(4, np.int64))[0]).all())
+        True
+    """
+
+    _STATE: tuple[str, ...] = ()
+
+    def state_dict(self) -> dict[str, Any]:
+        return {name: _copied(getattr(self, name)) for name in self._STATE}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        unknown = sorted(set(state) - set(self._STATE))
+        if unknown:
+            raise ValueError(f"{type(self).__name__}.load_state_dict: unknown fields {unknown}")
+        for name, value in state.items():
+            current = getattr(self, name)
+            if hasattr(current, "shape"):
+                if tuple(value.shape) != tuple(current.shape):
+                    raise ValueError(f"{type(self).__name__}: saved {name} has shape "
+                                     f"{tuple(value.shape)}, this env has {tuple(current.shape)} "
+                                     "(a different num_envs or agent count)")
+                value = self.xp.asarray(value, dtype=current.dtype)
+            setattr(self, name, value)
+
+
+def _copied(value: Any) -> Any:
+    import copy
+
+    return value.copy() if hasattr(value, "copy") and hasattr(value, "shape") else copy.deepcopy(value)
+
+
+def action_error(env: str, actions: Any, shape: tuple[int, ...], kinds: str) -> ValueError:
+    """The ``ValueError`` an env's ``step`` raises for actions of the wrong shape or dtype:
+    what it expects, what came, and the usual cause. Built only on error (the check itself
+    is a shape comparison and a dtype-kind lookup, so ``step`` stays cheap)."""
+    got_shape, got_dtype = tuple(actions.shape), actions.dtype
+    if kinds == CONTINUOUS_KINDS:
+        wanted = "floating-point values"
+        dtype_advice = ("Continuous actions are floats: pass the policy's (clipped) sample, "
+                        "e.g. as .astype(np.float32).")
+    else:
+        wanted = "integer values (one discrete action each)"
+        dtype_advice = ("Discrete actions are integers: sample or argmax the policy's output "
+                        "(e.g. torch.distributions.Categorical(logits=...).sample()) instead "
+                        "of passing logits or probabilities; floats are not rounded here.")
+    size = int(np.prod(shape))
+    if got_shape != shape and int(np.prod(got_shape)) != size:
+        advice = (f"step takes one action per env along axis 0 (num_envs = {shape[0]}): check the "
+                  "actor's batch size and that it hands over the sampled actions, not a "
+                  "per-action output.")
+    else:
+        advice = dtype_advice
+    return ValueError(
+        f"{env}.step expects actions of shape {shape} with {wanted}; got shape {got_shape}, "
+        f"dtype {got_dtype}. {advice}"
+    )

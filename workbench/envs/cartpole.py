@@ -16,7 +16,14 @@ from typing import Any
 import numpy as np
 from gymnasium import spaces
 
-from workbench.envs.base import StepResult, empty_episode_stats, ended_envs
+from workbench.envs.base import (
+    DISCRETE_KINDS,
+    SavesState,
+    StepResult,
+    action_error,
+    empty_episode_stats,
+    ended_envs,
+)
 
 __all__ = ["CartPole"]
 
@@ -44,7 +51,7 @@ def _make_rng(xp: Any, seed: int | None) -> Any:
     return xp.random.RandomState(seed)
 
 
-class CartPole:
+class CartPole(SavesState):
     """``N`` CartPole-v1 envs stepped as arrays of module ``xp`` (NumPy or CuPy).
 
     Implements `workbench.envs.VectorEnv` with same-step autoreset. State is
@@ -70,6 +77,9 @@ class CartPole:
         np.array([X_THRESHOLD * 2, np.inf, THETA_THRESHOLD_RADIANS * 2, np.inf], np.float32),
         dtype=np.float32,
     )
+
+    #: what a checkpoint saves (see SavesState)
+    _STATE = ("_rng", "_state", "_elapsed", "_needs_reset")
 
     def __init__(self, num_envs: int, *, seed: int | None = None, xp: Any = np) -> None:
         if int(num_envs) < 1:
@@ -168,15 +178,14 @@ class CartPole:
 
     def _check_actions(self, actions: Any) -> Any:
         actions = self.xp.asarray(actions)
+        # The dtype is checked (floats would silently push left: only 1 pushes right); the
+        # values are not range-checked as gymnasium asserts: that costs a device sync per
+        # step on CuPy. Anything but 1 pushes left.
+        if actions.dtype.kind not in DISCRETE_KINDS or (
+                actions.shape != (self.num_envs,) and actions.size != self.num_envs):
+            raise action_error("CartPole", actions, (self.num_envs,), DISCRETE_KINDS)
         if actions.shape != (self.num_envs,):
-            if actions.size == self.num_envs:  # e.g. [N, 1] from a policy head
-                return actions.reshape(self.num_envs)
-            raise ValueError(
-                f"CartPole.step expects actions of shape ({self.num_envs},) with values "
-                f"in {{0, 1}}, got shape {tuple(actions.shape)}"
-            )
-        # Values are not range-checked (gymnasium asserts): that check costs a
-        # device sync per step on CuPy. Anything but 1 pushes left.
+            actions = actions.reshape(self.num_envs)  # e.g. [N, 1] from a policy head
         return actions
 
     def _autoreset(self, done: Any, final_obs: Any) -> tuple[Any, np.ndarray, np.ndarray]:

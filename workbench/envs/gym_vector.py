@@ -7,13 +7,19 @@ an episode ends) and adds the protocol's dense ``final_obs`` and episode stats.
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import Any, Callable, Optional
 
 import gymnasium
 import numpy as np
 from gymnasium.vector import AutoresetMode, SyncVectorEnv
 
-from workbench.envs.base import EpisodeTracker, StepResult
+from workbench.envs.base import (
+    CONTINUOUS_KINDS,
+    DISCRETE_KINDS,
+    EpisodeTracker,
+    StepResult,
+    action_error,
+)
 
 __all__ = ["GymVectorEnv"]
 
@@ -57,6 +63,7 @@ class GymVectorEnv:
         self._initial_seed = seed
         self._seed_offset = int(seed_offset)
         self._tracker = EpisodeTracker(self.num_envs)
+        self._action_check = action_check(self.action_space, self.num_envs)
 
     def reset(self, seed: int | None = None) -> np.ndarray:
         """Reset every env; ``seed`` (else the constructor's, once) seeds env i with seed+i."""
@@ -70,7 +77,7 @@ class GymVectorEnv:
 
     def step(self, actions: Any) -> StepResult:
         """Step every env; ended envs are reset in the same call (see `VectorEnv`)."""
-        actions = np.asarray(actions)
+        actions = checked_actions(type(self).__name__, np.asarray(actions), self._action_check)
         obs, reward, terminated, truncated, gym_info = self._vec.step(actions)
         obs = np.asarray(obs, dtype=np.float32)
         reward = np.asarray(reward, dtype=np.float32)
@@ -95,3 +102,29 @@ class GymVectorEnv:
     def close(self) -> None:
         """Close the underlying gymnasium envs."""
         self._vec.close()
+
+
+#: (shape of N actions, their size, dtype kinds allowed) for a space with a fixed shape and
+#: dtype (Box, Discrete, MultiDiscrete, MultiBinary); None for composite spaces (Dict, Tuple)
+ActionCheck = Optional[tuple[tuple[int, ...], int, str]]
+
+
+def action_check(space: gymnasium.Space, num_envs: int) -> ActionCheck:
+    """What `checked_actions` compares a batch of ``num_envs`` actions of ``space`` with."""
+    dtype = getattr(space, "dtype", None)
+    if dtype is None or space.shape is None or dtype.kind not in "biuf":
+        return None
+    shape = (num_envs, *space.shape)
+    kinds = CONTINUOUS_KINDS if dtype.kind == "f" else DISCRETE_KINDS
+    return shape, int(np.prod(shape)), kinds
+
+
+def checked_actions(env: str, actions: np.ndarray, check: ActionCheck) -> np.ndarray:
+    """``actions`` as ``[N, *space.shape]`` (a same-sized batch is reshaped, e.g. ``[N, 1]``
+    for a Discrete space), or a ``ValueError`` saying what was expected and what came."""
+    if check is None:
+        return actions
+    shape, size, kinds = check
+    if actions.dtype.kind not in kinds or (actions.shape != shape and actions.size != size):
+        raise action_error(env, actions, shape, kinds)
+    return actions if actions.shape == shape else actions.reshape(shape)

@@ -62,7 +62,15 @@ from typing import Any
 import numpy as np
 from gymnasium import spaces
 
-from workbench.envs.base import StepResult, empty_episode_stats, ended_envs
+from workbench.envs.base import (
+    CONTINUOUS_KINDS,
+    DISCRETE_KINDS,
+    SavesState,
+    StepResult,
+    action_error,
+    empty_episode_stats,
+    ended_envs,
+)
 
 __all__ = ["SimpleSpread"]
 
@@ -89,7 +97,7 @@ def _make_rng(xp: Any, seed: int | None) -> Any:
     return xp.random.RandomState(seed)
 
 
-class SimpleSpread:
+class SimpleSpread(SavesState):
     """``N`` MPE simple_spread_v3 envs stepped as arrays of module ``xp`` (NumPy or CuPy).
 
     Implements `workbench.envs.VectorEnv` with same-step autoreset, for a team of
@@ -119,6 +127,9 @@ class SimpleSpread:
         reward.shape                                       # (1024, 3)
         info["episode_return"]                             # team returns of ended episodes
     """
+
+    #: what a checkpoint saves (see SavesState)
+    _STATE = ("_rng", "_pos", "_vel", "_landmarks", "_elapsed", "_returns", "_needs_reset")
 
     def __init__(
         self,
@@ -331,15 +342,11 @@ class SimpleSpread:
         n, a = self.num_envs, self.num_agents
         actions = xp.asarray(actions)
         if self.continuous_actions:
+            if actions.dtype.kind not in CONTINUOUS_KINDS or (
+                    actions.shape != (n, a, 5) and actions.size != n * a * 5):
+                raise action_error("SimpleSpread", actions, (n, a, 5), CONTINUOUS_KINDS)
             if actions.shape != (n, a, 5):
-                if actions.size != n * a * 5:
-                    raise ValueError(
-                        f"SimpleSpread.step expects continuous actions of shape ({n}, {a}, 5) "
-                        f"in [0, 1], got shape {tuple(actions.shape)}"
-                    )
                 actions = actions.reshape(n, a, 5)
-            if actions.dtype.kind != "f":
-                actions = actions.astype(xp.float32)
             # Clipping is the identity in range, and mpe2's wrapper's fix outside it.
             actions = xp.clip(actions, 0.0, 1.0).astype(actions.dtype, copy=False)
             # mpe2 forms the difference in the action's own dtype (float32 from
@@ -347,13 +354,11 @@ class SimpleSpread:
             ux = (actions[..., 2] - actions[..., 1]).astype(xp.float64)
             uy = (actions[..., 4] - actions[..., 3]).astype(xp.float64)
             return ux * SENSITIVITY, uy * SENSITIVITY
+        if actions.dtype.kind not in DISCRETE_KINDS or (
+                actions.shape != (n, a) and actions.size != n * a):
+            raise action_error("SimpleSpread", actions, (n, a), DISCRETE_KINDS)
         if actions.shape != (n, a):
-            if actions.size != n * a:  # e.g. [N * agents] from a flattened policy batch
-                raise ValueError(
-                    f"SimpleSpread.step expects actions of shape ({n}, {a}) with values in "
-                    f"0..4, got shape {tuple(actions.shape)}"
-                )
-            actions = actions.reshape(n, a)
+            actions = actions.reshape(n, a)  # e.g. [N * agents] from a flattened policy batch
         # No range check (it costs a device sync per step on CuPy): values are
         # taken modulo 5 as mpe2's unwrapped env does.
         actions = actions % NUM_DISCRETE_ACTIONS

@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 
 from workbench.envs.base import StepResult
-from workbench.envs.gym_vector import EnvFactory, GymVectorEnv
+from workbench.envs.gym_vector import EnvFactory, GymVectorEnv, action_check, checked_actions
 
 __all__ = ["ThreadedVectorEnv"]
 
@@ -62,6 +62,7 @@ class ThreadedVectorEnv:
         self.action_space = first.action_space
         self.observation_space = first.observation_space
         self.observation_shape = first.observation_shape
+        self._action_check = action_check(self.action_space, self.num_envs)
         self._pool = (
             ThreadPoolExecutor(self.threads - 1, thread_name_prefix="workbench-env")
             if self.threads > 1
@@ -74,8 +75,8 @@ class ThreadedVectorEnv:
 
     def step(self, actions: Any) -> StepResult:
         """Step every slice concurrently and join the results in env order."""
-        actions = np.asarray(actions)
-        if actions.shape[:1] != (self.num_envs,):
+        actions = checked_actions(type(self).__name__, np.asarray(actions), self._action_check)
+        if actions.shape[:1] != (self.num_envs,):  # a composite action space: axis 0 at least
             raise ValueError(
                 f"ThreadedVectorEnv.step expects {self.num_envs} actions along axis 0, "
                 f"got shape {actions.shape}"

@@ -15,6 +15,8 @@ Example:
     >>> policy = SingleLearnerCoarse().place(fdg, inv)
     >>> move_fragment(policy, fdg, "learner", "w1", "gpu", inv)
     Policy('custom', actor+env ×2 on w0, w1 | learner ×1 on w1)
+    >>> fill_preset("multilearner", fdg, inv)
+    Policy('MultiLearner', actor+env+learner ×2 on w0, w1)
 """
 from __future__ import annotations
 
@@ -22,9 +24,13 @@ from workbench.fdg.errors import PlacementError
 from workbench.fdg.graph import FDG
 from workbench.fdg.inventory import Inventory
 from workbench.fdg.plan import make_plan
-from workbench.fdg.policy import Group, Policy
+from workbench.fdg.policy import IN_PROCESS, PRESETS, Group, Policy, auto_candidates
 
-__all__ = ["move_fragment", "set_replicas"]
+__all__ = ["BOARD_PRESETS", "move_fragment", "set_replicas", "fill_preset", "load_policy"]
+
+#: The presets a board offers, by the names ``--policy`` takes. ``inline`` is not among
+#: them: it places nothing on the cluster's workers.
+BOARD_PRESETS = ("coarse", "fine", "multilearner", "gpuonly", "async", "auto")
 
 
 def move_fragment(policy: Policy, fdg: FDG, fragment: str, worker: str, device: str,
@@ -69,12 +75,51 @@ def set_replicas(policy: Policy, fdg: FDG, fragment: str, count: int, inventory:
     if not isinstance(count, int) or isinstance(count, bool) or count < 1:
         raise PlacementError(f"replicas must be a whole number ≥ 1, got {count!r}.")
     group = policy.group_of(fragment)
-    pool = tuple(dict.fromkeys(group.workers)) or inventory.names
+    # workers that have left are dropped from the pool: a resize is a way to recover from that
+    pool = tuple(w for w in dict.fromkeys(group.workers) if inventory.find(w)) or inventory.names
     if count > len(pool):
         pool = pool + tuple(n for n in inventory.names if n not in pool)
     workers = tuple(pool[i % len(pool)] for i in range(count))
     groups = tuple(Group(g.fragments, count, workers, g.device) if g is group else g for g in policy.groups)
     return _checked(Policy("custom", groups, policy.asynchronous), fdg, inventory)
+
+
+def fill_preset(name: str, fdg: FDG, inventory: Inventory, *, auto_table: list[dict] | None = None) -> Policy:
+    """The preset ``name`` (one of :data:`BOARD_PRESETS`, or a preset class name) placed on
+    this cluster.
+
+    ``auto`` is decided at run time, by measuring each candidate on the cluster: given the
+    ``auto_table`` of a run that did (``run.auto_table``), it is the fastest candidate that
+    run measured; without one it is refused with that explanation.
+    """
+    if name == "auto":
+        if not auto_table:
+            fits = ", ".join(n for n, _ in auto_candidates(fdg, inventory)) or "none fits this cluster"
+            raise PlacementError(
+                "auto is chosen at run time: a run with policy auto tries each preset that fits "
+                f"this cluster ({fits}) for a few iterations and keeps the fastest. After such a "
+                "run, auto here fills the board with its pick.")
+        name = max(auto_table, key=lambda row: row["env-steps/s"])["policy"]
+    if name == "inline" or name not in PRESETS:
+        raise PlacementError(f"unknown preset {name!r}; choose one of {', '.join(BOARD_PRESETS)}.")
+    return _checked(PRESETS[name]().place(fdg, inventory), fdg, inventory)
+
+
+def load_policy(text: str, fdg: FDG, inventory: Inventory) -> Policy:
+    """A policy from its JSON (:meth:`Policy.to_json`), checked against this FDG and cluster.
+
+    Refused (PlacementError) when the JSON is malformed, the policy does not place every
+    fragment once, names a worker that is not there, or leaves a group without workers or
+    in the calling process (the board places replicas on workers).
+    """
+    policy = Policy.from_json(text)
+    for group in policy.groups:
+        if not group.workers or IN_PROCESS in group.workers:
+            where = "no workers" if not group.workers else "the calling process (inline)"
+            raise PlacementError(
+                f"policy {policy.name!r} puts {group.name!r} on {where}; a board places every "
+                "replica on a cluster worker: give the group one worker per replica.")
+    return _checked(policy, fdg, inventory)
 
 
 def _in_fdg_order(fdg: FDG, names: tuple[str, ...]) -> tuple[str, ...]:

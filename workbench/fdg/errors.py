@@ -17,6 +17,9 @@ __all__ = [
     "PlacementError",
     "FragmentRuntimeError",
     "RunConfigError",
+    "CheckpointError",
+    "WorkerLostError",
+    "MetricError",
 ]
 
 
@@ -108,6 +111,27 @@ class PlacementError(WorkbenchError):
 
 class RunConfigError(WorkbenchError):
     """A run was asked for with bad settings (iterations, steps, cluster address…)."""
+
+
+class MetricError(WorkbenchError, ValueError):
+    """``wb.log`` was given a value that is not a finite number (NaN, ±inf, or not a number
+    at all). Raised inside the fragment, so the run's error names its cell line."""
+
+
+class CheckpointError(WorkbenchError):
+    """A checkpoint cannot be written, read, or resumed from by this FDG."""
+
+
+class WorkerLostError(WorkbenchError):
+    """Workers holding replicas of a run left the cluster mid-run (a process died, a
+    machine went away). The run re-places their fragments and continues from
+    ``state`` (the latest complete snapshot, possibly None)."""
+
+    def __init__(self, workers: list[str], state=None, iteration: int | None = None):
+        names = ", ".join(workers)
+        super().__init__(f"worker{'s' if len(workers) > 1 else ''} {names} left the cluster mid-run"
+                         + (f" (at iteration {iteration})" if iteration is not None else ""))
+        self.workers, self.state, self.iteration = list(workers), state, iteration
 
 
 class FragmentRuntimeError(WorkbenchError):

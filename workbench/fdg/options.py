@@ -17,7 +17,8 @@ import shlex
 
 from workbench.fdg.errors import FragmentOptionError, RunConfigError
 
-__all__ = ["parse_fragment_line", "parse_run_line", "FRAGMENT_USAGE", "RUN_USAGE"]
+__all__ = ["parse_fragment_line", "parse_run_line", "parse_place_line", "FRAGMENT_USAGE", "RUN_USAGE",
+           "PLACE_USAGE"]
 
 
 class _Parser(argparse.ArgumentParser):
@@ -55,15 +56,33 @@ def _run_parser() -> _Parser:
     p.add_argument("--steps", type=int, help="environment steps per iteration, T (default 128)")
     p.add_argument("--policy", help="inline | coarse | fine | multilearner | gpuonly | async | auto "
                                     "| FILE.json (a saved wb.Policy)")
-    p.add_argument("--cluster", help="a Dask scheduler address; default: the notebook's "
-                                     "client, else an embedded local cluster")
+    p.add_argument("--cluster", help="a Dask scheduler address, tcp://HOST:PORT or tls://HOST:PORT "
+                                     "(TLS certificates from Dask's config, distributed.comm.tls.*; "
+                                     "see docs/security.md); default: the notebook's client, else "
+                                     "an embedded local cluster")
     p.add_argument("--target-return", type=float, dest="target_return",
                    help="stop once the mean of the last 20 episode returns reaches this")
+    p.add_argument("--checkpoint-dir", dest="checkpoint_dir", metavar="DIR",
+                   help="write checkpoints here (every --checkpoint-every iterations, and at the end)")
+    p.add_argument("--checkpoint-every", type=int, dest="checkpoint_every", metavar="N",
+                   help="iterations between checkpoints (needs --checkpoint-dir)")
+    p.add_argument("--resume", metavar="DIR",
+                   help="continue from the newest checkpoint in DIR (any policy, any workers)")
+    return p
+
+
+def _place_parser() -> _Parser:
+    p = _Parser(prog="%fdg place", error_type=RunConfigError)
+    p.add_argument("--cluster", help="a Dask scheduler address; default: the notebook's "
+                                     "client, else an embedded local cluster")
+    p.add_argument("--steps", type=int, help="steps per iteration the traffic is shown for "
+                                             "(default: the last run's, else 128)")
     return p
 
 
 FRAGMENT_USAGE = _fragment_parser().format_help()
 RUN_USAGE = _run_parser().format_help()
+PLACE_USAGE = _place_parser().format_help()
 
 
 def _split(line: str, error_type) -> list[str]:
@@ -85,8 +104,20 @@ def parse_fragment_line(line: str) -> dict:
 
 def parse_run_line(line: str) -> dict:
     """Parse ``run [--iterations N] [--steps T] [--policy P] [--cluster ADDRESS]
-    [--target-return R]``; the leading ``run`` word is optional."""
+    [--target-return R] [--checkpoint-dir DIR] [--checkpoint-every N] [--resume DIR]``; the
+    leading ``run`` word is optional."""
     words = _split(line, RunConfigError)
     if words and words[0] == "run":
         words = words[1:]
     return {k: v for k, v in vars(_run_parser().parse_args(words)).items() if v is not None}
+
+
+def parse_place_line(line: str) -> dict:
+    """Parse ``place [--cluster ADDRESS] [--steps T]``; the leading ``place`` is optional."""
+    words = _split(line, RunConfigError)
+    if words and words[0] == "place":
+        words = words[1:]
+    options = {k: v for k, v in vars(_place_parser().parse_args(words)).items() if v is not None}
+    if "steps" in options and options["steps"] < 1:
+        raise RunConfigError(f"--steps must be a whole number ≥ 1, got {options['steps']}.")
+    return options

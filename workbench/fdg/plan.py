@@ -29,7 +29,7 @@ from workbench.fdg.graph import FDG, Schedule
 from workbench.fdg.interface import Interface, spatial_kind
 from workbench.fdg.policy import Group, Policy
 
-__all__ = ["Item", "Route", "TaskSpec", "Plan", "make_plan"]
+__all__ = ["Item", "Route", "TaskSpec", "Plan", "make_plan", "human_bytes"]
 
 
 @dataclass(frozen=True)
@@ -223,11 +223,11 @@ class Plan:
             lines.append("  crossing processes:")
             for r in self.routes:
                 how = "as it arrives, one replica at a time" if r.arrival else r.spatial
-                size = (f", {_human(self._route_bytes(r, sizes, steps))}/iteration"
+                size = (f", {human_bytes(self._route_bytes(r, sizes, steps))}/iteration"
                         if moved is not None else "")
                 lines.append(f"    {r.interface.describe()} [{how}{size}]")
             if moved is not None:
-                lines.append(f"  on the wire per iteration: at most {_human(sum(moved.values()))} "
+                lines.append(f"  on the wire per iteration: at most {human_bytes(sum(moved.values()))} "
                              "(less where two groups share a worker process)")
         else:
             lines.append("  nothing crosses processes: every interface is an in-process hand-off")
@@ -237,7 +237,8 @@ class Plan:
         return self.explain()
 
 
-def _human(count: int) -> str:
+def human_bytes(count: int) -> str:
+    """Bytes for people: ``human_bytes(73_200)`` is ``'73.2 KB'``."""
     for unit in ("B", "KB", "MB"):
         if count < 1000 or unit == "MB":
             return f"{count:,.0f} {unit}" if unit == "B" else f"{count:,.1f} {unit}"

@@ -17,6 +17,7 @@ Example:
 """
 from __future__ import annotations
 
+import difflib
 import json
 from dataclasses import dataclass, field
 
@@ -128,9 +129,18 @@ class Policy:
                             "device 'cpu' or a worker with a GPU."
                         )
 
+    def to_dict(self) -> dict:
+        """Plain data (what ``to_json`` writes)."""
+        return {"name": self.name, "asynchronous": self.asynchronous,
+                "groups": [g.to_dict() for g in self.groups]}
+
     def to_json(self) -> str:
-        return json.dumps({"name": self.name, "asynchronous": self.asynchronous,
-                           "groups": [g.to_dict() for g in self.groups]}, indent=2)
+        return json.dumps(self.to_dict(), indent=2)
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "Policy":
+        """The inverse of :meth:`to_dict`; malformed data raises :class:`PlacementError`."""
+        return cls.from_json(json.dumps(data))
 
     @classmethod
     def from_json(cls, text: str) -> "Policy":
@@ -367,8 +377,19 @@ def as_policy_spec(spec):
         return PRESETS[spec]()
     except KeyError:
         raise PlacementError(
-            f"unknown policy {spec!r}; choose one of {', '.join(PRESETS)}, a FILE.json, or a Policy."
+            f"unknown policy {spec!r}; choose one of {', '.join(PRESETS)}, auto, a FILE.json, "
+            f"or a Policy.{_did_you_mean(spec)}"
         ) from None
+
+
+def _did_you_mean(spec: str) -> str:
+    """`` Did you mean 'coarse'?`` for a preset name with a typo or the wrong case, else ''."""
+    names = [*PRESETS, "auto"]
+    lower: dict[str, str] = {}
+    for name in names:  # the short spelling first: 'multilearner', not 'MultiLearner'
+        lower.setdefault(name.lower(), name)
+    close = difflib.get_close_matches(spec.lower(), list(lower), n=1, cutoff=0.6)
+    return f" Did you mean {lower[close[0]]!r}?" if close else ""
 
 
 def needs_cluster(spec) -> bool:
@@ -387,3 +408,38 @@ def resolve_policy(spec, fdg: FDG, inventory: Inventory | None) -> Policy:
     policy = spec if isinstance(spec, Policy) else spec.place(fdg, inventory)
     policy.check(fdg, inventory)
     return policy
+
+
+def rehome(policy: Policy, inventory: Inventory) -> Policy:
+    """``policy`` with every replica placed on a worker that is gone moved to a worker that
+    is there — the least loaded first, GPU groups only to workers with a GPU.
+
+    >>> from workbench.fdg.inventory import WorkerInfo
+    >>> p = Policy("p", (Group(("actor",), 2, ("w0", "w1")), Group(("learner",), 1, ("w1",))))
+    >>> rehome(p, Inventory((WorkerInfo("tcp://a:1", "w0"), WorkerInfo("tcp://c:1", "w2"))))
+    Policy('p', actor ×2 on w0, w2 | learner ×1 on w0)
+    """
+    load = {w.name: 0 for w in inventory.workers}
+    for group in policy.groups:
+        for worker in group.workers:
+            if worker in load:
+                load[worker] += 1
+    groups = []
+    for group in policy.groups:
+        workers = []
+        for worker in group.workers:
+            if worker == IN_PROCESS or inventory.find(worker) is not None:
+                workers.append(worker)
+                continue
+            able = [w.name for w in inventory.workers if group.device != "gpu" or w.gpus > 0]
+            if not able:
+                kind = "a GPU" if group.device == "gpu" else "any"
+                raise PlacementError(
+                    f"worker {worker!r} of group {group.name!r} is gone and no worker with {kind} "
+                    f"is left to take its place (workers: {', '.join(inventory.names) or 'none'})."
+                )
+            spare = min(able, key=lambda name: (load[name], able.index(name)))
+            load[spare] += 1
+            workers.append(spare)
+        groups.append(Group(group.fragments, group.replicas, tuple(workers), group.device))
+    return Policy(policy.name, tuple(groups), policy.asynchronous)

@@ -14,7 +14,13 @@ from IPython.core.magic import Magics, cell_magic, line_magic, magics_class
 from IPython.display import HTML, display
 
 from workbench.fdg.errors import FragmentError, WorkbenchError
-from workbench.fdg.options import FRAGMENT_USAGE, RUN_USAGE, parse_fragment_line, parse_run_line
+from workbench.fdg.options import (
+    FRAGMENT_USAGE,
+    RUN_USAGE,
+    parse_fragment_line,
+    parse_place_line,
+    parse_run_line,
+)
 from workbench.session import FDG
 
 __all__ = ["WorkbenchMagics"]
@@ -22,14 +28,20 @@ __all__ = ["WorkbenchMagics"]
 _FDG_HELP = f"""Show, run or change the notebook's fragmented dataflow graph (FDG).
 
 %fdg                  draw the graph: fragments, the names flowing between them, rates
-%fdg run [options]    train on the cluster (progress bar; returns the Run)
+%fdg run [options]    train on the cluster (progress bar; returns the Run). Without
+                      --policy: the placement board's policy (fdg.placement) when one
+                      was placed, else inline
 %fdg run --background ...   train in a background thread; %fdg stop ends it
 %fdg stop             stop a background run after its current iteration
 %fdg profile          the last run's time per fragment and replica (compute, waiting, sending)
 %fdg policy           show the active policy (the last run's) and its plan
 %fdg policy --policy P [--steps T]   the plan P makes of this FDG (with --steps: bytes
                       moved per iteration, measured by one short inline run)
-%fdg reset            forget every fragment
+%fdg place [--cluster ADDRESS] [--steps T]
+                      the placement board: drag fragments onto the cluster's workers and
+                      devices, set replica counts, start from a preset, import/export
+                      JSON; returns the board (board.policy is its wb.Policy)
+%fdg reset            forget every fragment (and the board's placement)
 
 Options of %fdg run:
 {RUN_USAGE}"""
@@ -50,6 +62,7 @@ class WorkbenchMagics(Magics):
         super().__init__(shell)
         self.fdg = FDG(namespace=shell.user_ns)
         self._background: threading.Thread | None = None
+        self._board = None  # the last %fdg place board: a new one closes it
 
     @cell_magic
     def fragment(self, line: str, cell: str):
@@ -84,8 +97,11 @@ class WorkbenchMagics(Magics):
                 return self.fdg.last_run.profile()
             if command == "reset":
                 self.fdg.clear()
+                self.fdg.placement = None
                 print("FDG reset: no fragments.")
                 return None
+            if command == "place":
+                return self._place(rest)
             if command == "policy":
                 options = parse_run_line(rest)
                 last = self.fdg.last_run
@@ -107,6 +123,10 @@ class WorkbenchMagics(Magics):
         options = parse_run_line(" ".join(w for w in rest.split() if w != "--background"))
         if self._background is not None and self._background.is_alive():
             raise UsageError("a background run is going; stop it first with %fdg stop.")
+        placement = getattr(self.fdg, "placement", None)
+        if "policy" not in options and placement is not None:
+            options["policy"] = placement
+            print(f"policy: the placement board's, {placement!r} (--policy P runs another)")
         options.setdefault("progress", self._live_view)
         if not background:
             return self.fdg.run(**options)
@@ -115,6 +135,17 @@ class WorkbenchMagics(Magics):
         self._background.start()
         print("training in the background; %fdg stop ends it, fdg.last_run has the record.")
         return None
+
+    def _place(self, rest: str):
+        """The placement board for the notebook's FDG (a new one replaces the last)."""
+        from workbench.widgets.placement import PlacementBoard
+
+        options = parse_place_line(rest)
+        self.fdg.validate()  # no fragments, or a graph that cannot run: say so before connecting
+        if self._board is not None:
+            self._board.close()
+        self._board = PlacementBoard(self.fdg, options.get("cluster"), steps=options.get("steps"))
+        return self._board
 
     def _live_view(self, total: int, label: str):
         """Show a live view (progress + Bokeh plots) in the cell's output; a text bar when

@@ -15,11 +15,14 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+import cloudpickle
+
 from workbench.fdg.plan import Plan
 from workbench.fdg.wiring import WiredTask, wire_stream
 from workbench.runtime.channels import LocalPostman, Mailbox
 from workbench.runtime.loop import run_loop
 from workbench.runtime.replica import GroupProgram, GroupReplica, TaskReport
+from workbench.runtime.snapshots import DRIVER, SnapshotBook, snapshot_key
 
 __all__ = ["Backend", "InlineBackend", "IterationRecord", "StreamSpec", "drive", "Events", "close_envs"]
 
@@ -28,8 +31,11 @@ class Events:
     """What loops tell the driver, from any thread: ``("report", task, TaskReport)``,
     ``("error", exception)`` or ``("exit", group, replica)``."""
 
-    def __init__(self) -> None:
+    def __init__(self, on_snapshot=None) -> None:
         self.queue: queue.Queue = queue.Queue()
+        #: ``on_snapshot(iteration, pickled)`` when every replica's snapshot of an
+        #: iteration is in (see :class:`~workbench.runtime.snapshots.SnapshotBook`)
+        self.on_snapshot = on_snapshot
 
     def report(self, task: int, report: TaskReport) -> None:
         self.queue.put(("report", task, report))
@@ -60,6 +66,14 @@ class Backend(Protocol):
     def teardown(self) -> None:
         """Wait for loops to end and drop the replicas' state (envs closed, memory freed)."""
 
+    def check(self) -> None:
+        """Raise :class:`WorkerLostError` if a process holding replicas is gone (called by
+        the driver about once a second)."""
+
+    def failure(self, exc: BaseException) -> BaseException:
+        """What a loop's error means: the error itself, or a :class:`WorkerLostError` when
+        it came from a process that died."""
+
 
 @dataclass(frozen=True)
 class StreamSpec:
@@ -69,6 +83,8 @@ class StreamSpec:
     iterations: int
     start: int = 0
     with_init: bool = True
+    #: replicas send their state to the driver every this many iterations (0: never)
+    snapshot_every: int = 0
 
     def tasks(self, plan: Plan) -> Iterator[WiredTask]:
         return wire_stream(plan, self.iterations, self.start, with_init=self.with_init)
@@ -110,6 +126,7 @@ class InlineBackend:
         self.replicas: dict[tuple[str, int], GroupReplica] = {}
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
+        self.snapshots: SnapshotBook | None = None
 
     def deploy(self, plan: Plan, programs: dict[str, GroupProgram], notebook: dict[str, Any],
                states: dict[tuple[str, int], dict] | None = None) -> None:
@@ -122,18 +139,32 @@ class InlineBackend:
     def export(self) -> dict[tuple[str, int], dict[str, dict[str, Any]]]:
         for thread in self._threads:
             thread.join()
-        return {key: replica.export_state() for key, replica in self.replicas.items()}
+        return {key: _detached(replica.export_state()) for key, replica in self.replicas.items()}
+
+    def check(self) -> None:
+        pass  # the calling process cannot lose itself
+
+    def failure(self, exc: BaseException) -> BaseException:
+        return exc
 
     def start(self, plan: Plan, stream: StreamSpec, events: Events) -> None:
         self._torch_threads = _limit_torch_threads(1)
         boxes = {key: Mailbox(r.program.arrival_keys) for key, r in self.replicas.items()}
         postman = LocalPostman(boxes)
         counts = {name: g.replicas for name, g in plan.groups.items()}
+        if stream.snapshot_every:
+            self.snapshots = boxes[DRIVER] = SnapshotBook(counts, on_complete=events.on_snapshot)
 
         def loop(key: tuple[str, int]) -> None:
+            replica = self.replicas[key]
+
+            def snapshot(iteration: int) -> None:
+                postman.send(DRIVER, snapshot_key(key[0]), iteration, key[1],
+                             cloudpickle.dumps(replica.export_state(), protocol=5))
+
             try:
-                run_loop(self.replicas[key], stream.tasks(plan), boxes[key], postman, counts,
-                         events.report, self._stop.is_set)
+                run_loop(replica, stream.tasks(plan), boxes[key], postman, counts,
+                         events.report, self._stop.is_set, snapshot, stream.snapshot_every)
             except BaseException as exc:  # reported to the driver, which re-raises it
                 self._stop.set()
                 events.error(exc)
@@ -174,6 +205,15 @@ def _limit_torch_threads(count: int | None) -> int | None:
     return previous
 
 
+def _detached(state: dict) -> dict:
+    """A copy of a replica's state that outlives the replica (teardown closes its envs):
+    a pickle round trip, or the objects themselves when something will not pickle."""
+    try:
+        return cloudpickle.loads(cloudpickle.dumps(state, protocol=5))
+    except Exception:
+        return state
+
+
 def close_envs(ns: dict) -> None:
     """Close the environments a namespace holds (anything with reset, step and close)."""
     for value in list(ns.values()):
@@ -194,13 +234,16 @@ def drive(
     start: int = 0,
     with_init: bool = True,
     stall_timeout: float = 30.0,
+    snapshot_every: int = 0,
+    on_snapshot=None,
+    check_every: float = 1.0,
 ) -> int:
     """Run ``iterations`` iterations. ``on_iteration`` gets each finished iteration in
     order and returns True to stop early. Returns the number of iterations completed.
 
     Ctrl-C (KeyboardInterrupt) stops every loop before it propagates.
     """
-    stream = StreamSpec(iterations, start, with_init)
+    stream = StreamSpec(iterations, start, with_init, snapshot_every)
     pending = stream.tasks(plan)  # the driver walks the stream too, a little ahead of the loops
     tasks: dict[int, WiredTask] = {}
     outstanding: dict[int, int] = {}
@@ -222,16 +265,20 @@ def drive(
     reports_left: dict[int, int] = {}
     loops_left = sum(g.replicas for g in plan.groups.values())
     records: dict[int, IterationRecord] = {}
-    events = Events()
+    events = Events(on_snapshot)
     next_iteration = start
-    last_event = time.monotonic()
+    last_event = last_check = time.monotonic()
     backend.start(plan, stream, events)
     try:
         while next_iteration < start + iterations:
+            if time.monotonic() - last_check > check_every:
+                backend.check()  # a dead worker raises WorkerLostError here
+                last_check = time.monotonic()
             try:
                 event = events.queue.get(timeout=0.1)
             except queue.Empty:
                 if loops_left == 0 or time.monotonic() - last_event > stall_timeout:
+                    backend.check()
                     raise RuntimeError(
                         f"the run stalled at iteration {next_iteration}: no replica reported for "
                         f"{stall_timeout:g} s and {loops_left} loops are still alive."
@@ -239,7 +286,7 @@ def drive(
                 continue
             last_event = time.monotonic()
             if event[0] == "error":
-                raise event[1]
+                raise backend.failure(event[1])
             if event[0] == "exit":
                 loops_left -= 1
                 continue

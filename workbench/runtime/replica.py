@@ -19,6 +19,7 @@ from workbench.fdg.errors import FragmentRuntimeError
 from workbench.fdg.plan import Item, Plan
 from workbench.runtime.arrays import gather, stack
 from workbench.runtime.channels import Stopped
+from workbench.runtime.portable import PortableState, restore_into
 
 __all__ = ["GroupProgram", "GroupReplica", "TaskReport", "group_program"]
 
@@ -200,16 +201,28 @@ class GroupReplica:
             ns["replica"] = ReplicaInfo(frag, index, count, worker, device)
             self.namespaces[frag] = ns
         #: fragments resumed from an exported state: their init cells do not run again
-        self.restored = set(state or ())
+        self.restored: set[str] = set()
+        #: fragments resumed from a checkpoint file: their init cells run, then these
+        #: saved values are laid over what the cells built (networks get their weights…)
+        self.overlays: dict[str, PortableState] = {}
         for frag, values in (state or {}).items():
-            self.namespaces[frag].update(values)
+            if isinstance(values, PortableState):
+                self.overlays[frag] = values
+            else:
+                self.restored.add(frag)
+                self.namespaces[frag].update(values)
         self.buffers: dict[str, dict[str, list]] = {f: {} for f in fragments}
         self.compiled = {key: self._compile(key, src) for key, src in program.code.items()}
+        for frag in [f for f in self.overlays if (f, "init") not in self.compiled]:
+            self._overlay(frag, None)  # no init cell to wait for
         #: channels to other replicas, lent by the loop that runs this replica
         self.peers = None
         self._sent: dict[str, int] = {}  # per-step key → messages sent so far
         self._read: dict[tuple[str, str], int] = {}  # (per-step key, reader) → messages read
         self._sends = {f: [s for s in program.step_sends if s.producer == f] for f in fragments}
+        #: (fragment, rate) cells that have run at least once (to blame the right cell when
+        #: a name is missing)
+        self._ran: set[tuple[str, str]] = set()
         #: seconds spent in per-step channels so far (receiving / sending), read by the loop
         self.step_wait_seconds = 0.0
         self.step_send_seconds = 0.0
@@ -271,6 +284,7 @@ class GroupReplica:
                     raise self._error(frag, "step", exc, item.iteration) from None
                 if TIMING:
                     clock[frag] += time.perf_counter() - start
+                self._ran.add((frag, "step"))
                 for name, buf in buffers.items():
                     buf.append(self._written(frag, "step", ns, name, item.iteration))
                 if sends:
@@ -300,8 +314,24 @@ class GroupReplica:
             raise self._error(frag, rate, exc, iteration) from None
         if TIMING:
             report.compute_seconds[frag] = report.compute_seconds.get(frag, 0.0) + time.perf_counter() - start
+        self._ran.add(key)
+        if rate == "init" and frag in self.overlays:
+            self._overlay(frag, iteration)
         if rate == "init":  # first values of per-step channels (the loop carries them)
             self._send_step_values(frag, ns, [s for s in self._sends[frag] if s.at_init], iteration)
+
+    def _overlay(self, frag: str, iteration) -> None:
+        try:
+            restore_into(self.namespaces[frag], self.overlays.pop(frag))
+        except Exception as exc:
+            raise FragmentRuntimeError(
+                fragment=frag, rate="init", replica=self.index, worker=self.worker, line=None,
+                source_line=None, iteration=iteration,
+                error=f"restoring its checkpointed state failed: {type(exc).__name__}: {exc}. The "
+                      "init cell must build the same objects (network shapes, optimiser) as the "
+                      "run that wrote the checkpoint.",
+                traceback_text="".join(traceback.format_exception(exc)),
+            ) from None
 
     def export_state(self) -> dict[str, dict[str, Any]]:
         """Each fragment's own state (the names it binds), to resume elsewhere."""
@@ -340,19 +370,26 @@ class GroupReplica:
                 try:
                     ns[b.name] = self.namespaces[b.producer][b.name]
                 except KeyError:
+                    if (b.producer, rate) in self._ran:  # it ran, and did not bind it: its fault
+                        raise self._unbound(b.producer, rate, b.name, frag, iteration) from None
                     raise self._missing(frag, rate, b, iteration, "has not written it yet") from None
 
     def _written(self, frag, rate, ns, name, iteration):
         try:
             return ns[name]
         except KeyError:
-            raise FragmentRuntimeError(
-                fragment=frag, rate=rate, replica=self.index, worker=self.worker, line=None,
-                source_line=None, iteration=iteration,
-                error=f"the {rate} cell did not bind {name!r} this time, but other fragments read it "
-                      "every step. Bind it on every path through the cell.",
-                traceback_text="",
-            ) from None
+            raise self._unbound(frag, rate, name, "other fragments", iteration) from None
+
+    def _unbound(self, frag, rate, name, reader, iteration) -> FragmentRuntimeError:
+        readers = reader if reader == "other fragments" else repr(reader)
+        return FragmentRuntimeError(
+            fragment=frag, rate=rate, replica=self.index, worker=self.worker, line=None,
+            source_line=None, iteration=iteration,
+            error=f"the {rate} cell did not bind {name!r} this time, but {readers} read"
+                  f"{'' if reader == 'other fragments' else 's'} it. Bind it on every path through "
+                  "the cell.",
+            traceback_text="",
+        )
 
     def _emit(self, e: Emit) -> Any:
         if e.stacked:

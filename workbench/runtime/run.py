@@ -38,12 +38,21 @@ class Run:
     episode_returns: list[float] = field(default_factory=list)
     env_steps: int = 0
     solved_at: dict[str, float] | None = None
+    _episodes_at: list[int] = field(default_factory=list, repr=False)
     #: the final fragment states, when the run was asked to keep them (resume from it)
     state: Any = None
     #: policy="auto": what each candidate policy measured
     auto_table: list[dict] | None = None
     #: per-iteration metric loggers (``log(row)``/``close()``), fed by ``FDG.run(loggers=...)``
     loggers: list = field(default_factory=list, repr=False)
+    #: what happened to the run's placement: re-placements, lost workers, checkpoints
+    #: (dicts with ``iteration``, ``event`` and ``message``)
+    events: list[dict] = field(default_factory=list)
+    #: the concrete policy of the run's last stretch, and the FDG it ran (for checkpoints)
+    policy: Any = field(default=None, repr=False)
+    fdg: Any = field(default=None, repr=False)
+    #: checkpoints written by this run (directories), oldest first
+    checkpoints: list[str] = field(default_factory=list)
 
     # -- recording ---------------------------------------------------------------------
     def record(self, rec: IterationRecord) -> None:
@@ -66,8 +75,49 @@ class Run:
         for name, seconds in rec.comm_seconds.items():
             row[f"time/{name}_s"] = seconds
         self.rows.append(row)
+        self._episodes_at.append(len(self.episode_returns))
         if self.solved_at is None and self.is_solved():
             self.solved_at = {"iteration": rec.iteration, "time_s": elapsed, "env_steps": self.env_steps}
+
+    def rewind(self, iteration: int) -> int:
+        """Forget iterations ≥ ``iteration`` (they are run again after a lost worker);
+        return how many were dropped."""
+        keep = sum(1 for row in self.rows if row["iteration"] < iteration)
+        dropped = len(self.rows) - keep
+        if dropped:
+            del self.rows[keep:]
+            del self._episodes_at[keep:]
+            self.env_steps = self.rows[-1]["env_steps"] if self.rows else 0
+            del self.episode_returns[self._episodes_at[-1] if self._episodes_at else 0:]
+            if self.solved_at is not None and self.solved_at["iteration"] >= iteration:
+                self.solved_at = None
+        return dropped
+
+    def note(self, event: str, message: str, iteration: int | None = None) -> None:
+        """Record (and say, in the notebook and the ``workbench`` log) what happened."""
+        import logging
+
+        self.events.append({"iteration": iteration, "event": event, "message": message,
+                            "time": time.time()})
+        logging.getLogger("workbench").warning(message)
+        print(f"workbench: {message}", flush=True)
+
+    def checkpoint(self, path: str, *, keep: int | None = 3) -> str:
+        """Write the run's final state as a checkpoint in directory ``path``; return the
+        checkpoint's own directory. Resume with ``fdg.run(resume=path, policy=…)`` — any
+        policy, any number of workers (see :mod:`workbench.runtime.checkpoint`)."""
+        from workbench.fdg.errors import CheckpointError
+        from workbench.runtime.checkpoint import save_checkpoint
+
+        if self.state is None or self.fdg is None or self.policy is None:
+            raise CheckpointError(
+                "this run kept no state to checkpoint (it ran with keep_state=False, or failed "
+                "before its first iteration). Run with keep_state=True, or pass "
+                "checkpoint_every=N and checkpoint_dir=… to write checkpoints as it goes."
+            )
+        written = str(save_checkpoint(path, self.state, self.fdg, self.policy, keep=keep))
+        self.checkpoints.append(written)
+        return written
 
     def mean_return(self) -> float | None:
         """Mean of the last ``window`` episode returns (None before any episode ends)."""

@@ -1,1 +1,1 @@
-"""Notebook widgets: the live run view (and, later, the placement board)."""
+"""Notebook widgets: the live run view and the placement board."""

@@ -1,0 +1,114 @@
+// Drives the placement board in a real JupyterLab (headless Debian chromium through
+// playwright-core): runs the notebook, drags the learner onto worker 1's CPU, imports
+// malformed JSON (refused on the board), re-runs the cell that prints the kernel's
+// board.policy, and saves screenshots. Prints one JSON line:
+//   node place_board.mjs NOTEBOOK_URL BOARD_PNG PAGE_PNG TIMEOUT_MS
+// {"ok", "before", "after", "drag", "refusal", "message", "page_errors", "console_errors",
+//  "external_requests", "error"}
+import { chromium } from "playwright-core";
+
+const [url, boardShot, pageShot, timeoutArg] = process.argv.slice(2);
+const timeout = Number(timeoutArg || 60000);
+const origin = new URL(url).origin;
+const result = { ok: false, page_errors: [], console_errors: [], external_requests: [] };
+
+const FRAGMENT = "learner";
+const WORKER = "1";
+const chipOf = `.wb-board .wb-card[data-card="${FRAGMENT}"] .wb-chip`;
+const slotOf = `.wb-board .wb-slot[data-worker="${WORKER}"][data-device="cpu"]`;
+const placed = `${slotOf} .wb-frag[data-fragment="${FRAGMENT}"]`;
+
+// The kernel prints "BOARD <n>: <policy JSON>" each time the check cell runs.
+async function boardOutput(page, n) {
+  const out = page.locator(".jp-OutputArea-output", { hasText: `BOARD ${n}:` }).first();
+  await out.waitFor({ timeout });
+  const text = await out.innerText();
+  return JSON.parse(text.slice(text.indexOf(":") + 1).trim());
+}
+
+// HTML5 drag and drop as the browser does it for a mouse drag, for when the synthetic
+// mouse drag does not start one (the events, with a shared DataTransfer)
+async function dispatchDrag(page, source, target) {
+  await page.evaluate(([src, dst]) => {
+    const from = document.querySelector(src);
+    const to = document.querySelector(dst);
+    const dataTransfer = new DataTransfer();
+    const fire = (el, type) => el.dispatchEvent(new DragEvent(type, { bubbles: true, cancelable: true, dataTransfer }));
+    fire(from, "dragstart");
+    fire(to, "dragenter");
+    fire(to, "dragover");
+    fire(to, "drop");
+    fire(from, "dragend");
+  }, [source, target]);
+}
+
+let browser;
+try {
+  browser = await chromium.launch({
+    executablePath: process.env.CHROMIUM || "/usr/bin/chromium",
+    args: ["--no-sandbox", "--headless", "--disable-gpu", "--disable-quic", "--no-first-run",
+           "--disable-background-networking", "--disable-component-update", "--disable-sync"],
+    timeout,
+  });
+  const page = await browser.newPage({ viewport: { width: 1500, height: 1100 } });
+  page.on("console", (msg) => { if (msg.type() === "error") result.console_errors.push(msg.text()); });
+  page.on("pageerror", (err) => result.page_errors.push(String((err && err.stack) || err)));
+  page.on("request", (req) => {
+    const u = req.url();
+    if (!u.startsWith(origin) && !u.startsWith("ws://" + new URL(url).host) && !u.startsWith("data:")
+        && !u.startsWith("blob:")) result.external_requests.push(u);
+  });
+  await page.goto(url, { waitUntil: "domcontentloaded", timeout });
+  await page.waitForSelector(".jp-Notebook .jp-CodeCell", { timeout });
+  // a kernel dialog, should JupyterLab ask: take the notebook's own kernel
+  const select = page.locator(".jp-Dialog .jp-mod-accept");
+  if (await select.isVisible().catch(() => false)) await select.click();
+  // wait until the kernel is idle (the status bar says so), then Run ▸ Run All Cells
+  await page.locator(".jp-StatusBar-Widget", { hasText: /\| Idle/ }).first().waitFor({ timeout });
+  await page.locator(".lm-MenuBar-itemLabel", { hasText: /^Run$/ }).click({ timeout });
+  await page.locator(".lm-Menu-itemLabel", { hasText: /^Run All Cells$/ }).click({ timeout });
+
+  await page.locator(chipOf).waitFor({ timeout });
+  await page.locator(slotOf).waitFor({ timeout });
+  result.before = await boardOutput(page, 1);
+
+  // drag the learner's name onto worker 1's CPU
+  await page.locator(chipOf).scrollIntoViewIfNeeded();
+  await page.dragAndDrop(chipOf, slotOf, { timeout });
+  result.drag = "mouse";
+  try {
+    await page.locator(placed).waitFor({ timeout: 5000 });
+  } catch (err) {
+    result.drag = "events";
+    await dispatchDrag(page, chipOf, slotOf);
+    await page.locator(placed).waitFor({ timeout: 10000 });
+  }
+  result.message = await page.locator(".wb-board .wb-message").innerText();
+  await page.mouse.move(0, 0);
+  await page.locator(".wb-board").screenshot({ path: boardShot });
+
+  // malformed JSON through Import: refused on the board, with the reason
+  await page.click('.wb-board [data-action="import"]');
+  await page.fill(".wb-board textarea.wb-json", '{"name": "broken", "groups": [');
+  await page.click('.wb-board [data-action="apply-import"]');
+  const refusal = page.locator(".wb-board .wb-message.wb-error");
+  await refusal.waitFor({ timeout: 15000 });
+  result.refusal = await refusal.innerText();
+
+  // ask the kernel what the board's policy is now
+  const check = page.locator(".jp-CodeCell", { hasText: "# the kernel's view of the board" }).first();
+  await check.locator(".jp-InputArea-editor").click();
+  await page.keyboard.press("Shift+Enter");
+  result.after = await boardOutput(page, 2);
+  await page.screenshot({ path: pageShot, fullPage: false });
+  result.ok = true;
+} catch (err) {
+  result.error = String((err && err.stack) || err);
+  try {
+    const pages = browser ? browser.contexts().flatMap((c) => c.pages()) : [];
+    if (pages.length) await pages[0].screenshot({ path: pageShot });
+  } catch (e) { /* the picture is a bonus */ }
+} finally {
+  if (browser) await browser.close();
+}
+console.log(JSON.stringify(result));

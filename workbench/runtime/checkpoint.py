@@ -1,0 +1,256 @@
+"""Checkpoint files: a run's state on disk, loadable anywhere, written atomically.
+
+A checkpoint directory holds one sub-directory per saved iteration and a ``LATEST``
+pointer::
+
+    ckpt/
+      LATEST                    "iteration-000120"
+      iteration-000100/
+        manifest.json           the FDG's cells, the policy, the iteration, what was saved
+        state.pt                every fragment replica's state: tensors and plain values
+      iteration-000120/ …
+
+Safety: ``manifest.json`` is JSON (no pickle), ``state.pt`` loads with
+``torch.load(weights_only=True)`` (see :mod:`workbench.runtime.portable` for what that can
+hold). Atomicity: each checkpoint is written into a hidden temporary directory, flushed to
+disk, and renamed into place; ``LATEST`` is replaced by an atomic rename afterwards. A
+crash at any moment leaves every earlier checkpoint loadable: :func:`load_checkpoint`
+follows ``LATEST`` and falls back to the newest complete directory.
+
+Resuming under another policy or worker count works like an in-memory resume
+(:class:`~workbench.runtime.state.RunState`): learners carry their weights and optimiser
+state into any replica count; actors and envs keep their state when their replica count
+is unchanged and start fresh episodes otherwise.
+
+Example:
+    >>> import tempfile, workbench as wb
+    >>> fdg = wb.FDG()
+    >>> _ = fdg.add_fragment("counter", "n = 0", rate="init")
+    >>> _ = fdg.add_fragment("counter", "n += 1", rate="step")
+    >>> run = fdg.run(iterations=2, steps=3, progress=False)
+    >>> path = run.checkpoint(tempfile.mkdtemp())
+    >>> ckpt = load_checkpoint(path)
+    >>> ckpt.iteration, ckpt.state.fragments["counter"][0]["n"]
+    (2, 6)
+"""
+from __future__ import annotations
+
+import datetime
+import io
+import json
+import os
+import shutil
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from workbench.fdg.errors import CheckpointError
+from workbench.fdg.policy import Policy
+from workbench.runtime.portable import PortableState, encode_state
+from workbench.runtime.state import RunState
+
+__all__ = ["Checkpoint", "save_checkpoint", "load_checkpoint"]
+
+FORMAT = "workbench-checkpoint"
+VERSION = 1
+LATEST = "LATEST"
+
+
+@dataclass
+class Checkpoint:
+    """A loaded checkpoint: the state to resume from, and the FDG and policy it came from."""
+
+    path: Path
+    iteration: int
+    state: RunState
+    manifest: dict
+
+    @property
+    def policy(self) -> Policy:
+        """The policy the checkpoint was written under."""
+        return Policy.from_dict(self.manifest["policy"])
+
+    @property
+    def fragments(self) -> list[str]:
+        return list(self.manifest["fragments"])
+
+    def fdg(self, namespace=None):
+        """The FDG the checkpoint was written from, rebuilt from its cells."""
+        from workbench.session import FDG
+
+        fdg = FDG(namespace=namespace)
+        for cell in self.manifest["cells"]:
+            fdg.add_fragment(cell["fragment"], cell["code"], rate=cell["rate"],
+                             replicas=cell.get("replicas"), device=cell.get("device") or "cpu",
+                             reads=cell.get("reads", ()), writes=cell.get("writes", ()))
+        return fdg
+
+    def check_fits(self, fdg) -> None:
+        """Raise :class:`CheckpointError` unless ``fdg`` has the checkpoint's fragments."""
+        mine, theirs = set(self.fragments), set(fdg.fragments)
+        if mine != theirs:
+            missing = ", ".join(sorted(mine - theirs)) or "none"
+            extra = ", ".join(sorted(theirs - mine)) or "none"
+            raise CheckpointError(
+                f"checkpoint {self.path} was written from an FDG with fragments "
+                f"{', '.join(self.fragments)}; this FDG has {', '.join(fdg.fragments) or 'none'} "
+                f"(missing here: {missing}; not in the checkpoint: {extra}). Resume it with the FDG "
+                f"it came from (checkpoint.fdg() rebuilds it), or start a new run."
+            )
+
+
+def save_checkpoint(directory: str | os.PathLike, state: RunState, fdg, policy: Policy, *,
+                    keep: int | None = 3) -> Path:
+    """Write ``state`` (taken under ``policy``) as a new checkpoint in ``directory``;
+    return the checkpoint's own directory. ``keep``: how many checkpoints to leave (None:
+    all)."""
+    import torch
+
+    root = Path(directory)
+    root.mkdir(parents=True, exist_ok=True)
+    name = f"iteration-{state.iteration:06d}"
+    tmp = root / f".tmp-{name}-{uuid.uuid4().hex[:8]}"
+    tmp.mkdir()
+    try:
+        tensors, described = {}, {}
+        for frag, replicas in state.fragments.items():
+            encoded, saved_names, recreated = [], [], []
+            for values in replicas:
+                portable, skipped = _portable(values)
+                encoded.append(dict(portable))  # a plain dict: weights_only loads it
+                saved_names.append(sorted(portable))
+                recreated.append(sorted(skipped))
+            tensors[frag] = encoded
+            described[frag] = {"replicas": len(replicas), "stepping": frag in state.stepping,
+                               "saved": saved_names, "recreated_by_init": recreated}
+        buffer = io.BytesIO()
+        torch.save({"format": FORMAT, "version": VERSION, "fragments": tensors}, buffer)
+        manifest = {
+            "format": FORMAT, "version": VERSION, "iteration": state.iteration,
+            "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+            "torch": torch.__version__,
+            "policy": policy.to_dict(),
+            "fragments": described,
+            "cells": _cells(fdg),
+        }
+        _write(tmp / "state.pt", buffer.getvalue())
+        _write(tmp / "manifest.json", json.dumps(manifest, indent=1).encode())
+        _fsync_dir(tmp)
+        final = root / name
+        if final.exists():  # the same iteration again (a re-run): replace it whole
+            shutil.rmtree(final)
+        os.replace(tmp, final)
+        _write_atomic(root / LATEST, name.encode())
+        _fsync_dir(root)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    if keep is not None:
+        _prune(root, keep, protect=name)
+    return final
+
+
+def load_checkpoint(path: str | os.PathLike) -> Checkpoint:
+    """Load the newest complete checkpoint in ``path`` (or the one ``path`` names)."""
+    import torch
+
+    path = Path(path)
+    if not path.exists():
+        raise CheckpointError(f"no checkpoint at {path}: the path does not exist.")
+    target = path if (path / "manifest.json").exists() else _newest(path)
+    try:
+        manifest = json.loads((target / "manifest.json").read_text())
+        if manifest.get("format") != FORMAT:
+            raise CheckpointError(f"{target} is not a workbench checkpoint (its manifest has no "
+                                  f"format {FORMAT!r}).")
+        if manifest.get("version", 0) > VERSION:
+            raise CheckpointError(f"{target} was written by a newer workbench (format version "
+                                  f"{manifest['version']}; this one reads ≤ {VERSION}). Upgrade workbench.")
+        data = torch.load(target / "state.pt", weights_only=True, map_location="cpu")
+    except CheckpointError:
+        raise
+    except Exception as exc:
+        raise CheckpointError(f"checkpoint {target} cannot be read ({type(exc).__name__}: {_gist(exc)}). "
+                              f"Earlier checkpoints in {target.parent} may still load: pass one's "
+                              f"directory.") from None
+    fragments = {frag: [PortableState(values) for values in replicas]
+                 for frag, replicas in data["fragments"].items()}
+    stepping = frozenset(f for f, d in manifest["fragments"].items() if d["stepping"])
+    state = RunState(int(manifest["iteration"]), fragments, stepping)
+    return Checkpoint(target, state.iteration, state, manifest)
+
+
+def _gist(exc: BaseException) -> str:
+    """The line of an error that says what is wrong (torch's unpickling errors are long)."""
+    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+    for line in lines:
+        if line.startswith("WeightsUnpickler error"):
+            return line
+    return lines[0] if lines else type(exc).__name__
+
+
+def _portable(values: Any) -> tuple[PortableState, list[str]]:
+    if isinstance(values, PortableState):  # resumed from a checkpoint and not yet run
+        return values, []
+    return encode_state(values)
+
+
+def _cells(fdg) -> list[dict]:
+    cells = []
+    for frag in fdg.fragments.values():
+        for rate, cell in frag.cells.items():
+            cells.append({"fragment": frag.name, "rate": rate, "code": cell.code,
+                          "replicas": frag.replicas, "device": frag.device,
+                          "reads": list(cell.declared_reads), "writes": list(cell.declared_writes)})
+    return cells
+
+
+def _newest(root: Path) -> Path:
+    pointer = root / LATEST
+    if pointer.exists():
+        candidate = root / pointer.read_text().strip()
+        if _complete(candidate):
+            return candidate
+    complete = sorted(p for p in root.glob("iteration-*") if _complete(p))
+    if not complete:
+        raise CheckpointError(f"no complete checkpoint in {root} (a checkpoint directory holds "
+                              f"iteration-NNNNNN/ folders with manifest.json and state.pt).")
+    return complete[-1]
+
+
+def _complete(path: Path) -> bool:
+    return (path / "manifest.json").is_file() and (path / "state.pt").is_file()
+
+
+def _prune(root: Path, keep: int, protect: str) -> None:
+    done = sorted(p for p in root.glob("iteration-*") if _complete(p))
+    for old in done[:-keep] if keep > 0 else done:
+        if old.name != protect:
+            shutil.rmtree(old, ignore_errors=True)
+    for tmp in root.glob(".tmp-*"):  # left by a crash mid-write (one writer at a time)
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _write(path: Path, data: bytes) -> None:
+    with open(path, "wb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def _write_atomic(path: Path, data: bytes) -> None:
+    tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex[:8]}")
+    _write(tmp, data)
+    os.replace(tmp, path)
+
+
+def _fsync_dir(path: Path) -> None:
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:  # platforms without directory fds: the rename is still atomic
+        return
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)

@@ -1,0 +1,98 @@
+"""Snapshots: every replica's state between two iterations, kept by the driver while a run
+goes, so that a lost worker costs at most the iteration in flight and checkpoints can be
+written without stopping the run.
+
+Each replica sends its pickled state as it enters iteration ``i`` (see
+:func:`~workbench.runtime.loop.run_loop`); the driver's :class:`SnapshotBook` files them
+(it speaks the mailbox's ``put``, so a channel server can fill it) and hands out the newest
+iteration for which *every* replica has sent one.
+
+Example:
+    >>> book = SnapshotBook({"learner": 1, "actor": 2})
+    >>> for group, index in [("learner", 0), ("actor", 0), ("actor", 1)]:
+    ...     book.put(snapshot_key(group), 4, index, b"...")
+    >>> book.put(snapshot_key("learner"), 5, 0, b"...")
+    >>> book.latest()[0]
+    4
+"""
+from __future__ import annotations
+
+import threading
+
+import cloudpickle
+
+from workbench.runtime.state import RunState
+
+__all__ = ["SnapshotBook", "snapshot_key", "state_from", "DRIVER"]
+
+#: where replicas send snapshots: the driver's own mailbox, as a (group, replica) target
+DRIVER = ("__driver__", 0)
+_PREFIX = "snapshot:"
+
+
+def snapshot_key(group: str) -> str:
+    return _PREFIX + group
+
+
+class SnapshotBook:
+    """Per replica, its last few snapshots (pickled bytes, decoded only when used)."""
+
+    def __init__(self, counts: dict[str, int], keep: int = 64, on_complete=None) -> None:
+        self.counts = dict(counts)
+        #: at most this many snapshots per replica: a replica that runs ahead of the
+        #: others (one that does not wait for them) keeps its newer ones until they catch up
+        self.keep = keep
+        #: called as ``on_complete(iteration, snapshots)`` (in the thread that filed the
+        #: last one) when every replica has sent its snapshot of ``iteration``
+        self.on_complete = on_complete
+        self._versions: dict[tuple[str, int], dict[int, bytes]] = {
+            (g, i): {} for g, n in counts.items() for i in range(n)}
+        self._lock = threading.Lock()
+        self.received = 0
+
+    def put(self, key: str, task: int, replica: int, value: bytes) -> None:
+        """A snapshot of replica ``replica`` of the group in ``key``, at iteration ``task``."""
+        group = key[len(_PREFIX):]
+        with self._lock:
+            versions = self._versions.setdefault((group, replica), {})
+            versions[task] = value
+            for old in sorted(versions)[:-self.keep]:
+                del versions[old]
+            self.received += 1
+            complete = all(task in v for v in self._versions.values())
+            if complete:
+                pickled = {k: v[task] for k, v in self._versions.items()}
+                for v in self._versions.values():  # older ones can never be used now
+                    for old in [t for t in v if t < task]:
+                        del v[old]
+        if complete and self.on_complete is not None:
+            self.on_complete(task, pickled)
+
+    def latest(self) -> tuple[int, dict[tuple[str, int], bytes]] | None:
+        """The newest iteration every replica has a snapshot of, with those snapshots."""
+        with self._lock:
+            common = None
+            for versions in self._versions.values():
+                common = set(versions) if common is None else common & set(versions)
+            if not common:
+                return None
+            iteration = max(common)
+            return iteration, {key: versions[iteration] for key, versions in self._versions.items()}
+
+    def at(self, iteration: int) -> dict[tuple[str, int], bytes] | None:
+        """Every replica's snapshot at ``iteration``, if all of them have one."""
+        with self._lock:
+            if all(iteration in v for v in self._versions.values()):
+                return {key: v[iteration] for key, v in self._versions.items()}
+            return None
+
+
+def state_from(plan, iteration: int, pickled: dict[tuple[str, int], bytes]) -> RunState:
+    """The :class:`RunState` that one iteration's snapshots of a plan's replicas make."""
+    fragments: dict[str, list] = {}
+    for name, group in plan.groups.items():
+        replicas = [cloudpickle.loads(pickled[(name, i)]) for i in range(group.replicas)]
+        for frag in group.fragments:
+            fragments[frag] = [r[frag] for r in replicas]
+    stepping = frozenset(n for n, f in plan.fdg.fragments.items() if "step" in f.cells)
+    return RunState(iteration, fragments, stepping)
