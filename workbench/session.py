@@ -15,7 +15,6 @@ Example:
 from __future__ import annotations
 
 import dataclasses
-import math
 import os
 import queue
 import threading
@@ -129,10 +128,12 @@ class FDG(graph.FDG):
         ``run.checkpoint(path)`` works). ``checkpoint_dir`` with ``checkpoint_every=N``
         writes a checkpoint every N iterations while training (and one at the end).
 
-        Reliability: on a cluster, replicas send their state to this process every
-        ``snapshot_every`` iterations (default 1; 0 turns it off); when a worker dies the
-        run re-places its fragments on the workers left, restores the latest snapshot and
-        goes on, losing at most the iterations since it. ``fdg.replace(policy)`` during a
+        Reliability: on a cluster, replicas send their learners' state (fragments without
+        step cells: weights, optimiser) to this process every ``snapshot_every`` iterations
+        (default 1; 0 turns it off); when a worker dies the run re-places its fragments on
+        the workers left, restores the learners from the latest snapshot (actors and envs
+        start new episodes from the learner's weights) and goes on, losing at most the
+        iterations since it. ``fdg.replace(policy)`` during a
         run moves fragments at the next iteration boundary, state included.
 
         ``progress``: False, True (a progress bar), or a factory of live views
@@ -301,7 +302,7 @@ class FDG(graph.FDG):
         run.plan_text = plan.explain()
         start = resume.iteration if resume is not None else 0
         completed = 0
-        every = options.snapshots_for(resolved)
+        every, full_every = options.snapshots_for(resolved)
 
         def on_iteration(rec: IterationRecord) -> bool:
             nonlocal completed
@@ -320,7 +321,7 @@ class FDG(graph.FDG):
             backend.deploy(plan, programs, notebook, _states_for(plan, resume))
             try:
                 drive(plan, backend, iterations, on_iteration, start=start, snapshot_every=every,
-                      on_snapshot=options.saver.stretch(plan, resolved))
+                      full_snapshot_every=full_every, on_snapshot=options.saver.stretch(plan, resolved))
             except WorkerLostError as lost:
                 lost.state = _snapshot_state(plan, backend.snapshots)
                 lost.iteration = start + completed
@@ -376,14 +377,12 @@ class _StretchOptions:
     snapshot_every: int | None
     saver: "_CheckpointWriter"
 
-    def snapshots_for(self, policy: Policy) -> int:
-        """How often replicas send snapshots: every iteration on a cluster (a lost worker
-        costs at most the iteration in flight), never in-process; and at least as often as
-        checkpoints are written."""
+    def snapshots_for(self, policy: Policy) -> tuple[int, int]:
+        """How often replicas send snapshots of their learners (every iteration on a
+        cluster: a lost worker costs at most the iteration in flight; never in-process),
+        and of every fragment (when a checkpoint is due)."""
         every = self.snapshot_every if self.snapshot_every is not None else (0 if policy.in_process else 1)
-        if self.saver.enabled:
-            every = math.gcd(every, self.saver.every) if every else self.saver.every
-        return every
+        return every, self.saver.every
 
 
 class _CheckpointWriter:

@@ -10,6 +10,8 @@ from workbench.fdg.board import move_fragment
 from workbench.fdg.errors import RunConfigError
 from workbench.notebook import load_notebook
 
+from tests.runtime.test_checkpoint import weights_fdg
+
 QUICKSTART = Path(__file__).resolve().parents[2] / "notebooks" / "quickstart.ipynb"
 
 
@@ -31,36 +33,48 @@ class ReplaceAt:
         pass
 
 
-def test_moving_the_learner_to_another_worker_mid_run_keeps_learning(client):
-    fdg, options = load_notebook(QUICKSTART)
-    inventory = inventory_of(client)
-
-    def learner_elsewhere(policy):
+def _learner_elsewhere(fdg, inventory):
+    def make(policy):
         home = policy.group_of("learner").workers[0]
         other = next(n for n in inventory.names if n != home)
         return move_fragment(policy, fdg, "learner", other, "cpu", inventory)
 
-    mover = ReplaceAt(fdg, 15, learner_elsewhere)
-    run = fdg.run(iterations=80, steps=options["steps"], policy="coarse", cluster=client,
-                  target_return=options["target_return"], progress=False, loggers=[mover])
+    return make
 
+
+def test_the_learner_moves_with_its_weights_and_optimiser_state(client):
+    """After the move the learner carries on from its own latest update: its counter never
+    restarts and its weights are not the init cell's."""
+    fdg = weights_fdg()
+    mover = ReplaceAt(fdg, 5, _learner_elsewhere(fdg, inventory_of(client)))
+    run = fdg.run(iterations=10, steps=2, policy="coarse", cluster=client, progress=False, loggers=[mover])
+    assert run.policy.group_of("learner").workers != mover.policy_before.group_of("learner").workers
+    rows = run.rows
+    assert [row["iteration"] for row in rows] == list(range(10))
+    updates = [row["learner/updates"] for row in rows]
+    assert updates[:6] == [1, 2, 3, 4, 5, 6] and all(b > a for a, b in zip(updates, updates[1:]))
+    assert rows[6]["learner/w_before"] != rows[0]["learner/w_before"]
+
+
+def test_moving_the_ppo_learner_mid_run_still_solves_cartpole(client):
+    fdg, options = load_notebook(QUICKSTART)
+    mover = ReplaceAt(fdg, 15, _learner_elsewhere(fdg, inventory_of(client)))
+    run = fdg.run(iterations=150, steps=options["steps"], policy="coarse", cluster=client,
+                  target_return=options["target_return"], progress=False, loggers=[mover])
     replaced = [e for e in run.events if e["event"] == "replaced"]
     assert len(replaced) == 1 and replaced[0]["iteration"] == 16
-    before = mover.policy_before.group_of("learner").workers
-    assert run.policy.group_of("learner").workers != before  # it did move
     assert [row["iteration"] for row in run.rows] == list(range(len(run.rows)))  # no gap, no repeat
-    # nothing learned was lost: returns keep rising from where they were
-    assert run.mean_return() > max(200, 2 * mover.return_then), (mover.return_then, run.summary())
+    assert run.solved_at is not None, (mover.return_then, run.summary())
 
 
-def test_inline_to_cluster_mid_run(client):
+def test_inline_to_cluster_mid_run_still_solves_cartpole(client):
     fdg, options = load_notebook(QUICKSTART)
     mover = ReplaceAt(fdg, 10, lambda policy: "coarse")
-    run = fdg.run(iterations=40, steps=options["steps"], policy="inline", cluster=client,
-                  progress=False, loggers=[mover])
-    assert run.policy_name == "SingleLearnerCoarse" and run.completed_iterations == 40
+    run = fdg.run(iterations=150, steps=options["steps"], policy="inline", cluster=client,
+                  target_return=options["target_return"], progress=False, loggers=[mover])
+    assert run.policy_name == "SingleLearnerCoarse"
     assert mover.policy_before.in_process and not run.policy.in_process
-    assert run.mean_return() > max(100, 1.5 * mover.return_then), (mover.return_then, run.summary())
+    assert run.solved_at is not None, (mover.return_then, run.summary())
 
 
 def test_replace_needs_a_running_run_and_a_fitting_policy():

@@ -16,7 +16,6 @@ import time
 import uuid
 from typing import Any
 
-import cloudpickle
 from distributed import Client, Future, WorkerPlugin, get_worker, secede
 from distributed.comm.addressing import get_address_host
 from distributed.metrics import context_meter
@@ -25,7 +24,7 @@ from distributed.utils import get_ip
 from workbench.fdg.errors import FragmentRuntimeError, PlacementError, WorkerLostError
 from workbench.fdg.inventory import Inventory
 from workbench.fdg.plan import Plan
-from workbench.runtime.channels import Mailbox, SocketPostman, SocketServer
+from workbench.runtime.channels import Mailbox, SocketPostman, SocketServer, dumps_state
 from workbench.runtime.driver import Events, StreamSpec, close_envs
 from workbench.runtime.loop import run_loop
 from workbench.runtime.replica import GroupProgram, GroupReplica, TaskReport
@@ -102,13 +101,13 @@ def _loop_task(run_id: str, authkey: bytes, group: str, index: int, plan: Plan, 
         _add_phases(phases, task_report)
         worker.log_event(topic, {"task": task, "report": task_report.to_message()})
 
-    def snapshot(iteration: int) -> None:
-        state = cloudpickle.dumps(deployed.replica.export_state(), protocol=5)
-        postman.send(DRIVER, snapshot_key(group), iteration, index, state)
+    def snapshot(iteration: int, full: bool) -> None:
+        postman.send(DRIVER, snapshot_key(group), iteration, index, deployed.replica.snapshot_bytes(full))
 
     try:
         return run_loop(deployed.replica, stream.tasks(plan), deployed.mailbox, postman, counts, report,
-                        lambda: run_id in plugin.stopping, snapshot, stream.snapshot_every)
+                        lambda: run_id in plugin.stopping, snapshot, stream.snapshot_every,
+                        stream.full_snapshot_every)
     except (ConnectionError, EOFError) as exc:
         # a peer's process died under this replica's send: not this task's fault, so no
         # "Compute Failed" in the worker's log — the driver finds the dead worker and
@@ -134,7 +133,7 @@ class PeerLost(str):
 def _export(run_id: str, group: str, index: int) -> bytes:
     # One pickle for the whole replica: Dask would serialise a dict's values one by one,
     # and an optimizer would come back pointing at copies of its model's parameters.
-    return cloudpickle.dumps(_plugin().deployed[(run_id, group, index)].replica.export_state(), protocol=5)
+    return dumps_state(_plugin().deployed[(run_id, group, index)].replica.export_state())
 
 
 def _add_phases(phases: dict, task_report: TaskReport) -> None:
@@ -182,7 +181,7 @@ def _drop_run(run_id: str, dask_worker=None) -> int:
 
 
 def _pickled(state: dict | None) -> bytes | None:
-    return None if state is None else cloudpickle.dumps(state, protocol=5)
+    return None if state is None else dumps_state(state)
 
 
 def _looks_like_loss(exc: BaseException) -> bool:
@@ -264,7 +263,7 @@ class DaskBackend:
         self.client.subscribe_topic(self._topic, on_event)
         counts = {name: g.replicas for name, g in plan.groups.items()}
         addresses = dict(self._addresses)
-        if stream.snapshot_every:
+        if stream.snapshot_every or stream.full_snapshot_every:
             # replicas send their state here between iterations (HMAC-authenticated like
             # every channel); the run restores from it when a worker dies
             self.snapshots = SnapshotBook(counts, on_complete=events.on_snapshot)
@@ -291,13 +290,19 @@ class DaskBackend:
 
     def _join_loops(self) -> None:
         gone = set(self.lost_workers())
+        alive = []
         for key, future in zip(self._workers, self._loops):
             if self._workers[key] in gone:
                 future.cancel()  # its worker died: the task would wait for it forever
-                continue
+            else:
+                alive.append(future)
+        # exception(), not result(): re-raising a loop's error would add this frame (and
+        # with it the futures) to the traceback of the exception the user holds as run.error
+        deadline = time.monotonic() + 30
+        for future in alive:
             try:
-                future.result(timeout=30)
-            except Exception:  # its error already reached the driver
+                future.exception(timeout=max(0.1, deadline - time.monotonic()))
+            except Exception:  # timed out or cancelled: the loop is dropped with the run
                 pass
 
     # -- worker loss -------------------------------------------------------------------

@@ -21,7 +21,9 @@ from collections.abc import Callable
 from multiprocessing.connection import Client, Listener
 from typing import Any
 
-__all__ = ["Mailbox", "Stopped", "LocalPostman", "SocketServer", "SocketPostman"]
+import cloudpickle
+
+__all__ = ["Mailbox", "Stopped", "LocalPostman", "SocketServer", "SocketPostman", "dumps", "dumps_state"]
 
 Address = tuple[str, int]
 Target = tuple[str, int]  # (group, replica)
@@ -47,10 +49,43 @@ def _torch_strided():
     return torch.strided
 
 
-def _tensor_from_numpy(array):
+def _tensor_from_numpy(array, requires_grad: bool = False):
     import torch
 
-    return torch.from_numpy(array)
+    tensor = torch.from_numpy(array)
+    return tensor.requires_grad_() if requires_grad else tensor
+
+
+class _StatePickler(cloudpickle.Pickler):
+    """cloudpickle (a fragment's functions and classes travel by value) with the same fast
+    path for CPU tensors, parameters included (a learner's network and optimiser state):
+    a PPO learner's state pickles in ~1 ms instead of ~3.7 ms."""
+
+    def reducer_override(self, obj):
+        if type(obj).__module__ == "torch" and type(obj).__name__ in ("Tensor", "Parameter"):
+            if obj.device.type == "cpu" and obj.layout is _torch_strided() and (obj.is_leaf or not obj.requires_grad):
+                try:
+                    array = obj.detach().numpy()
+                except TypeError:  # a dtype NumPy lacks: torch's own reduction
+                    return super().reducer_override(obj)
+                if type(obj).__name__ == "Parameter":
+                    return _parameter_from_numpy, (array, obj.requires_grad)
+                return _tensor_from_numpy, (array, obj.requires_grad)
+        return super().reducer_override(obj)
+
+
+def _parameter_from_numpy(array, requires_grad: bool):
+    import torch
+
+    return torch.nn.Parameter(torch.from_numpy(array), requires_grad=requires_grad)
+
+
+def dumps_state(value: Any) -> bytes:
+    """Serialise a replica's state (snapshots, exports, deploys): cloudpickle, protocol 5,
+    with CPU tensors as their NumPy buffers."""
+    buffer = io.BytesIO()
+    _StatePickler(buffer, protocol=5).dump(value)
+    return buffer.getvalue()
 
 
 def dumps(value: Any) -> bytes:

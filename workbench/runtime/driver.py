@@ -7,6 +7,7 @@ sees small :class:`TaskReport`s; bulk data moves replica to replica.
 """
 from __future__ import annotations
 
+import pickle
 import queue
 import sys
 import threading
@@ -15,11 +16,10 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-import cloudpickle
 
 from workbench.fdg.plan import Plan
 from workbench.fdg.wiring import WiredTask, wire_stream
-from workbench.runtime.channels import LocalPostman, Mailbox
+from workbench.runtime.channels import LocalPostman, Mailbox, dumps_state
 from workbench.runtime.loop import run_loop
 from workbench.runtime.replica import GroupProgram, GroupReplica, TaskReport
 from workbench.runtime.snapshots import DRIVER, SnapshotBook, snapshot_key
@@ -83,8 +83,10 @@ class StreamSpec:
     iterations: int
     start: int = 0
     with_init: bool = True
-    #: replicas send their state to the driver every this many iterations (0: never)
+    #: replicas send their learners' state to the driver every this many iterations,
+    #: and every fragment's every ``full_snapshot_every`` (0: never)
     snapshot_every: int = 0
+    full_snapshot_every: int = 0
 
     def tasks(self, plan: Plan) -> Iterator[WiredTask]:
         return wire_stream(plan, self.iterations, self.start, with_init=self.with_init)
@@ -152,19 +154,18 @@ class InlineBackend:
         boxes = {key: Mailbox(r.program.arrival_keys) for key, r in self.replicas.items()}
         postman = LocalPostman(boxes)
         counts = {name: g.replicas for name, g in plan.groups.items()}
-        if stream.snapshot_every:
+        if stream.snapshot_every or stream.full_snapshot_every:
             self.snapshots = boxes[DRIVER] = SnapshotBook(counts, on_complete=events.on_snapshot)
 
         def loop(key: tuple[str, int]) -> None:
             replica = self.replicas[key]
 
-            def snapshot(iteration: int) -> None:
-                postman.send(DRIVER, snapshot_key(key[0]), iteration, key[1],
-                             cloudpickle.dumps(replica.export_state(), protocol=5))
+            def snapshot(iteration: int, full: bool) -> None:
+                postman.send(DRIVER, snapshot_key(key[0]), iteration, key[1], replica.snapshot_bytes(full))
 
             try:
-                run_loop(replica, stream.tasks(plan), boxes[key], postman, counts,
-                         events.report, self._stop.is_set, snapshot, stream.snapshot_every)
+                run_loop(replica, stream.tasks(plan), boxes[key], postman, counts, events.report,
+                         self._stop.is_set, snapshot, stream.snapshot_every, stream.full_snapshot_every)
             except BaseException as exc:  # reported to the driver, which re-raises it
                 self._stop.set()
                 events.error(exc)
@@ -209,7 +210,7 @@ def _detached(state: dict) -> dict:
     """A copy of a replica's state that outlives the replica (teardown closes its envs):
     a pickle round trip, or the objects themselves when something will not pickle."""
     try:
-        return cloudpickle.loads(cloudpickle.dumps(state, protocol=5))
+        return pickle.loads(dumps_state(state))
     except Exception:
         return state
 
@@ -235,6 +236,7 @@ def drive(
     with_init: bool = True,
     stall_timeout: float = 30.0,
     snapshot_every: int = 0,
+    full_snapshot_every: int = 0,
     on_snapshot=None,
     check_every: float = 1.0,
 ) -> int:
@@ -243,7 +245,7 @@ def drive(
 
     Ctrl-C (KeyboardInterrupt) stops every loop before it propagates.
     """
-    stream = StreamSpec(iterations, start, with_init, snapshot_every)
+    stream = StreamSpec(iterations, start, with_init, snapshot_every, full_snapshot_every)
     pending = stream.tasks(plan)  # the driver walks the stream too, a little ahead of the loops
     tasks: dict[int, WiredTask] = {}
     outstanding: dict[int, int] = {}

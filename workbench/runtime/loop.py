@@ -26,16 +26,19 @@ def run_loop(
     replica_counts: dict[str, int],
     report: Callable[[int, TaskReport], None],
     stopped: Callable[[], bool],
-    snapshot: Callable[[int], None] | None = None,
+    snapshot: Callable[[int, bool], None] | None = None,
     snapshot_every: int = 0,
+    full_snapshot_every: int = 0,
 ) -> int:
     """Run this replica's tasks in order; return how many ran (fewer if stopped).
 
-    With ``snapshot``, the replica calls ``snapshot(i)`` as it enters iteration ``i``
-    (every ``snapshot_every``-th): its state then is the state every replica has between
-    iterations ``i - 1`` and ``i``, so the snapshots of all replicas for one ``i`` make a
-    consistent state to resume from. It is taken before the replica waits for inputs,
-    while other replicas compute, so it costs the critical path little.
+    With ``snapshot``, the replica calls ``snapshot(i, full)`` as it enters iteration
+    ``i`` — every ``snapshot_every``-th (``full`` False: the fragments without step cells,
+    what a lost worker needs back) and every ``full_snapshot_every``-th (``full`` True:
+    every fragment, what a checkpoint holds). Its state then is the state every replica
+    has between iterations ``i - 1`` and ``i``, so the snapshots of all replicas for one
+    ``i`` make a consistent state to resume from. It is taken before the replica waits for
+    inputs, while other replicas compute, so it costs the critical path little.
     """
     group = replica.program.group
     replica.peers = Peers(group, replica.index, mailbox, postman, replica_counts, stopped)
@@ -48,9 +51,10 @@ def run_loop(
             if stopped():
                 break
             if task.iteration is not None:
-                if (snapshot_every and snapshot is not None and last is not None and task.iteration > last
-                        and task.iteration % snapshot_every == 0):
-                    snapshot(task.iteration)
+                if snapshot is not None and last is not None and task.iteration > last:
+                    full = bool(full_snapshot_every) and task.iteration % full_snapshot_every == 0
+                    if full or (snapshot_every and task.iteration % snapshot_every == 0):
+                        snapshot(task.iteration, full)
                 last = task.iteration
             arrivals = [w for w in task.inputs if w.arrival]
             if arrivals:  # asynchronous: once per producer replica's value, as each arrives

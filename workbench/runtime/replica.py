@@ -18,7 +18,7 @@ from workbench.context import ReplicaContext, ReplicaInfo, activate, deactivate
 from workbench.fdg.errors import FragmentRuntimeError
 from workbench.fdg.plan import Item, Plan
 from workbench.runtime.arrays import gather, stack
-from workbench.runtime.channels import Stopped
+from workbench.runtime.channels import Stopped, dumps_state
 from workbench.runtime.portable import PortableState, restore_into
 
 __all__ = ["GroupProgram", "GroupReplica", "TaskReport", "group_program"]
@@ -333,12 +333,20 @@ class GroupReplica:
                 traceback_text="".join(traceback.format_exception(exc)),
             ) from None
 
-    def export_state(self) -> dict[str, dict[str, Any]]:
-        """Each fragment's own state (the names it binds), to resume elsewhere."""
+    def export_state(self, fragments=None) -> dict[str, dict[str, Any]]:
+        """Each fragment's own state (the names it binds), to resume elsewhere (only
+        ``fragments``, when given)."""
         return {
             frag: {n: ns[n] for n in self.program.state_names.get(frag, ()) if n in ns}
-            for frag, ns in self.namespaces.items()
+            for frag, ns in self.namespaces.items() if fragments is None or frag in fragments
         }
+
+    def snapshot_bytes(self, full: bool) -> bytes:
+        """This replica's state, pickled: every fragment's (``full``), or only those without
+        step cells — learners, whose weights and optimiser state a lost worker must not
+        take with it; actors and envs start new episodes instead (cheap every iteration)."""
+        keep = None if full else [f for f in self.namespaces if (f, "step") not in self.program.code]
+        return dumps_state(self.export_state(keep))
 
     def _send_step_values(self, frag: str, ns: dict, sends, iteration) -> None:
         sent_keys = set()

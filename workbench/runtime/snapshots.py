@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import threading
 
-import cloudpickle
+import pickle
 
 from workbench.runtime.state import RunState
 
@@ -91,8 +91,9 @@ def state_from(plan, iteration: int, pickled: dict[tuple[str, int], bytes]) -> R
     """The :class:`RunState` that one iteration's snapshots of a plan's replicas make."""
     fragments: dict[str, list] = {}
     for name, group in plan.groups.items():
-        replicas = [cloudpickle.loads(pickled[(name, i)]) for i in range(group.replicas)]
+        replicas = [pickle.loads(pickled[(name, i)]) for i in range(group.replicas)]
         for frag in group.fragments:
-            fragments[frag] = [r[frag] for r in replicas]
+            if all(frag in r for r in replicas):  # a light snapshot holds only the learners
+                fragments[frag] = [r[frag] for r in replicas]
     stepping = frozenset(n for n, f in plan.fdg.fragments.items() if "step" in f.cells)
     return RunState(iteration, fragments, stepping)

@@ -21,9 +21,11 @@ Example:
 """
 from __future__ import annotations
 
-import cloudpickle
+import pickle
 from dataclasses import dataclass, field
 from typing import Any
+
+from workbench.runtime.channels import dumps_state
 
 __all__ = ["RunState"]
 
@@ -55,4 +57,4 @@ class RunState:
 
 
 def _copy(value: Any) -> Any:
-    return cloudpickle.loads(cloudpickle.dumps(value))
+    return pickle.loads(dumps_state(value))
