@@ -61,22 +61,10 @@ def ppo_fdg(iterations: int):
 
 
 def toy_fdg():
-    """tests/conftest.py's torch-free toy: every interface kind, a few counters."""
-    import numpy as np
+    """The torch-free counters loop (every interface kind, a few counters)."""
+    from workbench.algorithms import counters
 
-    import workbench as wb
-
-    fdg = wb.FDG(namespace={"np": np, "wb": wb})
-    fdg.add_fragment("env", "obs = np.arange(3.0) + 10 * replica.index\nseen = 0", rate="init")
-    fdg.add_fragment("learner", "scale = 1.0\ntotal = 0.0", rate="init")
-    fdg.add_fragment("actor", "gain = scale", rate="init")
-    fdg.add_fragment("actor", "action = obs * gain", rate="step")
-    fdg.add_fragment("env", "obs = obs + 1\nreward = action.copy()\nseen += 1\n"
-                            "wb.log('charts/episodic_return', float(reward.sum()))", rate="step")
-    fdg.add_fragment("learner", "total += float(reward.sum())\nbatch = reward.shape\n"
-                                "wb.log('learner/total', total)\nscale = scale * 0.5", rate="iteration")
-    fdg.add_fragment("actor", "gain = scale", rate="iteration")
-    return fdg
+    return counters.build_fdg()
 
 
 # ----------------------------------------------------------------------------- sampling

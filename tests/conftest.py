@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import logging
 
-import numpy as np
 import pytest
 
 import workbench as wb
@@ -69,18 +68,10 @@ def assert_notebook_is_the_module(notebook, module) -> tuple[wb.FDG, dict]:
 
 
 def toy_fdg(**namespace) -> wb.FDG:
-    """A torch-free loop with every interface kind: per-step ring carried by an init value,
-    stacked step→iteration data, a latest value broadcast back, and wb.log metrics.
+    """A torch-free loop with every interface kind (``workbench.algorithms.counters``): a
+    per-step ring carried by an init value, stacked step→iteration data, a latest value
+    broadcast back, and wb.log metrics. Each env replica holds 3 counters; the 'learner'
+    sums what it saw."""
+    from workbench.algorithms import counters
 
-    Each env replica holds 3 counters; the 'learner' sums what it saw."""
-    fdg = wb.FDG(namespace={"np": np, "wb": wb, **namespace})
-    fdg.add_fragment("env", "obs = np.arange(3.0) + 10 * replica.index\nseen = 0", rate="init")
-    fdg.add_fragment("learner", "scale = 1.0\ntotal = 0.0", rate="init")
-    fdg.add_fragment("actor", "gain = scale", rate="init")
-    fdg.add_fragment("actor", "action = obs * gain", rate="step")
-    fdg.add_fragment("env", "obs = obs + 1\nreward = action.copy()\nseen += 1\n"
-                            "wb.log('charts/episodic_return', float(reward.sum()))", rate="step")
-    fdg.add_fragment("learner", "total += float(reward.sum())\nbatch = reward.shape\n"
-                                "wb.log('learner/total', total)\nscale = scale * 0.5", rate="iteration")
-    fdg.add_fragment("actor", "gain = scale", rate="iteration")
-    return fdg
+    return counters.build_fdg(**namespace)

@@ -266,7 +266,7 @@ class FDG(graph.FDG):
         first = previous.iteration if previous is not None else 0
         resume_at = state.iteration if state is not None else first
         dropped = run.rewind(resume_at)
-        run.lost_iterations = getattr(run, "lost_iterations", 0) + dropped
+        run.lost_iterations += dropped
         if len([e for e in run.events if e["event"] == "worker lost"]) >= MAX_RECOVERIES:
             raise RunConfigError(f"{MAX_RECOVERIES} workers were lost in this run; giving up. "
                                  "Check the cluster (memory, crashes) before running again.") from lost

@@ -71,6 +71,7 @@ def test_a_killed_worker_costs_at_most_the_iteration_in_flight_and_training_goes
     assert len(lost) == 1 and f"worker {name} left" in lost[0]["message"]
     assert lost[0]["time"] - killed_at < 10, "noticed within seconds"
     assert lost[0]["iteration"] >= KILL_AT, "at most the in-flight iteration is run again"
+    assert run.lost_iterations <= 1
     # it still learns after the loss: returns well above where they were, and far above random (~22)
     assert run.mean_return() > max(150, 1.5 * return_then), (return_then, run.summary())
 

@@ -53,6 +53,8 @@ class Run:
     fdg: Any = field(default=None, repr=False)
     #: checkpoints written by this run (directories), oldest first
     checkpoints: list[str] = field(default_factory=list)
+    #: finished iterations run again after lost workers (rewound to the newest snapshot)
+    lost_iterations: int = 0
 
     # -- recording ---------------------------------------------------------------------
     def record(self, rec: IterationRecord) -> None:
