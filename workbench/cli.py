@@ -15,6 +15,7 @@ import sys
 from pathlib import Path
 
 from workbench.fdg.errors import RunConfigError, WorkbenchError
+from workbench.fdg.options import add_checkpoint_options
 from workbench.fdg.policy import needs_cluster
 
 __all__ = ["main"]
@@ -32,12 +33,7 @@ def _parser() -> argparse.ArgumentParser:
                                          "(default: an embedded local cluster)")
     run.add_argument("--target-return", type=float, dest="target_return",
                      help="stop once the mean of the last 20 episode returns reaches this")
-    run.add_argument("--checkpoint-dir", dest="checkpoint_dir", metavar="DIR",
-                     help="write checkpoints to DIR (every --checkpoint-every iterations, and at the end)")
-    run.add_argument("--checkpoint-every", type=int, dest="checkpoint_every", metavar="N",
-                     help="iterations between checkpoints (needs --checkpoint-dir)")
-    run.add_argument("--resume", metavar="DIR",
-                     help="continue from the newest checkpoint in DIR, under any policy and workers")
+    add_checkpoint_options(run)
     tls = run.add_argument_group(
         "TLS", "for a scheduler started with TLS (dask scheduler --tls-ca-file … --tls-cert … "
                "--tls-key …); the connection then requires encryption. See docs/security.md.")

@@ -17,8 +17,8 @@ import shlex
 
 from workbench.fdg.errors import FragmentOptionError, RunConfigError
 
-__all__ = ["parse_fragment_line", "parse_run_line", "parse_place_line", "FRAGMENT_USAGE", "RUN_USAGE",
-           "PLACE_USAGE"]
+__all__ = ["parse_fragment_line", "parse_run_line", "parse_place_line", "add_checkpoint_options",
+           "FRAGMENT_USAGE", "RUN_USAGE", "PLACE_USAGE"]
 
 
 class _Parser(argparse.ArgumentParser):
@@ -62,13 +62,19 @@ def _run_parser() -> _Parser:
                                      "an embedded local cluster")
     p.add_argument("--target-return", type=float, dest="target_return",
                    help="stop once the mean of the last 20 episode returns reaches this")
-    p.add_argument("--checkpoint-dir", dest="checkpoint_dir", metavar="DIR",
-                   help="write checkpoints here (every --checkpoint-every iterations, and at the end)")
-    p.add_argument("--checkpoint-every", type=int, dest="checkpoint_every", metavar="N",
-                   help="iterations between checkpoints (needs --checkpoint-dir)")
-    p.add_argument("--resume", metavar="DIR",
-                   help="continue from the newest checkpoint in DIR (any policy, any workers)")
+    add_checkpoint_options(p)
     return p
+
+
+def add_checkpoint_options(parser) -> None:
+    """``--checkpoint-dir``, ``--checkpoint-every`` and ``--resume``: shared by ``%fdg run``
+    and ``workbench run``."""
+    parser.add_argument("--checkpoint-dir", dest="checkpoint_dir", metavar="DIR",
+                        help="write checkpoints to DIR (every --checkpoint-every iterations, and at the end)")
+    parser.add_argument("--checkpoint-every", type=int, dest="checkpoint_every", metavar="N",
+                        help="iterations between checkpoints (needs --checkpoint-dir)")
+    parser.add_argument("--resume", metavar="DIR",
+                        help="continue from the newest checkpoint in DIR, under any policy and workers")
 
 
 def _place_parser() -> _Parser:

@@ -48,7 +48,6 @@ class SnapshotBook:
         self._versions: dict[tuple[str, int], dict[int, bytes]] = {
             (g, i): {} for g, n in counts.items() for i in range(n)}
         self._lock = threading.Lock()
-        self.received = 0
 
     def put(self, key: str, task: int, replica: int, value: bytes) -> None:
         """A snapshot of replica ``replica`` of the group in ``key``, at iteration ``task``."""
@@ -58,7 +57,6 @@ class SnapshotBook:
             versions[task] = value
             for old in sorted(versions)[:-self.keep]:
                 del versions[old]
-            self.received += 1
             complete = all(task in v for v in self._versions.values())
             if complete:
                 pickled = {k: v[task] for k, v in self._versions.items()}
