@@ -23,7 +23,7 @@ from tests.runtime.test_inline import _expected_totals
 from workbench.cli import main
 from workbench.cluster.connect import connect
 from workbench.envs import CartPole, GymVectorEnv, SimpleSpread, ThreadedVectorEnv
-from workbench.fdg.errors import MetricError
+from workbench.errors import MetricError
 from workbench.fdg.policy import Group
 
 ROOT = Path(__file__).resolve().parents[1]

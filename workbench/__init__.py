@@ -6,7 +6,7 @@
 In a notebook, ``%load_ext workbench`` adds the ``%%fragment`` and ``%fdg`` magics.
 """
 from workbench.context import ReplicaInfo, allreduce, log
-from workbench.fdg.errors import (
+from workbench.errors import (
     CheckpointError,
     ConflictingWritersError,
     FDGError,

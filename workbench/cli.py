@@ -14,7 +14,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from workbench.fdg.errors import RunConfigError, WorkbenchError
+from workbench.errors import RunConfigError, WorkbenchError
 from workbench.fdg.options import add_checkpoint_options
 from workbench.fdg.policy import needs_cluster
 

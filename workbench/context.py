@@ -77,7 +77,7 @@ def log(name: str, value: Any, *, allow_nan: bool = False) -> None:
     """Record a metric for this iteration: a number, or an array of numbers (each kept).
 
     Use flat names such as ``charts/episodic_return`` or ``losses/policy_loss``. A value
-    that is NaN or infinite raises :class:`~workbench.fdg.errors.MetricError` naming the
+    that is NaN or infinite raises :class:`~workbench.errors.MetricError` naming the
     metric, so a diverging loss stops the run at the line that logged it instead of
     training on garbage; ``allow_nan=True`` records such a value anyway (for a metric that
     is legitimately undefined at times, such as an explained variance of constant returns).
@@ -103,7 +103,7 @@ def _metric_values(name: str, value: Any) -> list[float]:
     try:
         return _as_floats(value)
     except (TypeError, ValueError):
-        from workbench.fdg.errors import MetricError
+        from workbench.errors import MetricError
 
         raise MetricError(
             f"wb.log({name!r}, …) needs a number or an array of numbers, got "
@@ -116,7 +116,7 @@ def _check_finite(name: str, values: list[float]) -> None:
     bad = [v for v in values if not math.isfinite(v)]
     if not bad:
         return
-    from workbench.fdg.errors import MetricError
+    from workbench.errors import MetricError
 
     kinds = ", ".join(sorted({str(v) for v in bad}))
     what = f"is {kinds}" if len(values) == 1 else f"has {len(bad)} of {len(values)} values not finite ({kinds})"

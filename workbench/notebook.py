@@ -17,7 +17,7 @@ import re
 from pathlib import Path
 
 from workbench.fdg.analysis import analyse_code
-from workbench.fdg.errors import FragmentError, RunConfigError
+from workbench.errors import FragmentError, RunConfigError
 from workbench.fdg.options import parse_run_line
 from workbench.session import FDG
 

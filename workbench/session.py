@@ -23,7 +23,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from workbench.fdg import graph
-from workbench.fdg.errors import CheckpointError, RunConfigError, WorkerLostError
+from workbench.errors import CheckpointError, RunConfigError, WorkerLostError
 from workbench.fdg.plan import Plan, make_plan
 from workbench.fdg.policy import IN_PROCESS, Policy, as_policy_spec, needs_cluster, rehome, resolve_policy
 from workbench.runtime.driver import InlineBackend, IterationRecord, drive

@@ -7,7 +7,7 @@ import pytest
 
 from workbench.cluster.connect import inventory_of
 from workbench.fdg.board import move_fragment
-from workbench.fdg.errors import RunConfigError
+from workbench.errors import RunConfigError
 from workbench.notebook import load_notebook
 
 from tests.runtime.test_checkpoint import weights_fdg
@@ -81,7 +81,7 @@ def test_replace_needs_a_running_run_and_a_fitting_policy():
     fdg, _ = load_notebook(QUICKSTART)
     with pytest.raises(RunConfigError, match="nothing is running"):
         fdg.replace("coarse")
-    from workbench.fdg.errors import PlacementError
+    from workbench.errors import PlacementError
     from workbench.fdg.policy import Group, Policy
 
     with pytest.raises(PlacementError, match="does not place fragment"):

@@ -104,7 +104,7 @@ def test_rehome_moves_only_the_replicas_of_workers_that_are_gone():
 
 
 def test_rehome_refuses_a_gpu_group_when_no_gpu_is_left():
-    from workbench.fdg.errors import PlacementError
+    from workbench.errors import PlacementError
 
     policy = Policy("custom", (Group(("learner",), 1, ("g",), "gpu"),))
     with pytest.raises(PlacementError, match="no worker with a GPU is left"):

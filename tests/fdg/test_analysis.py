@@ -6,7 +6,7 @@ import sys
 import pytest
 
 from workbench.fdg.analysis import CellAnalysis, analyse_code, parse_cell
-from workbench.fdg.errors import FragmentError, FragmentSyntaxError, WorkbenchError
+from workbench.errors import FragmentError, FragmentSyntaxError, WorkbenchError
 
 
 def io(code: str) -> tuple[tuple[str, ...], tuple[str, ...]]:

@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 
 from workbench.fdg.board import fill_preset, load_policy, move_fragment, set_replicas
-from workbench.fdg.errors import PlacementError
+from workbench.errors import PlacementError
 from workbench.fdg.policy import Inline, SingleLearnerCoarse
 
 from .conftest import make_inventory

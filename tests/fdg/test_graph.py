@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from workbench.fdg.errors import (
+from workbench.errors import (
     ConflictingWritersError,
     FDGError,
     FragmentOptionError,

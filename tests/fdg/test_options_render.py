@@ -6,7 +6,7 @@ import xml.etree.ElementTree as ET
 
 import pytest
 
-from workbench.fdg.errors import FragmentOptionError, RunConfigError
+from workbench.errors import FragmentOptionError, RunConfigError
 from workbench.fdg.graph import FDG
 from workbench.fdg.options import FRAGMENT_USAGE, RUN_USAGE, parse_fragment_line, parse_run_line
 from workbench.fdg.render import render_html, render_svg

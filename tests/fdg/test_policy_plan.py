@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from workbench.fdg.errors import PlacementError
+from workbench.errors import PlacementError
 from workbench.fdg.graph import FDG
 from workbench.fdg.inventory import Inventory, WorkerInfo
 from workbench.fdg.plan import Item, Plan, Route, TaskSpec, make_plan

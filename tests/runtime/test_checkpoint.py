@@ -17,7 +17,7 @@ import pytest
 import torch
 
 import workbench as wb
-from workbench.fdg.errors import CheckpointError
+from workbench.errors import CheckpointError
 from workbench.runtime.checkpoint import load_checkpoint, save_checkpoint
 from workbench.runtime.portable import encode_state, restore_into
 from workbench.runtime.state import RunState

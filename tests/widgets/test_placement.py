@@ -15,7 +15,7 @@ import pytest
 
 import workbench as wb
 from tests.conftest import toy_fdg
-from workbench.fdg.errors import PlacementError
+from workbench.errors import PlacementError
 from workbench.fdg.policy import Group
 from workbench.runtime.run import Run
 from workbench.widgets.placement import PlacementBoard

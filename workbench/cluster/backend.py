@@ -21,7 +21,7 @@ from distributed.comm.addressing import get_address_host
 from distributed.metrics import context_meter
 from distributed.utils import get_ip
 
-from workbench.fdg.errors import FragmentRuntimeError, PlacementError, WorkerLostError
+from workbench.errors import FragmentRuntimeError, PlacementError, WorkerLostError
 from workbench.fdg.inventory import Inventory
 from workbench.fdg.plan import Plan
 from workbench.runtime.channels import Mailbox, SocketPostman, SocketServer, dumps_state

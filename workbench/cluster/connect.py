@@ -29,7 +29,7 @@ from distributed import Client, LocalCluster
 from distributed.comm.core import CommClosedError
 from distributed.security import Security
 
-from workbench.fdg.errors import RunConfigError
+from workbench.errors import RunConfigError
 from workbench.fdg.inventory import Inventory, WorkerInfo
 
 __all__ = ["ClusterHandle", "connect", "embedded_cluster", "inventory_of", "shutdown_embedded"]

@@ -1,7 +1,7 @@
-"""Domain exceptions. Each says what was wrong, where, and what to do.
+"""The FDG's own exceptions: bad cells, bad graphs, policies that do not fit.
 
-They are plain Python exceptions: only ``workbench.magics`` turns them into IPython
-``UsageError``s, so scripts and tests see the same types a notebook does.
+Each says what was wrong, where, and what to do. Errors of running, clusters and
+checkpoints live in :mod:`workbench.errors`, which re-exports these: import from there.
 """
 from __future__ import annotations
 
@@ -15,11 +15,6 @@ __all__ = [
     "ConflictingWritersError",
     "StepCycleError",
     "PlacementError",
-    "FragmentRuntimeError",
-    "RunConfigError",
-    "CheckpointError",
-    "WorkerLostError",
-    "MetricError",
 ]
 
 
@@ -107,71 +102,3 @@ class StepCycleError(FDGError):
 
 class PlacementError(WorkbenchError):
     """A distribution policy does not fit the FDG or the cluster."""
-
-
-class RunConfigError(WorkbenchError):
-    """A run was asked for with bad settings (iterations, steps, cluster address…)."""
-
-
-class MetricError(WorkbenchError, ValueError):
-    """``wb.log`` was given a value that is not a finite number (NaN, ±inf, or not a number
-    at all). Raised inside the fragment, so the run's error names its cell line."""
-
-
-class CheckpointError(WorkbenchError):
-    """A checkpoint cannot be written, read, or resumed from by this FDG."""
-
-
-class WorkerLostError(WorkbenchError):
-    """Workers holding replicas of a run left the cluster mid-run (a process died, a
-    machine went away). The run re-places their fragments and continues from
-    ``state`` (the latest complete snapshot, possibly None)."""
-
-    def __init__(self, workers: list[str], state=None, iteration: int | None = None):
-        names = ", ".join(workers)
-        super().__init__(f"worker{'s' if len(workers) > 1 else ''} {names} left the cluster mid-run"
-                         + (f" (at iteration {iteration})" if iteration is not None else ""))
-        self.workers, self.state, self.iteration = list(workers), state, iteration
-
-
-class FragmentRuntimeError(WorkbenchError):
-    """A fragment raised while running. Names the fragment, replica, worker and cell line,
-    and carries the original traceback text."""
-
-    def __init__(
-        self,
-        *,
-        fragment: str,
-        rate: str,
-        replica: int,
-        worker: str,
-        line: int | None,
-        source_line: str | None,
-        error: str,
-        traceback_text: str,
-        iteration: int | None = None,
-    ):
-        where = f"cell line {line}" if line else "its cell"
-        at_iter = f" in iteration {iteration}" if iteration is not None else ""
-        code = f"\n    {source_line.strip()}" if source_line else ""
-        super().__init__(
-            f"fragment {fragment!r} ({rate} cell), replica {replica} on {worker}, raised{at_iter} "
-            f"at {where}:{code}\n{error}\n"
-            "The run stopped cleanly; the FDG is intact. Fix the cell, re-run it, and run again.\n"
-            f"--- original traceback ---\n{traceback_text}"
-        )
-        self.fragment, self.rate, self.replica, self.worker = fragment, rate, replica, worker
-        self.line, self.error, self.traceback_text = line, error, traceback_text
-        self.iteration = iteration
-        self._kwargs = dict(
-            fragment=fragment, rate=rate, replica=replica, worker=worker, line=line,
-            source_line=source_line, error=error, traceback_text=traceback_text,
-            iteration=iteration,
-        )
-
-    def __reduce__(self):  # survive pickling from a Dask worker with every field
-        return (_rebuild_runtime_error, (self._kwargs,))
-
-
-def _rebuild_runtime_error(kwargs: dict) -> FragmentRuntimeError:
-    return FragmentRuntimeError(**kwargs)

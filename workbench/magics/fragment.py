@@ -13,7 +13,7 @@ from IPython.core.error import UsageError
 from IPython.core.magic import Magics, cell_magic, line_magic, magics_class
 from IPython.display import HTML, display
 
-from workbench.fdg.errors import FragmentError, WorkbenchError
+from workbench.errors import FragmentError, WorkbenchError
 from workbench.fdg.options import (
     FRAGMENT_USAGE,
     RUN_USAGE,

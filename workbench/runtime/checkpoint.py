@@ -45,7 +45,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from workbench.fdg.errors import CheckpointError
+from workbench.errors import CheckpointError
 from workbench.fdg.policy import Policy
 from workbench.runtime.portable import PortableState, encode_state
 from workbench.runtime.state import RunState

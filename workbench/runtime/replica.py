@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from workbench.context import ReplicaContext, ReplicaInfo, activate, deactivate
-from workbench.fdg.errors import FragmentRuntimeError
+from workbench.errors import FragmentRuntimeError
 from workbench.fdg.plan import Item, Plan
 from workbench.runtime.arrays import gather, stack
 from workbench.runtime.channels import Stopped, dumps_state

@@ -108,7 +108,7 @@ class Run:
         """Write the run's final state as a checkpoint in directory ``path``; return the
         checkpoint's own directory. Resume with ``fdg.run(resume=path, policy=…)`` — any
         policy, any number of workers (see :mod:`workbench.runtime.checkpoint`)."""
-        from workbench.fdg.errors import CheckpointError
+        from workbench.errors import CheckpointError
         from workbench.runtime.checkpoint import save_checkpoint
 
         if self.state is None or self.fdg is None or self.policy is None:

@@ -31,7 +31,7 @@ import anywidget
 import traitlets
 
 from workbench.fdg import board as logic
-from workbench.fdg.errors import PlacementError, RunConfigError
+from workbench.errors import PlacementError, RunConfigError
 from workbench.fdg.inventory import Inventory
 from workbench.fdg.plan import human_bytes
 from workbench.fdg.plan import make_plan
