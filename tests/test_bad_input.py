@@ -375,8 +375,8 @@ def test_an_address_that_is_not_a_scheduler_fails_within_the_timeout(client):
 
 def test_a_cluster_that_is_not_a_client_or_address_is_refused():
     fdg = toy_fdg()
-    with pytest.raises(wb.RunConfigError, match="cluster must be a distributed.Client, a scheduler "
-                                                "address or None, not int"):
+    with pytest.raises(wb.RunConfigError, match="--cluster must be a Dask scheduler address .* or a "
+                                                "distributed.Client; got 8786"):
         fdg.run(iterations=1, steps=1, policy="coarse", cluster=8786, progress=False)
     with pytest.raises(wb.RunConfigError, match="security must be a distributed.security.Security, not str"):
         connect("tls://127.0.0.1:9", security="ca.pem")
@@ -564,7 +564,7 @@ def test_cli_tls_flags_need_a_scheduler(tiny_notebook, tls_files, capsys):
                  "--tls-cert", tls_files["cert"], "--tls-key", tls_files["key"]])
     assert code == 2
     assert ("--tls-ca-file/--tls-cert/--tls-key secure the connection to a scheduler: give its "
-            "address with --scheduler tls://HOST:PORT.") in capsys.readouterr().err
+            "address with --cluster tls://HOST:PORT.") in capsys.readouterr().err
 
 
 def test_cli_unreachable_scheduler_fails_within_the_timeout(tiny_notebook, capsys):

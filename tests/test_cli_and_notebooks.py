@@ -107,7 +107,7 @@ def test_cli_checkpoints_and_resumes(tmp_path, capsys):
 
 @pytest.mark.parametrize("argv, message", [
     (["--resume", "no-such-dir"], "no checkpoint at no-such-dir: the path does not exist"),
-    (["--checkpoint-every", "5"], "checkpoint_every needs checkpoint_dir"),
+    (["--checkpoint-every", "5"], "--checkpoint-every needs --checkpoint-dir"),
     (["--checkpoint-dir", "x", "--checkpoint-every", "0"], "--checkpoint-every must be a whole number ≥ 1"),
 ])
 def test_cli_checkpoint_options_errors_are_one_clear_line(capsys, argv, message):

@@ -5,8 +5,13 @@ Options on the command line override the notebook's own ``%fdg run`` line.
     $ workbench run notebooks/quickstart.ipynb --policy coarse
     $ workbench run notebooks/quickstart.ipynb --checkpoint-dir ckpt --checkpoint-every 20
     $ workbench run notebooks/quickstart.ipynb --policy fine --resume ckpt
-    $ workbench run notebooks/quickstart.ipynb --policy coarse --scheduler tls://10.0.0.5:8786 \
+    $ workbench run notebooks/quickstart.ipynb --policy coarse --cluster tls://10.0.0.5:8786 \
           --tls-ca-file ca.pem --tls-cert client.pem --tls-key client-key.pem
+    $ workbench run notebooks/quickstart.ipynb --set cfg.seed=3 --set cfg.learning_rate=1e-3
+
+The run options are :class:`workbench.config.RunConfig`'s fields (the same as ``%fdg run``'s);
+``--set NAME.FIELD=VALUE`` changes a field of one of the notebook's config objects before
+the FDG runs, so a seed sweep needs no copied notebooks.
 """
 from __future__ import annotations
 
@@ -14,8 +19,8 @@ import argparse
 import sys
 from pathlib import Path
 
+from workbench.config import RunConfig, add_run_arguments, options_from
 from workbench.errors import RunConfigError, WorkbenchError
-from workbench.fdg.options import add_checkpoint_options
 from workbench.fdg.policy import needs_cluster
 
 __all__ = ["main"]
@@ -26,14 +31,11 @@ def _parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
     run = sub.add_parser("run", help="train the FDG a notebook defines")
     run.add_argument("notebook", help="path to a .ipynb with %%fragment cells")
-    run.add_argument("--iterations", type=int, help="training iterations (default: the notebook's)")
-    run.add_argument("--steps", type=int, help="steps per iteration, T (default: the notebook's)")
-    run.add_argument("--policy", help="inline | coarse | fine | multilearner | gpuonly | async | auto | FILE.json")
-    run.add_argument("--scheduler", help="Dask scheduler address, tcp://HOST:PORT or tls://HOST:PORT "
-                                         "(default: an embedded local cluster)")
-    run.add_argument("--target-return", type=float, dest="target_return",
-                     help="stop once the mean of the last 20 episode returns reaches this")
-    add_checkpoint_options(run)
+    add_run_arguments(run, "cli")
+    run.add_argument("--set", action="append", default=[], metavar="NAME.FIELD=VALUE", dest="overrides",
+                     help="change a field of a notebook config object before running, e.g. "
+                          "--set cfg.seed=3 (VALUE is a Python literal; repeat for more)")
+    run.add_argument("--verbose", action="store_true", help="print the full traceback of an error")
     tls = run.add_argument_group(
         "TLS", "for a scheduler started with TLS (dask scheduler --tls-ca-file … --tls-cert … "
                "--tls-key …); the connection then requires encryption. See docs/security.md.")
@@ -50,6 +52,10 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return _run(args)
     except WorkbenchError as exc:
+        if args.verbose:
+            import traceback
+
+            traceback.print_exc()
         print(f"workbench: error: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
@@ -61,35 +67,29 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _run(args) -> int:
-    from workbench.notebook import load_notebook
+    from workbench.notebook import apply_overrides, load_notebook
 
-    for name in ("iterations", "steps"):  # before the notebook loads or a cluster starts
-        value = getattr(args, name)
-        if value is not None and value < 1:
-            raise RunConfigError(f"--{name} must be a whole number ≥ 1, got {value}.")
+    given = options_from(args)
+    RunConfig(**given)  # every check, before the notebook loads or a cluster starts
     if args.connect_timeout <= 0:
         raise RunConfigError(f"--connect-timeout must be a positive number of seconds, got {args.connect_timeout:g}.")
     security = _security(args)
-    fdg, options = load_notebook(args.notebook)
-    for name in ("iterations", "steps", "policy", "target_return", "checkpoint_dir", "checkpoint_every",
-                 "resume"):
-        if getattr(args, name) is not None:
-            options[name] = getattr(args, name)
-    if args.scheduler:
-        options["cluster"] = args.scheduler
-    handle = None
-    if security is not None and not isinstance(options.get("cluster"), str):
+    fdg, options = load_notebook(args.notebook, overrides=args.overrides)
+    options.update(given)
+    config = RunConfig.from_options(options)
+    if security is not None and not isinstance(config.cluster, str):
         raise RunConfigError("--tls-ca-file/--tls-cert/--tls-key secure the connection to a "
-                             "scheduler: give its address with --scheduler tls://HOST:PORT.")
-    if isinstance(options.get("cluster"), str) and needs_cluster(options.get("policy", "inline")):
+                             "scheduler: give its address with --cluster tls://HOST:PORT.")
+    handle = None
+    if isinstance(config.cluster, str) and needs_cluster(config.policy):
         from workbench.cluster.connect import connect
 
         # connect here, not in fdg.run: it takes the TLS settings and the timeout, and an
         # unreachable scheduler fails before any training output
-        handle = connect(options["cluster"], security=security, timeout=args.connect_timeout)
-        options["cluster"] = handle.client
+        handle = connect(config.cluster, security=security, timeout=args.connect_timeout)
+        config = config.replace(cluster=handle.client)
     try:
-        run = fdg.run(**options)
+        run = fdg.run(config)
     finally:
         if handle is not None:
             handle.close()

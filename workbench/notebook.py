@@ -18,10 +18,10 @@ from pathlib import Path
 
 from workbench.fdg.analysis import analyse_code
 from workbench.errors import FragmentError, RunConfigError
-from workbench.fdg.options import parse_run_line
+from workbench.config import parse_run_line
 from workbench.session import FDG
 
-__all__ = ["load_notebook", "notebook_cells"]
+__all__ = ["load_notebook", "notebook_cells", "apply_overrides"]
 
 
 def notebook_cells(path: str | Path) -> list[str]:
@@ -40,9 +40,14 @@ def notebook_cells(path: str | Path) -> list[str]:
     return [cell.source for cell in nb.cells if cell.cell_type == "code"]
 
 
-def load_notebook(path: str | Path) -> tuple[FDG, dict]:
+def load_notebook(path: str | Path, overrides: list[str] = ()) -> tuple[FDG, dict]:
     """Build the notebook's FDG (with its namespace filled by the needed ordinary cells)
-    and return it with the options of the notebook's last ``%fdg run`` line."""
+    and return it with the options of the notebook's last ``%fdg run`` line.
+
+    ``overrides`` are ``NAME.FIELD=VALUE`` strings (``workbench run --set``): each changes
+    a field of a notebook object right after the cell that defines it, so later cells and
+    the ``%fdg run`` line see the new value."""
+    pending = _parse_overrides(overrides)
     fdg = FDG()
     ordinary: list[str] = []
     run_line = ""
@@ -62,10 +67,90 @@ def load_notebook(path: str | Path) -> tuple[FDG, dict]:
                 run_line = match.group(1)
         ordinary.append(_python_only(source))
     namespace: dict = {"__name__": "__main__"}
-    for source in _needed(ordinary, set(fdg.notebook_names())):
+    for source in _needed(ordinary, set(fdg.notebook_names()) | {o[0] for o in pending}):
         exec(compile(source, f"<{Path(path).name}>", "exec"), namespace)
+        pending = [o for o in pending if not _apply_if_defined(o, namespace)]
+    if pending:
+        names = ", ".join(sorted({o[0] for o in pending}))
+        raise RunConfigError(f"--set: the notebook defines no {names} (in a cell that runs headless). "
+                             f"--set changes a field of an object an ordinary cell defines, e.g. "
+                             f"--set cfg.seed=3 for cfg = PPOConfig().")
     fdg.namespace = namespace
-    return fdg, parse_run_line(_expand(run_line, namespace)) if run_line else {}
+    options = parse_run_line(_expand(run_line, namespace)) if run_line else {}
+    options.pop("background", None)  # headless: the run is the whole job
+    return fdg, options
+
+
+def apply_overrides(namespace: dict, overrides: list[str]) -> None:
+    """Apply ``NAME.FIELD=VALUE`` overrides to objects in ``namespace``.
+
+    >>> from dataclasses import dataclass
+    >>> @dataclass
+    ... class Config:
+    ...     seed: int = 1
+    ...     lr: float = 0.1
+    >>> ns = {"cfg": Config()}
+    >>> apply_overrides(ns, ["cfg.seed=3", "cfg.lr=1e-3"])
+    >>> ns["cfg"]
+    Config(seed=3, lr=0.001)
+    >>> apply_overrides(ns, ["cfg.sed=3"])
+    Traceback (most recent call last):
+    ...
+    workbench.errors.RunConfigError: --set cfg.sed=3: Config has no field 'sed' (did you mean 'seed'?); its fields: seed, lr.
+    """
+    for override in _parse_overrides(overrides):
+        if not _apply_if_defined(override, namespace):
+            raise RunConfigError(f"--set {override[3]}: no {override[0]!r} is defined.")
+
+
+def _parse_overrides(overrides) -> list[tuple[str, str, object, str]]:
+    """(name, field, value, text) for each ``NAME.FIELD=VALUE``; VALUE is a Python literal,
+    else the string as written (``--set cfg.env_id=Acrobot-v1``)."""
+    import ast
+
+    parsed = []
+    for text in overrides:
+        target, eq, raw = text.partition("=")
+        name, dot, field_name = target.strip().partition(".")
+        if not eq or not dot or not name.isidentifier() or not field_name.isidentifier():
+            raise RunConfigError(f"--set {text!r}: write NAME.FIELD=VALUE, e.g. --set cfg.seed=3.")
+        try:
+            value = ast.literal_eval(raw.strip())
+        except (ValueError, SyntaxError):
+            value = raw.strip()
+        parsed.append((name, field_name, value, text))
+    return parsed
+
+
+def _apply_if_defined(override, namespace: dict) -> bool:
+    """Apply one override if its object is defined yet; True when applied."""
+    import dataclasses
+    import difflib
+
+    name, field_name, value, text = override
+    if name not in namespace:
+        return False
+    obj = namespace[name]
+    if dataclasses.is_dataclass(obj):
+        fields = [f.name for f in dataclasses.fields(obj)]
+    else:
+        fields = [k for k in vars(obj) if not k.startswith("_")] if hasattr(obj, "__dict__") else []
+    if field_name not in fields:
+        hint = difflib.get_close_matches(field_name, fields, n=1)
+        raise RunConfigError(
+            f"--set {text}: {type(obj).__name__} has no field {field_name!r}"
+            + (f" (did you mean {hint[0]!r}?)" if hint else "") + f"; its fields: {', '.join(fields)}.")
+    current = getattr(obj, field_name)
+    if isinstance(current, float) and isinstance(value, int) and not isinstance(value, bool):
+        value = float(value)  # --set cfg.learning_rate=1 means 1.0
+    elif current is not None and not isinstance(value, type(current)):
+        raise RunConfigError(f"--set {text}: {name}.{field_name} is a {type(current).__name__} "
+                             f"({current!r}); {value!r} is a {type(value).__name__}.")
+    if dataclasses.is_dataclass(obj) and getattr(type(obj), "__dataclass_params__").frozen:
+        namespace[name] = dataclasses.replace(obj, **{field_name: value})
+    else:
+        setattr(obj, field_name, value)
+    return True
 
 
 # `%fdg run …` alone or assigned (`run = %fdg run …`)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from workbench.fdg.graph import FDG
+from workbench.fdg.graph import Graph
 from workbench.fdg.inventory import Inventory, WorkerInfo
 
 #: (fragment, rate, code) in the order the PPO notebook registers its cells.
@@ -51,8 +51,8 @@ STACKED = {
 }
 
 
-def build_ppo_fdg(cells=PPO_CELLS) -> FDG:
-    fdg = FDG()
+def build_ppo_fdg(cells=PPO_CELLS) -> Graph:
+    fdg = Graph()
     for name, rate, code in cells:
         fdg.add_fragment(name, code, rate=rate)
     return fdg
@@ -66,7 +66,7 @@ def make_inventory(n: int, *, gpu_at: int | None = None) -> Inventory:
 
 
 @pytest.fixture
-def ppo_fdg() -> FDG:
+def ppo_fdg() -> Graph:
     return build_ppo_fdg()
 
 

@@ -12,21 +12,21 @@ from workbench.errors import (
     UndefinedNameError,
 )
 from workbench.fdg.fragment import RATES, Cell, Fragment, default_rate
-from workbench.fdg.graph import FDG, Schedule
+from workbench.fdg.graph import Graph, Schedule
 from workbench.fdg.interface import TIMINGS, Interface, spatial_kind
 
 from .conftest import NOTEBOOK_NAMES, STACKED, build_ppo_fdg
 
 
-def edge(fdg: FDG, producer: str, name: str, consumer: str, rate: str) -> Interface:
+def edge(fdg: Graph, producer: str, name: str, consumer: str, rate: str) -> Interface:
     found = [e for e in fdg.interfaces
              if (e.producer, e.name, e.consumer, e.consumer_rate) == (producer, name, consumer, rate)]
     assert len(found) == 1, f"no unique edge {producer} -{name}-> {consumer}.{rate}: {fdg.interfaces}"
     return found[0]
 
 
-def two(producer_rate: str, consumer_rate: str, *, also_init: bool = False) -> FDG:
-    fdg = FDG()
+def two(producer_rate: str, consumer_rate: str, *, also_init: bool = False) -> Graph:
+    fdg = Graph()
     if also_init:
         fdg.add_fragment("p", "x = 0", rate="init")
     fdg.add_fragment("p", "x = make()", rate=producer_rate)
@@ -103,7 +103,7 @@ def test_default_rate():
 
 
 def test_add_fragment_uses_the_default_rate():
-    fdg = FDG()
+    fdg = Graph()
     assert fdg.add_fragment("learner", "w = 1").rates == ("iteration",)
     assert fdg.add_fragment("actor", "a = w").rates == ("step",)
 
@@ -204,7 +204,7 @@ def test_declared_names_must_be_identifiers():
 
 # ----------------------------------------------------------------------------- editing the FDG
 def test_readding_a_cell_of_the_same_rate_replaces_it_cleanly():
-    fdg = FDG()
+    fdg = Graph()
     fdg.add_fragment("env", "obs = reset()", rate="init")
     fdg.add_fragment("env", "obs, reward = step(action)", rate="step")
     fdg.add_fragment("actor", "action = pick(obs)", rate="step")
@@ -223,7 +223,7 @@ def test_readding_a_cell_of_the_same_rate_replaces_it_cleanly():
 
 
 def test_adding_another_rate_keeps_the_first():
-    fdg = FDG()
+    fdg = Graph()
     fdg.add_fragment("env", "obs = step(action)", rate="step")
     fdg.add_fragment("env", "obs = reset()", rate="init")
     assert fdg["env"].rates == ("init", "step")
@@ -231,7 +231,7 @@ def test_adding_another_rate_keeps_the_first():
 
 
 def test_options_persist_across_cells_unless_given_again():
-    fdg = FDG()
+    fdg = Graph()
     fdg.add_fragment("env", "obs = reset()", rate="init", replicas=4, device="gpu")
     frag = fdg.add_fragment("env", "obs = step(a)", rate="step")
     assert (frag.replicas, frag.device) == (4, "gpu")
@@ -282,13 +282,13 @@ def test_unknown_fragment_lookup(ppo_fdg):
     with pytest.raises(FDGError, match=r"no fragment named 'critic'; fragments are: 'env', 'learner', 'actor'\."):
         ppo_fdg["critic"]
     with pytest.raises(FDGError, match=r"no fragment named 'x'; fragments are: none yet\."):
-        FDG()["x"]
+        Graph()["x"]
 
 
 def test_construct_from_fragments():
     env = Fragment("env").with_cell("step", "obs = f(action)")
     actor = Fragment("actor").with_cell("step", "action = g(obs)", )
-    fdg = FDG([env, actor])
+    fdg = Graph([env, actor])
     assert list(fdg.fragments) == ["env", "actor"]
     assert fdg["env"] is env
 
@@ -319,7 +319,7 @@ def test_ppo_schedule(ppo_fdg, notebook_ns):
 
 def test_notebook_names(ppo_fdg):
     assert ppo_fdg.notebook_names() == list(NOTEBOOK_NAMES)
-    assert FDG().notebook_names() == []
+    assert Graph().notebook_names() == []
 
 
 def test_writers(ppo_fdg):
@@ -330,7 +330,7 @@ def test_writers(ppo_fdg):
 
 
 def test_fdg_docstring_example():
-    fdg = FDG()
+    fdg = Graph()
     fdg.add_fragment("env", "obs = reset()", rate="init")
     fdg.add_fragment("actor", "action = choose(obs)", rate="step")
     fdg.add_fragment("env", "obs, reward = step(action)", rate="step")
@@ -342,7 +342,7 @@ def test_fdg_docstring_example():
 # ----------------------------------------------------------------------------- validation errors
 def test_validate_empty_fdg():
     with pytest.raises(FDGError, match=r"the FDG has no fragments yet: register cells with %%fragment NAME"):
-        FDG().validate()
+        Graph().validate()
 
 
 def test_undefined_name(ppo_fdg, notebook_ns):
@@ -358,7 +358,7 @@ def test_undefined_name(ppo_fdg, notebook_ns):
 
 
 def test_undefined_name_without_a_close_match_has_no_hint():
-    fdg = FDG()
+    fdg = Graph()
     fdg.add_fragment("env", "obs = zqxjv", rate="init")
     with pytest.raises(UndefinedNameError, match=r"reads 'zqxjv' \(cell line 1\)") as info:
         fdg.validate({})
@@ -372,7 +372,7 @@ def test_undefined_name_suggests_a_close_match(ppo_fdg, notebook_ns):
 
 
 def test_undefined_name_suggests_a_fragment_written_name():
-    fdg = FDG()
+    fdg = Graph()
     fdg.add_fragment("env", "observation = reset()", rate="init")
     fdg.add_fragment("actor", "x = 1\naction = pick(observatio)", rate="step")
     with pytest.raises(UndefinedNameError,
@@ -383,14 +383,14 @@ def test_undefined_name_suggests_a_fragment_written_name():
 
 
 def test_builtins_and_fragment_written_names_need_no_namespace():
-    fdg = FDG()
+    fdg = Graph()
     fdg.add_fragment("env", "obs = list(range(3))", rate="init")
     fdg.add_fragment("actor", "action = len(obs)", rate="step")
     assert fdg.validate({}).step_order == ("actor",)
 
 
 def test_conflicting_writers_with_a_reader():
-    fdg = FDG()
+    fdg = Graph()
     fdg.add_fragment("a", "t = 1", rate="step")
     fdg.add_fragment("b", "t = 2", rate="step")
     with pytest.raises(ConflictingWritersError,
@@ -402,7 +402,7 @@ def test_conflicting_writers_with_a_reader():
 
 
 def test_conflicting_writer_added_after_the_reader_is_rejected():
-    fdg = FDG()
+    fdg = Graph()
     fdg.add_fragment("a", "t = 1", rate="step")
     fdg.add_fragment("c", "z = t", rate="iteration")
     before = fdg.copy()
@@ -412,7 +412,7 @@ def test_conflicting_writer_added_after_the_reader_is_rejected():
 
 
 def test_private_temporaries_in_two_fragments_are_allowed():
-    fdg = FDG()
+    fdg = Graph()
     fdg.add_fragment("a", "tmp = f()\nout_a = tmp", rate="step")
     fdg.add_fragment("b", "tmp = g()\nout_b = tmp", rate="step")
     fdg.add_fragment("learner", "w = out_a + out_b")
@@ -422,7 +422,7 @@ def test_private_temporaries_in_two_fragments_are_allowed():
 
 
 def test_step_cycle_without_init_value():
-    fdg = FDG()
+    fdg = Graph()
     fdg.add_fragment("actor", "action = pick(obs)", rate="step")
     fdg.add_fragment("env", "obs = advance(action)", rate="step")
     message = (r"step cells form a cycle that no loop carries: actor --action--> env --obs--> actor\. "
@@ -436,7 +436,7 @@ def test_step_cycle_without_init_value():
 
 @pytest.mark.parametrize("env_first", [False, True])
 def test_step_ring_is_allowed_when_the_producer_init_writes_the_name(env_first):
-    fdg = FDG()
+    fdg = Graph()
     cells = [("actor", "step", "action = pick(obs)"), ("env", "step", "obs = advance(action)")]
     for name, rate, code in (reversed(cells) if env_first else cells):
         fdg.add_fragment(name, code, rate=rate)
@@ -447,7 +447,7 @@ def test_step_ring_is_allowed_when_the_producer_init_writes_the_name(env_first):
 
 
 def test_step_ring_carried_from_the_other_side():
-    fdg = FDG()
+    fdg = Graph()
     fdg.add_fragment("actor", "action = 0", rate="init")
     fdg.add_fragment("actor", "action = pick(obs)", rate="step")
     fdg.add_fragment("env", "obs = advance(action)", rate="step")
@@ -455,7 +455,7 @@ def test_step_ring_carried_from_the_other_side():
 
 
 def test_three_fragment_step_cycle_message():
-    fdg = FDG()
+    fdg = Graph()
     fdg.add_fragment("a", "x = f(z)", rate="step")
     fdg.add_fragment("b", "y = f(x)", rate="step")
     fdg.add_fragment("c", "z = f(y)", rate="step")
@@ -464,7 +464,7 @@ def test_three_fragment_step_cycle_message():
 
 
 def test_iteration_ring_with_init_value_is_allowed():
-    fdg = FDG()
+    fdg = Graph()
     fdg.add_fragment("learner", "w = 0", rate="init")
     fdg.add_fragment("learner", "w = learn(g)")
     fdg.add_fragment("critic", "g = grad(w)", rate="iteration")
@@ -472,7 +472,7 @@ def test_iteration_ring_with_init_value_is_allowed():
 
 
 def test_init_cell_reading_a_name_its_producer_writes_only_every_iteration():
-    fdg = FDG()
+    fdg = Graph()
     fdg.add_fragment("learner", "weights = learn()")
     fdg.add_fragment("actor", "policy = load(weights)", rate="init")
     with pytest.raises(FDGError,
@@ -483,7 +483,7 @@ def test_init_cell_reading_a_name_its_producer_writes_only_every_iteration():
 
 
 def test_init_cell_reading_a_name_its_producer_writes_only_every_step():
-    fdg = FDG()
+    fdg = Graph()
     fdg.add_fragment("env", "obs = step()", rate="step")
     fdg.add_fragment("actor", "first = obs", rate="init")
     with pytest.raises(FDGError, match=r"reads 'obs', which env writes only every step"):
@@ -495,12 +495,12 @@ def test_validate_reports_conflicts_in_an_fdg_built_from_fragments():
     b = Fragment("b").with_cell("step", "t = 2")
     c = Fragment("c").with_cell("iteration", "z = t")
     with pytest.raises(ConflictingWritersError, match=r"'t' is written by fragments 'a', 'b'"):
-        FDG([a, b, c]).validate()
+        Graph([a, b, c]).validate()
 
 
 # ----------------------------------------------------------------------------- known bugs
 def test_init_cell_ring_is_rejected():
-    fdg = FDG()
+    fdg = Graph()
     fdg.add_fragment("a", "x = f(y)", rate="init")
     fdg.add_fragment("b", "y = f(x)", rate="init")
     with pytest.raises(FDGError):
@@ -524,7 +524,7 @@ def test_ppo_module_builds_the_same_shape():
 
 
 def test_step_cell_reading_a_per_iteration_value_needs_a_first_value():
-    fdg = FDG()
+    fdg = Graph()
     fdg.add_fragment("learner", "weights = learn()")
     fdg.add_fragment("actor", "action = act(weights)", rate="step")
     with pytest.raises(FDGError, match=r"actor's step cell reads 'weights', which learner writes only "

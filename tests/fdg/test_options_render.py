@@ -7,8 +7,9 @@ import xml.etree.ElementTree as ET
 import pytest
 
 from workbench.errors import FragmentOptionError, RunConfigError
-from workbench.fdg.graph import FDG
-from workbench.fdg.options import FRAGMENT_USAGE, RUN_USAGE, parse_fragment_line, parse_run_line
+from workbench.fdg.graph import Graph
+from workbench.config import RUN_USAGE, parse_run_line
+from workbench.fdg.options import FRAGMENT_USAGE, parse_fragment_line
 from workbench.fdg.render import render_html, render_svg
 
 SVG_NS = "http://www.w3.org/2000/svg"
@@ -36,7 +37,7 @@ def test_parse_fragment_line_docstring_example():
 
 
 def test_parsed_fragment_line_feeds_add_fragment():
-    fdg = FDG()
+    fdg = Graph()
     fdg.add_fragment(code="obs = reset()", **parse_fragment_line("env --init --replicas 3"))
     assert fdg["env"].rates == ("init",) and fdg["env"].replicas == 3
 
@@ -103,7 +104,7 @@ def test_parse_run_line(line, expected):
 
 
 @pytest.mark.parametrize("line, message", [
-    ("run --fast", r"%fdg run: unrecognized arguments: --fast\. Usage: %fdg run \[--iterations ITERATIONS\]"),
+    ("run --fast", r"%fdg run: unrecognized arguments: --fast\. Usage: %fdg run \[--iterations N\]"),
     ("run --iterations ten", r"argument --iterations: invalid int value: 'ten'"),
     ("run --target-return high", r"argument --target-return: invalid float value: 'high'"),
     ("run extra", r"unrecognized arguments: extra"),
@@ -150,7 +151,7 @@ def test_render_svg_ppo(ppo_fdg):
 
 
 def test_render_svg_shows_rates_and_options():
-    fdg = FDG()
+    fdg = Graph()
     fdg.add_fragment("env", "obs = reset()", rate="init", replicas=4, device="gpu")
     fdg.add_fragment("env", "obs = step(action)", rate="step")
     fdg.add_fragment("actor", "action = pick(obs)", rate="step")
@@ -160,14 +161,14 @@ def test_render_svg_shows_rates_and_options():
 
 
 def test_render_svg_empty_fdg():
-    text = render_svg(FDG())
+    text = render_svg(Graph())
     root = svg_root(text)
     assert "empty FDG" in all_text(root)
     no_external_urls(text)
 
 
 def test_render_svg_draws_a_graph_that_does_not_schedule():
-    fdg = FDG()
+    fdg = Graph()
     fdg.add_fragment("actor", "action = pick(obs)", rate="step")
     fdg.add_fragment("env", "obs = advance(action)", rate="step")
     fdg.add_fragment("learner", "w = learn(obs)")
@@ -177,7 +178,7 @@ def test_render_svg_draws_a_graph_that_does_not_schedule():
 
 
 def test_render_svg_single_fragment():
-    fdg = FDG()
+    fdg = Graph()
     fdg.add_fragment("learner", "w = 1")
     assert "learner" in all_text(svg_root(render_svg(fdg)))
 

@@ -3,10 +3,10 @@ replica count. Each edit returns a new :class:`Policy` or raises :class:`Placeme
 with the reason the drop is refused — so a widget stays a thin view of this logic.
 
 Example:
-    >>> from workbench.fdg.graph import FDG
+    >>> from workbench.fdg.graph import Graph
     >>> from workbench.fdg.inventory import Inventory, WorkerInfo
     >>> from workbench.fdg.policy import SingleLearnerCoarse
-    >>> fdg = FDG()
+    >>> fdg = Graph()
     >>> _ = fdg.add_fragment("env", "obs = 0", rate="init")
     >>> _ = fdg.add_fragment("actor", "act = obs", rate="step")
     >>> _ = fdg.add_fragment("env", "obs = act", rate="step")
@@ -21,7 +21,7 @@ Example:
 from __future__ import annotations
 
 from workbench.fdg.errors import PlacementError
-from workbench.fdg.graph import FDG
+from workbench.fdg.graph import Graph
 from workbench.fdg.inventory import Inventory
 from workbench.fdg.plan import make_plan
 from workbench.fdg.policy import IN_PROCESS, PRESETS, Group, Policy, auto_candidates
@@ -33,7 +33,7 @@ __all__ = ["BOARD_PRESETS", "move_fragment", "set_replicas", "fill_preset", "loa
 BOARD_PRESETS = ("coarse", "fine", "multilearner", "gpuonly", "async", "auto")
 
 
-def move_fragment(policy: Policy, fdg: FDG, fragment: str, worker: str, device: str,
+def move_fragment(policy: Policy, fdg: Graph, fragment: str, worker: str, device: str,
                   inventory: Inventory) -> Policy:
     """``fragment`` dropped on ``device`` (``cpu`` or ``gpu``) of ``worker``.
 
@@ -69,7 +69,7 @@ def move_fragment(policy: Policy, fdg: FDG, fragment: str, worker: str, device: 
     return _checked(Policy("custom", tuple(groups), policy.asynchronous), fdg, inventory)
 
 
-def set_replicas(policy: Policy, fdg: FDG, fragment: str, count: int, inventory: Inventory) -> Policy:
+def set_replicas(policy: Policy, fdg: Graph, fragment: str, count: int, inventory: Inventory) -> Policy:
     """The group holding ``fragment`` gets ``count`` replicas, spread round-robin over the
     workers it used (all workers when it grows past them)."""
     if not isinstance(count, int) or isinstance(count, bool) or count < 1:
@@ -84,7 +84,7 @@ def set_replicas(policy: Policy, fdg: FDG, fragment: str, count: int, inventory:
     return _checked(Policy("custom", groups, policy.asynchronous), fdg, inventory)
 
 
-def fill_preset(name: str, fdg: FDG, inventory: Inventory, *, auto_table: list[dict] | None = None) -> Policy:
+def fill_preset(name: str, fdg: Graph, inventory: Inventory, *, auto_table: list[dict] | None = None) -> Policy:
     """The preset ``name`` (one of :data:`BOARD_PRESETS`, or a preset class name) placed on
     this cluster.
 
@@ -105,7 +105,7 @@ def fill_preset(name: str, fdg: FDG, inventory: Inventory, *, auto_table: list[d
     return _checked(PRESETS[name]().place(fdg, inventory), fdg, inventory)
 
 
-def load_policy(text: str, fdg: FDG, inventory: Inventory) -> Policy:
+def load_policy(text: str, fdg: Graph, inventory: Inventory) -> Policy:
     """A policy from its JSON (:meth:`Policy.to_json`), checked against this FDG and cluster.
 
     Refused (PlacementError) when the JSON is malformed, the policy does not place every
@@ -122,12 +122,12 @@ def load_policy(text: str, fdg: FDG, inventory: Inventory) -> Policy:
     return _checked(policy, fdg, inventory)
 
 
-def _in_fdg_order(fdg: FDG, names: tuple[str, ...]) -> tuple[str, ...]:
+def _in_fdg_order(fdg: Graph, names: tuple[str, ...]) -> tuple[str, ...]:
     order = list(fdg.fragments)
     return tuple(sorted(names, key=order.index))
 
 
-def _checked(policy: Policy, fdg: FDG, inventory: Inventory) -> Policy:
+def _checked(policy: Policy, fdg: Graph, inventory: Inventory) -> Policy:
     policy.check(fdg, inventory)
     make_plan(fdg, policy)  # raises when the placement cannot be wired (replica counts)
     return policy

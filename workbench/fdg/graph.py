@@ -1,7 +1,7 @@
 """The fragmented dataflow graph: fragments connected by the names they write and read.
 
 Example:
-    >>> fdg = FDG()
+    >>> fdg = Graph()
     >>> _ = fdg.add_fragment("env", "obs = reset()", rate="init")
     >>> _ = fdg.add_fragment("actor", "action = choose(obs)", rate="step")
     >>> _ = fdg.add_fragment("env", "obs, reward = step(action)", rate="step")
@@ -46,7 +46,7 @@ class Schedule:
         return {"init": self.init_order, "step": self.step_order, "iteration": self.iteration_order}[rate]
 
 
-class FDG:
+class Graph:
     """Fragments plus the interfaces between them. Pure data: no cluster, no notebook.
 
     The graph is edited one cell at a time; each edit is validated before it is applied,
@@ -91,7 +91,7 @@ class FDG:
         """Register a cell given as a notebook has it: its ``%%fragment NAME [options]``
         line and its body.
 
-        >>> FDG().add_cell("%%fragment actor --replicas 2", "action = 1").replicas
+        >>> Graph().add_cell("%%fragment actor --replicas 2", "action = 1").replicas
         2
         """
         options = parse_fragment_line(magic_line.strip().removeprefix("%%fragment"))
@@ -126,7 +126,7 @@ class FDG:
             raise FDGError(f"no fragment named {name!r}; fragments are: {self._names_or_none()}.") from None
 
     def __eq__(self, other: object) -> bool:
-        return isinstance(other, FDG) and self._fragments == other._fragments
+        return isinstance(other, Graph) and self._fragments == other._fragments
 
     def writers(self) -> dict[str, list[str]]:
         """name → the fragments that bind it."""

@@ -6,8 +6,8 @@ left; each arrow carries the names it moves and how (every step, stacked, latest
 Colours follow the timing, so per-step traffic stands out from per-iteration traffic.
 
 Example:
-    >>> from workbench.fdg.graph import FDG
-    >>> fdg = FDG()
+    >>> from workbench.fdg.graph import Graph
+    >>> fdg = Graph()
     >>> _ = fdg.add_fragment("actor", "a = o", rate="step")
     >>> _ = fdg.add_fragment("env", "o = a", rate="step", writes=())
     >>> render_svg(fdg).startswith("<svg")
@@ -18,7 +18,7 @@ from __future__ import annotations
 import html
 from collections import defaultdict
 
-from workbench.fdg.graph import FDG
+from workbench.fdg.graph import Graph
 from workbench.fdg.interface import TIMINGS
 
 __all__ = ["render_svg", "render_html"]
@@ -34,7 +34,7 @@ _BOX_W, _BOX_H, _GAP, _LANE = 170, 74, 110, 30
 _RATE_WORDS = {"init": "init", "step": "every step", "iteration": "every iteration"}
 
 
-def _order(fdg: FDG) -> list[str]:
+def _order(fdg: Graph) -> list[str]:
     try:
         steps = list(fdg.schedule().step_order)
     except Exception:  # a graph under construction may not schedule yet: draw it anyway
@@ -42,7 +42,7 @@ def _order(fdg: FDG) -> list[str]:
     return steps + [n for n in fdg.fragments if n not in steps]
 
 
-def render_svg(fdg: FDG) -> str:
+def render_svg(fdg: Graph) -> str:
     """The FDG as a standalone SVG document (no scripts, no external resources)."""
     names = _order(fdg)
     if not names:
@@ -103,7 +103,7 @@ def _arrow(x1, y1, x2, y2, y_mid, timing, labels) -> str:
             f'stroke="white" stroke-width="3" paint-order="stroke">{text}</text>')
 
 
-def _box(fdg: FDG, name: str, x: float, y: float) -> str:
+def _box(fdg: Graph, name: str, x: float, y: float) -> str:
     frag = fdg[name]
     rates = " · ".join(_RATE_WORDS[r] for r in frag.rates)
     extra = []
@@ -122,7 +122,7 @@ def _box(fdg: FDG, name: str, x: float, y: float) -> str:
             f'fill="#555">{sub}</text></g>')
 
 
-def render_html(fdg: FDG) -> str:
+def render_html(fdg: Graph) -> str:
     """The drawing plus a table of interfaces, for a notebook's rich display."""
     rows = "".join(
         f"<tr><td>{html.escape(e.producer)} → {html.escape(e.consumer)}</td>"

@@ -8,10 +8,10 @@ it asks for a newer one. The stream is generated lazily: a million-iteration run
 nothing up front.
 
 Example:
-    >>> from workbench.fdg.graph import FDG
+    >>> from workbench.fdg.graph import Graph
     >>> from workbench.fdg.policy import Group, Policy
     >>> from workbench.fdg.plan import make_plan
-    >>> fdg = FDG()
+    >>> fdg = Graph()
     >>> _ = fdg.add_fragment("env", "obs = 0", rate="init")
     >>> _ = fdg.add_fragment("actor", "act = obs", rate="step")
     >>> _ = fdg.add_fragment("env", "obs = act", rate="step")

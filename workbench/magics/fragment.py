@@ -1,6 +1,8 @@
 """The ``%%fragment`` cell magic and the ``%fdg`` line magic.
 
-Each magic parses its line with the shared parsers in :mod:`workbench.fdg.options`, calls
+Each magic parses its line with the shared parsers (:mod:`workbench.fdg.options` for
+``%%fragment``, :mod:`workbench.config` for ``%fdg run``, whose options are
+:class:`~workbench.config.RunConfig`'s fields), calls
 one method of the notebook's :class:`workbench.FDG`, and shows the result. Domain errors
 become ``UsageError``s (a short red message, no traceback); the FDG is left as it was.
 """
@@ -14,13 +16,8 @@ from IPython.core.magic import Magics, cell_magic, line_magic, magics_class
 from IPython.display import HTML, display
 
 from workbench.errors import FragmentError, WorkbenchError
-from workbench.fdg.options import (
-    FRAGMENT_USAGE,
-    RUN_USAGE,
-    parse_fragment_line,
-    parse_place_line,
-    parse_run_line,
-)
+from workbench.config import RUN_USAGE, parse_place_line, parse_run_line
+from workbench.fdg.options import FRAGMENT_USAGE, parse_fragment_line
 from workbench.session import FDG
 
 __all__ = ["WorkbenchMagics"]
@@ -119,22 +116,33 @@ class WorkbenchMagics(Magics):
     fdg.__doc__ = _FDG_HELP
 
     def _run(self, rest: str):
-        background = "--background" in rest.split()
-        options = parse_run_line(" ".join(w for w in rest.split() if w != "--background"))
+        options = parse_run_line(rest)
+        background = options.pop("background", False)
         if self._background is not None and self._background.is_alive():
             raise UsageError("a background run is going; stop it first with %fdg stop.")
         placement = getattr(self.fdg, "placement", None)
         if "policy" not in options and placement is not None:
             options["policy"] = placement
             print(f"policy: the placement board's, {placement!r} (--policy P runs another)")
-        options.setdefault("progress", self._live_view)
+        if options.get("progress", True) is True:
+            options["progress"] = self._live_view
         if not background:
             return self.fdg.run(**options)
         self._background = threading.Thread(
-            target=self.fdg.run, kwargs=options, name="workbench-run", daemon=True)
+            target=self._run_in_background, kwargs=options, name="workbench-run", daemon=True)
         self._background.start()
-        print("training in the background; %fdg stop ends it, fdg.last_run has the record.")
+        print("training in the background; %fdg stop ends it and returns the run's record.")
         return None
+
+    def _run_in_background(self, **options) -> None:
+        """A background run's error is said in one line where the run was started (the
+        whole error, traceback included, stays in the run's record: ``%fdg stop`` returns it)."""
+        try:
+            self.fdg.run(**options)
+        except WorkbenchError as exc:
+            print(f"workbench: the background run failed: {exc}", flush=True)
+        except BaseException as exc:  # noqa: BLE001 — a thread must not die with a raw traceback
+            print(f"workbench: the background run failed: {type(exc).__name__}: {exc}", flush=True)
 
     def _place(self, rest: str):
         """The placement board for the notebook's FDG (a new one replaces the last)."""
@@ -153,9 +161,9 @@ class WorkbenchMagics(Magics):
         try:
             from workbench.widgets.live import LiveView
         except ImportError:  # jupyter_bokeh missing: the plain progress bar still works
-            from workbench.session import _TextProgress
+            from workbench.progress import TextProgress
 
-            return _TextProgress(total, label)
+            return TextProgress(total, label)
         view = LiveView(total, label)
         display(view.widget)
         return view
@@ -163,6 +171,11 @@ class WorkbenchMagics(Magics):
     def _stop(self):
         thread = self._background
         if thread is None or not thread.is_alive():
+            last = self.fdg.last_run
+            if thread is not None and last is not None and last.error is not None:
+                print(f"nothing is running: the background run {last.status} "
+                      f"({type(last.error).__name__}); returning its record (run.error has why).")
+                return last
             print("nothing is running.")
             return None
         self.fdg.stop()

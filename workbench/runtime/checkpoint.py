@@ -75,16 +75,11 @@ class Checkpoint:
     def fragments(self) -> list[str]:
         return list(self.manifest["fragments"])
 
-    def fdg(self, namespace=None):
-        """The FDG the checkpoint was written from, rebuilt from its cells."""
-        from workbench.session import FDG
-
-        fdg = FDG(namespace=namespace)
-        for cell in self.manifest["cells"]:
-            fdg.add_fragment(cell["fragment"], cell["code"], rate=cell["rate"],
-                             replicas=cell.get("replicas"), device=cell.get("device") or "cpu",
-                             reads=cell.get("reads", ()), writes=cell.get("writes", ()))
-        return fdg
+    @property
+    def cells(self) -> list[dict]:
+        """The cells of the FDG the checkpoint was written from (``fragment``, ``code``,
+        ``rate``, …); ``wb.FDG.from_checkpoint(checkpoint)`` rebuilds the FDG from them."""
+        return list(self.manifest["cells"])
 
     def check_fits(self, fdg) -> None:
         """Raise :class:`CheckpointError` unless ``fdg`` has the checkpoint's fragments."""
@@ -96,7 +91,7 @@ class Checkpoint:
                 f"checkpoint {self.path} was written from an FDG with fragments "
                 f"{', '.join(self.fragments)}; this FDG has {', '.join(fdg.fragments) or 'none'} "
                 f"(missing here: {missing}; not in the checkpoint: {extra}). Resume it with the FDG "
-                f"it came from (checkpoint.fdg() rebuilds it), or start a new run."
+                f"it came from (wb.FDG.from_checkpoint(DIR) rebuilds it), or start a new run."
             )
 
 

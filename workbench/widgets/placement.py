@@ -96,7 +96,7 @@ class PlacementBoard(anywidget.AnyWidget):
 
     def __init__(self, fdg, cluster=None, *, steps: int | None = None) -> None:
         from workbench.cluster.connect import connect, inventory_of
-        from workbench.session import DEFAULT_STEPS
+        from workbench.config import DEFAULT_STEPS
 
         last = getattr(fdg, "last_run", None)
         super().__init__(steps=steps or (last.steps if last is not None else DEFAULT_STEPS),

@@ -1,0 +1,290 @@
+"""What a run is asked to do, declared once: :class:`RunConfig`.
+
+Every run option is one field here, with its help text and its check. The ``%fdg run``
+line, ``workbench run``'s flags and ``fdg.run(**options)`` are all generated from these
+fields, so an option means the same thing — and is refused for the same reason — in a
+notebook, on the command line and in a script.
+
+Example:
+    >>> config = RunConfig(iterations=60, steps=32, policy="coarse")
+    >>> config.iterations, config.cluster
+    (60, None)
+    >>> parse_run_line("run --iterations 60 --steps 32")
+    {'iterations': 60, 'steps': 32}
+    >>> RunConfig(iterations=0)
+    Traceback (most recent call last):
+    ...
+    workbench.errors.RunConfigError: --iterations must be a whole number ≥ 1, got 0.
+
+Why a dataclass with argparse generated from it (and not IPython's ``magic_arguments``
+or tyro): the same declaration must drive a magic, a console script and a Python call;
+``magic_arguments`` serves only the magic, and tyro would be a new dependency for what
+thirty lines of field metadata do.
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import math
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from workbench.errors import RunConfigError
+from workbench.fdg.options import LineParser, split_line
+
+__all__ = ["RunConfig", "add_run_arguments", "options_from", "parse_run_line", "parse_place_line",
+           "RUN_USAGE", "PLACE_USAGE", "DEFAULT_ITERATIONS", "DEFAULT_STEPS"]
+
+DEFAULT_ITERATIONS = 100
+DEFAULT_STEPS = 128
+
+#: where an option can be given: the Python API, the ``%fdg run`` line, ``workbench run``
+EVERYWHERE = ("api", "magic", "cli")
+API_ONLY = ("api",)
+
+
+def _option(default, help: str, *, check: Callable[[str, Any], None] | None = None,
+            type: Callable | None = None, metavar: str | None = None, aliases: tuple[str, ...] = (),
+            surfaces: tuple[str, ...] = EVERYWHERE, boolean: bool = False):
+    """A RunConfig field: its default plus how it appears on a command line."""
+    return field(default=default, metadata={
+        "help": help, "check": check, "type": type, "metavar": metavar, "aliases": aliases,
+        "surfaces": surfaces, "boolean": boolean})
+
+
+# -- checks: one per concept, each raising RunConfigError naming the option -----------------
+def _flag(name: str) -> str:
+    return "--" + name.replace("_", "-")
+
+
+def _whole(minimum: int):
+    def check(name: str, value) -> None:
+        if value is None:
+            return
+        if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
+            raise RunConfigError(f"{_flag(name)} must be a whole number ≥ {minimum}, got {value!r}.")
+    return check
+
+
+def _finite(name: str, value) -> None:
+    if value is None:
+        return
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise RunConfigError(f"{_flag(name)} must be a finite number, got {value!r}.")
+
+
+def _boolean(name: str, value) -> None:
+    if not isinstance(value, bool):
+        raise RunConfigError(f"{name} must be True or False, got {value!r}.")
+
+
+def _policy(name: str, value) -> None:
+    from workbench.fdg.policy import Policy
+
+    if isinstance(value, (str, os.PathLike, Policy)) or hasattr(value, "place"):
+        return
+    raise RunConfigError(
+        f"--policy must be a preset name (inline, coarse, fine, multilearner, gpuonly, async, "
+        f"auto), a FILE.json, a preset object or a wb.Policy; got {type(value).__name__} {value!r}.")
+
+
+def _cluster(name: str, value) -> None:
+    if value is None or hasattr(value, "scheduler_info"):  # a distributed.Client
+        return
+    if isinstance(value, str) and ":" in value:  # tcp://HOST:PORT, tls://…, HOST:PORT
+        return
+    raise RunConfigError(
+        f"--cluster must be a Dask scheduler address (tcp://HOST:PORT or tls://HOST:PORT) or a "
+        f"distributed.Client; got {value!r}.")
+
+
+def _directory(name: str, value) -> None:
+    """A directory the run will write to: not a file, and creatable/writable."""
+    if value is None:
+        return
+    if not isinstance(value, (str, os.PathLike)):
+        raise RunConfigError(f"{_flag(name)} must be a directory path, got {type(value).__name__} {value!r}.")
+    path = Path(value)
+    if path.exists() and not path.is_dir():
+        raise RunConfigError(f"{_flag(name)} {str(path)!r} is a file, not a directory. Give a "
+                             f"directory (it is created if missing).")
+    existing = path
+    while not existing.exists():
+        existing = existing.parent
+    if not os.access(existing, os.W_OK):
+        raise RunConfigError(f"{_flag(name)} {str(path)!r}: {str(existing)!r} is not writable. "
+                             f"Choose a directory you can write to.")
+
+
+def _loggers(name: str, value) -> None:
+    for logger in value:
+        if not (callable(getattr(logger, "log", None)) and callable(getattr(logger, "close", None))):
+            raise RunConfigError(f"loggers: {logger!r} has no log(row) and close() methods; see "
+                                 "workbench.profiling.CSVLogger for one that does.")
+
+
+def _progress(name: str, value) -> None:
+    if not (isinstance(value, bool) or callable(value)):
+        raise RunConfigError(f"progress must be True, False or a factory (total, label) -> view; "
+                             f"got {value!r}.")
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    """Everything a training run is asked to do. Frozen: a run's config never changes.
+
+    Build it from keywords (``fdg.run(**options)`` does), or let ``%fdg run`` and
+    ``workbench run`` build it from their flags — the same names with dashes.
+
+    Example:
+        >>> RunConfig(iterations=3, checkpoint_every=2)
+        Traceback (most recent call last):
+        ...
+        workbench.errors.RunConfigError: --checkpoint-every needs --checkpoint-dir: the directory to write checkpoints to.
+    """
+
+    # what to run
+    iterations: int = _option(DEFAULT_ITERATIONS, "training iterations", check=_whole(1), type=int,
+                              metavar="N")
+    steps: int = _option(DEFAULT_STEPS, "environment steps per iteration, T", check=_whole(1), type=int,
+                         metavar="T")
+    # where
+    policy: Any = _option("inline", "inline | coarse | fine | multilearner | gpuonly | async | auto | "
+                          "FILE.json (a saved wb.Policy); default inline, or coarse when --cluster "
+                          "is given", check=_policy, metavar="P")
+    cluster: Any = _option(None, "a Dask scheduler address, tcp://HOST:PORT or tls://HOST:PORT (TLS "
+                           "certificates from Dask's config, distributed.comm.tls.*, or workbench "
+                           "run's --tls-* flags; see docs/security.md); default: the notebook's "
+                           "client, else an embedded local cluster", check=_cluster,
+                           metavar="ADDRESS", aliases=("--scheduler",))
+    # when to stop
+    target_return: float | None = _option(None, "stop once the run is solved: the mean return of the "
+                                          "last finished episodes reaches this", check=_finite,
+                                          type=float, metavar="R")
+    # state and reliability
+    resume: Any = _option(None, "continue from the newest checkpoint in DIR, under any policy and "
+                          "workers", metavar="DIR")
+    checkpoint_dir: str | None = _option(None, "write checkpoints to DIR (every --checkpoint-every "
+                                         "iterations, and at the end)", check=_directory, metavar="DIR")
+    checkpoint_every: int | None = _option(None, "iterations between checkpoints (needs "
+                                           "--checkpoint-dir)", check=_whole(1), type=int, metavar="N")
+    snapshot_every: int | None = _option(None, "iterations between the learners' snapshots to this "
+                                         "process, which a lost worker's run continues from "
+                                         "(default 1 on a cluster, 0 = off)", check=_whole(0), type=int,
+                                         metavar="N")
+    keep_state: bool = _option(True, "keep the final fragment states in run.state (to checkpoint or "
+                               "resume from)", check=_boolean, boolean=True)
+    # output
+    log_dir: str | None = _option(None, "write metrics.csv (and TensorBoard events, when installed) "
+                                  "to DIR", check=_directory, metavar="DIR")
+    progress: Any = _option(True, "show progress (a live view in notebooks, a bar elsewhere)",
+                            check=_progress, boolean=True)
+    loggers: tuple = _option((), "objects with log(row) and close() fed each finished iteration",
+                             check=_loggers, surfaces=API_ONLY)
+
+    def __post_init__(self) -> None:
+        if isinstance(self.loggers, list):
+            object.__setattr__(self, "loggers", tuple(self.loggers))
+        for f in dataclasses.fields(self):
+            check = f.metadata["check"]
+            if check is not None:
+                check(f.name, getattr(self, f.name))
+        if self.checkpoint_every is not None and self.checkpoint_dir is None:
+            raise RunConfigError("--checkpoint-every needs --checkpoint-dir: the directory to write "
+                                 "checkpoints to.")
+
+    @classmethod
+    def from_options(cls, options: dict[str, Any]) -> "RunConfig":
+        """A config from keyword options, refusing unknown ones by name."""
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(options) - known)
+        if unknown:
+            import difflib
+
+            hints = [difflib.get_close_matches(u, known, n=1) for u in unknown]
+            said = ", ".join(f"{u!r}" + (f" (did you mean {h[0]!r}?)" if h else "")
+                             for u, h in zip(unknown, hints))
+            raise RunConfigError(f"unknown run option{'s' if len(unknown) > 1 else ''} {said}. "
+                                 f"Options: {', '.join(sorted(known))}.")
+        options = dict(options)
+        if options.get("cluster") is not None and "policy" not in options:
+            # a user who names a cluster means "run there": never silently train inline
+            options["policy"] = "coarse"
+        return cls(**options)
+
+    def replace(self, **changes) -> "RunConfig":
+        return dataclasses.replace(self, **changes)
+
+
+def run_options(surface: str) -> list[dataclasses.Field]:
+    """The RunConfig fields that ``surface`` (``api``, ``magic`` or ``cli``) offers."""
+    return [f for f in dataclasses.fields(RunConfig) if surface in f.metadata["surfaces"]]
+
+
+def add_run_arguments(parser: argparse.ArgumentParser, surface: str) -> None:
+    """Add every run option ``surface`` offers to ``parser``; defaults stay None so that a
+    flag given overrides and a flag not given leaves the notebook's own value."""
+    for f in run_options(surface):
+        meta = f.metadata
+        flags = [_flag(f.name), *meta["aliases"]]
+        default = f.default if f.default is not dataclasses.MISSING else None
+        shown = f" (default {default})" if default not in (None, (), True, False) else ""
+        if meta["boolean"]:
+            parser.add_argument(*flags, dest=f.name, action=argparse.BooleanOptionalAction, default=None,
+                                help=meta["help"] + (" (default on)" if default else ""))
+        else:
+            parser.add_argument(*flags, dest=f.name, type=meta["type"], metavar=meta["metavar"],
+                                default=None, help=meta["help"] + shown)
+
+
+def options_from(args: argparse.Namespace) -> dict[str, Any]:
+    """The run options a parsed command line gave (those left out are not in the dict)."""
+    names = {f.name for f in dataclasses.fields(RunConfig)}
+    return {k: v for k, v in vars(args).items() if k in names and v is not None}
+
+
+def _run_parser() -> LineParser:
+    p = LineParser(prog="%fdg run", error_type=RunConfigError)
+    add_run_arguments(p, "magic")
+    p.add_argument("--background", action="store_true", default=None,
+                   help="train in a background thread; the notebook stays usable (%%fdg stop ends it)")
+    return p
+
+
+def _place_parser() -> LineParser:
+    p = LineParser(prog="%fdg place", error_type=RunConfigError)
+    p.add_argument("--cluster", help="a Dask scheduler address; default: the notebook's "
+                                     "client, else an embedded local cluster")
+    p.add_argument("--steps", type=int, help="steps per iteration the traffic is shown for "
+                                             "(default: the last run's, else 128)")
+    return p
+
+
+RUN_USAGE = _run_parser().format_help()
+PLACE_USAGE = _place_parser().format_help()
+
+
+def _words(line: str, command: str) -> list[str]:
+    words = split_line(line, RunConfigError)
+    return words[1:] if words and words[0] == command else words
+
+
+def parse_run_line(line: str) -> dict:
+    """The options of a ``%fdg run`` line (the leading ``run`` word is optional), checked;
+    ``background`` is there only when ``--background`` was given."""
+    args = _run_parser().parse_args(_words(line, "run"))
+    options = options_from(args)
+    RunConfig(**options)  # every check, now, with the line's flag names in the message
+    if args.background:
+        options["background"] = True
+    return options
+
+
+def parse_place_line(line: str) -> dict:
+    """Parse ``place [--cluster ADDRESS] [--steps T]``; the leading ``place`` is optional."""
+    options = {k: v for k, v in vars(_place_parser().parse_args(_words(line, "place"))).items()
+               if v is not None}
+    _whole(1)("steps", options.get("steps"))
+    return options

@@ -1,0 +1,353 @@
+"""The Trainer: runs an FDG under a :class:`~workbench.config.RunConfig`.
+
+A run is a sequence of *stretches*, each under one concrete placement. A re-placement
+request (:meth:`Trainer.replace`) or a lost worker ends a stretch; the next continues from
+its state under the new placement. ``policy="auto"`` is a few short stretches (one per
+candidate preset) and then a long one under the fastest. The trainer owns that loop, the
+recovery after a lost worker, checkpoint writing and progress; it builds the
+:class:`~workbench.runtime.run.Run` record as it goes.
+
+Example:
+    >>> import workbench as wb
+    >>> from workbench.config import RunConfig
+    >>> fdg = wb.FDG(namespace={"limit": 3})
+    >>> _ = fdg.add_fragment("counter", "n = 0", rate="init")
+    >>> _ = fdg.add_fragment("counter", "n = min(n + 1, limit)", rate="step")
+    >>> run = Trainer(fdg, RunConfig(iterations=2, steps=5, progress=False)).run()
+    >>> run.status, run.completed_iterations
+    ('finished', 2)
+
+``fdg.run(iterations=2, steps=5, progress=False)`` is the one-line way to do the same.
+"""
+from __future__ import annotations
+
+import dataclasses
+import os
+import threading
+import time
+from collections.abc import Mapping
+from typing import Any
+
+from workbench.config import RunConfig
+from workbench.errors import RunConfigError, WorkerLostError
+from workbench.fdg.graph import Graph
+from workbench.fdg.plan import Plan, make_plan
+from workbench.fdg.policy import IN_PROCESS, Policy, as_policy_spec, needs_cluster, rehome, resolve_policy
+from workbench.progress import make_progress
+from workbench.runtime.checkpoint_writer import CheckpointWriter
+from workbench.runtime.driver import InlineBackend, IterationRecord, drive
+from workbench.runtime.replica import group_program
+from workbench.runtime.run import Run
+from workbench.runtime.state import RunState
+
+__all__ = ["Trainer", "AUTO_TRIAL_ITERATIONS", "MAX_RECOVERIES"]
+
+#: iterations each candidate policy runs under policy="auto" (the first is not timed)
+AUTO_TRIAL_ITERATIONS = 4
+#: a run gives up after this many lost workers (something is wrong with the cluster)
+MAX_RECOVERIES = 5
+
+
+@dataclasses.dataclass(frozen=True)
+class _Stretch:
+    """What every stretch of one run shares, resolved once at the start."""
+
+    config: RunConfig
+    cluster: Any  # a distributed.Client on a cluster run, else None
+    namespace: Mapping[str, Any]
+    keep_state: bool
+    writer: CheckpointWriter
+
+    def snapshots_for(self, policy: Policy) -> tuple[int, int]:
+        """How often replicas send snapshots of their learners (every iteration on a
+        cluster: a lost worker costs at most the iteration in flight; never in-process),
+        and of every fragment (when a checkpoint is due)."""
+        every = self.config.snapshot_every
+        if every is None:
+            every = 0 if policy.in_process else 1
+        return every, self.writer.every
+
+
+class Trainer:
+    """Trains ``fdg`` as ``config`` says. One trainer runs once; make another to run again.
+
+    ``namespace`` is where the names no fragment writes come from (default: the FDG's).
+    :meth:`stop` and :meth:`replace` may be called from another thread while :meth:`run`
+    trains.
+    """
+
+    def __init__(self, fdg: Graph, config: RunConfig, *, namespace: Mapping[str, Any] | None = None) -> None:
+        self.fdg = fdg  # a workbench.FDG (or any Graph with a copy())
+        self.config = config
+        self.namespace = namespace if namespace is not None else (getattr(fdg, "namespace", None) or {})
+        self.run_record: Run | None = None
+        self._stop = threading.Event()
+        self._pending = None  # a policy to re-place the running run under
+
+    # -- control from another thread -------------------------------------------------------
+    def stop(self) -> None:
+        """Stop after the current iteration."""
+        self._stop.set()
+
+    def replace(self, spec) -> None:
+        """Re-place the run under ``spec`` at its next iteration boundary."""
+        self._pending = spec
+
+    # -- the run -------------------------------------------------------------------------
+    def run(self) -> Run:
+        """Train; return the run's record (also while failing: ``fdg.last_run``)."""
+        config = self.config
+        self.fdg.validate(self.namespace)
+        policy = as_policy_spec(config.policy)  # a bad policy name or file fails before anything starts
+        resume = self._resume_state(config.resume)
+        handle = None
+        try:
+            cluster = None
+            if needs_cluster(policy):
+                # connect once, before any progress display: the embedded cluster prints its
+                # dashboard link, and every stretch of this run (auto tries several) shares it
+                from workbench.cluster.connect import connect
+
+                handle = connect(config.cluster)
+                cluster = handle.client
+            return self._train(policy, cluster, resume)
+        finally:
+            if handle is not None and handle.owned and handle.cluster is None:
+                handle.close()  # a client this run opened to a scheduler address
+
+    def _train(self, policy, cluster, resume: RunState | None) -> Run:
+        config = self.config
+        label = policy if isinstance(policy, str) else getattr(policy, "name", "custom")
+        run = Run(label, config.iterations, config.steps, target_return=config.target_return)
+        run.fdg = self.fdg.copy()
+        self.run_record = run
+        loggers = _loggers(config.loggers, config.log_dir)
+        bar = make_progress(config.progress, config.iterations, label)
+        writer = CheckpointWriter(run, config.checkpoint_dir, config.checkpoint_every)
+        stretch = _Stretch(config, cluster, self.namespace, config.keep_state or writer.enabled, writer)
+        self._loggers, self._bar = loggers, bar
+        try:
+            if policy == "auto":
+                self._run_auto(run, stretch, resume)
+            else:
+                self._run_stretches(run, policy, stretch, resume)
+            run.status = "stopped" if self._stop.is_set() else ("solved" if run.solved_at else "finished")
+            writer.final()
+        except KeyboardInterrupt:
+            run.status = "interrupted"
+            raise
+        except BaseException as exc:
+            run.status, run.error = "failed", exc
+            raise
+        finally:
+            writer.close()
+            if bar is not None:
+                bar.finish(run)
+            for logger in loggers:
+                logger.close()
+        return run
+
+    def _resume_state(self, resume) -> RunState | None:
+        """``resume`` as a RunState: a run's state, a Checkpoint, or a checkpoint path."""
+        if resume is None or isinstance(resume, RunState):
+            return resume
+        from workbench.runtime.checkpoint import Checkpoint, load_checkpoint
+
+        if isinstance(resume, (str, os.PathLike)):
+            resume = load_checkpoint(resume)
+        if isinstance(resume, Checkpoint):
+            resume.check_fits(self.fdg)
+            return resume.state
+        raise RunConfigError(f"resume must be a run's state, a checkpoint or a checkpoint directory, "
+                             f"not {type(resume).__name__}.")
+
+    def _run_stretches(self, run: Run, policy, stretch: _Stretch, resume: RunState | None) -> None:
+        """Run under ``policy`` until done; a re-placement request or a lost worker ends a
+        stretch, and the next one continues from its state under the new placement."""
+        state, current = resume, policy
+        while True:
+            left = run.iterations - run.completed_iterations
+            try:
+                self._run_one(run, left, current, stretch, state)
+            except WorkerLostError as lost:
+                state = self._recover(run, lost, state)
+                continue
+            if self._pending is None or run.completed_iterations >= run.iterations or run.is_solved() \
+                    or self._stop.is_set():
+                return
+            current, self._pending, state = self._pending, None, run.state
+            run.note("replaced", f"re-placed at iteration {state.iteration}: now "
+                     f"{getattr(current, 'name', current)} (state moved with the fragments)", state.iteration)
+
+    def _recover(self, run: Run, lost: WorkerLostError, previous: RunState | None) -> RunState | None:
+        """After a worker died: rewind the record to the newest snapshot, and say so."""
+        state = lost.state if lost.state is not None else previous
+        first = previous.iteration if previous is not None else 0
+        resume_at = state.iteration if state is not None else first
+        dropped = run.rewind(resume_at)
+        run.lost_iterations += dropped
+        if len([e for e in run.events if e["event"] == "worker lost"]) >= MAX_RECOVERIES:
+            raise RunConfigError(f"{MAX_RECOVERIES} workers were lost in this run; giving up. "
+                                 "Check the cluster (memory, crashes) before running again.") from lost
+        run.note("worker lost", f"{lost}; re-placing its fragments on the workers left and "
+                 f"continuing from iteration {resume_at} ({dropped} finished iteration"
+                 f"{'s' if dropped != 1 else ''} run again)", resume_at)
+        return state
+
+    def _run_one(self, run: Run, iterations: int, policy, stretch: _Stretch,
+                 resume: RunState | None) -> None:
+        """One placement's stretch of a run: ``iterations`` iterations, recorded into ``run``."""
+        inventory, client = None, None
+        policy = as_policy_spec(policy)  # an unknown name fails before any cluster starts
+        if needs_cluster(policy):
+            from workbench.cluster.connect import connect, inventory_of
+
+            client = connect(stretch.cluster).client
+            inventory = inventory_of(client)
+        resolved = _fit_to_cluster(resolve_policy(policy, self.fdg, inventory), inventory, run)
+        plan = make_plan(self.fdg, resolved)
+        ns = stretch.namespace
+        notebook = {n: ns[n] for n in self.fdg.notebook_names() if n in ns}
+        programs = {g: group_program(plan, g, stretch.config.steps) for g in plan.groups}
+        if resolved.in_process:
+            backend = InlineBackend()
+        else:
+            from workbench.cluster.backend import DaskBackend
+
+            backend = DaskBackend(client, inventory)
+        if not run.policy_name.startswith("auto"):
+            run.policy_name = resolved.name
+        run.policy = resolved
+        run.plan_text = plan.explain()
+        start = resume.iteration if resume is not None else 0
+        completed = 0
+        every, full_every = stretch.snapshots_for(resolved)
+
+        def on_iteration(rec: IterationRecord) -> bool:
+            nonlocal completed
+            completed += 1
+            run.record(rec)
+            for logger in self._loggers:
+                logger.log(run.rows[-1])
+            if self._bar is not None:
+                self._bar.advance(run)
+            return run.is_solved() or self._stop.is_set() or self._pending is not None
+
+        try:
+            if not run.rows:
+                run.started = time.perf_counter()  # the clock includes deploying the replicas
+            backend.deploy(plan, programs, notebook, _states_for(plan, resume))
+            try:
+                drive(plan, backend, iterations, on_iteration, start=start, snapshot_every=every,
+                      full_snapshot_every=full_every, on_snapshot=stretch.writer.stretch(plan, resolved))
+            except WorkerLostError as lost:
+                lost.state = _snapshot_state(plan, backend.snapshots)
+                lost.iteration = start + completed
+                raise
+            if stretch.keep_state or self._pending is not None:
+                run.state = _collect_state(plan, backend.export(), start + completed)
+        finally:
+            backend.teardown()
+
+    def _run_auto(self, run: Run, stretch: _Stretch, resume) -> None:
+        """Try each applicable preset for a few iterations on the real cluster, continuing
+        one learning state through all of them; then train on with the fastest."""
+        from workbench.cluster.connect import inventory_of
+        from workbench.fdg.policy import auto_candidates
+
+        iterations = run.iterations
+        candidates = auto_candidates(self.fdg, inventory_of(stretch.cluster))
+        trial = max(2, min(AUTO_TRIAL_ITERATIONS, (iterations - 1) // max(1, len(candidates))))
+        state, table = resume, []
+        trying = dataclasses.replace(stretch, keep_state=True)
+        for name, preset in candidates:
+            if run.completed_iterations + trial >= iterations or run.is_solved() or self._stop.is_set():
+                break
+            first = len(run.rows)
+            self._run_one(run, trial, preset, trying, state)
+            state = run.state
+            table.append({"policy": name, "env-steps/s": _steady_rate(run.rows[first:])})
+        run.auto_table = table
+        if not table:
+            raise RunConfigError(f"--iterations {iterations} is too few for policy auto: it needs "
+                                 f"more than {trial} per candidate policy.")
+        best = max(table, key=lambda row: row["env-steps/s"])
+        run.policy_name = f"auto → {best['policy']}"
+        print(_auto_summary(table, best["policy"]))
+        if not run.is_solved() and not self._stop.is_set():
+            self._run_stretches(run, dict(candidates)[best["policy"]], stretch, state)
+
+
+def _fit_to_cluster(policy: Policy, inventory, run: Run) -> Policy:
+    """A concrete policy whose workers have left is moved onto the workers there are (a
+    preset is placed afresh on the current workers anyway)."""
+    if inventory is None:
+        return policy
+    gone = [w for g in policy.groups for w in g.workers if w != IN_PROCESS and inventory.find(w) is None]
+    if not gone:
+        return policy
+    moved = rehome(policy, inventory)
+    run.note("re-placed", f"workers {', '.join(sorted(set(gone)))} are gone: moved their replicas "
+             f"to {moved!r}")
+    return moved
+
+
+def _snapshot_state(plan: Plan, book) -> RunState | None:
+    if book is None:
+        return None
+    found = book.latest()
+    if found is None:
+        return None
+    from workbench.runtime.snapshots import state_from
+
+    return state_from(plan, found[0], found[1])
+
+
+def _states_for(plan: Plan, resume: RunState | None) -> dict[tuple[str, int], dict] | None:
+    """Lay a resumed state out over this plan's replicas: (group, index) → fragment states."""
+    if resume is None:
+        return None
+    counts = {f: g.replicas for g in plan.policy.groups for f in g.fragments}
+    layout = resume.layout(counts)
+    out: dict[tuple[str, int], dict] = {}
+    for group in plan.policy.groups:
+        for index in range(group.replicas):
+            out[(group.name, index)] = {f: layout[f][index] for f in group.fragments
+                                        if layout[f][index] is not None}
+    return out
+
+
+def _collect_state(plan: Plan, exported: dict, iteration: int) -> RunState:
+    fragments: dict[str, list] = {}
+    for group in plan.policy.groups:
+        for frag in group.fragments:
+            fragments[frag] = [exported[(group.name, i)][frag] for i in range(group.replicas)]
+    stepping = frozenset(n for n, f in plan.fdg.fragments.items() if "step" in f.cells)
+    return RunState(iteration, fragments, stepping)
+
+
+def _steady_rate(rows: list[dict]) -> float:
+    """env-steps/s over a stretch of iterations, leaving out the first (deploy, warm-up)."""
+    if len(rows) < 2:
+        return 0.0
+    steps = rows[-1]["env_steps"] - rows[0]["env_steps"]
+    seconds = rows[-1]["time_s"] - rows[0]["time_s"]
+    return steps / seconds if seconds > 0 else 0.0
+
+
+def _auto_summary(table: list[dict], best: str) -> str:
+    lines = ["policy auto measured (env-steps/s, first iteration of each left out):"]
+    lines += [f"  {row['policy']:<22} {row['env-steps/s']:>12,.0f}" + ("   ← continuing with this" if row["policy"] == best else "")
+              for row in table]
+    return "\n".join(lines)
+
+
+def _loggers(loggers, log_dir: str | None) -> list:
+    out = list(loggers)
+    if log_dir is not None:
+        from workbench.profiling.loggers import CSVLogger, TensorBoardLogger, tensorboard_available
+
+        out.append(CSVLogger(os.path.join(log_dir, "metrics.csv")))
+        if tensorboard_available():
+            out.append(TensorBoardLogger(log_dir))
+    return out
