@@ -18,7 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["ReplicaInfo", "ReplicaContext", "log", "allreduce", "current"]
+__all__ = ["ReplicaInfo", "ReplicaContext", "log", "allreduce", "current", "env_steps", "count_env_steps"]
 
 
 @dataclass(frozen=True)
@@ -26,7 +26,17 @@ class ReplicaInfo:
     """The ``replica`` name in every fragment namespace: which copy this is, and where.
 
     ``index`` is in ``range(count)``; ``worker`` is the Dask worker name (``"local"`` in
-    the calling process); ``device`` is ``"cpu"`` or ``"cuda:K"``.
+    the calling process); ``device`` is ``"cpu"`` or ``"cuda:K"``, always a string torch
+    and CuPy accept (``model.to(replica.device)``, ``wb.kernels.get_xp(replica.device)``):
+    a group placed on ``"gpu"`` gets ``"cuda:K"`` here, ``K = index % GPUs of the worker``
+    (see ``workbench.devices.replica_device``).
+
+    >>> ReplicaInfo("learner").device
+    'cpu'
+    >>> ReplicaInfo("learner", device="tpu")
+    Traceback (most recent call last):
+    ...
+    workbench.devices.DeviceError: unknown device 'tpu': use 'cpu' or 'cuda:K' (K = 0, 1, … the GPU's index in this process)
     """
 
     fragment: str
@@ -34,6 +44,20 @@ class ReplicaInfo:
     count: int = 1
     worker: str = "local"
     device: str = "cpu"
+
+    @property
+    def iteration(self) -> int | None:
+        """The iteration this cell runs in (0-based, continuing across resume: a run resumed
+        from iteration 40 starts at 40); None in an init cell and outside a run. The same
+        under every policy, so schedules can use it."""
+        ctx = _current.get()
+        return ctx.iteration if ctx is not None else None
+
+    def __post_init__(self) -> None:
+        if self.device != "cpu":  # the common case costs nothing
+            from workbench.devices import replica_device
+
+            object.__setattr__(self, "device", replica_device(self.device, self.index))
 
 
 @dataclass
@@ -46,6 +70,12 @@ class ReplicaContext:
     metrics: dict[int, dict[str, list[float]]] = field(default_factory=dict)
     #: how ``allreduce`` combines values across learner replicas (identity by default)
     reducer: Callable[[Any], Any] | None = None
+    #: the step of the iteration a step cell runs in (None in other cells)
+    step: int | None = None
+    #: env steps this step counted with ``count_env_steps`` (None: none called)
+    counted: int | None = None
+    #: the run's env steps before the current iteration (and step), for ``env_steps()``
+    env_steps: Callable[[], int] | None = None
 
     def record(self, name: str, value: Any) -> None:
         self.add(name, _as_floats(value))
@@ -66,6 +96,13 @@ def current() -> ReplicaContext | None:
 
 
 def activate(ctx: ReplicaContext | None) -> contextvars.Token:
+    """Make ``ctx`` the running replica's context in this thread, and its device the
+    thread's current CUDA device (torch and CuPy), so arrays its cells create without
+    naming a device land on the replica's GPU."""
+    if ctx is not None and ctx.info.device != "cpu":
+        from workbench.devices import use_device
+
+        use_device(ctx.info.device)
     return _current.set(ctx)
 
 
@@ -97,6 +134,28 @@ def allreduce(value: Any) -> Any:
     if ctx is None or ctx.reducer is None:
         return value
     return ctx.reducer(value)
+
+
+def env_steps() -> int:
+    """The run's env steps (all env replicas together) before the current iteration —
+    in a step cell, before the current step: ``before_iteration + step × envs``. The
+    same under every policy and continuing across resume, for ε and learning-rate
+    schedules. 0 outside a run.
+
+    Example (an actor's step cell): ``eps = linear(1.0, 0.05, 10_000, wb.env_steps())``
+    """
+    ctx = _current.get()
+    return ctx.env_steps() if ctx is not None and ctx.env_steps is not None else 0
+
+
+def count_env_steps(n: int) -> None:
+    """Count ``n`` env steps in this step, instead of the automatic rule (the leading size
+    of ``reward``). A step cell that calls it is an env fragment. Outside a run: ignored."""
+    if isinstance(n, bool) or int(n) != n or n < 0:
+        raise ValueError(f"count_env_steps needs a whole number ≥ 0, got {n!r}.")
+    ctx = _current.get()
+    if ctx is not None:
+        ctx.counted = (ctx.counted or 0) + int(n)
 
 
 def _metric_values(name: str, value: Any) -> list[float]:

@@ -179,3 +179,26 @@ def test_torch_cuda_matches_reference_and_dlpack_round_trip():
     t = to_torch(a)
     t[0] = 42.0
     assert float(a[0]) == 42.0 and isinstance(from_torch(t), cupy.ndarray)
+
+
+# -- the CUDA kernel's launch, pinned on the CPU ------------------------------------------
+def test_gae_kernel_launch_skips_empty_rollouts_and_refuses_int32_overflow():
+    from workbench.kernels.gae import _GAE_CUDA_SOURCE, _launch_config
+
+    assert _launch_config(16, 0) is None and _launch_config(0, 16) is None  # no zero-size grid
+    assert _launch_config(16, 129) == ((2,), (128,))
+    with pytest.raises(ValueError, match="below 2\\*\\*31"):
+        _launch_config(1, 2**31)
+    # T * N past 2**31 (e.g. T=4096, N=2**20) indexes with 64 bits
+    assert "const long long i = (long long)t * N + n;" in _GAE_CUDA_SOURCE
+    assert "const int i" not in _GAE_CUDA_SOURCE
+
+
+def test_gae_with_no_envs_is_empty_on_the_cpu_backends():
+    import torch
+
+    adv, ret = gae_numpy(np.zeros((4, 0)), np.zeros((4, 0)), np.zeros((4, 0)), np.zeros(0), np.zeros(0), 0.99, 0.95)
+    assert adv.shape == ret.shape == (4, 0)
+    z = torch.zeros(4, 0)
+    adv, ret = gae_torch(z, z, z, torch.zeros(0), torch.zeros(0), 0.99, 0.95)
+    assert tuple(adv.shape) == (4, 0)

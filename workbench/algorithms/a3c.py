@@ -31,7 +31,8 @@ import numpy as np
 import torch
 
 import workbench as wb
-from workbench.algorithms.ppo import ActorCritic
+from workbench.algorithms.config_docs import documented
+from workbench.algorithms.ppo import ActorCritic, device_of, host, on_device
 from workbench.kernels import gae, normalize_advantages
 
 __all__ = ["A3CConfig", "ActorCritic", "a3c_gradients", "apply_gradients", "FRAGMENT_CELLS",
@@ -39,6 +40,7 @@ __all__ = ["A3CConfig", "ActorCritic", "a3c_gradients", "apply_gradients", "FRAG
 
 
 # ----------------------------------------------------------------------------- hyperparameters
+@documented
 @dataclass
 class A3CConfig:
     """Every A3C hyperparameter, in one place.
@@ -103,15 +105,16 @@ def a3c_gradients(policy, cfg, state, action, reward, starts, last_obs, last_don
     episode; ``last_obs`` / ``last_done`` are the observation and done flag after the final step
     (they bootstrap the returns). ``policy``'s own ``.grad`` fields are left untouched.
     """
-    b_obs = torch.from_numpy(np.ascontiguousarray(state.reshape(-1, state.shape[-1]), dtype=np.float32))
-    b_act = torch.from_numpy(np.ascontiguousarray(action.reshape(-1), dtype=np.int64))
+    device = device_of(policy)  # the batch goes where the network is (replica.device)
+    b_obs = on_device(np.ascontiguousarray(state.reshape(-1, state.shape[-1]), dtype=np.float32), device)
+    b_act = on_device(np.ascontiguousarray(action.reshape(-1), dtype=np.int64), device)
     logp, entropy, value = policy.evaluate(b_obs, b_act)
     with torch.no_grad():
-        last_value = policy.value(torch.from_numpy(np.asarray(last_obs, dtype=np.float32))).numpy()
-    values = value.detach().numpy().reshape(reward.shape)
+        last_value = host(policy.value(on_device(np.asarray(last_obs, dtype=np.float32), device)))
+    values = host(value.detach()).reshape(reward.shape)
     advantages, returns = gae(reward, values, starts, last_value, last_done, cfg.gamma, cfg.gae_lambda)
-    b_adv = torch.from_numpy(np.ascontiguousarray(advantages.reshape(-1), dtype=np.float32))
-    b_ret = torch.from_numpy(np.ascontiguousarray(returns.reshape(-1), dtype=np.float32))
+    b_adv = on_device(np.ascontiguousarray(advantages.reshape(-1), dtype=np.float32), device)
+    b_ret = on_device(np.ascontiguousarray(returns.reshape(-1), dtype=np.float32), device)
     if cfg.normalize_advantages:
         b_adv = normalize_advantages(b_adv)
 
@@ -123,7 +126,7 @@ def a3c_gradients(policy, cfg, state, action, reward, starts, last_obs, last_don
     wb.log("losses/policy_loss", pg_loss.item())
     wb.log("losses/value_loss", v_loss.item())
     wb.log("losses/entropy", ent.item())
-    return torch.cat([g.reshape(-1) for g in grads]).numpy().astype(np.float32, copy=False)
+    return host(torch.cat([g.reshape(-1) for g in grads])).astype(np.float32, copy=False)
 
 
 # ----------------------------------------------------------------------------- the update
@@ -132,7 +135,7 @@ def apply_gradients(model, optimizer, flat_grads, cfg) -> float:
     ``model``'s ``.grad``, clip the global norm to ``cfg.max_grad_norm`` and step ``optimizer``.
     Returns the gradient's norm before clipping."""
     params = _params(model)
-    flat = torch.as_tensor(np.asarray(flat_grads, dtype=np.float32))
+    flat = torch.as_tensor(np.asarray(flat_grads, dtype=np.float32), device=device_of(model))
     sizes = [p.numel() for p in params]
     if flat.numel() != sum(sizes):
         raise ValueError(f"the gradient has {flat.numel()} numbers but the model {sum(sizes)} "
@@ -156,13 +159,13 @@ done = np.zeros(envs.num_envs, dtype=bool)
 """),
     ("%%fragment learner --init", """\
 torch.manual_seed(cfg.seed)
-model = ActorCritic(obs_dim=4, n_actions=2, hidden=cfg.hidden)
+model = ActorCritic(obs_dim=4, n_actions=2, hidden=cfg.hidden).to(replica.device)
 optimizer = torch.optim.Adam(model.parameters(), lr=cfg.learning_rate, eps=1e-5)
 weights = model.state_dict()
 """),
     ("%%fragment actor --init", """\
 torch.manual_seed(cfg.seed + 1000 + replica.index)
-policy = ActorCritic(obs_dim=4, n_actions=2, hidden=cfg.hidden)
+policy = ActorCritic(obs_dim=4, n_actions=2, hidden=cfg.hidden).to(replica.device)
 policy.load_state_dict(weights)
 synced = weights
 rollout = []                       # this replica's (state, starts, action) of each step

@@ -35,6 +35,8 @@ import torch
 from torch import nn
 
 import workbench as wb
+from workbench.algorithms.config_docs import documented
+from workbench.algorithms.ppo import device_of, host, on_device
 from workbench.kernels import gae, normalize_advantages
 
 __all__ = ["MAPPOConfig", "MAPPOAgent", "global_state", "mappo_update", "to_numpy",
@@ -42,6 +44,7 @@ __all__ = ["MAPPOConfig", "MAPPOAgent", "global_state", "mappo_update", "to_nump
 
 
 # ----------------------------------------------------------------------------- hyperparameters
+@documented
 @dataclass
 class MAPPOConfig:
     """Every MAPPO hyperparameter, in one place.
@@ -123,7 +126,7 @@ def global_state(obs: torch.Tensor) -> torch.Tensor:
     observations (the same for every agent) followed by a one-hot of the agent's index."""
     *lead, agents, obs_dim = obs.shape
     joint = obs.reshape(*lead, 1, agents * obs_dim).expand(*lead, agents, agents * obs_dim)
-    ids = torch.eye(agents, dtype=obs.dtype).expand(*lead, agents, agents)
+    ids = torch.eye(agents, dtype=obs.dtype, device=obs.device).expand(*lead, agents, agents)
     return torch.cat([joint, ids], dim=-1)
 
 
@@ -155,13 +158,14 @@ class MAPPOAgent(nn.Module):
     @torch.inference_mode()
     def act(self, obs):
         """Sample every agent's move for a batch ``[N, agents, obs_dim]`` (NumPy or CuPy):
-        (action, log-prob, value), each ``[N, agents]`` NumPy."""
-        x = torch.from_numpy(to_numpy(obs))
+        (action, log-prob, value), each ``[N, agents]`` NumPy. CuPy observations reach a
+        network on the GPU through DLPack (no copy to the host and back)."""
+        x = on_device(obs if type(obs).__module__.startswith("cupy") else to_numpy(obs), device_of(self))
         logp_all = torch.log_softmax(self.actor(x), -1)
         action = torch.multinomial(logp_all.reshape(-1, logp_all.shape[-1]).exp(), 1)
         action = action.reshape(logp_all.shape[:-1])
         logp = logp_all.gather(-1, action[..., None]).squeeze(-1)
-        return action.numpy(), logp.numpy(), self.value(x).numpy()
+        return host(action), host(logp), host(self.value(x))
 
 
 # ----------------------------------------------------------------------------- the update
@@ -198,25 +202,26 @@ def mappo_update(agent, optimizer, cfg, update, state, action, logp, value, rewa
         frac = max(0.0, 1.0 - update / cfg.iterations)
         optimizer.param_groups[0]["lr"] = frac * cfg.learning_rate
     T, N, A = reward.shape
+    device = device_of(agent)  # the batch goes where the network is (replica.device)
     with torch.no_grad():
-        last_value = agent.value(torch.from_numpy(last_obs)).numpy()
+        last_value = host(agent.value(on_device(last_obs, device)))
     # Every (env, agent) pair is one GAE stream: agents flattened into the batch axis.
     advantages, returns = gae(reward.reshape(T, N * A), value.reshape(T, N * A),
                               np.repeat(starts, A, axis=1), last_value.reshape(N * A),
                               np.repeat(last_done, A), cfg.gamma, cfg.gae_lambda)
 
     # The batch is of (step, env) pairs, each carrying all agents: the critic needs them all.
-    b_obs = torch.from_numpy(state.reshape(T * N, A, -1))
-    b_act = torch.from_numpy(action.reshape(T * N, A).astype(np.int64))
-    b_logp = torch.from_numpy(logp.reshape(T * N, A))
-    b_val = torch.from_numpy(np.ascontiguousarray(value.reshape(T * N, A), dtype=np.float32))
-    b_adv = torch.from_numpy(np.ascontiguousarray(advantages.reshape(T * N, A), dtype=np.float32))
-    b_ret = torch.from_numpy(np.ascontiguousarray(returns.reshape(T * N, A), dtype=np.float32))
+    b_obs = on_device(state.reshape(T * N, A, -1), device)
+    b_act = on_device(action.reshape(T * N, A).astype(np.int64), device)
+    b_logp = on_device(logp.reshape(T * N, A), device)
+    b_val = on_device(np.ascontiguousarray(value.reshape(T * N, A), dtype=np.float32), device)
+    b_adv = on_device(np.ascontiguousarray(advantages.reshape(T * N, A), dtype=np.float32), device)
+    b_ret = on_device(np.ascontiguousarray(returns.reshape(T * N, A), dtype=np.float32), device)
     batch = b_obs.shape[0]
     groups = [list(agent.actor.parameters()), list(agent.critic.parameters())]
     mb_size = batch // cfg.num_minibatches
     for _ in range(cfg.update_epochs):
-        order = torch.randperm(batch)
+        order = torch.randperm(batch).to(device)  # the CPU generator's draw on every device
         for start in range(0, batch, mb_size):
             mb = order[start:start + mb_size]
             new_logp, entropy, new_value = agent.evaluate(b_obs[mb], b_act[mb])
@@ -242,7 +247,7 @@ def mappo_update(agent, optimizer, cfg, update, state, action, logp, value, rewa
 # Each entry is one notebook cell: (magic line, body). The notebook holds them verbatim.
 FRAGMENT_CELLS: list[tuple[str, str]] = [
     ("%%fragment env --init", """\
-backend = "cupy" if replica.device.startswith(("cuda", "gpu")) else "numpy"
+backend = replica.device            # "cpu": the NumPy env; "cuda:K": the CuPy env on GPU K
 envs = wb.envs.make(cfg.env_id, num_envs=cfg.num_envs // replica.count, seed=cfg.seed + replica.index,
                     backend=backend)
 obs = envs.reset()
@@ -250,14 +255,14 @@ done = envs.xp.zeros(envs.num_envs, dtype=bool)
 """),
     ("%%fragment learner --init", """\
 torch.manual_seed(cfg.seed)
-agent = MAPPOAgent(cfg.obs_dim, cfg.n_actions, cfg.num_agents, hidden=cfg.hidden)
+agent = MAPPOAgent(cfg.obs_dim, cfg.n_actions, cfg.num_agents, hidden=cfg.hidden).to(replica.device)
 optimizer = torch.optim.Adam(agent.parameters(), lr=cfg.learning_rate, eps=1e-5)
 update = 0
 weights = agent.state_dict()
 """),
     ("%%fragment actor --init", """\
 torch.manual_seed(cfg.seed + 1000 + replica.index)
-policy = MAPPOAgent(cfg.obs_dim, cfg.n_actions, cfg.num_agents, hidden=cfg.hidden)
+policy = MAPPOAgent(cfg.obs_dim, cfg.n_actions, cfg.num_agents, hidden=cfg.hidden).to(replica.device)
 policy.load_state_dict(weights)
 """),
     ("%%fragment actor", """\

@@ -20,12 +20,14 @@ import torch
 from torch import nn
 
 import workbench as wb
-from workbench.kernels import gae, normalize_advantages
+from workbench.algorithms.config_docs import documented
+from workbench.kernels import gae, normalize_advantages, to_torch
 
 __all__ = ["PPOConfig", "ActorCritic", "ppo_update", "FRAGMENT_CELLS", "build_fdg", "cfg"]
 
 
 # ----------------------------------------------------------------------------- hyperparameters
+@documented
 @dataclass
 class PPOConfig:
     """Every PPO hyperparameter, in one place.
@@ -103,12 +105,32 @@ class ActorCritic(nn.Module):
 
     @torch.inference_mode()
     def act(self, obs: np.ndarray):
-        """Sample actions for a batch of observations: (action, log-prob, value) as NumPy."""
-        x = torch.from_numpy(obs)
+        """Sample actions for a batch of observations: (action, log-prob, value) as NumPy.
+
+        ``obs`` (NumPy, or CuPy from a GPU env) goes to the network's device first."""
+        x = on_device(obs, device_of(self))
         logp_all = torch.log_softmax(self.actor(x), -1)
         action = torch.multinomial(logp_all.exp(), 1)
         logp = logp_all.gather(-1, action).squeeze(-1)
-        return action.squeeze(-1).numpy(), logp.numpy(), self.value(x).numpy()
+        return host(action.squeeze(-1)), host(logp), host(self.value(x))
+
+
+# ----------------------------------------------------------------------------- devices
+def device_of(module: nn.Module) -> torch.device:
+    """The device a network's parameters are on (the init cell put them on ``replica.device``)."""
+    return next(module.parameters()).device
+
+
+def on_device(array, device: torch.device) -> torch.Tensor:
+    """A tensor of ``array`` (NumPy: shared memory; CuPy: DLPack, no copy) on ``device``;
+    on the CPU no copy is made, so CPU results are what they were before devices."""
+    tensor = to_torch(array) if type(array).__module__.startswith("cupy") else torch.from_numpy(array)
+    return tensor if tensor.device == device else tensor.to(device)
+
+
+def host(tensor: torch.Tensor) -> np.ndarray:
+    """A tensor's values as NumPy (a device→host copy for a CUDA tensor, a view on the CPU)."""
+    return tensor.numpy() if tensor.device.type == "cpu" else tensor.cpu().numpy()
 
 
 # ----------------------------------------------------------------------------- the update
@@ -135,20 +157,22 @@ def ppo_update(agent, optimizer, cfg, update, state, action, logp, value, reward
     if cfg.anneal_lr:
         frac = max(0.0, 1.0 - update / cfg.iterations)
         optimizer.param_groups[0]["lr"] = frac * cfg.learning_rate
+    device = device_of(agent)  # the batch goes where the network is (replica.device)
     with torch.no_grad():
-        last_value = agent.value(torch.from_numpy(last_obs)).numpy()
+        last_value = host(agent.value(on_device(last_obs, device)))
     advantages, returns = gae(reward, value, starts, last_value, last_done, cfg.gamma, cfg.gae_lambda)
 
-    b_obs = torch.from_numpy(state.reshape(-1, state.shape[-1]))
-    b_act = torch.from_numpy(action.reshape(-1))
-    b_logp = torch.from_numpy(logp.reshape(-1))
-    b_adv = torch.from_numpy(np.ascontiguousarray(advantages.reshape(-1), dtype=np.float32))
-    b_ret = torch.from_numpy(np.ascontiguousarray(returns.reshape(-1), dtype=np.float32))
+    b_obs = on_device(state.reshape(-1, state.shape[-1]), device)
+    b_act = on_device(action.reshape(-1), device)
+    b_logp = on_device(logp.reshape(-1), device)
+    b_adv = on_device(np.ascontiguousarray(advantages.reshape(-1), dtype=np.float32), device)
+    b_ret = on_device(np.ascontiguousarray(returns.reshape(-1), dtype=np.float32), device)
     batch = b_obs.shape[0]
     params = [p for p in agent.parameters() if p.requires_grad]
     mb_size = batch // cfg.num_minibatches
     for _ in range(cfg.update_epochs):
-        order = torch.randperm(batch)
+        # drawn on the CPU generator on every device: the same minibatches as on a CPU run
+        order = torch.randperm(batch).to(device)
         for start in range(0, batch, mb_size):
             mb = order[start:start + mb_size]
             new_logp, entropy, new_value = agent.evaluate(b_obs[mb], b_act[mb])
@@ -176,14 +200,14 @@ done = np.zeros(envs.num_envs, dtype=bool)
 """),
     ("%%fragment learner --init", """\
 torch.manual_seed(cfg.seed)
-agent = ActorCritic(obs_dim=4, n_actions=2, hidden=cfg.hidden)
+agent = ActorCritic(obs_dim=4, n_actions=2, hidden=cfg.hidden).to(replica.device)
 optimizer = torch.optim.Adam(agent.parameters(), lr=cfg.learning_rate, eps=1e-5)
 update = 0
 weights = agent.state_dict()
 """),
     ("%%fragment actor --init", """\
 torch.manual_seed(cfg.seed + 1000 + replica.index)
-policy = ActorCritic(obs_dim=4, n_actions=2, hidden=cfg.hidden)
+policy = ActorCritic(obs_dim=4, n_actions=2, hidden=cfg.hidden).to(replica.device)
 policy.load_state_dict(weights)
 """),
     ("%%fragment actor", """\

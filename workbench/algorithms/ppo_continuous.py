@@ -37,7 +37,8 @@ import torch
 from torch import nn
 
 import workbench as wb
-from workbench.algorithms.ppo import _layer, _sync_and_clip
+from workbench.algorithms.config_docs import documented
+from workbench.algorithms.ppo import _layer, _sync_and_clip, device_of, host, on_device
 from workbench.kernels import gae, normalize_advantages
 
 __all__ = ["PPOContinuousConfig", "RunningMeanStd", "ObsNormalizer", "RewardScaler", "env_dims",
@@ -45,6 +46,7 @@ __all__ = ["PPOContinuousConfig", "RunningMeanStd", "ObsNormalizer", "RewardScal
 
 
 # ----------------------------------------------------------------------------- hyperparameters
+@documented
 @dataclass
 class PPOContinuousConfig:
     """Every hyperparameter, in one place; the defaults are CleanRL's
@@ -210,13 +212,13 @@ class GaussianActorCritic(nn.Module):
     def act(self, obs: np.ndarray):
         """Sample actions for a batch of observations: (action, log-prob, value) as float32
         NumPy. Actions are NOT clipped (the env clips them; the learner needs the sample)."""
-        x = torch.from_numpy(np.asarray(obs, dtype=np.float32))
+        x = on_device(np.asarray(obs, dtype=np.float32), device_of(self))
         mean = self.actor_mean(x)
         logstd = self.actor_logstd.expand_as(mean)
         noise = torch.randn_like(mean)
         action = mean + noise * logstd.exp()
         logp = (-0.5 * noise * noise - logstd - _LOG_SQRT_2PI).sum(-1)
-        return action.numpy(), logp.numpy(), self.value(x).numpy()
+        return host(action), host(logp), host(self.value(x))
 
 
 # ----------------------------------------------------------------------------- the update
@@ -231,12 +233,13 @@ def ppo_continuous_update(agent, optimizer, cfg, update, state, action, logp, va
     if cfg.anneal_lr:
         frac = max(0.0, 1.0 - update / cfg.iterations)
         optimizer.param_groups[0]["lr"] = frac * cfg.learning_rate
+    device = device_of(agent)  # the batch goes where the network is (replica.device)
     with torch.no_grad():
-        last_value = agent.value(torch.from_numpy(np.asarray(last_obs, dtype=np.float32))).numpy()
+        last_value = host(agent.value(on_device(np.asarray(last_obs, dtype=np.float32), device)))
     advantages, returns = gae(reward, value, starts, last_value, last_done, cfg.gamma, cfg.gae_lambda)
 
     def flat(x, *shape):
-        return torch.from_numpy(np.ascontiguousarray(np.asarray(x).reshape(-1, *shape), dtype=np.float32))
+        return on_device(np.ascontiguousarray(np.asarray(x).reshape(-1, *shape), dtype=np.float32), device)
 
     b_obs = flat(state, state.shape[-1])
     b_act = flat(action, action.shape[-1])
@@ -247,7 +250,7 @@ def ppo_continuous_update(agent, optimizer, cfg, update, state, action, logp, va
     mb_size = max(1, batch // cfg.num_minibatches)
     clipfracs, approx_kl = [], torch.zeros(())
     for _ in range(cfg.update_epochs):
-        order = torch.randperm(batch)
+        order = torch.randperm(batch).to(device)  # the CPU generator's draw on every device
         for start in range(0, batch, mb_size):
             mb = order[start:start + mb_size]
             new_logp, entropy, new_value = agent.evaluate(b_obs[mb], b_act[mb])
@@ -271,7 +274,7 @@ def ppo_continuous_update(agent, optimizer, cfg, update, state, action, logp, va
             optimizer.step()
         if cfg.target_kl is not None and approx_kl.item() > cfg.target_kl:
             break
-    y_pred, y_true = b_val.numpy(), b_ret.numpy()
+    y_pred, y_true = host(b_val), host(b_ret)
     var_y = np.var(y_true)
     metrics = {"losses/policy_loss": pg_loss.item(), "losses/value_loss": v_loss.item(),
                "losses/entropy": entropy.mean().item(), "losses/approx_kl": approx_kl.item(),
@@ -297,14 +300,14 @@ done = np.zeros(envs.num_envs, dtype=bool)
 """),
     ("%%fragment learner --init", """\
 torch.manual_seed(cfg.seed)
-agent = GaussianActorCritic(*env_dims(cfg.env_id), hidden=cfg.hidden)
+agent = GaussianActorCritic(*env_dims(cfg.env_id), hidden=cfg.hidden).to(replica.device)
 optimizer = torch.optim.Adam(agent.parameters(), lr=cfg.learning_rate, eps=1e-5)
 update = 0
 weights = agent.state_dict()
 """),
     ("%%fragment actor --init", """\
 torch.manual_seed(cfg.seed + 1000 + replica.index)
-policy = GaussianActorCritic(*env_dims(cfg.env_id), hidden=cfg.hidden)
+policy = GaussianActorCritic(*env_dims(cfg.env_id), hidden=cfg.hidden).to(replica.device)
 policy.load_state_dict(weights)
 """),
     ("%%fragment actor", """\

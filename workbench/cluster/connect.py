@@ -29,6 +29,7 @@ from distributed import Client, LocalCluster
 from distributed.comm.core import CommClosedError
 from distributed.security import Security
 
+from workbench.cluster._dask_compat import workers_info
 from workbench.errors import RunConfigError
 from workbench.fdg.inventory import Inventory, WorkerInfo
 
@@ -242,8 +243,12 @@ def _open_client(address: str, timeout: float, security: Security | None) -> Cli
 
 
 def inventory_of(client: Client) -> Inventory:
-    """The scheduler's view of the workers, as plain data (sorted by worker name)."""
-    info = client.scheduler_info(n_workers=-1)["workers"] if _accepts_n_workers(client) else client.scheduler_info()["workers"]
+    """The scheduler's view of the workers, as plain data (sorted by worker name). Workers
+    count their own GPUs (``workbench.cluster.gpus``), with or without ``--resources GPU=N``."""
+    from workbench.cluster.gpus import register_gpu_detection
+
+    register_gpu_detection(client)
+    info = workers_info(client)
     workers = [
         WorkerInfo(
             address=addr,
@@ -256,12 +261,6 @@ def inventory_of(client: Client) -> Inventory:
     ]
     workers.sort(key=lambda w: (len(w.name), w.name))
     return Inventory(tuple(workers))
-
-
-def _accepts_n_workers(client: Client) -> bool:
-    import inspect
-
-    return "n_workers" in inspect.signature(client.scheduler_info).parameters
 
 
 def _warm_up(dask_worker=None) -> None:

@@ -58,6 +58,8 @@ def make(
         backend: ``"auto"`` — the NumPy array env for ids in `ARRAY_ENVS`,
             gymnasium otherwise; ``"numpy"``/``"cpu"`` or ``"cupy"``/``"gpu"`` —
             the array env on that module (error if the id has none, or no GPU);
+            ``"cuda:K"`` — the CuPy array env on GPU ``K`` (so
+            ``backend=replica.device`` puts a replica's env where the replica runs);
             ``"gymnasium"`` — always the gymnasium-backed env.
         threads: for gymnasium-backed envs, step ``threads`` slices
             concurrently (`ThreadedVectorEnv`); ``None``/1 steps them in the
@@ -69,8 +71,9 @@ def make(
         env = make("HalfCheetah-v5", num_envs=8, threads=2)    # gymnasium, 2 threads
         env = make(lambda: MyEnv(), num_envs=4)                # any gymnasium.Env
     """
-    if backend not in _BACKENDS:
-        raise ValueError(f"unknown backend {backend!r}: use one of {', '.join(_BACKENDS)}")
+    if backend not in _BACKENDS and not str(backend).startswith("cuda:"):
+        raise ValueError(f"unknown backend {backend!r}: use one of {', '.join(_BACKENDS)}, "
+                         "or a device: 'cuda:K' (a replica's device, replica.device)")
     if not isinstance(num_envs, numbers.Integral) or isinstance(num_envs, bool) or num_envs < 1:
         raise ValueError(f"num_envs must be a positive int, got {num_envs!r}")
     if threads is not None and (not isinstance(threads, numbers.Integral) or threads < 1):

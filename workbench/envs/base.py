@@ -52,7 +52,8 @@ from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
-__all__ = ["VectorEnv", "StepResult", "EpisodeTracker", "SavesState", "action_error"]
+__all__ = ["VectorEnv", "StepResult", "EpisodeTracker", "SavesState", "action_error", "host_rng",
+           "to_host"]
 
 #: dtype kinds a discrete action may have (bool: a two-action env's False/True)
 DISCRETE_KINDS = "biu"
@@ -137,10 +138,36 @@ class EpisodeTracker:
         return ended_returns, ended_lengths
 
 
+def host_rng(seed: int | None) -> np.random.Generator:
+    """The random stream of an array env, on the HOST for every backend: a NumPy
+    ``Generator`` whose draws the env moves to its device (``xp.asarray``).
+
+    Why not ``cupy.random``: its generator holds a raw cuRAND handle (freed in ``__del__``,
+    no ``__reduce__``/``__deepcopy__``), so an env carrying one cannot be deep-copied,
+    pickled for a snapshot or checkpointed. Resets draw a few numbers per ended episode,
+    so drawing them on the host costs little, and every backend resets to the same states.
+
+    >>> host_rng(0).uniform(-0.05, 0.05, 2).round(4).tolist()
+    [0.0137, -0.023]
+    """
+    # same construction as gymnasium's np_random(seed): with one env and the same seed,
+    # resets draw the very numbers gymnasium's (and mpe2's) envs draw
+    return np.random.default_rng(seed)
+
+
+def to_host(array: Any) -> np.ndarray:
+    """A NumPy array from a NumPy array (itself) or a device array (a copy: CuPy ``.get()``).
+
+    >>> to_host(np.arange(3)).tolist()
+    [0, 1, 2]
+    """
+    return array if isinstance(array, np.ndarray) else array.get()
+
+
 def ended_envs(done: Any, xp: Any) -> tuple[np.ndarray, Any]:
     """Which envs ended this step, for an array env's autoreset: their indices on the host
     (to count them, to report stats) and on the env's device (to index its state)."""
-    ended = np.flatnonzero(done if xp is np else done.get())
+    ended = np.flatnonzero(to_host(done))
     return ended, (ended if xp is np else xp.asarray(ended))
 
 
@@ -154,6 +181,11 @@ class SavesState:
     named in ``_STATE`` (state arrays, step counters, the NumPy random generator), so a
     checkpoint restores environments mid-episode with their random streams.
 
+    The env is also picklable and deep-copyable on every backend: its array module is
+    saved by name, its random stream is a host ``Generator`` (`host_rng`), and a CuPy env
+    unpickled where no GPU is usable (the notebook process, say) comes back as the same
+    env on NumPy.
+
     Example:
         >>> from workbench.envs.cartpole import CartPole
         >>> a, b = CartPole(4, seed=1), CartPole(4, seed=2)
@@ -166,7 +198,22 @@ class SavesState:
     _STATE: tuple[str, ...] = ()
 
     def state_dict(self) -> dict[str, Any]:
+        """Copies of the ``_STATE`` attributes (arrays stay on the env's device)."""
         return {name: _copied(getattr(self, name)) for name in self._STATE}
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = dict(self.__dict__)
+        state["xp"] = getattr(self.xp, "__name__", "numpy")  # a module does not pickle
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        state = dict(state)
+        xp = _module_named(state.pop("xp", "numpy"))
+        for name, value in state.items():  # arrays onto the module the env now runs on
+            if _is_array(value):
+                state[name] = to_host(value) if xp is np else xp.asarray(value)
+        self.__dict__.update(state)
+        self.xp = xp
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         unknown = sorted(set(state) - set(self._STATE))
@@ -179,8 +226,33 @@ class SavesState:
                     raise ValueError(f"{type(self).__name__}: saved {name} has shape "
                                      f"{tuple(value.shape)}, this env has {tuple(current.shape)} "
                                      "(a different num_envs or agent count)")
+                saved = value
+                if self.xp is np:  # a CuPy env's state into a NumPy env
+                    value = to_host(value)
                 value = self.xp.asarray(value, dtype=current.dtype)
+                if value is saved:  # never share a buffer with the dict (or another env)
+                    value = value.copy()
+            else:
+                # a copy: two envs loaded from one dict must not share one random stream
+                value = _copied(value)
             setattr(self, name, value)
+
+
+def _is_array(value: Any) -> bool:
+    return isinstance(value, np.ndarray) or type(value).__module__.startswith("cupy")
+
+
+def _module_named(name: str) -> Any:
+    """``numpy``, or ``cupy`` where a GPU is usable (else NumPy: a CuPy env's snapshot opens
+    in a process without a GPU)."""
+    if name.split(".")[0] == "cupy":
+        from workbench.kernels.array_module import gpu_available
+
+        if gpu_available():
+            import cupy
+
+            return cupy
+    return np
 
 
 def _copied(value: Any) -> Any:

@@ -3,9 +3,11 @@
 The dynamics are gymnasium 1.4's ``CartPoleEnv`` line for line (euler
 integrator, same constants, same float64 state, same termination thresholds,
 reward 1.0 on every step including the terminating one) plus the ``TimeLimit``
-of 500 steps that ``gymnasium.make("CartPole-v1")`` adds. The same expressions
-in the same order keep results bit-identical to gymnasium's, which the tests
-check step for step.
+of 500 steps that ``gymnasium.make("CartPole-v1")`` adds. On NumPy the same
+expressions in the same order keep results bit-identical to gymnasium's, which the
+tests check step for step. On CuPy they are close, not identical (CUDA's sin/cos
+round differently; the tests compare with a tolerance), while reset states are the
+same on both: they are drawn on the host (`host_rng`) and moved to the device.
 """
 
 from __future__ import annotations
@@ -23,6 +25,8 @@ from workbench.envs.base import (
     action_error,
     empty_episode_stats,
     ended_envs,
+    host_rng,
+    to_host,
 )
 
 __all__ = ["CartPole"]
@@ -42,13 +46,10 @@ MAX_EPISODE_STEPS = 500  # CartPole-v1's TimeLimit
 RESET_LOW, RESET_HIGH = -0.05, 0.05
 
 
-def _make_rng(xp: Any, seed: int | None) -> Any:
-    """A seeded generator with ``uniform(low, high, size)`` living next to the state."""
-    if xp is np:
-        # Same construction as gymnasium's ``np_random(seed)``: with N=1 and the
-        # same seed, resets draw the very numbers gymnasium's CartPole draws.
-        return np.random.default_rng(seed)
-    return xp.random.RandomState(seed)
+def _make_rng(xp: Any, seed: int | None) -> np.random.Generator:
+    """The env's random stream: on the host for every ``xp`` (see `host_rng`). With N=1 and
+    the same seed, resets draw the very numbers gymnasium's CartPole draws."""
+    return host_rng(seed)
 
 
 class CartPole(SavesState):
@@ -171,21 +172,31 @@ class CartPole(SavesState):
     # -- internals -----------------------------------------------------------------
 
     def _draw_initial_states(self, count: int) -> Any:
-        return self._rng.uniform(RESET_LOW, RESET_HIGH, size=(count, 4))
+        draw = self._rng.uniform(RESET_LOW, RESET_HIGH, size=(count, 4))
+        return draw if self.xp is np else self.xp.asarray(draw)  # host draw → device
 
     def _observe(self) -> Any:
         return self._state.T.astype(self.xp.float32, order="C")
 
     def _check_actions(self, actions: Any) -> Any:
         actions = self.xp.asarray(actions)
-        # The dtype is checked (floats would silently push left: only 1 pushes right); the
-        # values are not range-checked as gymnasium asserts: that costs a device sync per
-        # step on CuPy. Anything but 1 pushes left.
+        # The dtype is checked (floats would silently push left: only 1 pushes right), and
+        # the values, as gymnasium asserts: an action 7 from a head of the wrong width must
+        # not quietly push left. On CuPy this reads one flag back per step (a device
+        # sync; the autoreset reads `done` back anyway).
         if actions.dtype.kind not in DISCRETE_KINDS or (
                 actions.shape != (self.num_envs,) and actions.size != self.num_envs):
             raise action_error("CartPole", actions, (self.num_envs,), DISCRETE_KINDS)
         if actions.shape != (self.num_envs,):
             actions = actions.reshape(self.num_envs)  # e.g. [N, 1] from a policy head
+        if actions.dtype.kind != "b" and bool(((actions < 0) | (actions > 1)).any()):
+            bad = to_host(actions)
+            bad = bad[(bad < 0) | (bad > 1)]
+            raise ValueError(
+                f"CartPole.step: actions must be 0 (push left) or 1 (push right), as in "
+                f"Discrete(2); got {bad.size} out of range (e.g. {int(bad[0])}). Check that the "
+                "policy head has 2 outputs and that actions are sampled from it."
+            )
         return actions
 
     def _autoreset(self, done: Any, final_obs: Any) -> tuple[Any, np.ndarray, np.ndarray]:
@@ -195,7 +206,7 @@ class CartPole(SavesState):
         if ended.size == 0:
             return (final_obs.copy(), *empty_episode_stats())
         lengths = self._elapsed[index]
-        lengths = (lengths if xp is np else lengths.get()).astype(np.int64)
+        lengths = to_host(lengths).astype(np.int64)
         fresh = self._draw_initial_states(ended.size)
         self._state[:, index] = fresh.T
         self._elapsed[index] = 0

@@ -35,8 +35,9 @@ penalised for bumping into other agents. This is mpe2 1.1's
   reaches ``max_cycles`` is only truncated, as in mpe2).
 
 The expressions are mpe2's, in mpe2's order (collision forces summed over the
-other agents in index order, the same float64 arithmetic), so results are
-bit-identical to mpe2 step for step; the tests check that.
+other agents in index order, the same float64 arithmetic), so results on NumPy are
+bit-identical to mpe2 step for step; the tests check that (on CuPy: close, as CUDA's
+sqrt and reductions may round differently).
 
 Not reproduced: mpe2's ``curriculum`` and partial-observability options
 (``num_agent_neighbors``, ``num_landmark_neighbors``), rendering, and the
@@ -70,6 +71,8 @@ from workbench.envs.base import (
     action_error,
     empty_episode_stats,
     ended_envs,
+    host_rng,
+    to_host,
 )
 
 __all__ = ["SimpleSpread"]
@@ -89,12 +92,10 @@ MAX_CYCLES = 25
 LOCAL_RATIO = 0.5
 
 
-def _make_rng(xp: Any, seed: int | None) -> Any:
-    """A seeded generator with ``uniform(low, high, size)`` living next to the state."""
-    if xp is np:
-        # What gymnasium's seeding.np_random(seed) builds for mpe2: same stream.
-        return np.random.default_rng(seed)
-    return xp.random.RandomState(seed)
+def _make_rng(xp: Any, seed: int | None) -> np.random.Generator:
+    """The env's random stream: on the host for every ``xp`` (see `host_rng`), what
+    gymnasium's seeding.np_random(seed) builds for mpe2: the same stream."""
+    return host_rng(seed)
 
 
 class SimpleSpread(SavesState):
@@ -419,8 +420,7 @@ class SimpleSpread(SavesState):
         if ended.size == 0:
             return (final_obs.copy(), *empty_episode_stats())
         lengths, returns = self._elapsed[index], self._returns[index]
-        if xp is not np:
-            lengths, returns = lengths.get(), returns.get()
+        lengths, returns = to_host(lengths), to_host(returns)
         self._write_initial_states(index, ended.size)
         self._elapsed[index] = 0
         self._returns[index] = 0.0

@@ -45,18 +45,30 @@ def gpu_available() -> bool:
 
 
 def get_xp(device: str = "auto") -> Any:
-    """The array module for ``device``: ``"cpu"``/``"numpy"``, ``"gpu"``/``"cupy"`` or ``"auto"``.
+    """The array module for ``device``: ``"cpu"``/``"numpy"``, ``"gpu"``/``"cupy"``/``"cuda"``,
+    ``"cuda:K"`` or ``"auto"``.
 
     ``"auto"`` picks CuPy when `gpu_available`, else NumPy. Asking for the GPU
     where none is usable raises `RuntimeError` rather than silently using NumPy.
+    ``"cuda:K"`` also makes GPU ``K`` CuPy's current device in the calling thread
+    (so arrays created next land there); a ``K`` this process does not have raises
+    `RuntimeError` instead of quietly using GPU 0.
 
     Example::
 
         xp = get_xp("auto")
         x = xp.zeros(8, dtype=xp.float32)
+        xp = get_xp(replica.device)       # "cpu" -> numpy; "cuda:1" -> cupy, on GPU 1
     """
-    name = str(device).lower()
+    name = str(device).strip().lower()
+    index = None
     if name.startswith("cuda:"):
+        from workbench.devices import DeviceError, cuda_index
+
+        try:
+            index = cuda_index(name)
+        except DeviceError as exc:
+            raise ValueError(str(exc)) from None
         name = "cuda"
     if name in _CPU_NAMES:
         return np
@@ -72,8 +84,21 @@ def get_xp(device: str = "auto") -> Any:
             )
         import cupy
 
+        if index is not None:
+            _select_cupy_device(cupy, index, device)
         return cupy
-    raise ValueError(f"unknown device {device!r}: use 'cpu', 'gpu' or 'auto'")
+    raise ValueError(f"unknown device {device!r}: use 'cpu', 'cuda:K', 'gpu' or 'auto'")
+
+
+def _select_cupy_device(cupy: Any, index: int, device: str) -> None:
+    count = cupy.cuda.runtime.getDeviceCount()
+    if index >= count:
+        raise RuntimeError(
+            f"device {device!r} does not exist here: CuPy sees {count} GPU"
+            f"{'s' if count != 1 else ''} (cuda:0 … cuda:{count - 1}; CUDA_VISIBLE_DEVICES renumbers them)"
+        )
+    # per thread: a replica's loop thread keeps its own current device
+    cupy.cuda.Device(index).use()
 
 
 def array_module_of(array: Any) -> Any:

@@ -94,11 +94,12 @@ void gae_kernel(const float* rewards, const float* values, const float* dones,
     // neighbouring columns of a [T, N] row, so loads coalesce.
     const int n = blockDim.x * blockIdx.x + threadIdx.x;
     if (n >= N) return;
+    // 64-bit flat index: t * N passes 2^31 for rollouts over ~2G elements
     float next_value = last_value[n];
     float next_nonterminal = 1.0f - last_done[n];
     float last_gae = 0.0f;
     for (int t = T - 1; t >= 0; --t) {
-        const int i = t * N + n;
+        const long long i = (long long)t * N + n;
         const float v = values[i];
         const float delta = rewards[i] + gamma * next_value * next_nonterminal - v;
         last_gae = delta + gamma * lam * next_nonterminal * last_gae;
@@ -131,14 +132,37 @@ def gae_cupy(rewards, values, dones, last_value, last_done, gamma, lam):
     T, N = rewards.shape
     advantages = cupy.empty_like(rewards)
     returns = cupy.empty_like(rewards)
-    threads = 128
+    launch = _launch_config(T, N)
+    if launch is None:  # nothing to compute (a zero-size grid is an invalid launch)
+        return advantages, returns
     _gae_kernel()(
-        ((N + threads - 1) // threads,),
-        (threads,),
+        *launch,
         (rewards, values, dones, last_value, last_done,
          np.float32(gamma), np.float32(lam), np.int32(T), np.int32(N), advantages, returns),
     )
     return advantages, returns
+
+
+#: threads per block of the GAE kernel
+_THREADS = 128
+_INT32_MAX = 2**31 - 1
+
+
+def _launch_config(T: int, N: int) -> tuple[tuple[int], tuple[int]] | None:
+    """(grid, block) for the GAE kernel over ``[T, N]``; None when there is nothing to do.
+
+    The kernel takes ``T`` and ``N`` as int32 (its flat index is 64-bit), so each must fit.
+
+    >>> _launch_config(128, 1000)
+    ((8,), (128,))
+    >>> _launch_config(128, 0) is None
+    True
+    """
+    if T == 0 or N == 0:
+        return None
+    if T > _INT32_MAX or N > _INT32_MAX:
+        raise ValueError(f"gae on CuPy takes T and N below 2**31, got T={T}, N={N}: split the rollout")
+    return ((N + _THREADS - 1) // _THREADS,), (_THREADS,)
 
 
 def gae_torch(rewards, values, dones, last_value, last_done, gamma, lam):
