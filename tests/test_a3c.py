@@ -104,6 +104,7 @@ def test_a_short_inline_run_learns_and_logs_losses():
     assert (metrics["losses/entropy"] > 0).all()
 
 
+@pytest.mark.slow  # a full training to a learning target
 def test_inline_a2c_solves_cartpole():
     """The default config (seed 1) as the notebook would run it inline: about 85k env steps
     and 3 s here (seeds 2 and 3: 98k and 77k)."""

@@ -4,6 +4,8 @@ syncs through ``wb.allreduce``, and it learns simple_spread_v3 under the inline 
 unchanged under coarse)."""
 from __future__ import annotations
 
+import pytest
+
 import dataclasses
 from pathlib import Path
 
@@ -156,6 +158,7 @@ def _random_mean_return(num_envs: int, seed: int, episodes_per_env: int = 20) ->
 MARGIN = 3.0  # measured gaps at this budget: 6.0-8.1 (last iteration), 5.8-8.4 (last 20)
 
 
+@pytest.mark.slow  # a full training to a learning target
 def test_inline_mappo_learns_simple_spread():
     """100 iterations (320k env steps, ~15 s here) of the default config, seed 1. A
     uniform-random team scores about -26.3; the trained policy's episodes in the last

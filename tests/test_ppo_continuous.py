@@ -164,6 +164,7 @@ PENDULUM = dict(env_id="Pendulum-v1", num_envs=16, num_steps=64, iterations=100,
                 gamma=0.9, num_minibatches=4, update_epochs=10)
 
 
+@pytest.mark.slow  # a full training to a learning target
 def test_the_same_cells_learn_pendulum():
     cfg = dataclasses.replace(PPOContinuousConfig(), **PENDULUM)   # seed 1: runs are deterministic
     run = build_fdg({**vars(ppo_continuous), "cfg": cfg}).run(iterations=cfg.iterations,

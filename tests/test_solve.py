@@ -7,6 +7,8 @@ import pytest
 
 from workbench.notebook import load_notebook
 
+pytestmark = pytest.mark.slow  # full trainings to a learning target
+
 QUICKSTART = Path(__file__).resolve().parents[1] / "notebooks" / "quickstart.ipynb"
 
 

@@ -223,10 +223,13 @@ def run_options(surface: str) -> list[dataclasses.Field]:
     return [f for f in dataclasses.fields(RunConfig) if surface in f.metadata["surfaces"]]
 
 
-def add_run_arguments(parser: argparse.ArgumentParser, surface: str) -> None:
-    """Add every run option ``surface`` offers to ``parser``; defaults stay None so that a
-    flag given overrides and a flag not given leaves the notebook's own value."""
+def add_run_arguments(parser: argparse.ArgumentParser, surface: str, *, only: tuple[str, ...] = ()) -> None:
+    """Add every run option ``surface`` offers (or just those named in ``only``) to
+    ``parser``; defaults stay None so that a flag given overrides and a flag not given
+    leaves the notebook's own value."""
     for f in run_options(surface):
+        if only and f.name not in only:
+            continue
         meta = f.metadata
         flags = [_flag(f.name), *meta["aliases"]]
         default = f.default if f.default is not dataclasses.MISSING else None
@@ -255,10 +258,7 @@ def _run_parser() -> LineParser:
 
 def _place_parser() -> LineParser:
     p = LineParser(prog="%fdg place", error_type=RunConfigError)
-    p.add_argument("--cluster", help="a Dask scheduler address; default: the notebook's "
-                                     "client, else an embedded local cluster")
-    p.add_argument("--steps", type=int, help="steps per iteration the traffic is shown for "
-                                             "(default: the last run's, else 128)")
+    add_run_arguments(p, "magic", only=("cluster", "steps"))  # the board shows traffic per --steps
     return p
 
 
@@ -284,7 +284,7 @@ def parse_run_line(line: str) -> dict:
 
 def parse_place_line(line: str) -> dict:
     """Parse ``place [--cluster ADDRESS] [--steps T]``; the leading ``place`` is optional."""
-    options = {k: v for k, v in vars(_place_parser().parse_args(_words(line, "place"))).items()
-               if v is not None}
+    options = options_from(_place_parser().parse_args(_words(line, "place")))
     _whole(1)("steps", options.get("steps"))
+    _cluster("cluster", options.get("cluster"))
     return options

@@ -186,7 +186,7 @@ class Trainer:
         resume_at = state.iteration if state is not None else first
         dropped = run.rewind(resume_at)
         run.lost_iterations += dropped
-        if len([e for e in run.events if e["event"] == "worker lost"]) >= MAX_RECOVERIES:
+        if sum(e.kind == "worker lost" for e in run.events) >= MAX_RECOVERIES:
             raise RunConfigError(f"{MAX_RECOVERIES} workers were lost in this run; giving up. "
                                  "Check the cluster (memory, crashes) before running again.") from lost
         run.note("worker lost", f"{lost}; re-placing its fragments on the workers left and "
@@ -215,7 +215,7 @@ class Trainer:
             from workbench.cluster.backend import DaskBackend
 
             backend = DaskBackend(client, inventory)
-        if not run.policy_name.startswith("auto"):
+        if run.auto_table is None:  # under auto the name says which preset auto chose
             run.policy_name = resolved.name
         run.policy = resolved
         run.plan_text = plan.explain()
@@ -259,6 +259,7 @@ class Trainer:
         candidates = auto_candidates(self.fdg, inventory_of(stretch.cluster))
         trial = max(2, min(AUTO_TRIAL_ITERATIONS, (iterations - 1) // max(1, len(candidates))))
         state, table = resume, []
+        run.auto_table = table
         trying = dataclasses.replace(stretch, keep_state=True)
         for name, preset in candidates:
             if run.completed_iterations + trial >= iterations or run.is_solved() or self._stop.is_set():
@@ -267,7 +268,6 @@ class Trainer:
             self._run_one(run, trial, preset, trying, state)
             state = run.state
             table.append({"policy": name, "env-steps/s": _steady_rate(run.rows[first:])})
-        run.auto_table = table
         if not table:
             raise RunConfigError(f"--iterations {iterations} is too few for policy auto: it needs "
                                  f"more than {trial} per candidate policy.")

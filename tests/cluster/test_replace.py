@@ -61,8 +61,8 @@ def test_moving_the_ppo_learner_mid_run_still_solves_cartpole(client):
     mover = ReplaceAt(fdg, 15, _learner_elsewhere(fdg, inventory_of(client)))
     run = fdg.run(iterations=150, steps=options["steps"], policy="coarse", cluster=client,
                   target_return=options["target_return"], progress=False, loggers=[mover])
-    replaced = [e for e in run.events if e["event"] == "replaced"]
-    assert len(replaced) == 1 and replaced[0]["iteration"] == 16
+    replaced = [e for e in run.events if e.kind == "replaced"]
+    assert len(replaced) == 1 and replaced[0].iteration == 16
     assert [row["iteration"] for row in run.rows] == list(range(len(run.rows)))  # no gap, no repeat
     assert run.solved_at is not None, (mover.return_then, run.summary())
 

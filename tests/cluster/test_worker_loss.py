@@ -69,10 +69,10 @@ def test_a_killed_worker_costs_at_most_the_iteration_in_flight_and_training_goes
     name, killed_at, return_then = killer.killed
     assert run.status == "finished" and run.completed_iterations == ITERATIONS, run.summary()
     assert [row["iteration"] for row in run.rows] == list(range(ITERATIONS))
-    lost = [e for e in run.events if e["event"] == "worker lost"]
-    assert len(lost) == 1 and f"worker {name} left" in lost[0]["message"]
-    assert lost[0]["time"] - killed_at < 10, "noticed within seconds"
-    assert lost[0]["iteration"] >= KILL_AT, "at most the in-flight iteration is run again"
+    lost = [e for e in run.events if e.kind == "worker lost"]
+    assert len(lost) == 1 and f"worker {name} left" in lost[0].message
+    assert lost[0].time - killed_at < 10, "noticed within seconds"
+    assert lost[0].iteration >= KILL_AT, "at most the in-flight iteration is run again"
     assert run.lost_iterations <= 1
     # the learner was restored from its snapshot, not started afresh: its own counter of
     # updates (one per iteration, kept in its state) counted every iteration of the run

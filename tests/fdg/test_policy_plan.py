@@ -6,7 +6,7 @@ import json
 import pytest
 
 from workbench.errors import PlacementError
-from workbench.fdg.graph import FDG
+from workbench.fdg.graph import Graph
 from workbench.fdg.inventory import Inventory, WorkerInfo
 from workbench.fdg.plan import Item, Plan, Route, TaskSpec, make_plan
 from workbench.fdg.policy import (
@@ -82,7 +82,7 @@ def test_single_learner_coarse_actors_parameter(ppo_fdg):
 
 
 def test_single_learner_coarse_without_a_learner():
-    fdg = FDG()
+    fdg = Graph()
     fdg.add_fragment("env", "obs = reset()", rate="init")
     fdg.add_fragment("actor", "action = pick(obs)", rate="step")
     fdg.add_fragment("env", "obs = step(action)", rate="step")
@@ -97,7 +97,7 @@ def test_single_learner_coarse_rejects_bad_actor_counts(actors):
 
 
 def test_single_learner_coarse_needs_step_fragments():
-    fdg = FDG()
+    fdg = Graph()
     fdg.add_fragment("learner", "w = 1")
     with pytest.raises(PlacementError, match=r"replicates the fragments that have step cells, and this FDG "
                                              r"has none; use the inline policy\."):
@@ -110,7 +110,7 @@ def test_single_learner_coarse_needs_workers(ppo_fdg):
 
 
 def test_policy_docstring_example():
-    fdg = FDG()
+    fdg = Graph()
     fdg.add_fragment("env", "obs = make()", rate="init")
     fdg.add_fragment("actor", "action = pick(obs)", rate="step")
     fdg.add_fragment("env", "obs = advance(action)", rate="step")
@@ -388,7 +388,7 @@ def test_inline_tasks(ppo_fdg):
 
 
 def test_plan_docstring_example():
-    fdg = FDG()
+    fdg = Graph()
     fdg.add_fragment("env", "obs = 0", rate="init")
     fdg.add_fragment("actor", "action = obs + 1", rate="step")
     fdg.add_fragment("env", "obs = action", rate="step")
@@ -469,7 +469,7 @@ def test_wire_inline_has_no_messages(ppo_fdg):
 
 
 def test_wire_docstring_example():
-    fdg = FDG()
+    fdg = Graph()
     fdg.add_fragment("env", "obs = 0", rate="init")
     fdg.add_fragment("actor", "act = obs", rate="step")
     fdg.add_fragment("env", "obs = act", rate="step")
@@ -481,7 +481,7 @@ def test_wire_docstring_example():
 
 
 def test_wire_rejects_a_read_before_the_first_value():
-    fdg = FDG()
+    fdg = Graph()
     fdg.add_fragment("learner", "w = learn(obs)")
     fdg.add_fragment("actor", "obs = pick(w)", rate="step")
     plan = make_plan(fdg, Policy("p", (Group(("actor",), 2), Group(("learner",), 1))))
@@ -550,7 +550,7 @@ def test_a_worker_that_left_is_named(ppo_fdg):
 
 
 def test_fine_needs_a_per_step_boundary():
-    fdg = FDG()
+    fdg = Graph()
     fdg.add_fragment("env", "obs = 0", rate="init")
     fdg.add_fragment("env", "obs = obs + 1", rate="step")
     fdg.add_fragment("learner", "w = obs", rate="iteration")
@@ -575,4 +575,4 @@ def test_bytes_per_iteration_for_each_preset_without_a_cluster(ppo_fdg):
     for preset in (MultiLearner(), GPUOnly()):
         assert make_plan(ppo_fdg, preset.place(ppo_fdg, inv)).traffic(sizes, T) == {}
     text = coarse_plan.explain(sizes, T)
-    assert "on the wire per iteration: at most" in text and "weights (every iteration) [broadcast, 20.0 KB" in text
+    assert "on the wire per iteration: at most" in text and "weights (every iteration) [broadcast, 19.5 KiB" in text

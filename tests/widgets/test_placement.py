@@ -53,9 +53,9 @@ def test_the_board_shows_fragments_traffic_and_the_cluster(board):
     # env's rewards cross to the learner stacked [T, …]: 128 steps × 3 float64 = 3,072 bytes
     (reward,) = rows["env"]["sends"]
     assert reward["name"] == "reward" and reward["to"] == ["learner"] and reward["bytes"] == 3072
-    assert reward["text"] == "3.1 KB" and "stacked" in reward["timing"] and reward["spatial"] == "gather"
+    assert reward["text"] == "3.0 KiB" and "stacked" in reward["timing"] and reward["spatial"] == "gather"
     assert rows["actor"]["sends"] == []  # actor and env are fused: nothing crosses
-    assert board.wire.endswith("KB")
+    assert board.wire.endswith("KiB")
     assert board.status.startswith("not running")
     # colours: one per group, shared by the fragments it fuses
     assert rows["env"]["color"] == rows["actor"]["color"] != rows["learner"]["color"]

@@ -5,21 +5,13 @@ Python keeps those strings only in the source; :func:`documented` reads them onc
 the class is defined, and lists every field with its default and its text in the class
 docstring (and in each field's ``metadata["doc"]``), so a notebook's ``PPOConfig?`` shows them.
 
-Example:
-    >>> from dataclasses import dataclass, fields
-    >>> @documented
-    ... @dataclass
-    ... class Config:
-    ...     '''Knobs.'''
-    ...     seed: int = 1
-    ...     '''seeds torch and the envs'''
-    >>> print(Config.__doc__)
-    Knobs.
-    <BLANKLINE>
-    Fields:
-        seed (int, default 1): seeds torch and the envs
-    >>> fields(Config)[0].metadata["doc"]
-    'seeds torch and the envs'
+Example (``PPOConfig`` is ``@documented``):
+    >>> from dataclasses import fields
+    >>> from workbench.algorithms.ppo import PPOConfig
+    >>> print(PPOConfig.__doc__.split("Fields:")[1].splitlines()[2])
+        seed (int, default 1): seeds torch and the envs (replica ``i`` uses ``seed + i``)
+    >>> fields(PPOConfig)[1].metadata["doc"]
+    'seeds torch and the envs (replica ``i`` uses ``seed + i``)'
 """
 from __future__ import annotations
 

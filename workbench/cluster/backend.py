@@ -21,6 +21,8 @@ from distributed.comm.addressing import get_address_host
 from distributed.metrics import context_meter
 from distributed.utils import get_ip
 
+from workbench.cluster._dask_compat import forget_topic_handler, prune_topics, topic_name
+from workbench.cluster import worker_setup
 from workbench.errors import FragmentRuntimeError, PlacementError, WorkerLostError
 from workbench.fdg.inventory import Inventory
 from workbench.fdg.plan import Plan
@@ -94,7 +96,7 @@ def _loop_task(run_id: str, authkey: bytes, group: str, index: int, plan: Plan, 
     deployed = plugin.deployed[(run_id, group, index)]
     local = {(g, i): d.mailbox for (r, g, i), d in plugin.deployed.items() if r == run_id}
     postman = SocketPostman(addresses, authkey, local)
-    topic = f"workbench-{run_id}"
+    topic = topic_name(run_id)
     phases: dict[tuple[str, str], float] = {}
 
     def report(task: int, task_report: TaskReport) -> None:
@@ -147,20 +149,6 @@ def _add_phases(phases: dict, task_report: TaskReport) -> None:
                        (("sending outputs", "seconds"), task_report.send_seconds),
                        (("sent to other processes", "bytes"), task_report.sent_bytes)):
         phases[key] = phases.get(key, 0) + value
-
-
-def _prune_topics(keep: int, dask_scheduler=None) -> int:
-    """Forget all but the newest ``keep`` finished workbench run topics (and their events):
-    the scheduler's broker keeps every topic forever otherwise."""
-    topics = getattr(getattr(dask_scheduler, "_broker", None), "_topics", None)
-    if topics is None:
-        return 0
-    ours = [t for t, v in topics.items()
-            if isinstance(t, str) and t.startswith("workbench-") and not getattr(v, "subscribers", None)]
-    gone = ours[:max(0, len(ours) - keep)]
-    for name in gone:
-        del topics[name]
-    return len(gone)
 
 
 def _set_stopping(run_id: str, dask_worker=None) -> None:
@@ -226,6 +214,8 @@ class DaskBackend:
         self._snapshot_server: SocketServer | None = None
         if not all(client.run(_has_plugin).values()):
             client.register_plugin(WorkbenchPlugin(), name=PLUGIN_NAME)
+        # what makes the embedded cluster's workers fast, on the user's own workers too
+        worker_setup.ensure_worker_setup(client)
 
     def deploy(self, plan: Plan, programs: dict[str, GroupProgram], notebook: dict[str, Any],
                states: dict[tuple[str, int], dict] | None = None) -> None:
@@ -362,10 +352,8 @@ class DaskBackend:
         if self._snapshot_server is not None:
             self._snapshot_server.close()
         try:
-            self.client.unsubscribe_topic(self._topic)
-            # Dask's unsubscribe_topic keeps the handler (and with it this run's Events)
-            getattr(self.client, "_event_handlers", {}).pop(self._topic, None)
-            self.client.run_on_scheduler(_prune_topics, KEEP_TOPICS)
+            forget_topic_handler(self.client, self._topic)
+            self.client.run_on_scheduler(prune_topics, KEEP_TOPICS)
             self.client.run(_drop_run, self.run_id)
         except Exception:  # the cluster may already be gone; nothing is left to free then
             pass

@@ -32,15 +32,17 @@ from bisect import bisect_right
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Sequence
 
+from workbench.cluster._dask_compat import TOPIC_PREFIX, workbench_topic_names
+from workbench.fdg.plan import human_bytes
+from workbench.runtime.run import RETURN_METRIC
+
 __all__ = ["INDIVIDUAL_ROUTE", "ROUTE", "RunState", "TOPIC_PREFIX", "dask_setup", "install",
            "individual_workbench_doc", "workbench_doc"]
 
 logger = logging.getLogger(__name__)
 
-TOPIC_PREFIX = "workbench-"
 ROUTE = "/workbench"
 INDIVIDUAL_ROUTE = "/individual-workbench"
-RETURN_METRIC = "charts/episodic_return"
 UPDATE_MS = 500
 
 # Category10 without its grey (kept for waiting) — one colour per fragment
@@ -256,25 +258,13 @@ class RunState:
 
 def workbench_topics(scheduler) -> list[str]:
     """The scheduler's event topics of workbench runs (without copying their events)."""
-    broker = getattr(scheduler, "_broker", None)
-    topics = getattr(broker, "_topics", None)
-    names = list(topics) if topics is not None else list(scheduler.get_events())
-    return [t for t in names if isinstance(t, str) and t.startswith(TOPIC_PREFIX)]
+    return workbench_topic_names(scheduler)
 
 
 def _log_length() -> int:
     import dask
 
     return int(dask.config.get("distributed.admin.low-level-log-length", 1000) or 1000)
-
-
-def _format_bytes(n: float) -> str:
-    """Binary units, as the bytes axis shows them (1.5 KiB)."""
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if abs(n) < 1024 or unit == "TiB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
-    return f"{n:.1f} TiB"
 
 
 # ---------------------------------------------------------------------------------------
@@ -482,7 +472,7 @@ class WorkbenchPage:
             self.replica_range.factors = labels
         self.time_source.data = state.time_segments()
         self.bytes_source.data = {"replica": labels, "bytes": [s.sent_bytes for s in replicas],
-                                  "text": [_format_bytes(s.sent_bytes) for s in replicas],
+                                  "text": [human_bytes(s.sent_bytes) for s in replicas],
                                   "tasks": [s.tasks for s in replicas]}
         t, rate, window = state.step_rate()
         self.rate_source.data = {"t": t, "rate": rate}
@@ -497,7 +487,7 @@ class WorkbenchPage:
             "iteration": [s.last_iteration if s.last_iteration >= 0 else "–" for s in replicas],
             "env_steps": [s.env_steps for s in replicas],
             "compute": [s.compute_total for s in replicas], "wait": [s.wait for s in replicas],
-            "send": [s.send for s in replicas], "bytes": [_format_bytes(s.sent_bytes) for s in replicas],
+            "send": [s.send for s in replicas], "bytes": [human_bytes(s.sent_bytes) for s in replicas],
             "last": [time.strftime("%H:%M:%S", time.localtime(s.last_seen)) for s in replicas]}
 
 

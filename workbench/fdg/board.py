@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from workbench.fdg.errors import PlacementError
 from workbench.fdg.graph import Graph
+from workbench.fdg.vocabulary import check_device_kind
 from workbench.fdg.inventory import Inventory
 from workbench.fdg.plan import make_plan
 from workbench.fdg.policy import IN_PROCESS, PRESETS, Group, Policy, auto_candidates
@@ -51,8 +52,10 @@ def move_fragment(policy: Policy, fdg: Graph, fragment: str, worker: str, device
         )
     if device == "gpu" and target.gpus == 0:
         raise PlacementError(f"cannot place {fragment!r} on the GPU of {worker!r}: it has no GPU.")
-    if device not in ("cpu", "gpu"):
-        raise PlacementError(f"device must be 'cpu' or 'gpu', not {device!r}.")
+    try:
+        check_device_kind(device, f"cannot place {fragment!r}")
+    except ValueError as exc:
+        raise PlacementError(str(exc)) from None
     policy.group_of(fragment)  # raises for a fragment the policy does not place
     groups = []
     for group in policy.groups:

@@ -22,15 +22,12 @@ from dataclasses import dataclass, field, replace
 
 from workbench.fdg.analysis import analyse_code
 from workbench.fdg.errors import FragmentOptionError
+from workbench.fdg.vocabulary import DEVICE_KINDS, RATES
 
 __all__ = ["RATES", "RUNTIME_NAMES", "Cell", "Fragment", "DEVICES", "default_rate"]
 
-#: Rates in the order they run within a replica's life: init once, then per iteration
-#: the ``T`` steps followed by the iteration cell.
-RATES = ("init", "step", "iteration")
-
 #: Devices a fragment may ask for; the policy maps them to a worker's CPU or GPU.
-DEVICES = ("cpu", "gpu")
+DEVICES = DEVICE_KINDS
 
 #: Names the runtime puts in every replica's namespace (never FDG edges).
 RUNTIME_NAMES = frozenset({"replica"})

@@ -24,17 +24,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from workbench.fdg.vocabulary import TIMINGS, Rate, Timing
+
 __all__ = ["Interface", "spatial_kind", "TIMINGS"]
-
-#: Human words for each timing, as drawings and messages show them.
-TIMINGS = {
-    "per-step": "every step",
-    "stacked": "stacked [T, …] each iteration",
-    "latest": "latest value, fixed per iteration",
-    "per-iteration": "every iteration",
-    "once": "once, at init",
-}
-
 
 @dataclass(frozen=True)
 class Interface:
@@ -45,12 +37,12 @@ class Interface:
 
     name: str
     producer: str
-    producer_rates: tuple[str, ...]
+    producer_rates: tuple[Rate, ...]
     consumer: str
-    consumer_rate: str
+    consumer_rate: Rate
 
     @property
-    def timing(self) -> str:
+    def timing(self) -> Timing:
         """``per-step``, ``stacked``, ``latest``, ``per-iteration`` or ``once``."""
         if self.consumer_rate == "init":
             return "once"

@@ -14,6 +14,7 @@ import argparse
 import shlex
 
 from workbench.fdg.errors import FragmentOptionError
+from workbench.fdg.vocabulary import DEVICE_KINDS
 
 __all__ = ["parse_fragment_line", "FRAGMENT_USAGE"]
 
@@ -39,7 +40,7 @@ def _fragment_parser() -> LineParser:
     when.add_argument("--every", choices=("step", "iteration"), dest="rate",
                       help="run every step (default) or every iteration (default for learner)")
     p.add_argument("--replicas", type=int, help="how many replicas (a policy may override)")
-    p.add_argument("--device", choices=("cpu", "gpu"), help="where it wants to run")
+    p.add_argument("--device", choices=DEVICE_KINDS, help="where it wants to run")
     p.add_argument("--reads", nargs="+", default=[], metavar="NAME",
                    help="names the cell reads that the analysis cannot see")
     p.add_argument("--writes", nargs="+", default=[], metavar="NAME",

@@ -1,4 +1,4 @@
-"""The FDG generator: FDG + policy → a plan of what runs where and how names travel.
+"""The FDG generator: Graph + policy → a plan of what runs where and how names travel.
 
 A plan is pure data. It lists, per group of fused fragments, the *items* a replica runs
 (an init or iteration cell run, or a block of ``T`` steps), and for every interface that
@@ -8,9 +8,9 @@ an executor runs, inline or as Dask tasks — each holding at most one block of 
 per-step work never becomes one task per step.
 
 Example:
-    >>> from workbench.fdg.graph import FDG
+    >>> from workbench.fdg.graph import Graph
     >>> from workbench.fdg.policy import Inline
-    >>> fdg = FDG()
+    >>> fdg = Graph()
     >>> _ = fdg.add_fragment("env", "obs = 0", rate="init")
     >>> _ = fdg.add_fragment("actor", "action = obs + 1", rate="step")
     >>> _ = fdg.add_fragment("env", "obs = action", rate="step")
@@ -21,11 +21,13 @@ Example:
 from __future__ import annotations
 
 import itertools
+import re
+import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass
 
 from workbench.fdg.errors import PlacementError
-from workbench.fdg.graph import FDG, Schedule
+from workbench.fdg.graph import Graph, Schedule
 from workbench.fdg.interface import Interface, spatial_kind
 from workbench.fdg.policy import Group, Policy
 
@@ -96,15 +98,17 @@ class TaskSpec:
 class Plan:
     """What the generator makes of FDG + policy: groups, their items, and routes."""
 
-    def __init__(self, fdg: FDG, policy: Policy, schedule: Schedule, routes: tuple[Route, ...]):
+    def __init__(self, fdg: Graph, policy: Policy, schedule: Schedule, routes: tuple[Route, ...]):
         # a plain copy: the plan travels to workers, the caller's FDG (and namespace) does not
-        self.fdg = FDG(fdg.fragments.values())
+        self.fdg = Graph(fdg.fragments.values())
         self.policy = policy
         self.schedule = schedule
         self.routes = routes
         self.groups = {g.name: g for g in policy.groups}
         #: (value sizes, steps) when a short run measured them, for :meth:`explain`
         self.measured: tuple[dict[str, int], int] | None = None
+        #: what may not mean what it seems (replicated learners without an all-reduce)
+        self.warnings: list[str] = []
         self._group_of = {f: g.name for g in policy.groups for f in g.fragments}
 
     def group_of(self, fragment: str) -> Group:
@@ -183,9 +187,9 @@ class Plan:
         (gather, arrivals). Values written only at init cost nothing per iteration, and
         all-reduce traffic, decided by the algorithm's code, is not counted here.
 
-        >>> from workbench.fdg.graph import FDG
+        >>> from workbench.fdg.graph import Graph
         >>> from workbench.fdg.policy import Group, Policy
-        >>> fdg = FDG()
+        >>> fdg = Graph()
         >>> _ = fdg.add_fragment("env", "o = 0", rate="init")
         >>> _ = fdg.add_fragment("actor", "a = o", rate="step")
         >>> _ = fdg.add_fragment("env", "o = a", rate="step")
@@ -231,22 +235,24 @@ class Plan:
                              "(less where two groups share a worker process)")
         else:
             lines.append("  nothing crosses processes: every interface is an in-process hand-off")
+        lines += [f"  WARNING: {message}" for message in self.warnings]
         return "\n".join(lines)
 
     def __repr__(self) -> str:
         return self.explain()
 
 
-def human_bytes(count: int) -> str:
-    """Bytes for people: ``human_bytes(73_200)`` is ``'73.2 KB'``."""
-    for unit in ("B", "KB", "MB"):
-        if count < 1000 or unit == "MB":
+def human_bytes(count: float) -> str:
+    """Bytes for people, in binary units — the same the dashboard's bytes axis uses:
+    ``human_bytes(75_000)`` is ``'73.2 KiB'``."""
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if abs(count) < 1024 or unit == "GiB":
             return f"{count:,.0f} {unit}" if unit == "B" else f"{count:,.1f} {unit}"
-        count /= 1000
-    return f"{count:,.1f} GB"
+        count /= 1024
+    return f"{count:,.1f} GiB"
 
 
-def make_plan(fdg: FDG, policy: Policy) -> Plan:
+def make_plan(fdg: Graph, policy: Policy) -> Plan:
     """Build the plan. Raises :class:`PlacementError` when the placement cannot work."""
     schedule = fdg.schedule()
     policy.check(fdg)
@@ -266,4 +272,43 @@ def make_plan(fdg: FDG, policy: Policy) -> Plan:
             )
         arrival = policy.asynchronous and spatial == "gather" and edge.timing != "per-step"
         routes.append(Route(edge, src.name, dst.name, spatial, arrival))
-    return Plan(fdg, policy, schedule, tuple(routes))
+    plan = Plan(fdg, policy, schedule, tuple(routes))
+    plan.warnings = independent_learners(fdg, policy)
+    for message in plan.warnings:
+        warnings.warn(IndependentLearnersWarning(message), stacklevel=2)
+    return plan
+
+
+class IndependentLearnersWarning(UserWarning):
+    """A learner runs as several replicas that never combine what they learn."""
+
+
+def independent_learners(fdg: Graph, policy: Policy) -> list[str]:
+    """Why replicated learners would learn independently: a fragment without step cells
+    (a learner) placed as several replicas whose cells never call ``wb.allreduce`` — each
+    replica then trains on its own data, and their returns are pooled into one number.
+
+    >>> from workbench.fdg.policy import Group, Policy
+    >>> g = Graph()
+    >>> _ = g.add_fragment("learner", "w = 0", rate="iteration")
+    >>> independent_learners(g, Policy("p", (Group(("learner",), replicas=2),)))[0][:43]
+    "fragment 'learner' runs as 2 replicas (poli"
+    """
+    out = []
+    for group in policy.groups:
+        if group.replicas < 2:
+            continue
+        for name in group.fragments:
+            frag = fdg[name]
+            if "step" in frag.cells or "iteration" not in frag.cells:
+                continue
+            if any(re.search(r"\ballreduce\s*\(", cell.code) for cell in frag.cells.values()):
+                continue
+            out.append(
+                f"fragment {name!r} runs as {group.replicas} replicas (policy {policy.name}) but its "
+                "cells never call wb.allreduce: each replica would learn on its own data alone, "
+                "and their returns would be pooled as if one agent had earned them. Average the "
+                "gradients across replicas (for p in net.parameters(): p.grad = "
+                f"wb.allreduce(p.grad)), or give {name!r} one replica (policy coarse)."
+            )
+    return out

@@ -19,7 +19,7 @@ import html
 from collections import defaultdict
 
 from workbench.fdg.graph import Graph
-from workbench.fdg.interface import TIMINGS
+from workbench.fdg.vocabulary import TIMINGS
 
 __all__ = ["render_svg", "render_html"]
 

@@ -32,6 +32,7 @@ import traitlets
 
 from workbench.fdg import board as logic
 from workbench.errors import PlacementError, RunConfigError
+from workbench.fdg.vocabulary import TIMINGS
 from workbench.fdg.inventory import Inventory
 from workbench.fdg.plan import human_bytes
 from workbench.fdg.plan import make_plan
@@ -44,9 +45,6 @@ POLL_SECONDS = 1.0
 #: what the preset buttons say
 PRESET_LABELS = {"coarse": "Coarse", "fine": "Fine", "multilearner": "MultiLearner",
                  "gpuonly": "GPUOnly", "async": "Async", "auto": "auto"}
-#: how each interface timing reads on a fragment card
-TIMING_WORDS = {"per-step": "every step", "stacked": "stacked [T, …]", "latest": "latest value",
-                "per-iteration": "every iteration", "once": "once at init"}
 _HERE = Path(__file__).resolve().parent
 
 
@@ -331,7 +329,7 @@ class PlacementBoard(anywidget.AnyWidget):
             size = moved.get(key) if self._sizes is not None else None
             out.setdefault(edge.producer, []).append({
                 "name": edge.name, "to": sorted({r.interface.consumer for r in routes}),
-                "timing": " + ".join(dict.fromkeys(TIMING_WORDS[r.interface.timing] for r in routes)),
+                "timing": " + ".join(dict.fromkeys(TIMINGS[r.interface.timing] for r in routes)),
                 "spatial": " + ".join(dict.fromkeys(
                     "as it arrives" if r.arrival else r.spatial for r in routes)),
                 "bytes": size, "text": human_bytes(size) if size is not None else ""})

@@ -1,0 +1,40 @@
+"""Each shim over Dask's internals (workbench/cluster/_dask_compat.py) against the installed
+Dask: when a release moves one, this fails, not a user's run."""
+from __future__ import annotations
+
+from workbench.cluster import _dask_compat as compat
+
+
+def test_workers_info_lists_every_worker(client):
+    info = compat.workers_info(client)
+    assert len(info) == len(client.scheduler_info()["workers"]) >= 1
+    assert all({"name", "nthreads"} <= set(worker) for worker in info.values())
+
+
+def test_the_scheduler_topics_are_reachable_and_pruned(client):
+    names = [compat.topic_name(f"compat-test-{i}") for i in range(4)]
+    for name in names:
+        client.log_event(name, {"n": 1})
+
+    def ours(dask_scheduler=None):
+        return [t for t in compat.workbench_topic_names(dask_scheduler) if "compat-test" in t]
+
+    assert sorted(client.run_on_scheduler(ours)) == sorted(names)
+    assert client.run_on_scheduler(lambda dask_scheduler=None:
+                                   compat.scheduler_topics(dask_scheduler) is not None)
+    gone = client.run_on_scheduler(compat.prune_topics, 0)
+    assert gone >= len(names)
+    assert client.run_on_scheduler(ours) == []
+
+
+def test_a_forgotten_topic_handler_is_dropped(client):
+    topic = compat.topic_name("compat-handler")
+    client.subscribe_topic(topic, lambda event: None)
+    assert topic in client._event_handlers  # the internal the shim cleans
+    compat.forget_topic_handler(client, topic)
+    assert topic not in client._event_handlers
+
+
+def test_topic_names():
+    assert compat.is_workbench_topic(compat.topic_name("x"))
+    assert not compat.is_workbench_topic(("workbench-x",))

@@ -1,0 +1,81 @@
+"""Every use of Dask's private or version-dependent internals, in one place.
+
+workbench supports ``distributed`` in the range ``pyproject.toml`` declares. What Dask
+does not offer publicly — the scheduler's event topics, forgetting a topic's handler on a
+client, the ``n_workers`` argument of ``scheduler_info`` (added in 2025.x) — is reached
+only through these functions, each with a fallback when the internal is not there, and
+each exercised by ``tests/cluster/test_dask_compat.py`` against the installed Dask. A new
+Dask release that moves an internal breaks that test, not a user's run.
+
+Example:
+    >>> topic_name("3f2a")
+    'workbench-3f2a'
+    >>> is_workbench_topic("workbench-3f2a"), is_workbench_topic("other")
+    (True, False)
+"""
+from __future__ import annotations
+
+import inspect
+from typing import Any
+
+__all__ = ["TOPIC_PREFIX", "topic_name", "is_workbench_topic", "scheduler_topics", "prune_topics",
+           "forget_topic_handler", "workers_info"]
+
+#: the scheduler event topics of workbench runs: ``workbench-<run id>``
+TOPIC_PREFIX = "workbench-"
+
+
+def topic_name(run_id: str) -> str:
+    """The event topic a run's replicas report on."""
+    return f"{TOPIC_PREFIX}{run_id}"
+
+
+def is_workbench_topic(name: Any) -> bool:
+    return isinstance(name, str) and name.startswith(TOPIC_PREFIX)
+
+
+def scheduler_topics(scheduler) -> dict | None:
+    """The scheduler's topic → topic-state mapping (private: ``Scheduler._broker._topics``),
+    or None where this Dask keeps it elsewhere."""
+    topics = getattr(getattr(scheduler, "_broker", None), "_topics", None)
+    return topics if isinstance(topics, dict) else None
+
+
+def workbench_topic_names(scheduler) -> list[str]:
+    """Names of the workbench run topics the scheduler holds (without copying their events)."""
+    topics = scheduler_topics(scheduler)
+    names = list(topics) if topics is not None else list(scheduler.get_events())
+    return [t for t in names if is_workbench_topic(t)]
+
+
+def prune_topics(keep: int, dask_scheduler=None) -> int:
+    """Forget all but the newest ``keep`` finished workbench run topics (and their events):
+    the scheduler's broker keeps every topic forever otherwise. Runs on the scheduler
+    (``client.run_on_scheduler(prune_topics, keep)``); returns how many it forgot."""
+    topics = scheduler_topics(dask_scheduler)
+    if topics is None:
+        return 0
+    ours = [t for t, state in topics.items()
+            if is_workbench_topic(t) and not getattr(state, "subscribers", None)]
+    gone = ours[:max(0, len(ours) - keep)]
+    for name in gone:
+        del topics[name]
+    return len(gone)
+
+
+def forget_topic_handler(client, topic: str) -> None:
+    """Unsubscribe ``client`` from ``topic`` and drop its handler: Dask's
+    ``unsubscribe_topic`` keeps the handler (private ``Client._event_handlers``), and with it
+    whatever the handler closes over (a run's events)."""
+    client.unsubscribe_topic(topic)
+    handlers = getattr(client, "_event_handlers", None)
+    if isinstance(handlers, dict):
+        handlers.pop(topic, None)
+
+
+def workers_info(client) -> dict[str, dict]:
+    """address → the scheduler's record of every worker. Newer Dask returns only the first
+    few workers from ``scheduler_info()`` unless asked for all (``n_workers=-1``)."""
+    if "n_workers" in inspect.signature(client.scheduler_info).parameters:
+        return client.scheduler_info(n_workers=-1)["workers"]
+    return client.scheduler_info()["workers"]
