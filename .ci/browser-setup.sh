@@ -12,6 +12,13 @@ if [ ! -x /usr/bin/chromium ]; then
     DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y --no-install-recommends chromium
 fi
 
+# iproute2's `ip`: tests/hosts builds hosts in network namespaces (skipped without it)
+if ! command -v ip >/dev/null; then
+    SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO="sudo"
+    $SUDO apt-get update
+    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y --no-install-recommends iproute2
+fi
+
 command -v node >/dev/null || { echo "browser-setup: node (18+) is required" >&2; exit 1; }
 cd tests/browser
 want=$(node -p "require('./package-lock.json').packages['node_modules/playwright-core'].version")

@@ -5,9 +5,9 @@ steady env-steps/s (first iterations left out), bytes on the wire per iteration,
 time to solve CartPole-v1 (mean of the last 20 returns ≥ 475), one run each.
 
 Part 2 (``--scaling``): an environment whose step waits 2 ms without using the CPU (a
-remote simulator or game server), 16 envs per replica, stepped by 1, 2, 4 and 8 workers
+remote simulator or game server), 16 envs per replica, stepped by 1 to 32 workers
 under SingleLearnerCoarse and SingleLearnerFine (weak scaling: one env replica per
-worker). Efficiency = throughput(W) / (W × throughput(1)).
+worker), on 1, 2, 4, 8, 16 and 32 workers (``--sizes`` to choose). Efficiency = throughput(W) / (W × throughput(1)).
 
     python benchmarks/bench_policies.py             # both parts
     python benchmarks/bench_policies.py --presets   # part 1 only
@@ -17,6 +17,9 @@ from __future__ import annotations
 import argparse
 import logging
 import statistics
+
+#: workers per step of the scaling part (their envs wait, they do not compute: a 2-core box holds 32)
+SIZES = (1, 2, 4, 8, 16, 32)
 
 PRESETS = ["inline", "SingleLearnerCoarse", "SingleLearnerFine", "MultiLearner", "GPUOnly", "Async", "auto"]
 
@@ -69,37 +72,56 @@ def sleepy_fdg():
     return fdg
 
 
-def scaling() -> None:
+def scaling(sizes: tuple[int, ...] = SIZES) -> None:
+    """Weak scaling of the latency-bound env; a size or policy that fails is reported in
+    the table (its error's first line), and the others still run."""
     from distributed import Client, LocalCluster
 
     import workbench as wb
 
-    results: dict[str, dict[int, float]] = {"SingleLearnerCoarse": {}, "SingleLearnerFine": {}}
-    for workers in (1, 2, 4, 8):
+    results: dict[str, dict[int, float | str]] = {"SingleLearnerCoarse": {}, "SingleLearnerFine": {}}
+    for workers in sizes:
         with LocalCluster(n_workers=workers, threads_per_worker=1, host="127.0.0.1",
                           dashboard_address="127.0.0.1:0", silence_logs=logging.ERROR) as cluster, \
                 Client(cluster) as client:
+            client.wait_for_workers(workers, timeout=300)
             for name, policy in (("SingleLearnerCoarse", wb.SingleLearnerCoarse(actors=workers)),
                                  ("SingleLearnerFine", wb.SingleLearnerFine(envs=workers))):
-                rates = []
-                for _ in range(3):
-                    run = sleepy_fdg().run(iterations=12, steps=32, policy=policy, cluster=client,
-                                           progress=False)
-                    rates.append(steady(run, skip=2)[0])
-                results[name][workers] = statistics.median(rates)
-                print(f"  {name} × {workers} workers: {results[name][workers]:,.0f} env-steps/s", flush=True)
-    print("\n| policy | 1 worker | 2 | 4 | 8 | efficiency at 8 |")
-    print("|---|---|---|---|---|---|")
+                try:
+                    rates = []
+                    for _ in range(3):
+                        run = sleepy_fdg().run(iterations=12, steps=32, policy=policy, cluster=client,
+                                               progress=False)
+                        rates.append(steady(run, skip=2)[0])
+                    results[name][workers] = statistics.median(rates)
+                    print(f"  {name} × {workers} workers: {results[name][workers]:,.0f} env-steps/s", flush=True)
+                except Exception as exc:  # noqa: BLE001  (the table must still be printed)
+                    results[name][workers] = f"failed: {type(exc).__name__}: {str(exc).splitlines()[0][:80]}"
+                    print(f"  {name} × {workers} workers: {results[name][workers]}", flush=True)
+    print(_table(results, sizes))
+
+
+def _table(results: dict[str, dict[int, float | str]], sizes: tuple[int, ...]) -> str:
+    """The scaling table: env-steps/s per size, and efficiency at the largest size that ran."""
+    head = " | ".join(f"{w} worker{'s' if w > 1 else ''}" for w in sizes)
+    lines = [f"\n| policy | {head} | efficiency |", "|---|" + "---|" * (len(sizes) + 1)]
     for name, by_workers in results.items():
-        base = by_workers[1]
-        cells = " | ".join(f"{by_workers[w]:,.0f}" for w in (1, 2, 4, 8))
-        print(f"| {name} | {cells} | {by_workers[8] / (8 * base):.0%} |")
+        cells = " | ".join(f"{v:,.0f}" if isinstance(v, float) else str(v or "—")
+                           for v in (by_workers.get(w) for w in sizes))
+        ran = [w for w in sizes if isinstance(by_workers.get(w), float)]
+        base = by_workers.get(1) if isinstance(by_workers.get(1), float) else None
+        top = max(ran) if ran else None
+        efficiency = f"{by_workers[top] / (top * base):.0%} at {top}" if base and top else "—"
+        lines.append(f"| {name} | {cells} | {efficiency} |")
+    return "\n".join(lines)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--presets", action="store_true", help="part 1 only")
     parser.add_argument("--scaling", action="store_true", help="part 2 only")
+    parser.add_argument("--sizes", type=int, nargs="+", default=list(SIZES),
+                        help="workers per scaling step (default: %(default)s)")
     args = parser.parse_args()
     both = not (args.presets or args.scaling)
     if args.presets or both:
@@ -107,7 +129,7 @@ def main() -> None:
 
         presets(embedded_cluster(quiet=True).client)
     if args.scaling or both:
-        scaling()
+        scaling(tuple(args.sizes))
 
 
 if __name__ == "__main__":

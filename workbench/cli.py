@@ -56,7 +56,9 @@ def main(argv: list[str] | None = None) -> int:
             import traceback
 
             traceback.print_exc()
-        print(f"workbench: error: {exc}", file=sys.stderr)
+        # a fragment's error carries its original traceback: shown with --verbose only
+        message = str(exc) if args.verbose else str(exc).split("\n--- original traceback ---")[0]
+        print(f"workbench: error: {message}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("workbench: interrupted; every worker was released.", file=sys.stderr)

@@ -119,6 +119,13 @@ def log(name: str, value: Any, *, allow_nan: bool = False) -> None:
     training on garbage; ``allow_nan=True`` records such a value anyway (for a metric that
     is legitimately undefined at times, such as an explained variance of constant returns).
     """
+    if not isinstance(name, str) or not name:
+        from workbench.errors import MetricError
+
+        # refused here, at the cell's line: a bad name would only fail later, in the report
+        raise MetricError(f"wb.log needs a metric name (a non-empty string such as "
+                          f"'losses/loss') first, got {type(name).__name__} {name!r:.40}: "
+                          f"wb.log('name', value).")
     values = _metric_values(name, value)
     if not allow_nan:
         _check_finite(name, values)

@@ -41,6 +41,7 @@ __all__ = [
     "MetricError",
     "CheckpointError",
     "WorkerLostError",
+    "WorkerUnreachableError",
     "FragmentRuntimeError",
 ]
 
@@ -68,6 +69,32 @@ class WorkerLostError(WorkbenchError):
         super().__init__(f"worker{'s' if len(workers) > 1 else ''} {names} left the cluster mid-run"
                          + (f" (at iteration {iteration})" if iteration is not None else ""))
         self.workers, self.state, self.iteration = list(workers), state, iteration
+
+
+class WorkerUnreachableError(WorkerLostError):
+    """Workers holding replicas stopped answering mid-run while their processes may still
+    live (a link down, a partition, a frozen process): found from the replicas' silence
+    and a probe of their channels, then retired from the scheduler so they cannot rejoin
+    the run half-way. Handled as a lost worker: re-placed from the latest snapshot."""
+
+    def __init__(self, workers: list[str], silent_seconds: float, state=None, iteration: int | None = None):
+        super().__init__(workers, state, iteration)
+        names = ", ".join(workers)
+        self.args = (f"worker{'s' if len(workers) > 1 else ''} {names} stopped answering mid-run (the run "
+                     f"was silent {silent_seconds:.1f} s and a probe of its replicas' channels got no "
+                     "reply); retired from the cluster",)
+        #: seconds from the run's last report to the decision that the workers are lost
+        self.silent_seconds = silent_seconds
+
+
+class ProcessDiedError(WorkbenchError):
+    """A worker process holding the same fragments died twice at the same iteration: what
+    they run kills it (native crash, os._exit off the cell's thread, memory), so the run
+    stops instead of re-placing them again."""
+
+
+class NotebookCellError(WorkbenchError):
+    """An ordinary notebook cell that a headless run needs (``workbench run``) raised."""
 
 
 class FragmentRuntimeError(WorkbenchError):

@@ -17,7 +17,7 @@ import re
 from pathlib import Path
 
 from workbench.fdg.analysis import analyse_code
-from workbench.errors import FragmentError, RunConfigError
+from workbench.errors import FragmentError, NotebookCellError, RunConfigError
 from workbench.config import parse_run_line
 from workbench.session import FDG
 
@@ -50,6 +50,7 @@ def load_notebook(path: str | Path, overrides: list[str] = ()) -> tuple[FDG, dic
     pending = _parse_overrides(overrides)
     fdg = FDG()
     ordinary: list[str] = []
+    numbers: list[int] = []  # each ordinary cell's code cell number, for errors
     run_line = ""
     for number, source in enumerate(notebook_cells(path), start=1):
         stripped = source.lstrip()
@@ -66,9 +67,13 @@ def load_notebook(path: str | Path, overrides: list[str] = ()) -> tuple[FDG, dic
             if match:
                 run_line = match.group(1)
         ordinary.append(_python_only(source))
+        numbers.append(number)
     namespace: dict = {"__name__": "__main__"}
-    for source in _needed(ordinary, set(fdg.notebook_names()) | {o[0] for o in pending}):
-        exec(compile(source, f"<{Path(path).name}>", "exec"), namespace)
+    needed = {id(s) for s in _needed(ordinary, set(fdg.notebook_names()) | {o[0] for o in pending})}
+    for number, source in zip(numbers, ordinary):
+        if id(source) not in needed:  # the very cells _needed kept (equal sources may differ)
+            continue
+        _run_cell(path, number, source, namespace)
         pending = [o for o in pending if not _apply_if_defined(o, namespace)]
     if pending:
         names = ", ".join(sorted({o[0] for o in pending}))
@@ -76,7 +81,7 @@ def load_notebook(path: str | Path, overrides: list[str] = ()) -> tuple[FDG, dic
                              f"--set changes a field of an object an ordinary cell defines, e.g. "
                              f"--set cfg.seed=3 for cfg = PPOConfig().")
     fdg.namespace = namespace
-    options = parse_run_line(_expand(run_line, namespace)) if run_line else {}
+    options = parse_run_line(_expand(path, run_line, namespace)) if run_line else {}
     options.pop("background", None)  # headless: the run is the whole job
     return fdg, options
 
@@ -158,9 +163,40 @@ _RUN_LINE = re.compile(r"^\s*(?:\w+\s*=\s*)?%fdg\s+(run\b.*)$")
 _MAGIC_LINE = re.compile(r"^\s*(?:\w+\s*=\s*)?[%!]")
 
 
-def _expand(line: str, namespace: dict) -> str:
+def _run_cell(path, number: int, source: str, namespace: dict) -> None:
+    """Run one ordinary cell; its error is one line naming the code cell (a headless run
+    has no notebook to show the traceback in: ``workbench run --verbose`` prints it).
+
+    >>> _run_cell("nb.ipynb", 3, "import does_not_exist_xyz", {})
+    Traceback (most recent call last):
+    ...
+    workbench.errors.NotebookCellError: nb.ipynb, code cell 3 (an ordinary cell the fragments need), raised at line 1: ModuleNotFoundError: No module named 'does_not_exist_xyz'. Fix the cell (or the environment) and run again.
+    """
+    import traceback
+
+    filename = f"<{Path(path).name}, code cell {number}>"
+    try:
+        exec(compile(source, filename, "exec"), namespace)
+    except (Exception, SystemExit) as exc:  # sys.exit() in a cell must not end workbench run silently
+        frames = [f for f in traceback.extract_tb(exc.__traceback__) if f.filename == filename]
+        where = f", raised at line {frames[-1].lineno}" if frames else ""
+        text = str(exc)
+        raise NotebookCellError(
+            f"{path}, code cell {number} (an ordinary cell the fragments need){where}: "
+            f"{type(exc).__name__}{': ' + text if text else ''}. Fix the cell (or the environment) "
+            "and run again.") from exc
+
+
+def _expand(path, line: str, namespace: dict) -> str:
     """IPython's ``{expression}`` expansion in magic lines, evaluated in the notebook's namespace."""
-    return re.sub(r"\{([^{}]+)\}", lambda m: str(eval(m.group(1), namespace)), line)
+    def value(match) -> str:
+        try:
+            return str(eval(match.group(1), namespace))
+        except Exception as exc:
+            raise NotebookCellError(f"{path}: the %fdg run line's {{{match.group(1)}}} cannot be "
+                                    f"evaluated ({type(exc).__name__}: {exc}). Define the name in an "
+                                    "ordinary cell, or write the value.") from exc
+    return re.sub(r"\{([^{}]+)\}", value, line)
 
 
 def _python_only(source: str) -> str:

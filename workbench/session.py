@@ -22,6 +22,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from workbench.errors import RunConfigError
+from workbench.fdg.fragment import default_rate
 from workbench.fdg.graph import Graph
 from workbench.fdg.plan import Plan, make_plan
 from workbench.fdg.policy import Policy, as_policy_spec, needs_cluster, resolve_policy
@@ -44,6 +45,9 @@ class FDG(Graph):
 
     def __init__(self, fragments=(), namespace: Mapping[str, Any] | None = None) -> None:
         super().__init__(fragments)
+        if namespace is not None and not isinstance(namespace, Mapping):  # else it fails deep in a run
+            raise RunConfigError(f"namespace must be a dict of the notebook's names (globals() in a "
+                                 f"script) or None, not {type(namespace).__name__}.")
         self.namespace = namespace
         self._last_run: Run | None = None
         #: the placement board's policy (``%fdg place``); ``%fdg run`` uses it by default
@@ -68,6 +72,67 @@ class FDG(Graph):
 
     def copy(self) -> "FDG":
         return FDG(self.fragments.values(), self.namespace)
+
+    # -- live changes ------------------------------------------------------------------
+    def add_fragment(self, name: str, code: str, **options):
+        """Register (or replace) a cell, as :meth:`Graph.add_fragment <workbench.fdg.graph.Graph.add_fragment>`.
+
+        During a run the new cell applies at the next iteration boundary, every fragment's
+        state kept (weights, optimiser, envs mid-episode, counters); an edit the running
+        placement cannot run is refused and the old cells keep running. Re-running the old
+        cell undoes it the same way.
+        """
+        trainer = self._trainer
+        if trainer is None or trainer.run_record is None:
+            return super().add_fragment(name, code, **options)
+        trial = Graph(self.fragments.values())
+        fragment = Graph.add_fragment(trial, name, code, **options)
+        trainer.check_change(trial)  # raises: the run goes on with the old cells
+        fragment = super().add_fragment(name, code, **options)
+        rate = options.get("rate") or default_rate(name)
+        at = trainer.apply_at_boundary("edited", f"{name}: new {rate} cell")
+        print(f"workbench: {name}: new {rate} cell, applies from iteration {at} (the next boundary).",
+              flush=True)
+        return fragment
+
+    def remove_fragment(self, name: str) -> None:
+        if self._trainer is not None:
+            raise RunConfigError(f"cannot remove fragment {name!r} while the FDG runs; stop the run "
+                                 "first (%fdg stop or fdg.stop()).")
+        super().remove_fragment(name)
+
+    def clear(self) -> None:
+        if self._trainer is not None:
+            raise RunConfigError("cannot clear the FDG while it runs; stop the run first "
+                                 "(%fdg stop or fdg.stop()).")
+        super().clear()
+
+    def update(self, **values) -> int | None:
+        """Send changed notebook values to the running replicas at the next iteration
+        boundary (``fdg.update(cfg=cfg)``; ``%fdg update cfg`` in a notebook). The
+        fragments' own state is kept; cells read the new values from then on. Without a
+        run the values are just set. Returns the iteration they apply from (None idle).
+
+        >>> fdg = wb.FDG(namespace={"scale": 1.0})     # doctest: +SKIP
+        >>> fdg.update(scale=0.5)                      # doctest: +SKIP
+        """
+        trainer = self._trainer
+        namespace = trainer.namespace if trainer is not None else self.namespace
+        if namespace is None:
+            self.namespace = namespace = {}
+        read = set(self.notebook_names())
+        unread = sorted(set(values) - read)
+        if unread:
+            raise RunConfigError(f"no fragment reads {', '.join(unread)}; the fragments read these "
+                                 f"notebook names: {', '.join(sorted(read)) or 'none'}.")
+        namespace.update(values)
+        if trainer is None or trainer.run_record is None:
+            return None
+        names = ", ".join(sorted(values))
+        at = trainer.apply_at_boundary("updated", f"new value of {names}")
+        print(f"workbench: new value of {names}, applies from iteration {at} (the next boundary).",
+              flush=True)
+        return at
 
     # -- planning ----------------------------------------------------------------------
     def plan(self, policy: str | Policy | Any = "inline", cluster=None, *, steps: int | None = None) -> Plan:

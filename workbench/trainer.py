@@ -29,7 +29,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from workbench.config import RunConfig
-from workbench.errors import RunConfigError, WorkerLostError
+from workbench.errors import ProcessDiedError, RunConfigError, WorkerLostError
 from workbench.fdg.graph import Graph
 from workbench.fdg.plan import Plan, make_plan
 from workbench.fdg.policy import IN_PROCESS, Policy, as_policy_spec, needs_cluster, rehome, resolve_policy
@@ -38,6 +38,7 @@ from workbench.runtime.checkpoint_writer import CheckpointWriter
 from workbench.runtime.driver import InlineBackend, IterationRecord, drive
 from workbench.runtime.replica import group_program
 from workbench.runtime.run import Run
+from workbench.runtime.serialisable import check_notebook, readers_of
 from workbench.runtime.state import RunState
 
 __all__ = ["Trainer", "AUTO_TRIAL_ITERATIONS", "MAX_RECOVERIES"]
@@ -83,6 +84,8 @@ class Trainer:
         self.run_record: Run | None = None
         self._stop = threading.Event()
         self._pending = None  # a policy to re-place the running run under
+        #: changes to apply at the next iteration boundary: (kind, what changed)
+        self._changes: list[tuple[str, str]] = []
 
     # -- control from another thread -------------------------------------------------------
     def stop(self) -> None:
@@ -92,6 +95,23 @@ class Trainer:
     def replace(self, spec) -> None:
         """Re-place the run under ``spec`` at its next iteration boundary."""
         self._pending = spec
+
+    def check_change(self, graph: Graph) -> None:
+        """Raise unless ``graph`` (the FDG as an edit would leave it) can run under the
+        running placement: an edit that cannot is refused, and the old cells keep running."""
+        graph.validate(self.namespace)
+        run = self.run_record
+        if run is not None and run.policy is not None:
+            make_plan(graph, run.policy)
+
+    def apply_at_boundary(self, kind: str, what: str) -> int:
+        """End the current stretch at the next iteration boundary; the next one starts from
+        its state with the FDG's cells and notebook values as they are then. Returns the
+        iteration the change is expected to apply from (said again, exactly, when it lands)."""
+        self._changes.append((kind, what))
+        run = self.run_record
+        last = run.rows[-1]["iteration"] if run is not None and run.rows else -1
+        return last + 2  # the iteration in flight finishes first
 
     # -- the run -------------------------------------------------------------------------
     def run(self) -> Run:
@@ -172,10 +192,15 @@ class Trainer:
             except WorkerLostError as lost:
                 state = self._recover(run, lost, state)
                 continue
-            if self._pending is None or run.completed_iterations >= run.iterations or run.is_solved() \
-                    or self._stop.is_set():
+            if (self._pending is None and not self._changes) or run.completed_iterations >= run.iterations \
+                    or run.is_solved() or self._stop.is_set():
                 return
-            current, self._pending, state = self._pending, None, run.state
+            state, changes, self._changes = run.state, self._changes, []
+            for kind, what in changes:
+                run.note(kind, f"{what}: applies from iteration {state.iteration}", state.iteration)
+            if self._pending is None:
+                continue  # the same placement, re-planned from the FDG as it is now
+            current, self._pending = self._pending, None
             run.note("replaced", f"re-placed at iteration {state.iteration}: now "
                      f"{getattr(current, 'name', current)} (state moved with the fragments)", state.iteration)
 
@@ -186,6 +211,8 @@ class Trainer:
         resume_at = state.iteration if state is not None else first
         dropped = run.rewind(resume_at)
         run.lost_iterations += dropped
+        _check_not_repeating(run, lost, getattr(self, "_last_loss", None))
+        self._last_loss = (lost.iteration, _groups_on(run, lost.workers))
         if sum(e.kind == "worker lost" for e in run.events) >= MAX_RECOVERIES:
             raise RunConfigError(f"{MAX_RECOVERIES} workers were lost in this run; giving up. "
                                  "Check the cluster (memory, crashes) before running again.") from lost
@@ -206,6 +233,7 @@ class Trainer:
             inventory = inventory_of(client)
         resolved = _fit_to_cluster(resolve_policy(policy, self.fdg, inventory), inventory, run)
         plan = make_plan(self.fdg, resolved)
+        run.fdg = self.fdg.copy()  # the cells this stretch runs (hot edits change them)
         ns = stretch.namespace
         notebook = {n: ns[n] for n in self.fdg.notebook_names() if n in ns}
         programs = {g: group_program(plan, g, stretch.config.steps) for g in plan.groups}
@@ -231,11 +259,13 @@ class Trainer:
                 logger.log(run.rows[-1])
             if self._bar is not None:
                 self._bar.advance(run)
-            return run.is_solved() or self._stop.is_set() or self._pending is not None
+            return run.is_solved() or self._stop.is_set() or self._pending is not None or bool(self._changes)
 
         try:
             if not run.rows:
                 run.started = time.perf_counter()  # the clock includes deploying the replicas
+            if not resolved.in_process:  # a lock or a generator read from the notebook: say which, before sending
+                check_notebook(notebook, readers_of(self.fdg, notebook))
             backend.deploy(plan, programs, notebook, _states_for(plan, resume))
             try:
                 drive(plan, backend, iterations, on_iteration, start=start, snapshot_every=every,
@@ -244,7 +274,7 @@ class Trainer:
                 lost.state = _snapshot_state(plan, backend.snapshots)
                 lost.iteration = start + completed
                 raise
-            if stretch.keep_state or self._pending is not None:
+            if stretch.keep_state or self._pending is not None or self._changes:
                 run.state = _collect_state(plan, backend.export(), start + completed)
         finally:
             backend.teardown()
@@ -290,6 +320,28 @@ def _fit_to_cluster(policy: Policy, inventory, run: Run) -> Policy:
     run.note("re-placed", f"workers {', '.join(sorted(set(gone)))} are gone: moved their replicas "
              f"to {moved!r}")
     return moved
+
+
+def _groups_on(run: Run, workers) -> tuple[str, ...]:
+    """The fragment groups the run had placed on ``workers``."""
+    policy = run.policy
+    return tuple(g.name for g in getattr(policy, "groups", ()) if set(g.workers) & set(workers))
+
+
+def _check_not_repeating(run: Run, lost: WorkerLostError, last) -> None:
+    """A process that dies again at the same iteration, holding the same fragments, is
+    killed by what they run (native code crashing, a child calling os._exit, memory):
+    retrying would only repeat it until "N workers were lost", so stop, naming them."""
+    groups = _groups_on(run, lost.workers)
+    if last is None or last != (lost.iteration, groups) or not groups:
+        return
+    raise ProcessDiedError(
+        f"the process running {', '.join(map(repr, groups))} died again at iteration "
+        f"{lost.iteration} (worker {', '.join(lost.workers)}), after being re-placed there: "
+        "something these fragments' cells run ends their process — native code that crashes "
+        "(a segfault, an abort), a thread or child process calling os._exit, or running out of "
+        "memory. Run under policy inline to see where (the error names the cell), fix it, and run "
+        "again.") from lost
 
 
 def _snapshot_state(plan: Plan, book) -> RunState | None:

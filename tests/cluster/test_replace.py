@@ -46,7 +46,11 @@ def test_the_learner_moves_with_its_weights_and_optimiser_state(client):
     """After the move the learner carries on from its own latest update: its counter never
     restarts and its weights are not the init cell's."""
     fdg = weights_fdg()
-    mover = ReplaceAt(fdg, 5, _learner_elsewhere(fdg, inventory_of(client)))
+    # steps that take a little time, as a real env's do: the replicas are not all done
+    # before the driver hears of the iteration the move is asked at
+    fdg.namespace["time"] = __import__("time")
+    fdg.add_fragment("env", "time.sleep(0.01)\nobs = rng.normal(size=(4, 3)).astype(np.float32)", rate="step")
+    mover = ReplaceAt(fdg, 2, _learner_elsewhere(fdg, inventory_of(client)))
     run = fdg.run(iterations=10, steps=2, policy="coarse", cluster=client, progress=False, loggers=[mover])
     assert run.policy.group_of("learner").workers != mover.policy_before.group_of("learner").workers
     rows = run.rows
@@ -62,7 +66,8 @@ def test_moving_the_ppo_learner_mid_run_still_solves_cartpole(client):
     run = fdg.run(iterations=150, steps=options["steps"], policy="coarse", cluster=client,
                   target_return=options["target_return"], progress=False, loggers=[mover])
     replaced = [e for e in run.events if e.kind == "replaced"]
-    assert len(replaced) == 1 and replaced[0].iteration == 16
+    # at the first exact boundary after iteration 15: every iteration begun by then finishes
+    assert len(replaced) == 1 and 16 <= replaced[0].iteration <= 18
     assert [row["iteration"] for row in run.rows] == list(range(len(run.rows)))  # no gap, no repeat
     assert run.solved_at is not None, (mover.return_then, run.summary())
 

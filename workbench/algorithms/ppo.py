@@ -187,7 +187,8 @@ def ppo_update(agent, optimizer, cfg, update, state, action, logp, value, reward
             _sync_and_clip(params, cfg.max_grad_norm)
             optimizer.step()
     return {"losses/policy_loss": pg_loss.item(), "losses/value_loss": v_loss.item(),
-            "losses/entropy": entropy.mean().item()}
+            "losses/entropy": entropy.mean().item(),
+            "charts/learning_rate": optimizer.param_groups[0]["lr"]}
 
 
 # ----------------------------------------------------------------------------- the fragments

@@ -22,12 +22,13 @@ from distributed.metrics import context_meter
 from distributed.utils import get_ip
 
 from workbench.cluster._dask_compat import forget_topic_handler, prune_topics, topic_name
-from workbench.cluster import worker_setup
-from workbench.errors import FragmentRuntimeError, PlacementError, WorkerLostError
+from workbench.cluster import liveness, worker_logs, worker_setup
+from workbench.errors import FragmentRuntimeError, PlacementError, WorkerLostError, WorkerUnreachableError
 from workbench.fdg.inventory import Inventory
 from workbench.fdg.plan import Plan
 from workbench.runtime.channels import Mailbox, SocketPostman, SocketServer, dumps_state
 from workbench.runtime.driver import Events, StreamSpec, close_envs
+from workbench.runtime.fence import Fence
 from workbench.runtime.loop import run_loop
 from workbench.runtime.replica import GroupProgram, GroupReplica, TaskReport
 from workbench.runtime.snapshots import DRIVER, SnapshotBook, snapshot_key
@@ -64,6 +65,8 @@ class WorkbenchPlugin(WorkerPlugin):
     def setup(self, worker) -> None:
         self.deployed: dict[tuple[str, str, int], _Deployed] = {}
         self.stopping: set[str] = set()
+        #: per run, the fence this worker's replicas stop at for an exact boundary
+        self.fences: dict[str, Fence] = {}
 
     def teardown(self, worker) -> None:
         for item in self.deployed.values():
@@ -107,9 +110,10 @@ def _loop_task(run_id: str, authkey: bytes, group: str, index: int, plan: Plan, 
         postman.send(DRIVER, snapshot_key(group), iteration, index, deployed.replica.snapshot_bytes(full))
 
     try:
+        fence = None if plan.policy.asynchronous else _fence_of(plugin, run_id)
         return run_loop(deployed.replica, stream.tasks(plan), deployed.mailbox, postman, counts, report,
                         lambda: run_id in plugin.stopping, snapshot, stream.snapshot_every,
-                        stream.full_snapshot_every)
+                        stream.full_snapshot_every, fence)
     except (ConnectionError, EOFError) as exc:
         # a peer's process died under this replica's send: not this task's fault, so no
         # "Compute Failed" in the worker's log — the driver finds the dead worker and
@@ -157,10 +161,25 @@ def _set_stopping(run_id: str, dask_worker=None) -> None:
         plugin.stopping.add(run_id)
 
 
+def _fence_of(plugin: WorkbenchPlugin, run_id: str) -> Fence:
+    return plugin.__dict__.setdefault("fences", {}).setdefault(run_id, Fence())
+
+
+def _fence_pause(run_id: str, dask_worker=None) -> int:
+    """Phase 1 of an exact boundary, on one worker: hold its replicas of the run before
+    their next iteration; the newest iteration they began (-1 for none)."""
+    return _fence_of(dask_worker.plugins[PLUGIN_NAME], run_id).pause()
+
+
+def _fence_close(run_id: str, boundary: int, dask_worker=None) -> None:
+    _fence_of(dask_worker.plugins[PLUGIN_NAME], run_id).close_at(boundary)
+
+
 def _drop_run(run_id: str, dask_worker=None) -> int:
     plugin = dask_worker.plugins.get(PLUGIN_NAME)
     if plugin is None:
         return 0
+    plugin.__dict__.get("fences", {}).pop(run_id, None)
     mine = [k for k in plugin.deployed if k[0] == run_id]
     for key in mine:
         plugin.deployed.pop(key).close()
@@ -208,7 +227,8 @@ class DaskBackend:
         self._addresses: dict[tuple[str, int], tuple[str, int]] = {}
         self._workers: dict[tuple[str, int], str] = {}
         self._loops: list[Future] = []
-        self._topic = f"workbench-{self.run_id}"
+        self._topic = topic_name(self.run_id)
+        self._asynchronous = False
         self._stopped = threading.Event()
         self.snapshots: SnapshotBook | None = None
         self._snapshot_server: SocketServer | None = None
@@ -216,6 +236,8 @@ class DaskBackend:
             client.register_plugin(WorkbenchPlugin(), name=PLUGIN_NAME)
         # what makes the embedded cluster's workers fast, on the user's own workers too
         worker_setup.ensure_worker_setup(client)
+        # a fragment's error is reported once, by the run: not also as Dask's "Compute Failed"
+        worker_logs.ensure_quiet_task_logs(client)
 
     def deploy(self, plan: Plan, programs: dict[str, GroupProgram], notebook: dict[str, Any],
                states: dict[tuple[str, int], dict] | None = None) -> None:
@@ -252,6 +274,7 @@ class DaskBackend:
 
         self.client.subscribe_topic(self._topic, on_event)
         counts = {name: g.replicas for name, g in plan.groups.items()}
+        self._asynchronous = plan.policy.asynchronous
         addresses = dict(self._addresses)
         if stream.snapshot_every or stream.full_snapshot_every:
             # replicas send their state here between iterations (HMAC-authenticated like
@@ -311,6 +334,25 @@ class DaskBackend:
         if gone:
             raise WorkerLostError([self._name_of(a) for a in gone])
 
+    def probe(self, silent_for: float) -> None:
+        """The run has been silent ``silent_for`` seconds: raise
+        :class:`WorkerUnreachableError` for workers whose replicas' channel servers do not
+        answer (alive but cut off, or frozen), after removing them from the scheduler."""
+        self.check()  # a dead process is the plainer explanation
+        started = time.monotonic()
+        servers: dict[str, tuple[str, int]] = {}
+        for key, address in self._workers.items():
+            servers.setdefault(address, self._addresses[key])
+        silent = liveness.unanswered(servers)
+        if not silent:
+            return
+        try:
+            liveness.retire(self.client, silent)
+        except Exception:  # the scheduler itself is unreachable: its TTL will do it
+            pass
+        raise WorkerUnreachableError([self._name_of(a) for a in silent],
+                                     silent_for + time.monotonic() - started)
+
     def failure(self, exc: BaseException) -> BaseException:
         if isinstance(exc, FragmentRuntimeError):
             return exc  # the user's code raised: no worker is to blame
@@ -336,6 +378,22 @@ class DaskBackend:
     def _name_of(self, address: str) -> str:
         info = self.inventory.find(address)
         return info.name if info is not None else address
+
+    def fence(self, at_least: int) -> int | None:
+        """Close every replica of the run at one exact iteration boundary ≥ ``at_least``
+        (see :mod:`workbench.runtime.fence`): pause them all, then close at one past the
+        newest iteration any began. None under an asynchronous policy, or when a worker
+        does not answer (the run then stops as before; the loss is found by ``check``)."""
+        if self._asynchronous:
+            return None
+        workers = sorted(set(self._workers.values()))
+        try:
+            newest = self.client.run(_fence_pause, self.run_id, workers=workers)
+            boundary = max(max(newest.values(), default=-1) + 1, at_least)
+            self.client.run(_fence_close, self.run_id, boundary, workers=workers)
+        except Exception:  # a worker gone mid-fence: stop without one
+            return None
+        return boundary
 
     def stop(self) -> None:
         if not self._stopped.is_set():

@@ -25,7 +25,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 import dask
-from distributed import Client, LocalCluster
+from distributed import Client, LocalCluster, WorkerPlugin
 from distributed.comm.core import CommClosedError
 from distributed.security import Security
 
@@ -93,13 +93,38 @@ def embedded_cluster(n_workers: int = 2, threads_per_worker: int = 1, *, quiet: 
                 "policy or pass cluster=ADDRESS of a running scheduler."
             ) from None
         client = Client(cluster, set_as_default=False)
+        # before anything else runs there: Kernel ▸ Interrupt signals the kernel's whole
+        # process group, and the embedded workers must not die of it (they keep the run's
+        # next attempt); workers the nanny restarts get the plugin too
+        client.register_plugin(DetachFromKernelSignals(), name="workbench-detach")
         client.run(_warm_up)
         _embedded = ClusterHandle(client, owned=True, cluster=cluster)
         atexit.register(shutdown_embedded)
-        if not quiet:
-            print(f"workbench: started a local Dask cluster ({n_workers} workers on 127.0.0.1); "
-                  f"dashboard: {client.dashboard_link}")
+        # every path that starts the cluster says where its dashboard is (quiet or not:
+        # later runs reuse it and would never say), pointing at workbench's own page
+        print(f"workbench: started a local Dask cluster ({n_workers} workers on 127.0.0.1); "
+              f"dashboard: {workbench_page(client)}")
         return _embedded
+
+
+def workbench_page(client: Client) -> str:
+    """The workbench page of the cluster's dashboard (Dask's link points at /status)."""
+    link = client.dashboard_link or ""
+    return link[: -len("/status")] + "/workbench" if link.endswith("/status") else link
+
+
+class DetachFromKernelSignals(WorkerPlugin):
+    """Moves an embedded worker process into a process group of its own, so the SIGINT a
+    Jupyter interrupt sends to the kernel's process group does not kill it (the kernel
+    stops the run itself: its loops are cancelled and the workers stay for the next)."""
+
+    def setup(self, worker) -> None:
+        import os
+
+        try:
+            os.setpgid(0, 0)
+        except OSError:  # already a group leader, or not permitted: nothing to move
+            pass
 
 
 def shutdown_embedded() -> None:

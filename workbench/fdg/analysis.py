@@ -49,11 +49,35 @@ class CellAnalysis:
 
 def parse_cell(code: str, *, fragment: str = "<cell>") -> ast.Module:
     """Parse ``code``, turning a ``SyntaxError`` into a :class:`FragmentSyntaxError` that
-    names the fragment and the cell line."""
+    names the fragment and the cell line.
+
+    The cell is also compiled, because some code parses but cannot run as a cell: the
+    parser accepts a top-level ``return``, ``yield``, ``await`` or ``break``, and only the
+    compiler refuses them. Refusing them here makes them registration errors with the cell
+    line, not run-time failures deep in a replica.
+
+    >>> parse_cell("if done:\\n    return", fragment="actor")
+    Traceback (most recent call last):
+    ...
+    workbench.fdg.errors.FragmentSyntaxError: fragment 'actor': syntax error at cell line 2: return ('return' outside function: a cell runs as top-level code, not as a function body; use if/else instead). Fix the cell and run it again; the FDG is unchanged.
+    """
+    filename = f"<fragment {fragment}>"
     try:
-        return ast.parse(code, filename=f"<fragment {fragment}>")
+        tree = ast.parse(code, filename=filename)
+        compile(tree, filename, "exec", dont_inherit=True)
     except SyntaxError as exc:
-        raise FragmentSyntaxError(fragment, exc.lineno, exc.msg, exc.text) from None
+        lines = code.splitlines()
+        text = exc.text or (lines[exc.lineno - 1] if exc.lineno and exc.lineno <= len(lines) else None)
+        raise FragmentSyntaxError(fragment, exc.lineno, _explained(exc.msg), text) from None
+    return tree
+
+
+def _explained(msg: str) -> str:
+    """The compiler's message, with what to do when the cause is that a cell is not a
+    function (``return``/``yield``/``await`` at its top level)."""
+    if "outside function" in msg or "outside async function" in msg or "outside of an async" in msg:
+        return f"{msg}: a cell runs as top-level code, not as a function body; use if/else instead"
+    return msg
 
 
 def analyse_code(code: str, *, fragment: str = "<cell>") -> CellAnalysis:

@@ -68,6 +68,11 @@ class Cell:
         writes: tuple[str, ...] = (),
     ) -> "Cell":
         _check_rate(fragment, rate)
+        # checked here, at the edge: a non-string would otherwise fail deep in ``compile``
+        if not isinstance(code, str):
+            raise FragmentOptionError(
+                f"fragment {fragment!r}: the cell's code must be a string of Python source, got "
+                f"{type(code).__name__} {code!r:.40}.", fragment=fragment)
         for name in (*reads, *writes):
             _check_identifier(fragment, name)
         found = analyse_code(code, fragment=fragment)

@@ -14,12 +14,14 @@ from __future__ import annotations
 
 import builtins
 import difflib
+import types
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from workbench.fdg.errors import (
     ConflictingWritersError,
     FDGError,
+    FragmentOptionError,
     StepCycleError,
     UndefinedNameError,
 )
@@ -75,6 +77,11 @@ class Graph:
         ``writes`` declare names the syntax tree cannot show.
         """
         rate = rate or default_rate(name)
+        for what, names in (("reads", reads), ("writes", writes)):
+            if isinstance(names, str):  # tuple('obs') would quietly declare 'o', 'b' and 's'
+                raise FragmentOptionError(
+                    f"fragment {name!r}: {what} must be a list of names, got the string "
+                    f"{names!r}; write {what}=[{names!r}].", fragment=name)
         existing = self._fragments.get(name) or Fragment(name)
         updated = Fragment(
             name,
@@ -176,6 +183,7 @@ class Graph:
         self._check_first_values()
         if namespace is not None:
             self._check_defined(namespace)
+            self._check_shadowed_modules(namespace)
         return self.schedule()
 
     def schedule(self) -> Schedule:
@@ -208,6 +216,26 @@ class Graph:
                     f"run before any iteration cell. Give {edge.name!r} a first value in "
                     f"{edge.producer}'s --init cell."
                 )
+
+    def _check_shadowed_modules(self, namespace: Mapping[str, object]) -> None:
+        """A fragment that rebinds a name the notebook holds as a module (``wb = None``,
+        ``np = …``) becomes that name's writer: every other fragment reading it gets the
+        fragment's value, not the module, and fails at its own line far from the cause.
+        Blame the cell that rebinds it, before anything runs."""
+        for edge in self.interfaces:
+            value = namespace.get(edge.name)
+            if not isinstance(value, types.ModuleType):
+                continue
+            producer = self._fragments[edge.producer]
+            rate = edge.producer_rates[0]
+            line = producer.cells[rate].line_of(edge.name)
+            raise FDGError(
+                f"fragment {edge.producer!r} ({rate} cell{f', cell line {line}' if line else ''}) "
+                f"rebinds {edge.name!r}, which the notebook defines as the module "
+                f"{value.__name__}; fragment {edge.consumer!r} ({edge.consumer_rate} cell) reads "
+                f"{edge.name!r}, so it would get the value {edge.producer}'s cell binds instead of "
+                "the module. Use another name in that cell."
+            )
 
     def _check_defined(self, namespace: Mapping[str, object]) -> None:
         writers = self.writers()

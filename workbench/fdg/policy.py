@@ -5,8 +5,8 @@ replica, with a replica count and (optionally) the workers the replicas go to. P
 constructors that place themselves on whatever FDG and cluster they are given.
 
 Example:
-    >>> from workbench.fdg.graph import FDG
-    >>> fdg = FDG()
+    >>> from workbench.fdg.graph import Graph
+    >>> fdg = Graph()
     >>> _ = fdg.add_fragment("env", "obs = make()", rate="init")
     >>> _ = fdg.add_fragment("actor", "action = pick(obs)", rate="step")
     >>> _ = fdg.add_fragment("env", "obs = advance(action)", rate="step")
@@ -22,7 +22,8 @@ import json
 from dataclasses import dataclass, field
 
 from workbench.fdg.errors import PlacementError
-from workbench.fdg.graph import FDG
+from workbench.fdg.graph import Graph
+from workbench.fdg.vocabulary import IN_PROCESS, check_device_kind
 from workbench.fdg.inventory import Inventory, WorkerInfo
 
 __all__ = ["Group", "Policy", "Inline", "SingleLearnerCoarse", "SingleLearnerFine", "MultiLearner",
@@ -30,7 +31,6 @@ __all__ = ["Group", "Policy", "Inline", "SingleLearnerCoarse", "SingleLearnerFin
            "needs_cluster", "PRESETS"]
 
 #: Where an unplaced replica runs: the calling process (no Dask).
-IN_PROCESS = "local"
 
 
 @dataclass(frozen=True)
@@ -50,9 +50,12 @@ class Group:
         return "+".join(self.fragments)
 
     def __post_init__(self) -> None:
-        if self.device not in ("cpu", "gpu"):
-            raise PlacementError(f"group {self.name!r}: device must be 'cpu' or 'gpu', got {self.device!r}.")
-        if not isinstance(self.replicas, int) or self.replicas < 1:
+        try:
+            check_device_kind(self.device, f"group {self.name!r}")
+        except ValueError as exc:
+            raise PlacementError(str(exc)) from None
+        # bool is an int to Python, and JSON's 2.7 must not quietly become 2
+        if not isinstance(self.replicas, int) or isinstance(self.replicas, bool) or self.replicas < 1:
             raise PlacementError(
                 f"group {self.name!r}: replicas must be a whole number ≥ 1, got {self.replicas!r}."
             )
@@ -93,7 +96,7 @@ class Policy:
             f"policy {self.name!r} does not place fragment {fragment!r}; add it to a group."
         )
 
-    def check(self, fdg: FDG, inventory: Inventory | None = None) -> None:
+    def check(self, fdg: Graph, inventory: Inventory | None = None) -> None:
         """Raise :class:`PlacementError` unless the policy places every fragment of ``fdg``
         exactly once, on workers that exist."""
         placed = [f for g in self.groups for f in g.fragments]
@@ -147,7 +150,7 @@ class Policy:
         try:
             data = json.loads(text)
             groups = tuple(
-                Group(_names(g["fragments"]), int(g.get("replicas", 1)), _names(g.get("workers", [])),
+                Group(_names(g["fragments"]), _whole(g.get("replicas", 1)), _names(g.get("workers", [])),
                       g.get("device", "cpu"))
                 for g in data["groups"]
             )
@@ -182,7 +185,7 @@ class Inline:
 
     name = "inline"
 
-    def place(self, fdg: FDG, inventory: Inventory | None = None) -> Policy:
+    def place(self, fdg: Graph, inventory: Inventory | None = None) -> Policy:
         return Policy(self.name, (Group(tuple(fdg.fragments), 1, (IN_PROCESS,)),))
 
 
@@ -203,7 +206,7 @@ class SingleLearnerCoarse:
     def __repr__(self) -> str:
         return f"SingleLearnerCoarse(actors={self.actors!r})"
 
-    def place(self, fdg: FDG, inventory: Inventory) -> Policy:
+    def place(self, fdg: Graph, inventory: Inventory) -> Policy:
         if not inventory.workers:
             raise PlacementError("SingleLearnerCoarse needs a cluster with at least one worker.")
         acting = fdg.schedule().step_order
@@ -215,12 +218,29 @@ class SingleLearnerCoarse:
             )
         names = inventory.names
         count = self.actors or len(names)
-        groups = [Group(acting, count, tuple(names[i % len(names)] for i in range(count)))]
+        workers = tuple(names[i % len(names)] for i in range(count))
+        groups = [Group(acting, count, workers, _wished_device(fdg, acting, workers, inventory))]
         if learning:
             home: WorkerInfo = (inventory.gpu_workers() or inventory.workers)[0]
             device = "gpu" if home.gpus else "cpu"
             groups.append(Group(learning, 1, (home.name,), device))
         return Policy(self.name, tuple(groups))
+
+
+def _wished_device(fdg: Graph, fragments, workers, inventory: Inventory, default: str = "cpu") -> str:
+    """``"gpu"`` for a group whose fragments ask for it (``--device gpu``), or whose preset
+    wants it (``default``), when every worker its replicas go to has a GPU; else ``"cpu"``
+    (a wish, as on the board: a cluster without GPUs still runs the preset)."""
+    wished = default == "gpu" or any(fdg[n].device == "gpu" for n in fragments)
+    has_gpus = all((inventory.find(w) or WorkerInfo("", w)).gpus > 0 for w in workers)
+    return "gpu" if wished and workers and has_gpus else "cpu"
+
+
+def _whole(replicas):
+    """A JSON replica count as it is: 2.7 or true must not quietly become 2 or 1."""
+    if not isinstance(replicas, int) or isinstance(replicas, bool):
+        raise TypeError(f"replicas must be a whole number ≥ 1, got {json.dumps(replicas)}")
+    return replicas
 
 
 def _spread(names: tuple[str, ...], count: int) -> tuple[str, ...]:
@@ -250,7 +270,7 @@ class Async(SingleLearnerCoarse):
     def __repr__(self) -> str:
         return f"Async(actors={self.actors!r})"
 
-    def place(self, fdg: FDG, inventory: Inventory) -> Policy:
+    def place(self, fdg: Graph, inventory: Inventory) -> Policy:
         coarse = super().place(fdg, inventory)
         return Policy(self.name, coarse.groups, asynchronous=True)
 
@@ -269,17 +289,25 @@ class SingleLearnerFine:
         _check_count(self.name, "envs", envs)
         self.envs, self.env_fragments = envs, env_fragments
 
-    def place(self, fdg: FDG, inventory: Inventory) -> Policy:
+    def place(self, fdg: Graph, inventory: Inventory) -> Policy:
         home = _home(inventory)
         stepping = fdg.schedule().step_order
         envs = tuple(self.env_fragments or (n for n in stepping if n.startswith("env")))
         unknown = [n for n in envs if n not in fdg]
+        if not stepping:  # naming env fragments cannot help: there is no per-step loop to split
+            raise PlacementError(
+                "SingleLearnerFine splits the per-step loop (environments on their own workers, "
+                "exchanging values every step) but this FDG has no step cells: its fragments "
+                f"({', '.join(fdg.fragments)}) run per iteration or at init only. Use "
+                "SingleLearnerCoarse, MultiLearner or inline; fine needs an env and an actor "
+                "--every step.")
         if not envs or unknown:
             raise PlacementError(
                 "SingleLearnerFine splits environment fragments from the rest, but "
                 + (f"the FDG has no fragment {', '.join(map(repr, unknown))}" if unknown
                    else "no step fragment is named env…")
-                + "; pass SingleLearnerFine(env_fragments=(…))."
+                + f"; pass SingleLearnerFine(env_fragments=(…)) naming the fragments that step "
+                f"environments, among the step fragments {', '.join(stepping)}."
             )
         rest = tuple(n for n in fdg.fragments if n not in envs)
         if not any(e.timing == "per-step" and (e.producer in envs) != (e.consumer in envs)
@@ -307,12 +335,15 @@ class MultiLearner:
         _check_count(self.name, "learners", learners)
         self.learners = learners
 
-    def place(self, fdg: FDG, inventory: Inventory) -> Policy:
+    def place(self, fdg: Graph, inventory: Inventory) -> Policy:
         names = inventory.names
         if not names:
             raise PlacementError("MultiLearner needs a cluster with at least one worker.")
         count = self.learners or len(names)
-        return Policy(self.name, (Group(_ordered(fdg), count, _spread(names, count)),))
+        workers = _spread(names, count)
+        # learners on GPUs when every worker they go to has one
+        return Policy(self.name, (Group(_ordered(fdg), count, workers,
+                                        _wished_device(fdg, fdg.fragments, workers, inventory, "gpu")),))
 
 
 class GPUOnly:
@@ -321,12 +352,12 @@ class GPUOnly:
 
     name = "GPUOnly"
 
-    def place(self, fdg: FDG, inventory: Inventory) -> Policy:
+    def place(self, fdg: Graph, inventory: Inventory) -> Policy:
         home = _home(inventory)
         return Policy(self.name, (Group(_ordered(fdg), 1, (home.name,), "gpu" if home.gpus else "cpu"),))
 
 
-def auto_candidates(fdg: FDG, inventory: Inventory) -> list[tuple[str, object]]:
+def auto_candidates(fdg: Graph, inventory: Inventory) -> list[tuple[str, object]]:
     """The presets ``policy="auto"`` tries: every synchronous preset that can place this
     FDG on this cluster (Async changes the algorithm's semantics, so it is never chosen
     for you)."""
@@ -340,7 +371,7 @@ def auto_candidates(fdg: FDG, inventory: Inventory) -> list[tuple[str, object]]:
     return out
 
 
-def _ordered(fdg: FDG) -> tuple[str, ...]:
+def _ordered(fdg: Graph) -> tuple[str, ...]:
     """Every fragment, step fragments first in step order (a readable group name)."""
     stepping = fdg.schedule().step_order
     return stepping + tuple(n for n in fdg.fragments if n not in stepping)
@@ -402,7 +433,7 @@ def needs_cluster(spec) -> bool:
     return not isinstance(spec, Inline)
 
 
-def resolve_policy(spec, fdg: FDG, inventory: Inventory | None) -> Policy:
+def resolve_policy(spec, fdg: Graph, inventory: Inventory | None) -> Policy:
     """Turn a policy given by name, file, preset object or :class:`Policy` into a checked Policy."""
     spec = as_policy_spec(spec)
     policy = spec if isinstance(spec, Policy) else spec.place(fdg, inventory)

@@ -30,6 +30,10 @@ _FDG_HELP = f"""Show, run or change the notebook's fragmented dataflow graph (FD
                       was placed, else inline
 %fdg run --background ...   train in a background thread; %fdg stop ends it
 %fdg stop             stop a background run after its current iteration
+%fdg update NAME …    send the notebook's current values of NAME … (e.g. cfg after
+                      cfg.ent_coef = 0.02) to the running replicas: they apply at the
+                      next iteration boundary, every fragment's state kept. Re-running
+                      a %%fragment cell during a run applies the new cell the same way
 %fdg profile          the last run's time per fragment and replica (compute, waiting, sending)
 %fdg policy           show the active policy (the last run's) and its plan
 %fdg policy --policy P [--steps T]   the plan P makes of this FDG (with --steps: bytes
@@ -88,6 +92,8 @@ class WorkbenchMagics(Magics):
                 return self._run(rest)
             if command == "stop":
                 return self._stop()
+            if command == "update":
+                return self._update(rest)
             if command == "profile":
                 if self.fdg.last_run is None:
                     raise UsageError("nothing has run yet: %fdg run first, then %fdg profile.")
@@ -127,7 +133,16 @@ class WorkbenchMagics(Magics):
         if options.get("progress", True) is True:
             options["progress"] = self._live_view
         if not background:
-            return self.fdg.run(**options)
+            try:
+                return self.fdg.run(**options)
+            except KeyboardInterrupt:
+                # the interrupt's one line; the partial record is the cell's result
+                run = self.fdg.last_run
+                done = run.completed_iterations if run is not None else 0
+                print(f"workbench: interrupted after {done} iteration{'s' if done != 1 else ''}; "
+                      "every replica was stopped and the cluster kept. The run so far is this "
+                      "cell's result.", flush=True)
+                return run
         self._background = threading.Thread(
             target=self._run_in_background, kwargs=options, name="workbench-run", daemon=True)
         self._background.start()
@@ -167,6 +182,19 @@ class WorkbenchMagics(Magics):
         view = LiveView(total, label)
         display(view.widget)
         return view
+
+    def _update(self, rest: str):
+        names = rest.split()
+        if not names:
+            raise UsageError("%fdg update NAME [NAME …]: name the notebook values to send, e.g. "
+                             "%fdg update cfg")
+        missing = [n for n in names if n not in self.shell.user_ns]
+        if missing:
+            raise UsageError(f"%fdg update: {', '.join(missing)} not defined in the notebook.")
+        at = self.fdg.update(**{n: self.shell.user_ns[n] for n in names})
+        if at is None:
+            print("nothing is running: the next run reads these values anyway.")
+        return None
 
     def _stop(self):
         thread = self._background

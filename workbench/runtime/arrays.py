@@ -17,7 +17,27 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["stack", "gather", "split", "nbytes"]
+__all__ = ["stack", "gather", "split", "nbytes", "StepMismatch"]
+
+
+class StepMismatch(ValueError):
+    """Per-step values that cannot be stacked: one step wrote another shape or type.
+
+    ``part`` says where inside the value (``""`` for the value itself, ``"['a']"`` for a
+    dict's key, ``"[1]"`` for a tuple's item); ``first`` and ``other`` are (step, what it
+    wrote) for step 0 and the first step that differs from it. The runtime turns it into
+    the producing fragment's error (it knows the fragment and the name).
+
+    >>> try:
+    ...     stack([np.zeros(1), np.zeros(2)])
+    ... except StepMismatch as exc:
+    ...     print(exc)
+    step 0 wrote a float64 array of shape (1,), step 1 a float64 array of shape (2,)
+    """
+
+    def __init__(self, part: str, first: tuple[int, str], other: tuple[int, str]) -> None:
+        super().__init__(f"step {first[0]} wrote {first[1]}, step {other[0]} {other[1]}")
+        self.part, self.first, self.other = part, first, other
 
 
 def _is_torch(x: Any) -> bool:
@@ -28,22 +48,69 @@ def _is_cupy(x: Any) -> bool:
     return type(x).__module__.startswith("cupy")
 
 
-def stack(values: list[Any]) -> Any:
-    """Stack per-step values into one value with a leading time axis."""
+def stack(values: list[Any], part: str = "") -> Any:
+    """Stack per-step values into one value with a leading time axis. Raises
+    :class:`StepMismatch` when the steps wrote different shapes, types, dict keys or tuple
+    lengths (checked on the way: stacking alone would truncate tuples, drop keys, or
+    quietly make an object array of ``None`` and numbers)."""
     first = values[0]
-    if isinstance(first, dict):
-        return {k: stack([v[k] for v in values]) for k in first}
-    if isinstance(first, tuple):
-        return tuple(stack(list(parts)) for parts in zip(*values))
-    if _is_torch(first):
-        import torch
+    if isinstance(first, (dict, tuple)):
+        # containers: the same keys / length on every step, else zip and dict lookups lie
+        layout = _layout(first)
+        for t, v in enumerate(values):
+            if type(v) is not type(first) or _layout(v) != layout:
+                raise StepMismatch(part, (0, _describe(first)), (t, _describe(v)))
+        if isinstance(first, dict):
+            return {k: stack([v[k] for v in values], f"{part}[{k!r}]") for k in first}
+        return tuple(stack(list(parts), f"{part}[{i}]") for i, parts in enumerate(zip(*values)))
+    try:
+        if _is_torch(first):
+            import torch
 
-        return torch.stack(values)
-    if _is_cupy(first):
-        import cupy
+            return torch.stack(values)
+        if _is_cupy(first):
+            import cupy
 
-        return cupy.stack(values)
-    return np.stack([np.asarray(v) for v in values])
+            return cupy.stack(values)
+        out = np.stack([np.asarray(v) for v in values])
+    except (ValueError, TypeError, RuntimeError) as exc:
+        raise _mismatch(values, part) or exc
+    if out.dtype == object and not (isinstance(first, np.ndarray) and first.dtype == object):
+        # None (or a list) on some step among numbers: NumPy made an object array quietly
+        # (the same odd value on every step is the cell's business: kept as before)
+        mismatch = _mismatch(values, part)
+        if mismatch is not None:
+            raise mismatch
+    return out
+
+
+def _layout(value: Any) -> Any:
+    return tuple(value) if isinstance(value, dict) else len(value)
+
+
+def _describe(value: Any) -> str:
+    """What a step wrote, in a few words: ``a float32 array of shape (4,)``, ``None``."""
+    if value is None:
+        return "None"
+    if isinstance(value, dict):
+        return f"a dict with keys {', '.join(map(repr, value))}"
+    if isinstance(value, (tuple, list)):
+        return f"a {type(value).__name__} of {len(value)}"
+    shape = getattr(value, "shape", None)
+    if shape is not None:
+        dtype = str(getattr(value, "dtype", "")).removeprefix("torch.")
+        kind = "tensor" if _is_torch(value) else "array"
+        return f"a {dtype} {kind} of shape {tuple(shape)}"
+    return f"a {type(value).__name__}"
+
+
+def _mismatch(values: list[Any], part: str) -> StepMismatch | None:
+    """The first step whose value differs from step 0's in shape or type, if any."""
+    first = _describe(values[0])
+    for t, v in enumerate(values[1:], start=1):
+        if _describe(v) != first:
+            return StepMismatch(part, (0, first), (t, _describe(v)))
+    return None
 
 
 def gather(values: list[Any], axis: int = 0) -> Any:

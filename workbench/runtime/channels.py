@@ -320,11 +320,12 @@ class SocketServer:
             answer_challenge(conn, self._authkey)
         except Exception:  # a peer without the run's key, or one that hung up (a probe)
             conn.close()
+            self._conns.remove(conn)  # probes recur in a long run: keep no trace of them
             return
         while True:
             try:
                 message = conn.recv_bytes()
-            except (EOFError, OSError):  # the peer closed the connection, or we did
+            except (EOFError, OSError, TypeError):  # the peer closed it, or we did (TypeError: mid-read)
                 return
             try:
                 key, task, replica, value = pickle.loads(message)
@@ -374,7 +375,12 @@ class SocketPostman:
         if cached is not None and cached[0] is value and cached[1] == (key, task, replica):
             payload = cached[2]
         else:
-            payload = dumps((key, task, replica, value))
+            try:
+                payload = dumps((key, task, replica, value))
+            except Exception as exc:  # a lock, a lambda, a generator on a route: name it
+                from workbench.runtime.serialisable import value_error
+
+                raise value_error(key, value, exc) from None
             self._last_payload = (value, (key, task, replica), payload)
         with self._lock:
             conn = self._conns.get(target)

@@ -148,27 +148,28 @@ def save_checkpoint(directory: str | os.PathLike, state: RunState, fdg, policy: 
 
 def load_checkpoint(path: str | os.PathLike) -> Checkpoint:
     """Load the newest complete checkpoint in ``path`` (or the one ``path`` names)."""
-    import torch
-
     path = Path(path)
     if not path.exists():
         raise CheckpointError(f"no checkpoint at {path}: the path does not exist.")
     target = path if (path / "manifest.json").exists() else _newest(path)
     try:
-        manifest = json.loads((target / "manifest.json").read_text())
-        if manifest.get("format") != FORMAT:
-            raise CheckpointError(f"{target} is not a workbench checkpoint (its manifest has no "
-                                  f"format {FORMAT!r}).")
-        if manifest.get("version", 0) > VERSION:
-            raise CheckpointError(f"{target} was written by a newer workbench (format version "
-                                  f"{manifest['version']}; this one reads ≤ {VERSION}). Upgrade workbench.")
-        data = torch.load(target / "state.pt", weights_only=True, map_location="cpu")
-    except CheckpointError:
-        raise
+        return _read(target)
+    except CheckpointError as exc:
+        raise CheckpointError(f"{exc}{_earlier(target)}") from None
     except Exception as exc:
-        raise CheckpointError(f"checkpoint {target} cannot be read ({type(exc).__name__}: {_gist(exc)}). "
-                              f"Earlier checkpoints in {target.parent} may still load: pass one's "
-                              f"directory.") from None
+        raise CheckpointError(f"checkpoint {target} cannot be read ({type(exc).__name__}: {_gist(exc)}): "
+                              "its files are damaged, or hold what workbench never writes (nothing in "
+                              f"them was run).{_earlier(target)}") from None
+
+
+def _read(target: Path) -> Checkpoint:
+    """Load one checkpoint directory; its errors say nothing of the others."""
+    import torch
+
+    manifest = json.loads((target / "manifest.json").read_text())
+    _check_manifest(target / "manifest.json", manifest)
+    data = torch.load(target / "state.pt", weights_only=True, map_location="cpu")
+    _check_data(target / "state.pt", data, manifest)
     fragments = {frag: [PortableState(values) for values in replicas]
                  for frag, replicas in data["fragments"].items()}
     stepping = frozenset(f for f, d in manifest["fragments"].items() if d["stepping"])
@@ -177,12 +178,88 @@ def load_checkpoint(path: str | os.PathLike) -> Checkpoint:
 
 
 def _gist(exc: BaseException) -> str:
-    """The line of an error that says what is wrong (torch's unpickling errors are long)."""
+    """The line of an error that says what is wrong (torch's unpickling errors are long).
+    torch's advice to retry with ``weights_only=False`` is left out: that would run
+    whatever the file holds, and does not mend a corrupt file either."""
     lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
     for line in lines:
         if line.startswith("WeightsUnpickler error"):
             return line
-    return lines[0] if lines else type(exc).__name__
+    lines = [line for line in lines if "weights_only" not in line]
+    return lines[0] if lines else "the file is damaged or not a checkpoint's state"
+
+
+def _earlier(target: Path) -> str:
+    """What to try instead of an unreadable checkpoint: the earlier ones that do load (each
+    is tried), or the plain fact that none does."""
+    root = target.parent
+    others = sorted((p for p in root.glob("iteration-*") if p != target and _complete(p)), reverse=True)
+    loading = []
+    for other in others:
+        try:
+            _read(other)
+        except Exception:  # damaged too: not worth naming as a way out
+            continue
+        loading.append(other.name)
+    if loading:
+        return (f" Earlier checkpoints in {root} that load: {', '.join(loading)}; resume from one "
+                f"by passing its directory ({root / loading[0]}).")
+    if others:
+        return f" The earlier checkpoints in {root} ({', '.join(p.name for p in others)}) cannot be read either."
+    return f" There is no earlier checkpoint in {root}."
+
+
+#: the manifest's fields: (type, what it must be) — checked before any is used, so a file
+#: edited by hand fails naming the file and the field, not as an AttributeError
+_MANIFEST_FIELDS = {
+    "format": (str, f"the string {FORMAT!r}"),
+    "version": (int, "a whole number"),
+    "iteration": (int, "a whole number ≥ 0"),
+    "policy": (dict, "an object (the policy's JSON)"),
+    "fragments": (dict, 'an object: fragment name → {"replicas": N, "stepping": true|false, …}'),
+    "cells": (list, 'a list of {"fragment": …, "rate": …, "code": …}'),
+}
+
+
+def _check_manifest(file: Path, manifest: Any) -> None:
+    """Raise :class:`CheckpointError` naming ``file`` and the field that has a wrong type."""
+    def bad(field: str, what: str, got: Any) -> CheckpointError:
+        return CheckpointError(f"checkpoint manifest {file}: {field} must be {what}, got "
+                               f"{type(got).__name__} {got!r:.60}. The file was changed or damaged.")
+
+    if not isinstance(manifest, dict):
+        raise bad("the manifest", "a JSON object", manifest)
+    if manifest.get("format") != FORMAT:
+        raise CheckpointError(f"{file.parent} is not a workbench checkpoint (its manifest has no "
+                              f"format {FORMAT!r}).")
+    version = manifest.get("version", 0)
+    if isinstance(version, int) and version > VERSION:
+        raise CheckpointError(f"{file.parent} was written by a newer workbench (format version "
+                              f"{version}; this one reads ≤ {VERSION}). Upgrade workbench.")
+    for field, (kind, what) in _MANIFEST_FIELDS.items():
+        value = manifest.get(field)
+        if not isinstance(value, kind) or isinstance(value, bool) or (field == "iteration" and value < 0):
+            raise bad(repr(field), what, value)
+    for frag, described in manifest["fragments"].items():
+        if not isinstance(described, dict) or not isinstance(described.get("stepping"), bool):
+            raise bad(f"fragments[{frag!r}]", 'an object with "stepping": true or false', described)
+    for i, cell in enumerate(manifest["cells"]):
+        if not isinstance(cell, dict) or not all(isinstance(cell.get(k), str) for k in ("fragment", "rate", "code")):
+            raise bad(f"cells[{i}]", 'an object with string "fragment", "rate" and "code"', cell)
+
+
+def _check_data(file: Path, data: Any, manifest: dict) -> None:
+    """``state.pt``'s layout: fragment → list of per-replica dicts, the manifest's fragments."""
+    fragments = data.get("fragments") if isinstance(data, dict) else None
+    if not isinstance(fragments, dict) or not all(
+            isinstance(r, list) and all(isinstance(v, dict) for v in r) for r in fragments.values()):
+        raise CheckpointError(f"checkpoint state {file} does not hold fragment states (fragment → a "
+                              f"list of one dict per replica). The file was changed or damaged.")
+    if set(fragments) != set(manifest["fragments"]):
+        raise CheckpointError(f"checkpoint {file.parent}: state.pt holds fragments "
+                              f"{', '.join(sorted(fragments)) or 'none'} but manifest.json lists "
+                              f"{', '.join(sorted(manifest['fragments'])) or 'none'}: the two files do "
+                              f"not belong together.")
 
 
 def _portable(values: Any) -> tuple[PortableState, list[str]]:

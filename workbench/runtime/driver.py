@@ -20,6 +20,8 @@ from typing import Any, Protocol
 from workbench.fdg.plan import Plan
 from workbench.fdg.wiring import WiredTask, wire_stream
 from workbench.runtime.channels import LocalPostman, Mailbox, dumps_state
+from workbench.runtime.counting import RETURN_METRIC
+from workbench.runtime.fence import Fence, decide
 from workbench.runtime.loop import run_loop
 from workbench.runtime.replica import GroupProgram, GroupReplica, TaskReport
 from workbench.runtime.snapshots import DRIVER, SnapshotBook, snapshot_key
@@ -74,6 +76,9 @@ class Backend(Protocol):
         """What a loop's error means: the error itself, or a :class:`WorkerLostError` when
         it came from a process that died."""
 
+    # optional: ``probe(silent_for)``, called when no loop has reported for ``probe_after``
+    # seconds; raises WorkerLostError for workers that are alive but do not answer
+
 
 @dataclass(frozen=True)
 class StreamSpec:
@@ -104,11 +109,23 @@ class IterationRecord:
     comm_seconds: dict[str, float] = field(default_factory=dict)
     #: bytes sent between processes by the tasks that finished this iteration
     wire_bytes: int = 0
+    #: env steps counted before this stretch (a resumed run's), reported by env replicas
+    env_steps_base: int = 0
+    #: per "group[replica]": env steps it took, and episodes it finished (returns logged)
+    replica_env_steps: dict[str, int] = field(default_factory=dict)
+    replica_episodes: dict[str, int] = field(default_factory=dict)
 
     def absorb(self, report: TaskReport, *, with_timing: bool) -> None:
         for name, values in report.metrics.get(self.iteration, {}).items():
             self.metrics.setdefault(name, []).extend(values)
         self.env_steps += report.env_steps.get(self.iteration, 0)
+        self.env_steps_base += report.env_steps_base
+        who = f"{report.group}[{report.replica}]"
+        if self.iteration in report.env_steps:
+            self.replica_env_steps[who] = self.replica_env_steps.get(who, 0) + report.env_steps[self.iteration]
+        finished = len(report.metrics.get(self.iteration, {}).get(RETURN_METRIC, ()))
+        if finished:
+            self.replica_episodes[who] = self.replica_episodes.get(who, 0) + finished
         if with_timing:
             self.wire_bytes += report.sent_bytes
             for frag, seconds in report.compute_seconds.items():
@@ -129,6 +146,8 @@ class InlineBackend:
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
         self.snapshots: SnapshotBook | None = None
+        self._fence = Fence()
+        self._asynchronous = False
 
     def deploy(self, plan: Plan, programs: dict[str, GroupProgram], notebook: dict[str, Any],
                states: dict[tuple[str, int], dict] | None = None) -> None:
@@ -151,6 +170,7 @@ class InlineBackend:
 
     def start(self, plan: Plan, stream: StreamSpec, events: Events) -> None:
         self._torch_threads = _limit_torch_threads(1)
+        self._asynchronous = plan.policy.asynchronous
         boxes = {key: Mailbox(r.program.arrival_keys) for key, r in self.replicas.items()}
         postman = LocalPostman(boxes)
         counts = {name: g.replicas for name, g in plan.groups.items()}
@@ -165,7 +185,8 @@ class InlineBackend:
 
             try:
                 run_loop(replica, stream.tasks(plan), boxes[key], postman, counts, events.report,
-                         self._stop.is_set, snapshot, stream.snapshot_every, stream.full_snapshot_every)
+                         self._stop.is_set, snapshot, stream.snapshot_every, stream.full_snapshot_every,
+                         None if self._asynchronous else self._fence)
             except BaseException as exc:  # reported to the driver, which re-raises it
                 self._stop.set()
                 events.error(exc)
@@ -179,6 +200,13 @@ class InlineBackend:
 
     def stop(self) -> None:
         self._stop.set()
+
+    def fence(self, at_least: int) -> int | None:
+        """Close every replica at one exact iteration boundary ≥ ``at_least``; return it
+        (None under an asynchronous policy, whose replicas have no common iteration)."""
+        if self._asynchronous:
+            return None
+        return decide([self._fence], at_least)
 
     def teardown(self) -> None:
         self._stop.set()
@@ -239,9 +267,24 @@ def drive(
     full_snapshot_every: int = 0,
     on_snapshot=None,
     check_every: float = 1.0,
+    probe_after: float = 3.0,
 ) -> int:
     """Run ``iterations`` iterations. ``on_iteration`` gets each finished iteration in
     order and returns True to stop early. Returns the number of iterations completed.
+
+    When no loop has reported for ``probe_after`` seconds (and every ``probe_after`` after
+    that), a backend with a ``probe`` method checks that its workers still answer: an
+    unreachable one ends the run with a WorkerLostError long before ``stall_timeout``.
+
+    When ``on_iteration`` asks to stop and the backend has a ``fence``, the replicas are
+    closed at one exact boundary first (:mod:`workbench.runtime.fence`): the iterations
+    they had begun are finished and recorded too (``on_iteration``'s answer then no longer
+    matters), so the state collected afterwards is the state at the last recorded one.
+
+    When ``on_iteration`` asks to stop and the backend has a ``fence``, the replicas are
+    closed at one exact boundary first (:mod:`workbench.runtime.fence`): the iterations
+    they had begun are finished and recorded too (``on_iteration``'s answer then no longer
+    matters), so the state collected afterwards is the state at the last recorded one.
 
     Ctrl-C (KeyboardInterrupt) stops every loop before it propagates.
     """
@@ -255,8 +298,8 @@ def drive(
         nonlocal horizon
         while horizon < iteration:
             task = next(pending, None)
-            if task is None:
-                horizon = start + iterations
+            if task is None or (task.iteration is not None and task.iteration >= end):
+                horizon = start + iterations  # past a fence's boundary nothing runs
                 return
             tasks[task.index] = task
             for it in _iterations_of(task):
@@ -269,16 +312,24 @@ def drive(
     records: dict[int, IterationRecord] = {}
     events = Events(on_snapshot)
     next_iteration = start
-    last_event = last_check = time.monotonic()
+    last_event = last_check = last_probe = time.monotonic()
+    probe = getattr(backend, "probe", None)
+    end = start + iterations  # lowered to the fence's boundary when a stop is asked for
     backend.start(plan, stream, events)
+    if getattr(backend, "snapshots", None) is not None:
+        backend.snapshots.settle(start)
     try:
-        while next_iteration < start + iterations:
+        while next_iteration < end:
             if time.monotonic() - last_check > check_every:
                 backend.check()  # a dead worker raises WorkerLostError here
                 last_check = time.monotonic()
             try:
                 event = events.queue.get(timeout=0.1)
             except queue.Empty:
+                now = time.monotonic()
+                if probe is not None and loops_left and min(now - last_event, now - last_probe) > probe_after:
+                    probe(now - last_event)  # silence: is a worker cut off or frozen?
+                    last_probe = time.monotonic()
                 if loops_left == 0 or time.monotonic() - last_event > stall_timeout:
                     backend.check()
                     raise RuntimeError(
@@ -306,12 +357,24 @@ def drive(
                 records.setdefault(it, IterationRecord(it)).absorb(event[2], with_timing=it == its[-1])
                 outstanding[it] -= 1
             count_through(next_iteration + 1)
-            while next_iteration < start + iterations and outstanding.get(next_iteration) == 0:
+            while next_iteration < end and outstanding.get(next_iteration) == 0:
                 record = records.pop(next_iteration)
                 next_iteration += 1
+                if getattr(backend, "snapshots", None) is not None:
+                    backend.snapshots.settle(next_iteration)  # a resume starts no later
                 count_through(next_iteration + 1)
-                if on_iteration(record):
-                    return next_iteration - start
+                if on_iteration(record) and end == start + iterations:
+                    fence = getattr(backend, "fence", None)
+                    boundary = fence(next_iteration) if fence is not None else None
+                    if boundary is None:
+                        return next_iteration - start
+                    end = min(end, boundary)
+                    for index, waiting in list(tasks.items()):  # tasks past the boundary never run
+                        if waiting.iteration is not None and waiting.iteration >= end:
+                            left = reports_left.pop(index, _reports_of(plan, waiting))
+                            for it in _iterations_of(waiting):
+                                outstanding[it] -= left
+                            del tasks[index]
     finally:
         backend.stop()
     return next_iteration - start

@@ -13,6 +13,7 @@ from collections.abc import Callable
 
 from workbench.fdg.wiring import WiredTask, receivers_for, senders_for
 from workbench.runtime.channels import Mailbox, Peers, Stopped
+from workbench.runtime.fence import Fence
 from workbench.runtime.replica import GroupReplica, TaskReport
 
 __all__ = ["run_loop"]
@@ -29,8 +30,12 @@ def run_loop(
     snapshot: Callable[[int, bool], None] | None = None,
     snapshot_every: int = 0,
     full_snapshot_every: int = 0,
+    fence: Fence | None = None,
 ) -> int:
     """Run this replica's tasks in order; return how many ran (fewer if stopped).
+
+    With ``fence``, the replica asks it before it begins each iteration, and ends its loop
+    at the fence's boundary (see :mod:`workbench.runtime.fence`).
 
     With ``snapshot``, the replica calls ``snapshot(i, full)`` as it enters iteration
     ``i`` — every ``snapshot_every``-th (``full`` False: the fragments without step cells,
@@ -51,6 +56,10 @@ def run_loop(
             if stopped():
                 break
             if task.iteration is not None:
+                if fence is not None and (last is None or task.iteration > last) \
+                        and not fence.enter((group, replica.index), task.iteration, stopped):
+                    _run_head(replica, task, fence.boundary, mailbox, replica_counts, stopped)
+                    break
                 if snapshot is not None and last is not None and task.iteration > last:
                     full = bool(full_snapshot_every) and task.iteration % full_snapshot_every == 0
                     if full or (snapshot_every and task.iteration % snapshot_every == 0):
@@ -66,6 +75,32 @@ def run_loop(
     except Stopped:
         pass
     return done
+
+
+def _run_head(replica: GroupReplica, task: WiredTask, boundary: int, mailbox: Mailbox,
+              counts: dict[str, int], stopped) -> None:
+    """At a fence: run the items of ``task`` that belong to iterations before the boundary.
+
+    A task may open with the last iteration's closing cells (an actor loading the learner's
+    new weights) before the next iteration's steps; those cells belong before the boundary.
+    They receive what they bind from other groups (produced before the boundary, so it
+    comes); what they would send goes only to tasks past the boundary, so nothing is sent,
+    and nothing is reported (the driver does not count tasks past the boundary)."""
+    head = tuple(i for i in task.spec.items if i.iteration is not None and i.iteration < boundary)
+    if not head:
+        return
+    wanted = {b.key for item in head for frag in item.fragments
+              for b in replica.program.bindings.get((frag, item.rate), ()) if b.source == "inbox"}
+    try:
+        inputs = {}
+        for wired in task.inputs:
+            if wired.key in wanted and not wired.arrival:
+                senders = senders_for(wired.spatial, replica.index, counts[wired.producer_group])
+                values = [mailbox.take(wired.key, wired.producer_task, s, stopped) for s in senders]
+                inputs[wired.key] = (wired.spatial, wired.axis, values)
+        replica.run(head, inputs, ())
+    except Stopped:
+        pass
 
 
 def _run_task(replica, task, mailbox, postman, counts, report, stopped, arrivals) -> None:

@@ -17,8 +17,10 @@ from typing import Any
 from workbench.context import ReplicaContext, ReplicaInfo, activate, deactivate
 from workbench.errors import FragmentRuntimeError
 from workbench.fdg.plan import Item, Plan
-from workbench.runtime.arrays import gather, stack
+from workbench.runtime.arrays import StepMismatch, gather, stack
+from workbench.runtime.cell_exit import describe as describe_error, install as catch_process_exits, is_cell_error
 from workbench.runtime.channels import Stopped, dumps_state
+from workbench.runtime.counting import ENV_STEPS_KEY, batch_of, counter_of, env_fragments, explicit, without_counters
 from workbench.runtime.portable import PortableState, restore_into
 
 __all__ = ["GroupProgram", "GroupReplica", "TaskReport", "group_program"]
@@ -83,9 +85,13 @@ class GroupProgram:
     emits: tuple[Emit, ...]
     steps: int
     step_sends: tuple[StepSend, ...] = ()
-    #: the fragment whose per-step batch counts env steps (the last in step order), if
-    #: it is in this group: each env step is counted once, by the group that takes it
-    counted: str | None = None
+    #: env fragments in this group (see :mod:`workbench.runtime.counting`), each with the
+    #: names its step cell writes (where its batch is read): each env step is counted
+    #: once, by the replica that takes it
+    counted: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    #: groups that hold env fragments (they tell every replica their counts, for
+    #: ``wb.env_steps()``)
+    env_groups: tuple[str, ...] = ()
     #: keys this group takes as they arrive (an asynchronous policy)
     arrival_keys: tuple[str, ...] = ()
     #: per fragment, the names that are its state (what it binds), for export/restore
@@ -111,6 +117,9 @@ class TaskReport:
     iterations: list[int] = field(default_factory=list)
     #: bytes this task sent to other processes (in-process hand-offs cost none)
     sent_bytes: int = 0
+    #: env steps this replica's env fragments had counted before this stretch (a resumed
+    #: run's, from their state); sent once, with the stretch's first counted steps
+    env_steps_base: int = 0
 
     def to_message(self) -> dict:
         """Plain msgpack-able form (string keys only), for Dask events."""
@@ -121,6 +130,7 @@ class TaskReport:
             "compute_seconds": self.compute_seconds,
             "wait_seconds": self.wait_seconds, "send_seconds": self.send_seconds,
             "other_seconds": self.other_seconds, "iterations": self.iterations, "sent_bytes": self.sent_bytes,
+            "env_steps_base": self.env_steps_base,
         }
 
     @classmethod
@@ -132,6 +142,7 @@ class TaskReport:
             compute_seconds=dict(msg["compute_seconds"]),
             wait_seconds=msg["wait_seconds"], send_seconds=msg["send_seconds"],
             other_seconds=msg.get("other_seconds", 0.0), iterations=list(msg["iterations"]), sent_bytes=msg["sent_bytes"],
+            env_steps_base=msg.get("env_steps_base", 0),
         )
 
 
@@ -155,12 +166,13 @@ def group_program(plan: Plan, group: str, steps: int) -> GroupProgram:
                  "init" in r.interface.producer_rates)
         for r in {(r.key, r.consumer_group): r for r in outgoing if r.per_step}.values()
     )
-    order = plan.schedule.step_order
-    counted = order[-1] if order and order[-1] in members else None
+    envs = env_fragments(plan.fdg)
+    counted = {f: plan.fdg[f].writes_at("step") for f in envs if f in members}
+    env_groups = tuple(g for g, grp in plan.groups.items() if any(f in envs for f in grp.fragments))
     arrival_keys = tuple(dict.fromkeys(r.key for r in plan.routes_into(group) if r.arrival))
     state_names = {name: tuple(n for n in plan.fdg[name].writes if n != "replica") for name in members}
-    return GroupProgram(group, code, bindings, recorded, emits, steps, step_sends, counted,
-                        arrival_keys, state_names)
+    return GroupProgram(group, code, bindings, recorded, emits, steps, step_sends, counted=counted,
+                        env_groups=env_groups, arrival_keys=arrival_keys, state_names=state_names)
 
 
 def _bindings_for(plan: Plan, group: str, fragment: str, rate: str) -> tuple[Binding, ...]:
@@ -193,7 +205,8 @@ class GroupReplica:
                  notebook: dict[str, Any], device: str = "cpu",
                  state: dict[str, dict[str, Any]] | None = None) -> None:
         self.program = program
-        self.index, self.count, self.worker = index, count, worker
+        self.index, self.count, self.worker, self.device = index, count, worker, device
+        catch_process_exits()  # os._exit in a cell: its error, not a dead kernel or worker
         fragments = dict.fromkeys(f for f, _ in program.code)
         self.namespaces: dict[str, dict[str, Any]] = {}
         for frag in fragments:
@@ -205,7 +218,15 @@ class GroupReplica:
         #: fragments resumed from a checkpoint file: their init cells run, then these
         #: saved values are laid over what the cells built (networks get their weights…)
         self.overlays: dict[str, PortableState] = {}
-        for frag, values in (state or {}).items():
+        #: env steps each env fragment of this replica has taken in the whole run (its
+        #: share of the count; it travels with the fragment's state)
+        self.env_steps_taken = {f: 0 for f in program.counted}
+        for frag, values in list((state or {}).items()):
+            if frag in self.env_steps_taken:
+                self.env_steps_taken[frag] = counter_of(values)
+            values, seed_only = without_counters(values)
+            if seed_only:
+                continue  # only the count: the init cell builds the fragment afresh
             if isinstance(values, PortableState):
                 self.overlays[frag] = values
             else:
@@ -226,6 +247,57 @@ class GroupReplica:
         #: seconds spent in per-step channels so far (receiving / sending), read by the loop
         self.step_wait_seconds = 0.0
         self.step_send_seconds = 0.0
+        # wb.env_steps(): this replica's share before the stretch, its envs per step, the
+        # stretch's first iteration, and the run's totals once every env replica told them
+        self._base = sum(self.env_steps_taken.values())
+        self._batch: int | None = None
+        self._start: int | None = None
+        self._totals: dict[str, int] = {}
+
+    @property
+    def peers(self):
+        """Channels to the other replicas, lent by the loop that runs this replica."""
+        return self._peers
+
+    @peers.setter
+    def peers(self, peers) -> None:
+        # the moment a loop starts this replica: tell every other replica this replica's
+        # count before the stretch (wb.env_steps() adds them up, wherever it is called)
+        self._peers = peers
+        if peers is not None and self.program.counted:
+            self._announce("base", self._base)
+
+    def _announce(self, what: str, value: int) -> None:
+        key = f"wb:env_{what}:{self.program.group}"
+        for group, count in self.peers.counts.items():
+            for index in range(count):
+                if (group, index) != (self.program.group, self.index):
+                    self.peers.postman.send((group, index), key, 0, self.index, value)
+
+    def _total(self, what: str) -> int:
+        """The sum over every env replica of its base (``"base"``) or envs per step
+        (``"batch"``), waiting for the replicas that have not said yet."""
+        if what not in self._totals:
+            mine = self._base if what == "base" else self._batch
+            total = 0
+            for group in self.program.env_groups:
+                for index in range(self.peers.counts[group] if self.peers is not None else 1):
+                    if group == self.program.group and index == self.index:
+                        total += mine or 0
+                    elif self.peers is not None:
+                        total += self.peers.mailbox.take(f"wb:env_{what}:{group}", 0, index, self.peers.stopped)
+            if mine is not None or not self.program.counted:  # known for good: keep it
+                self._totals[what] = total
+            return total
+        return self._totals[what]
+
+    def _env_steps_now(self, ctx: ReplicaContext) -> int:
+        """``wb.env_steps()``: the run's env steps before this iteration (and step)."""
+        base = self._total("base")
+        if ctx.iteration is None or self._start is None:
+            return base
+        done = (ctx.iteration - self._start) * self.program.steps + (ctx.step or 0)
+        return base + done * self._total("batch") if done > 0 else base
 
     @staticmethod
     def _compile(key: tuple[str, str], source: str):
@@ -244,25 +316,29 @@ class GroupReplica:
                  for key, (spatial, axis, values) in inputs.items()}
         report = TaskReport(self.program.group, self.index, self.worker,
                             iterations=sorted({i.iteration for i in items if i.iteration is not None}))
-        ctx = ReplicaContext(ReplicaInfo(self.program.group, self.index, self.count, self.worker))
+        ctx = ReplicaContext(ReplicaInfo(self.program.group, self.index, self.count, self.worker,
+                                         self.device))
         if self.peers is not None and self.count > 1:
             ctx.reducer = self.peers.allreduce
+        ctx.env_steps = lambda: self._env_steps_now(ctx)
         token = activate(ctx)
         try:
             for item in items:
                 ctx.iteration = item.iteration
+                if self._start is None and item.iteration is not None:
+                    self._start = item.iteration
                 if item.rate == "step":
-                    self._run_steps(item, inbox, report)
+                    self._run_steps(item, inbox, report, ctx)
                 else:
                     for frag in item.fragments:
                         self._run_cell(frag, item.rate, inbox, report, item.iteration)
         finally:
             deactivate(token)
         report.metrics = ctx.metrics
-        outbox = {e.key: self._emit(e) for e in self.program.emits if e.key in emit_keys}
+        outbox = {e.key: self._emit(e, ctx.iteration) for e in self.program.emits if e.key in emit_keys}
         return outbox, report
 
-    def _run_steps(self, item: Item, inbox: dict, report: TaskReport) -> None:
+    def _run_steps(self, item: Item, inbox: dict, report: TaskReport, ctx: ReplicaContext) -> None:
         for frag in item.fragments:
             self.buffers[frag] = {name: [] for name in self.program.recorded[frag]}
         plan = [
@@ -271,29 +347,47 @@ class GroupReplica:
             for frag in item.fragments
         ]
         clock = {frag: 0.0 for frag in item.fragments}
-        for _ in range(self.program.steps):
+        counting = {f: (self.program.counted[f], explicit(self.program.code[(f, "step")]))
+                    for f in item.fragments if f in self.program.counted}
+        taken = 0
+        for t in range(self.program.steps):
+            ctx.step = t
             for frag, ns, code, bindings, buffers, sends in plan:
                 if bindings:
                     self._bind(frag, "step", ns, bindings, inbox, item.iteration)
+                ctx.counted = None
                 start = time.perf_counter() if TIMING else 0.0
                 try:
                     exec(code, ns)
                 except Stopped:  # the run is stopping while a cell waits on a channel
                     raise
-                except Exception as exc:
+                except BaseException as exc:  # sys.exit and os._exit too: the cell's error
+                    if not is_cell_error(exc):
+                        raise
                     raise self._error(frag, "step", exc, item.iteration) from None
                 if TIMING:
                     clock[frag] += time.perf_counter() - start
+                if frag in counting:  # an env fragment: count its envs where they step
+                    writes, by_hand = counting[frag]
+                    n = (ctx.counted or 0) if by_hand else batch_of(ns, writes)
+                    self.env_steps_taken[frag] += n
+                    taken += n
                 self._ran.add((frag, "step"))
                 for name, buf in buffers.items():
                     buf.append(self._written(frag, "step", ns, name, item.iteration))
                 if sends:
                     self._send_step_values(frag, ns, sends, item.iteration)
+            if t == 0 and counting and self._batch is None:
+                # envs per step, known after the stretch's first step: tell the others
+                self._batch = taken
+                report.env_steps_base = self._base
+                if self.peers is not None:
+                    self._announce("batch", taken)
+        ctx.step = None
         for frag, seconds in clock.items():
             report.compute_seconds[frag] = report.compute_seconds.get(frag, 0.0) + seconds
-        if self.program.counted in item.fragments:
-            report.env_steps[item.iteration] = self.program.steps * _batch_size(
-                self.namespaces[self.program.counted], self.program, self.program.counted)
+        if counting:
+            report.env_steps[item.iteration] = report.env_steps.get(item.iteration, 0) + taken
 
     def _run_cell(self, frag: str, rate: str, inbox: dict, report: TaskReport, iteration) -> None:
         key = (frag, rate)
@@ -310,7 +404,9 @@ class GroupReplica:
             exec(self.compiled[key], ns)
         except Stopped:  # the run is stopping while a cell waits on a channel (allreduce)
             raise
-        except Exception as exc:
+        except BaseException as exc:  # sys.exit and os._exit too: the cell's error
+            if not is_cell_error(exc):
+                raise
             raise self._error(frag, rate, exc, iteration) from None
         if TIMING:
             report.compute_seconds[frag] = report.compute_seconds.get(frag, 0.0) + time.perf_counter() - start
@@ -336,17 +432,28 @@ class GroupReplica:
     def export_state(self, fragments=None) -> dict[str, dict[str, Any]]:
         """Each fragment's own state (the names it binds), to resume elsewhere (only
         ``fragments``, when given)."""
-        return {
+        out = {
             frag: {n: ns[n] for n in self.program.state_names.get(frag, ()) if n in ns}
             for frag, ns in self.namespaces.items() if fragments is None or frag in fragments
         }
+        for frag, taken in self.env_steps_taken.items():
+            # an env fragment's count travels with it (resume continues the run's count);
+            # a light snapshot holds the count alone, which seeds a fresh env on recovery
+            out.setdefault(frag, {})[ENV_STEPS_KEY] = taken
+        return out
 
     def snapshot_bytes(self, full: bool) -> bytes:
         """This replica's state, pickled: every fragment's (``full``), or only those without
         step cells — learners, whose weights and optimiser state a lost worker must not
         take with it; actors and envs start new episodes instead (cheap every iteration)."""
         keep = None if full else [f for f in self.namespaces if (f, "step") not in self.program.code]
-        return dumps_state(self.export_state(keep))
+        states = self.export_state(keep)
+        try:
+            return dumps_state(states)
+        except Exception as exc:  # name the fragment and the name its state cannot send
+            from workbench.runtime.serialisable import state_error
+
+            raise state_error(states, dumps_state, exc) from None
 
     def _send_step_values(self, frag: str, ns: dict, sends, iteration) -> None:
         sent_keys = set()
@@ -373,7 +480,7 @@ class GroupReplica:
                 values = self.buffers[b.producer].get(b.name)
                 if not values:
                     raise self._missing(frag, rate, b, iteration, "has not run a step yet")
-                ns[b.name] = stack(values)
+                ns[b.name] = self._stack(b.producer, b.name, values, iteration)
             else:
                 try:
                     ns[b.name] = self.namespaces[b.producer][b.name]
@@ -399,10 +506,29 @@ class GroupReplica:
             traceback_text="",
         )
 
-    def _emit(self, e: Emit) -> Any:
+    def _emit(self, e: Emit, iteration=None) -> Any:
         if e.stacked:
-            return stack(self.buffers[e.producer][e.name])
+            return self._stack(e.producer, e.name, self.buffers[e.producer][e.name], iteration)
         return self.namespaces[e.producer][e.name]
+
+    def _stack(self, producer: str, name: str, values: list, iteration) -> Any:
+        """The ``[T, …]`` stack of a step value; a step that wrote another shape or type is
+        the producing step cell's error, named with the value and the steps."""
+        try:
+            return stack(values)
+        except StepMismatch as exc:
+            line = _line_writing(self.program.code.get((producer, "step"), ""), name)
+            source = self.program.code[(producer, "step")].splitlines()[line - 1] if line else None
+            raise FragmentRuntimeError(
+                fragment=producer, rate="step", replica=self.index, worker=self.worker, line=line,
+                source_line=source, iteration=iteration,
+                error=f"{name!r}{f' (its part {exc.part})' if exc.part else ''} changes shape or type between steps: {exc}. "
+                      f"Its {len(values)} per-step values are stacked into one [T, …] value for the "
+                      "cells that read it once per iteration, so every step must write the same shape "
+                      "and type: pad to a fixed size (np.zeros(MAX)), and write an empty or NaN array "
+                      "rather than None.",
+                traceback_text="",
+            ) from None
 
     # -- errors ------------------------------------------------------------------------
     def _missing(self, frag, rate, b: Binding, iteration, why: str) -> FragmentRuntimeError:
@@ -426,16 +552,17 @@ class GroupReplica:
             traceback.format_exception_only(type(exc), exc))
         return FragmentRuntimeError(
             fragment=frag, rate=rate, replica=self.index, worker=self.worker, line=line,
-            source_line=source, error=f"{type(exc).__name__}: {exc}", traceback_text=text,
+            source_line=source, error=describe_error(exc), traceback_text=text,
             iteration=iteration,
         )
 
 
-def _batch_size(ns: dict, program: GroupProgram, frag: str) -> int:
-    """Envs stepped per step: the leading size of the arrays the last step fragment hands on."""
-    names = [*program.recorded.get(frag, ()), *(s.name for s in program.step_sends if s.producer == frag)]
-    for name in names:
-        shape = getattr(ns.get(name), "shape", None)
-        if shape is not None and len(shape) >= 1:
-            return int(shape[0])
-    return 1
+
+def _line_writing(code: str, name: str) -> int | None:
+    """The last cell line that binds ``name`` (``name = …``, ``a, name = …``, ``name +=``),
+    to point at the line whose per-step value is stacked; None if no line does."""
+    import ast
+
+    lines = [node.lineno for node in ast.walk(ast.parse(code))
+             if isinstance(node, ast.Name) and node.id == name and isinstance(node.ctx, ast.Store)]
+    return max(lines) if lines else None

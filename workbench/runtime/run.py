@@ -11,11 +11,26 @@ from __future__ import annotations
 import html
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 from workbench.runtime.driver import IterationRecord
 
-__all__ = ["Run", "RETURN_METRIC"]
+__all__ = ["Run", "RunEvent", "RunStatus", "EventKind", "RETURN_METRIC"]
+
+#: Where a run is: training, or how it ended.
+RunStatus = Literal["running", "finished", "solved", "stopped", "interrupted", "failed"]
+#: What can happen to a run's placement while it trains.
+EventKind = Literal["replaced", "re-placed", "worker lost", "edited", "updated"]
+
+
+@dataclass(frozen=True)
+class RunEvent:
+    """One thing that happened to a run while it trained (also said in the notebook)."""
+
+    kind: EventKind
+    message: str
+    iteration: int | None = None
+    time: float = field(default_factory=time.time)
 
 #: The metric fragments log episode returns under (CleanRL's name).
 RETURN_METRIC = "charts/episodic_return"
@@ -31,23 +46,29 @@ class Run:
     target_return: float | None = None
     window: int = 20
     started: float = field(default_factory=time.perf_counter)
-    status: str = "running"
+    status: RunStatus = "running"
     error: BaseException | None = None
     plan_text: str = ""
     rows: list[dict[str, Any]] = field(default_factory=list)
     episode_returns: list[float] = field(default_factory=list)
     env_steps: int = 0
     solved_at: dict[str, float] | None = None
-    _episodes_at: list[int] = field(default_factory=list, repr=False)
+    #: env steps counted before this run (the run it resumed from); in ``env_steps``
+    env_steps_base: int = 0
+    #: per env replica ("group[replica]"): env steps taken and episodes finished in this run
+    replica_env_steps: dict[str, int] = field(default_factory=dict)
+    replica_episodes: dict[str, int] = field(default_factory=dict)
+    #: envs stepped per step, all env replicas together (the latest iteration's)
+    envs_per_step: int = 0
+    _episodes_at: list[tuple[int, dict, dict]] = field(default_factory=list, repr=False)
+    _base_taken: bool = field(default=False, repr=False)
+    _env_replicas: tuple[str, ...] = field(default=(), repr=False)
     #: the final fragment states, when the run was asked to keep them (resume from it)
     state: Any = None
     #: policy="auto": what each candidate policy measured
     auto_table: list[dict] | None = None
-    #: per-iteration metric loggers (``log(row)``/``close()``), fed by ``FDG.run(loggers=...)``
-    loggers: list = field(default_factory=list, repr=False)
-    #: what happened to the run's placement: re-placements, lost workers, checkpoints
-    #: (dicts with ``iteration``, ``event`` and ``message``)
-    events: list[dict] = field(default_factory=list)
+    #: what happened to the run's placement: re-placements, lost workers
+    events: list[RunEvent] = field(default_factory=list)
     #: the concrete policy of the run's last stretch, and the FDG it ran (for checkpoints)
     policy: Any = field(default=None, repr=False)
     fdg: Any = field(default=None, repr=False)
@@ -59,27 +80,42 @@ class Run:
     # -- recording ---------------------------------------------------------------------
     def record(self, rec: IterationRecord) -> None:
         elapsed = time.perf_counter() - self.started
+        if not self._base_taken:
+            # a resumed run goes on counting from its checkpoint's env steps
+            self._base_taken = True
+            self.env_steps_base = rec.env_steps_base
+            self.env_steps += rec.env_steps_base
         self.env_steps += rec.env_steps
         self.episode_returns.extend(rec.metrics.get(RETURN_METRIC, []))
+        for who, n in rec.replica_env_steps.items():
+            self.replica_env_steps[who] = self.replica_env_steps.get(who, 0) + n
+        for who, n in rec.replica_episodes.items():
+            self.replica_episodes[who] = self.replica_episodes.get(who, 0) + n
+        self._env_replicas = tuple(rec.replica_env_steps)  # this placement's env replicas
+        if rec.env_steps:
+            self.envs_per_step = rec.env_steps // max(1, self.steps)
         row: dict[str, Any] = {
             "iteration": rec.iteration,
             "time_s": elapsed,
             "env_steps": self.env_steps,
-            "charts/SPS": self.env_steps / elapsed if elapsed > 0 else 0.0,
+            "charts/SPS": (self.env_steps - self.env_steps_base) / elapsed if elapsed > 0 else 0.0,
             "wire/bytes": rec.wire_bytes,
         }
         for name, values in rec.metrics.items():
             if values:
                 row[name] = sum(values) / len(values)
         row["charts/mean_return_last_%d" % self.window] = self.mean_return()
+        row["charts/episodes"] = len(self.episode_returns)  # finished in this run so far
         for frag, seconds in rec.compute_seconds.items():
             row[f"time/{frag}_compute_s"] = seconds
         for name, seconds in rec.comm_seconds.items():
             row[f"time/{name}_s"] = seconds
         self.rows.append(row)
-        self._episodes_at.append(len(self.episode_returns))
+        self._episodes_at.append((len(self.episode_returns), dict(self.replica_env_steps),
+                                  dict(self.replica_episodes)))
         if self.solved_at is None and self.is_solved():
-            self.solved_at = {"iteration": rec.iteration, "time_s": elapsed, "env_steps": self.env_steps}
+            self.solved_at = {"iteration": rec.iteration, "time_s": elapsed, "env_steps": self.env_steps,
+                              "evidence": self.evidence()}
 
     def rewind(self, iteration: int) -> int:
         """Forget iterations ≥ ``iteration`` (they are run again after a lost worker);
@@ -89,18 +125,19 @@ class Run:
         if dropped:
             del self.rows[keep:]
             del self._episodes_at[keep:]
-            self.env_steps = self.rows[-1]["env_steps"] if self.rows else 0
-            del self.episode_returns[self._episodes_at[-1] if self._episodes_at else 0:]
+            self.env_steps = self.rows[-1]["env_steps"] if self.rows else self.env_steps_base
+            episodes, steps_by, episodes_by = self._episodes_at[-1] if self._episodes_at else (0, {}, {})
+            del self.episode_returns[episodes:]
+            self.replica_env_steps, self.replica_episodes = dict(steps_by), dict(episodes_by)
             if self.solved_at is not None and self.solved_at["iteration"] >= iteration:
                 self.solved_at = None
         return dropped
 
-    def note(self, event: str, message: str, iteration: int | None = None) -> None:
+    def note(self, kind: EventKind, message: str, iteration: int | None = None) -> None:
         """Record (and say, in the notebook and the ``workbench`` log) what happened."""
         import logging
 
-        self.events.append({"iteration": iteration, "event": event, "message": message,
-                            "time": time.time()})
+        self.events.append(RunEvent(kind, message, iteration))
         logging.getLogger("workbench").warning(message)
         print(f"workbench: {message}", flush=True)
 
@@ -126,10 +163,39 @@ class Run:
         last = self.episode_returns[-self.window:]
         return sum(last) / len(last) if last else None
 
+    # "Solved" must not be luck. The first episodes to finish are the short ones — on a
+    # goal-reaching task the lucky ones — so they never count: the decision needs a
+    # burn-in of `evidence_window` finished episodes, then that many more, and every env
+    # replica to have finished its share (a fast replica cannot decide for a slow one).
+    @property
+    def evidence_window(self) -> int:
+        """Episodes the decision averages, and the burn-in before them: ``window``, or one
+        per env stepped in parallel when there are more envs than that."""
+        return max(self.window, self.envs_per_step)
+
+    def evidence(self) -> dict[str, Any]:
+        """What "solved" rests on: episodes finished in this run, those averaged (the last
+        ``window``), the burn-in left out, and each env replica's episodes."""
+        per = {r: self.replica_episodes.get(r, 0) for r in self._env_replicas}
+        if not any(per.values()):  # the returns are logged by fragments that step no envs
+            per = dict(self.replica_episodes)
+        window = self.evidence_window
+        return {"episodes": len(self.episode_returns), "window": window, "burn_in": window,
+                "per_replica": per, "min_per_replica": -(-window // max(1, len(per)))}
+
     def is_solved(self) -> bool:
-        mean = self.mean_return()
-        return (self.target_return is not None and mean is not None
-                and len(self.episode_returns) >= self.window and mean >= self.target_return)
+        """The mean return of the last ``evidence_window`` episodes reached the target, with
+        at least ``2 × evidence_window`` episodes finished in this run (the first half is
+        burn-in) and every env replica having finished its share of the window."""
+        if self.target_return is None or not self.episode_returns:
+            return False
+        ev = self.evidence()
+        if ev["episodes"] < ev["burn_in"] + ev["window"]:
+            return False
+        if any(n < ev["min_per_replica"] for n in ev["per_replica"].values()):
+            return False
+        last = self.episode_returns[-ev["window"]:]
+        return sum(last) / len(last) >= self.target_return
 
     # -- reading -----------------------------------------------------------------------
     @property
@@ -177,10 +243,17 @@ class Run:
                 f"({self.steps_per_second:,.0f} env-steps/s); mean return of last "
                 f"{self.window} episodes {mean_text}")
         if self.solved_at:
+            ev = self.solved_at.get("evidence") or self.evidence()
             text += (f"; solved (≥ {self.target_return:g}) at iteration {self.solved_at['iteration']}"
-                     f" after {self.solved_at['time_s']:.2f} s, {self.solved_at['env_steps']:,} env steps")
+                     f" after {self.solved_at['time_s']:.2f} s, {self.solved_at['env_steps']:,} env steps"
+                     f", on the mean of the last {ev['window']} of {ev['episodes']} episodes from "
+                     f"{len(ev['per_replica'])} env replica{'s' if len(ev['per_replica']) != 1 else ''}"
+                     f" (the first {ev['burn_in']} not counted)")
         elif self.target_return is not None:
-            text += f"; not solved (target {self.target_return:g})"
+            ev = self.evidence()
+            text += (f"; not solved (target {self.target_return:g}; {ev['episodes']} episodes finished, "
+                     f"the decision needs ≥ {ev['burn_in'] + ev['window']} and ≥ {ev['min_per_replica']}"
+                     " from each env replica)")
         return text
 
     def __repr__(self) -> str:

@@ -48,6 +48,16 @@ class SnapshotBook:
         self._versions: dict[tuple[str, int], dict[int, bytes]] = {
             (g, i): {} for g, n in counts.items() for i in range(n)}
         self._lock = threading.Lock()
+        #: the first iteration the driver has not recorded yet (None: no limit). Snapshots
+        #: past it are not handed out: a worker lost mid-iteration can take the reports
+        #: of an iteration with it after every replica's next snapshot arrived, and
+        #: resuming there would skip that iteration
+        self.limit: int | None = None
+
+    def settle(self, iteration: int) -> None:
+        """The driver has recorded every iteration before ``iteration``."""
+        with self._lock:
+            self.limit = iteration
 
     def put(self, key: str, task: int, replica: int, value: bytes) -> None:
         """A snapshot of replica ``replica`` of the group in ``key``, at iteration ``task``."""
@@ -60,21 +70,28 @@ class SnapshotBook:
             complete = all(task in v for v in self._versions.values())
             if complete:
                 pickled = {k: v[task] for k, v in self._versions.items()}
+                usable = self._newest_complete()
                 for v in self._versions.values():  # older ones can never be used now
-                    for old in [t for t in v if t < task]:
+                    for old in [t for t in v if usable is not None and t < usable]:
                         del v[old]
         if complete and self.on_complete is not None:
             self.on_complete(task, pickled)
 
+    def _newest_complete(self) -> int | None:
+        """(Under the lock) the newest iteration, not past ``limit``, every replica has."""
+        common = None
+        for versions in self._versions.values():
+            common = set(versions) if common is None else common & set(versions)
+        usable = [t for t in common or () if self.limit is None or t <= self.limit]
+        return max(usable) if usable else None
+
     def latest(self) -> tuple[int, dict[tuple[str, int], bytes]] | None:
-        """The newest iteration every replica has a snapshot of, with those snapshots."""
+        """The newest iteration every replica has a snapshot of (not past ``limit``), with
+        those snapshots."""
         with self._lock:
-            common = None
-            for versions in self._versions.values():
-                common = set(versions) if common is None else common & set(versions)
-            if not common:
+            iteration = self._newest_complete()
+            if iteration is None:
                 return None
-            iteration = max(common)
             return iteration, {key: versions[iteration] for key, versions in self._versions.items()}
 
     def at(self, iteration: int) -> dict[tuple[str, int], bytes] | None:

@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from workbench.runtime.channels import dumps_state
+from workbench.runtime.counting import ENV_STEPS_KEY, counter_of
 
 __all__ = ["RunState"]
 
@@ -39,6 +40,11 @@ class RunState:
     #: fragments with step cells (their replicas are not interchangeable)
     stepping: frozenset[str] = frozenset()
 
+    @property
+    def env_steps(self) -> int:
+        """The run's env steps up to ``iteration``: what its env replicas counted."""
+        return sum(counter_of(v) for replicas in self.fragments.values() for v in replicas)
+
     def layout(self, counts: dict[str, int]) -> dict[str, list[dict[str, Any] | None]]:
         """Per fragment, the state of each new replica (None: run its init cell again)."""
         out: dict[str, list[dict[str, Any] | None]] = {}
@@ -49,7 +55,10 @@ class RunState:
             elif len(old) == count:
                 out[frag] = list(old)
             elif frag in self.stepping:
-                out[frag] = [None] * count
+                # fresh envs, but the env steps they took still count: the first new
+                # replica carries the old replicas' total (only that, so its init runs)
+                taken = sum(counter_of(values) for values in old)
+                out[frag] = [{ENV_STEPS_KEY: taken} if taken else None] + [None] * (count - 1)
             else:
                 # independent copies: replicas in one process must not share objects
                 out[frag] = [old[0]] + [_copy(old[0]) for _ in range(count - 1)]

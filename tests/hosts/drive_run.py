@@ -1,0 +1,75 @@
+"""The notebook's side of a run on namespace hosts: run inside the scheduler's host by
+``tests/hosts`` (``ip netns exec HOST python drive_run.py SPEC``), it connects to the
+scheduler, runs an FDG under SingleLearnerCoarse, injects one fault after iteration
+``at`` (``kill``: SIGKILL a worker; ``stop``: SIGSTOP it; ``cut``: take its host's link
+down) and prints one JSON line with what happened."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+
+def main(spec: dict) -> dict:
+    from distributed import Client
+
+    from tests.conftest import toy_fdg
+
+    client = Client(spec["scheduler"], timeout=30, set_as_default=False)
+    client.wait_for_workers(spec["workers"], timeout=60)
+    pids = client.run(os.getpid)
+    fdg = toy_fdg(time=time)
+    # the counters' env step, taking some time (iterations of some length)
+    fdg.add_fragment("env", "time.sleep(0.01)\nobs = obs + 1\nreward = action.copy()\nseen += 1\n"
+                            "wb.log('charts/episodic_return', float(reward.sum()))", rate="step")
+    fault: dict = {}
+
+    class Inject:
+        def log(self, row: dict) -> None:
+            if row["iteration"] != spec.get("at") or fault:
+                return
+            run = fdg.last_run
+            learner_home = run.policy.group_of("learner").workers[0]
+            info = client.scheduler_info()["workers"]
+            names = {str(w["name"]): a for a, w in info.items()}
+            name = learner_home if spec["target"] == "learner" else next(n for n in sorted(names) if n != learner_home)
+            address = names[name]
+            fault.update(worker=name, address=address, at=time.time())
+            if spec["fault"] == "kill":
+                os.kill(pids[address], signal.SIGKILL)
+            elif spec["fault"] == "stop":
+                os.kill(pids[address], signal.SIGSTOP)
+                fault["pid"] = pids[address]
+            elif spec["fault"] == "cut":
+                host = spec["hosts"].index(address.split("://")[1].rsplit(":", 1)[0])
+                subprocess.run(["ip", "netns", "exec", spec["switch"], "ip", "link", "set", f"port{host}", "down"],
+                               check=True, timeout=10)
+
+        def close(self) -> None:
+            pass
+
+    run = fdg.run(iterations=spec["iterations"], steps=4, policy="coarse", cluster=client, progress=False,
+                  loggers=[Inject()])
+    lost = [e for e in run.events if e.kind == "worker lost"]
+    result = {
+        "status": run.status, "completed": run.completed_iterations,
+        "iterations": [r["iteration"] for r in run.rows], "lost_iterations": run.lost_iterations,
+        "events": [e.message for e in lost], "fault": fault,
+        "detected_after": lost[0].time - fault["at"] if lost and fault else None,
+        "workers_after": sorted(client.scheduler_info()["workers"]),
+        "scale": run.state.fragments["learner"][0]["scale"] if run.state is not None else None,
+    }
+    if "pid" in fault:
+        os.kill(fault["pid"], signal.SIGCONT)  # thaw it: it finds itself removed and closes
+    client.close()
+    return result
+
+
+if __name__ == "__main__":
+    print("RESULT " + json.dumps(main(json.loads(sys.argv[1]))), flush=True)

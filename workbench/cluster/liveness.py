@@ -1,0 +1,65 @@
+"""Finding workers that are alive but unreachable, from the replicas' own silence.
+
+Dask notices a dead worker process within a second or two (its comms break), but one that
+is alive and unreachable — a link down, a partition, a process frozen by SIGSTOP or a
+swap storm — only after its TTL, minutes later; meanwhile every replica waiting for its
+values waits too. The driver therefore probes when the run falls silent (no replica has
+reported for ``drive``'s ``probe_after`` seconds, 3 by default): one connection per worker to a replica's channel
+server, which must send its authentication challenge within ``PROBE_TIMEOUT_SECONDS``.
+The kernel answers the TCP handshake of a frozen process, so the probe waits for those
+first bytes, which only the live process sends. A slow iteration is not silence that
+fails a probe: a busy worker still answers within milliseconds.
+
+Example:
+    >>> unanswered({"w1": ("127.0.0.1", 1)}, timeout=0.5)   # nothing listens on port 1
+    ['w1']
+"""
+from __future__ import annotations
+
+import socket
+import uuid
+from concurrent.futures import ThreadPoolExecutor
+
+__all__ = ["PROBE_TIMEOUT_SECONDS", "answers", "unanswered", "retire"]
+
+#: how long a probed channel server has to answer (generous: a busy 2-core CI box)
+PROBE_TIMEOUT_SECONDS = 5.0
+
+
+def answers(address: tuple[str, int], timeout: float = PROBE_TIMEOUT_SECONDS) -> bool:
+    """Whether the channel server at ``address`` accepts a connection and sends its first
+    bytes (the HMAC challenge) within ``timeout``. The probe then hangs up; the server
+    drops a peer that does not finish the handshake."""
+    try:
+        with socket.create_connection(address, timeout=timeout) as sock:
+            sock.settimeout(timeout)
+            return bool(sock.recv(1))
+    except OSError:  # refused, unreachable, timed out
+        return False
+
+
+def unanswered(servers: dict[str, tuple[str, int]], timeout: float = PROBE_TIMEOUT_SECONDS) -> list[str]:
+    """The keys of ``servers`` (worker → a channel server there) that do not answer; all
+    probed at once, so the whole probe takes at most ``timeout``."""
+    if not servers:
+        return []
+    with ThreadPoolExecutor(min(32, len(servers)), thread_name_prefix="workbench-probe") as pool:
+        results = dict(zip(servers, pool.map(lambda a: answers(a, timeout), servers.values())))
+    return sorted(w for w, ok in results.items() if not ok)
+
+
+async def _remove_workers(addresses: list[str], dask_scheduler=None) -> list[str]:
+    stimulus = f"workbench-unreachable-{uuid.uuid4().hex[:8]}"
+    removed = []
+    for address in addresses:
+        if address in dask_scheduler.workers:
+            await dask_scheduler.remove_worker(address, stimulus_id=stimulus, close=True)
+            removed.append(address)
+    return removed
+
+
+def retire(client, addresses: list[str]) -> list[str]:
+    """Remove workers from the scheduler at once (no graceful retirement: they cannot
+    answer) and tell them to close, so a worker that comes back after a cut is not part
+    of the run any more: it closes, and its nanny starts a fresh worker that joins anew."""
+    return client.run_on_scheduler(_remove_workers, list(addresses))

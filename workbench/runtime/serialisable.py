@@ -1,0 +1,135 @@
+"""Can it cross processes? Name what cannot, where it comes from, and the fix — in one message.
+
+Under a cluster policy three kinds of things are serialised: the notebook names fragments
+read (sent with each replica when it is deployed), the values on routes between groups
+(sent after the cell that writes them runs: from the first iteration on), and fragment
+state (snapshots and exports of the names a fragment binds). A lock, a generator, an open
+file or a lambda among them fails deep in Dask or pickle (``Could not serialize object of
+type …``), and which replica fails first decided what the user saw. Here each kind is
+checked where it is first serialised, and the error names the value, its fragment and the
+fix, the same text from whichever replica meets it:
+
+- :func:`check_notebook` before anything is deployed;
+- :func:`value_error` for a route value that does not pickle (at its first send);
+- :func:`state_error` for fragment state that does not pickle (at a snapshot).
+
+Example:
+    >>> import threading
+    >>> try:
+    ...     check_notebook({"lock": threading.Lock()}, {"lock": ["actor"]})
+    ... except SerialisationError as exc:
+    ...     print(str(exc).split(":")[0])
+    the notebook name 'lock' that fragment actor reads cannot be sent to the workers (a _thread.lock cannot be pickled)
+"""
+from __future__ import annotations
+
+import pickle
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import cloudpickle
+
+from workbench.errors import WorkbenchError
+
+__all__ = ["SerialisationError", "check_notebook", "value_error", "state_error", "culprit"]
+
+
+class SerialisationError(WorkbenchError):
+    """Something a run must send between processes cannot be serialised."""
+
+
+#: what to do, per kind of thing that must cross processes
+_FIX_NOTEBOOK = ("Define it in the fragment's --init cell instead (it is then built on each "
+                 "replica, never sent), or run with policy inline.")
+_FIX_VALUE = ("Write plain data there (arrays, tensors, numbers, dicts/lists of them); a function "
+              "must be a module-level function (def in a module, not a lambda or a closure); keep "
+              "locks, generators and open files in the fragment's own names, not in values other "
+              "fragments read.")
+_FIX_STATE = ("Keep it out of the fragment's state: build it inside a function (so the cell does not "
+              "bind it), or make it picklable; the fragment's state is what snapshots send and "
+              "checkpoints keep.")
+
+
+def culprit(value: Any, dump: Callable[[Any], bytes] = cloudpickle.dumps, path: str = "",
+            depth: int = 4) -> tuple[str, str]:
+    """(where inside ``value``, what type) of the innermost part that does not serialise:
+    ``("['info'].lock", "_thread.lock")``. Looks into dicts, lists, tuples and attributes."""
+    parts: list[tuple[str, Any]] = []
+    if depth > 0:
+        if isinstance(value, Mapping):
+            parts = [(f"[{k!r}]", v) for k, v in list(value.items())[:100]]
+        elif isinstance(value, (list, tuple)):
+            parts = [(f"[{i}]", v) for i, v in enumerate(value[:100])]
+        elif getattr(value, "dtype", None) == object and hasattr(value, "flat"):
+            # a step value stacked over T steps: NumPy's object array of what each step wrote
+            parts = [(f"[{i}]", v) for i, v in zip(range(100), value.flat)]
+        elif hasattr(value, "__dict__") and not isinstance(value, type) and not callable(value):
+            parts = [(f".{k}", v) for k, v in list(vars(value).items())[:100]]
+    for where, part in parts:
+        try:
+            dump(part)
+        except Exception:
+            return culprit(part, dump, path + where, depth - 1)
+    kind = type(value)
+    module = kind.__module__
+    return path, (kind.__qualname__ if module == "builtins" else f"{module}.{kind.__qualname__}")
+
+
+def _what(value: Any, dump) -> str:
+    where, kind = culprit(value, dump)
+    return f"{where} is a {kind}" if where else f"a {kind} cannot be pickled"
+
+
+def check_notebook(notebook: Mapping[str, Any], readers: Mapping[str, list[str]]) -> None:
+    """Raise :class:`SerialisationError` for the first notebook name (in ``readers``'
+    order: name → fragments that read it) that cloudpickle cannot serialise."""
+    for name, fragments in readers.items():
+        if name not in notebook:
+            continue
+        try:
+            cloudpickle.dumps(notebook[name])
+        except Exception as exc:
+            who = ", ".join(fragments)
+            raise SerialisationError(
+                f"the notebook name {name!r} that fragment{'s' if len(fragments) > 1 else ''} {who} "
+                f"read{'' if len(fragments) > 1 else 's'} cannot be sent to the workers "
+                f"({_what(notebook[name], cloudpickle.dumps)}): {type(exc).__name__}: {_short(exc)}. "
+                f"{_FIX_NOTEBOOK}") from exc
+
+
+def value_error(key: str, value: Any, exc: BaseException) -> SerialisationError:
+    """The error for a route value (channel ``key``: ``[stacked:|step:]PRODUCER.NAME``)
+    that did not pickle."""
+    producer, _, name = key.split(":")[-1].partition(".")
+    return SerialisationError(
+        f"fragment {producer!r} writes {name!r}, which another group of this policy reads, but it "
+        f"cannot be sent between processes ({_what(value, pickle.dumps)}): {type(exc).__name__}: "
+        f"{_short(exc)}. {_FIX_VALUE}")
+
+
+def state_error(states: Mapping[str, Mapping[str, Any]], dump: Callable[[Any], bytes],
+                exc: BaseException) -> SerialisationError:
+    """The error for fragment state (fragment → name → value) that did not serialise:
+    names the first fragment and name that fail on their own."""
+    for fragment, values in states.items():
+        for name, value in values.items():
+            try:
+                dump(value)
+            except Exception:
+                return SerialisationError(
+                    f"fragment {fragment!r} keeps {name!r} in its state, which cannot be serialised "
+                    f"for a snapshot ({_what(value, dump)}): {type(exc).__name__}: {_short(exc)}. "
+                    f"{_FIX_STATE}")
+    return SerialisationError(f"a fragment's state cannot be serialised for a snapshot: "
+                              f"{type(exc).__name__}: {_short(exc)}. {_FIX_STATE}")
+
+
+def _short(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return text[0][:200] if text else ""
+
+
+def readers_of(fdg, names) -> dict[str, list[str]]:
+    """name → the fragments that read it (for :func:`check_notebook`)."""
+    return {name: [f.name for f in fdg.fragments.values()
+                   if any(name in f.external_inputs(rate) for rate in f.rates)] for name in names}
