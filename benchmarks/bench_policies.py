@@ -5,9 +5,10 @@ steady env-steps/s (first iterations left out), bytes on the wire per iteration,
 time to solve CartPole-v1 (mean of the last 20 returns ≥ 475), one run each.
 
 Part 2 (``--scaling``): an environment whose step waits 2 ms without using the CPU (a
-remote simulator or game server), 16 envs per replica, stepped by 1 to 32 workers
-under SingleLearnerCoarse and SingleLearnerFine (weak scaling: one env replica per
-worker), on 1, 2, 4, 8, 16 and 32 workers (``--sizes`` to choose). Efficiency = throughput(W) / (W × throughput(1)).
+remote simulator or game server), 16 envs per replica, under SingleLearnerCoarse and
+SingleLearnerFine on 1, 2, 4, 8, 16 and 32 single-thread workers (weak scaling: one env
+replica per worker; ``--sizes`` to choose). Efficiency = throughput(W) / (W × throughput(1)).
+A size or policy that fails shows its error in the table; the rest still run.
 
     python benchmarks/bench_policies.py             # both parts
     python benchmarks/bench_policies.py --presets   # part 1 only

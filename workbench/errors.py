@@ -43,6 +43,7 @@ __all__ = [
     "WorkerLostError",
     "WorkerUnreachableError",
     "FragmentRuntimeError",
+    "CellNotReturningError",
 ]
 
 
@@ -138,3 +139,15 @@ class FragmentRuntimeError(WorkbenchError):
 
 def _rebuild_runtime_error(kwargs: dict) -> FragmentRuntimeError:
     return FragmentRuntimeError(**kwargs)
+
+
+class CellNotReturningError(WorkbenchError):
+    """A stop was asked for and a cell has not returned within the grace period (an
+    endless loop, a blocking call). Names the cells; the run ends without them."""
+
+    def __init__(self, cells: list[str], grace: float):
+        said = "; ".join(cells) if cells else "a replica's cell has not returned"
+        super().__init__(f"{said} — {grace:g} s after the stop. The run is stopped without it: "
+                         "its replica is abandoned (a worker is restarted; a thread in this process "
+                         "is left to finish on its own). Fix the cell so it returns, and run again.")
+        self.cells = list(cells)

@@ -29,7 +29,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from workbench.config import RunConfig
-from workbench.errors import ProcessDiedError, RunConfigError, WorkerLostError
+from workbench.errors import CellNotReturningError, ProcessDiedError, RunConfigError, WorkerLostError
 from workbench.fdg.graph import Graph
 from workbench.fdg.plan import Plan, make_plan
 from workbench.fdg.policy import IN_PROCESS, Policy, as_policy_spec, needs_cluster, rehome, resolve_policy
@@ -147,10 +147,15 @@ class Trainer:
         stretch = _Stretch(config, cluster, self.namespace, config.keep_state or writer.enabled, writer)
         self._loggers, self._bar = loggers, bar
         try:
-            if policy == "auto":
-                self._run_auto(run, stretch, resume)
-            else:
-                self._run_stretches(run, policy, stretch, resume)
+            try:
+                if policy == "auto":
+                    self._run_auto(run, stretch, resume)
+                else:
+                    self._run_stretches(run, policy, stretch, resume)
+            except CellNotReturningError as stuck:
+                if not self._stop.is_set():
+                    raise
+                print(f"workbench: stopped; {stuck}", flush=True)  # what was asked for, with why it took long
             run.status = "stopped" if self._stop.is_set() else ("solved" if run.solved_at else "finished")
             writer.final()
         except KeyboardInterrupt:
@@ -269,7 +274,11 @@ class Trainer:
             backend.deploy(plan, programs, notebook, _states_for(plan, resume))
             try:
                 drive(plan, backend, iterations, on_iteration, start=start, snapshot_every=every,
-                      full_snapshot_every=full_every, on_snapshot=stretch.writer.stretch(plan, resolved))
+                      full_snapshot_every=full_every, on_snapshot=stretch.writer.stretch(plan, resolved),
+                      stopping=self._stop.is_set)
+            except CellNotReturningError:
+                backend.overdue = True  # its loops were given their grace already: don't wait again
+                raise
             except WorkerLostError as lost:
                 lost.state = _snapshot_state(plan, backend.snapshots)
                 lost.iteration = start + completed

@@ -9,7 +9,7 @@ import pytest
 
 import workbench as wb
 
-ITERATIONS = 8
+ITERATIONS = 16
 EDIT_AT = 2  # the change is made while iteration EDIT_AT is being recorded
 
 

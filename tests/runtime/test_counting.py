@@ -103,7 +103,8 @@ class GoalEnv:
     """A goal-reaching task, vectorised: each step an episode reaches the goal (return 1,
     ends) with probability ``q + skill``, else it is cut off after ``limit`` steps (return
     0). Untrained (skill 0), about 10% of episodes succeed — but the first episodes to
-    finish are all successes, because failures only finish at ``limit``."""
+    finish are all successes, and between the waves of cut-off episodes only successes
+    finish, so the last 20 finished are often mostly lucky."""
 
     def __init__(self, n: int, seed: int, q: float = 0.002, limit: int = 50, gain: float = 1.0) -> None:
         self.rng, self.t, self.q, self.limit = np.random.default_rng(seed), np.zeros(n, int), q, limit
@@ -138,8 +139,8 @@ def test_a_control_that_never_learns_is_never_solved(policy, client):
                                **kwargs)
     assert run.solved_at is None and run.status == "finished"
     # the old rule (mean of the last 20 finished ≥ target) was fooled by the lucky first finishers
-    early = [r["charts/mean_return_last_20"] for r in run.rows[:4]]
-    assert max(m for m in early if m is not None and m == m) >= 0.5
+    # (between the waves of cut-off episodes only successes finish; the last 20 are lucky)
+    assert any(r["charts/episodes"] >= 20 and r["charts/mean_return_last_20"] >= 0.5 for r in run.rows)
     assert "not solved" in run.summary() and "episodes finished" in run.summary()
 
 

@@ -27,7 +27,7 @@ from workbench.errors import FragmentRuntimeError, PlacementError, WorkerLostErr
 from workbench.fdg.inventory import Inventory
 from workbench.fdg.plan import Plan
 from workbench.runtime.channels import Mailbox, SocketPostman, SocketServer, dumps_state
-from workbench.runtime.driver import Events, StreamSpec, close_envs
+from workbench.runtime.driver import STOP_GRACE_S, Events, StreamSpec, close_envs
 from workbench.runtime.fence import Fence
 from workbench.runtime.loop import run_loop
 from workbench.runtime.replica import GroupProgram, GroupReplica, TaskReport
@@ -161,6 +161,12 @@ def _set_stopping(run_id: str, dask_worker=None) -> None:
         plugin.stopping.add(run_id)
 
 
+def _busy_cells(run_id: str, dask_worker=None) -> list[str]:
+    plugin = dask_worker.plugins.get(PLUGIN_NAME)
+    deployed = [] if plugin is None else [d for (r, _, _), d in plugin.deployed.items() if r == run_id]
+    return [text for d in deployed if (text := d.replica.describe_busy())]
+
+
 def _fence_of(plugin: WorkbenchPlugin, run_id: str) -> Fence:
     return plugin.__dict__.setdefault("fences", {}).setdefault(run_id, Fence())
 
@@ -228,6 +234,8 @@ class DaskBackend:
         self._workers: dict[tuple[str, int], str] = {}
         self._loops: list[Future] = []
         self._topic = topic_name(self.run_id)
+        #: set when a stop already waited its grace for a stuck cell (teardown then doesn't)
+        self.overdue = False
         self._asynchronous = False
         self._stopped = threading.Event()
         self.snapshots: SnapshotBook | None = None
@@ -311,12 +319,40 @@ class DaskBackend:
                 alive.append(future)
         # exception(), not result(): re-raising a loop's error would add this frame (and
         # with it the futures) to the traceback of the exception the user holds as run.error
-        deadline = time.monotonic() + 30
+        deadline = time.monotonic() + (1.0 if self.overdue else STOP_GRACE_S)
         for future in alive:
             try:
                 future.exception(timeout=max(0.1, deadline - time.monotonic()))
             except Exception:  # timed out or cancelled: the loop is dropped with the run
                 pass
+        self._stuck = [key for key, f in zip(self._workers, self._loops) if f in alive and not f.done()]
+        if self._stuck:  # say which cells while their replicas are still there to ask
+            self._stuck_cells = self.busy_cells() or [f"replica {k[1]} of {k[0]}" for k in self._stuck]
+
+    def busy_cells(self) -> list[str]:
+        """What each of the run's replicas is running (asked of the workers)."""
+        try:
+            answers = self.client.run(_busy_cells, self.run_id, workers=sorted(set(self._workers.values())))
+        except Exception:  # a worker that does not answer has nothing to say
+            return []
+        return [text for texts in answers.values() for text in texts]
+
+    def _restart_stuck(self) -> None:
+        """Loops whose cell never returns keep their worker busy for good: restart those
+        workers (their nanny starts a fresh process), so the next run finds them free."""
+        keys, cells = getattr(self, "_stuck", []), getattr(self, "_stuck_cells", [])
+        if not keys:
+            return
+        self._stuck = []
+        addresses = sorted({self._workers[k] for k in keys})
+        print(f"workbench: {'; '.join(cells)}; restarting worker{'s' if len(addresses) > 1 else ''} "
+              f"{', '.join(self._name_of(a) for a in addresses)} so it is free for the next run.",
+              flush=True)
+        try:
+            self.client.restart_workers(addresses, timeout=60)
+        except Exception as exc:  # no nanny (a bare `dask worker --no-nanny`): say what to do
+            print(f"workbench: could not restart {', '.join(addresses)} ({exc}); restart those "
+                  "dask worker processes by hand.", flush=True)
 
     # -- worker loss -------------------------------------------------------------------
     def lost_workers(self) -> list[str]:
@@ -415,3 +451,4 @@ class DaskBackend:
             self.client.run(_drop_run, self.run_id)
         except Exception:  # the cluster may already be gone; nothing is left to free then
             pass
+        self._restart_stuck()

@@ -17,6 +17,7 @@ from IPython.display import HTML, display
 
 from workbench.errors import FragmentError, WorkbenchError
 from workbench.config import RUN_USAGE, parse_place_line, parse_run_line
+from workbench.runtime.driver import STOP_GRACE_S
 from workbench.fdg.options import FRAGMENT_USAGE, parse_fragment_line
 from workbench.session import FDG
 
@@ -207,5 +208,10 @@ class WorkbenchMagics(Magics):
             print("nothing is running.")
             return None
         self.fdg.stop()
-        thread.join()
+        # a stuck cell costs the run's grace (named when it passes) and a worker restart
+        thread.join(timeout=3 * STOP_GRACE_S + 60)
+        if thread.is_alive():
+            print("workbench: the run has not stopped yet; it goes on stopping in the background "
+                  "(%fdg stop again to wait for it).")
+            return None
         return self.fdg.last_run

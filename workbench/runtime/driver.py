@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 
+from workbench.errors import CellNotReturningError
 from workbench.fdg.plan import Plan
 from workbench.fdg.wiring import WiredTask, wire_stream
 from workbench.runtime.channels import LocalPostman, Mailbox, dumps_state
@@ -27,6 +28,10 @@ from workbench.runtime.replica import GroupProgram, GroupReplica, TaskReport
 from workbench.runtime.snapshots import DRIVER, SnapshotBook, snapshot_key
 
 __all__ = ["Backend", "InlineBackend", "IterationRecord", "StreamSpec", "drive", "Events", "close_envs"]
+
+#: how long a stop waits for the cells running to return before it names them and
+#: abandons their replicas
+STOP_GRACE_S = 10.0
 
 
 class Events:
@@ -148,6 +153,8 @@ class InlineBackend:
         self.snapshots: SnapshotBook | None = None
         self._fence = Fence()
         self._asynchronous = False
+        #: set when a stop already waited its grace for a stuck cell (teardown then doesn't)
+        self.overdue = False
 
     def deploy(self, plan: Plan, programs: dict[str, GroupProgram], notebook: dict[str, Any],
                states: dict[tuple[str, int], dict] | None = None) -> None:
@@ -208,14 +215,27 @@ class InlineBackend:
             return None
         return decide([self._fence], at_least)
 
+    def busy_cells(self) -> list[str]:
+        """What each replica's cell is doing when a stop is overdue."""
+        return [text for replica in self.replicas.values() if (text := replica.describe_busy())]
+
     def teardown(self) -> None:
         self._stop.set()
-        for thread in self._threads:
-            thread.join()
+        deadline = time.monotonic() + (1.0 if self.overdue else STOP_GRACE_S)
+        stuck = []
+        for key, thread in zip(list(self.replicas), self._threads):
+            thread.join(max(0.0, deadline - time.monotonic()))
+            if thread.is_alive():  # a cell that never returns: Python cannot kill a thread
+                stuck.append(key)
+        if stuck:
+            cells = [self.replicas[k].describe_busy() or f"replica {k[1]} of {k[0]}" for k in stuck]
+            print(f"workbench: {'; '.join(cells)}; its thread is abandoned (it finishes on its own, "
+                  "holding nothing of the run) and the FDG is free.", flush=True)
         _limit_torch_threads(getattr(self, "_torch_threads", None))
-        for replica in self.replicas.values():
-            for ns in replica.namespaces.values():
-                close_envs(ns)
+        for key, replica in self.replicas.items():
+            if key not in stuck:
+                for ns in replica.namespaces.values():
+                    close_envs(ns)
         self.replicas.clear()
 
 
@@ -268,6 +288,7 @@ def drive(
     on_snapshot=None,
     check_every: float = 1.0,
     probe_after: float = 3.0,
+    stopping: Callable[[], bool] | None = None,
 ) -> int:
     """Run ``iterations`` iterations. ``on_iteration`` gets each finished iteration in
     order and returns True to stop early. Returns the number of iterations completed.
@@ -285,6 +306,9 @@ def drive(
     closed at one exact boundary first (:mod:`workbench.runtime.fence`): the iterations
     they had begun are finished and recorded too (``on_iteration``'s answer then no longer
     matters), so the state collected afterwards is the state at the last recorded one.
+
+    ``stopping`` says a stop was asked for: if then no replica reports for
+    ``STOP_GRACE_S``, a cell is stuck, and :class:`CellNotReturningError` names it.
 
     Ctrl-C (KeyboardInterrupt) stops every loop before it propagates.
     """
@@ -327,6 +351,9 @@ def drive(
                 event = events.queue.get(timeout=0.1)
             except queue.Empty:
                 now = time.monotonic()
+                if stopping is not None and stopping() and now - last_event > STOP_GRACE_S:
+                    busy = getattr(backend, "busy_cells", None)
+                    raise CellNotReturningError(busy() if busy is not None else [], STOP_GRACE_S)
                 if probe is not None and loops_left and min(now - last_event, now - last_probe) > probe_after:
                     probe(now - last_event)  # silence: is a worker cut off or frozen?
                     last_probe = time.monotonic()

@@ -241,6 +241,10 @@ class GroupReplica:
         self._sent: dict[str, int] = {}  # per-step key → messages sent so far
         self._read: dict[tuple[str, str], int] = {}  # (per-step key, reader) → messages read
         self._sends = {f: [s for s in program.step_sends if s.producer == f] for f in fragments}
+        #: the (fragment, rate) cell running now, and since when its task item started (a
+        #: stop that finds a cell stuck names it)
+        self.running_cell: tuple[str, str] | None = None
+        self.running_since = 0.0
         #: (fragment, rate) cells that have run at least once (to blame the right cell when
         #: a name is missing)
         self._ran: set[tuple[str, str]] = set()
@@ -324,6 +328,7 @@ class GroupReplica:
         token = activate(ctx)
         try:
             for item in items:
+                self.running_since = time.monotonic()
                 ctx.iteration = item.iteration
                 if self._start is None and item.iteration is not None:
                     self._start = item.iteration
@@ -334,6 +339,7 @@ class GroupReplica:
                         self._run_cell(frag, item.rate, inbox, report, item.iteration)
         finally:
             deactivate(token)
+            self.running_cell = None
         report.metrics = ctx.metrics
         outbox = {e.key: self._emit(e, ctx.iteration) for e in self.program.emits if e.key in emit_keys}
         return outbox, report
@@ -356,6 +362,7 @@ class GroupReplica:
                 if bindings:
                     self._bind(frag, "step", ns, bindings, inbox, item.iteration)
                 ctx.counted = None
+                self.running_cell = (frag, "step")  # named if a stop finds it stuck
                 start = time.perf_counter() if TIMING else 0.0
                 try:
                     exec(code, ns)
@@ -399,6 +406,7 @@ class GroupReplica:
             self._send_step_values(frag, ns, [s for s in self._sends[frag] if s.at_init], iteration)
             return
         self._bind(frag, rate, ns, self.program.bindings[key], inbox, iteration)
+        self.running_cell = key
         start = time.perf_counter() if TIMING else 0.0
         try:
             exec(self.compiled[key], ns)
@@ -428,6 +436,15 @@ class GroupReplica:
                       "run that wrote the checkpoint.",
                 traceback_text="".join(traceback.format_exception(exc)),
             ) from None
+
+    def describe_busy(self) -> str | None:
+        """Which cell this replica is running, and for how long (None when idle)."""
+        cell = self.running_cell
+        if cell is None:
+            return None
+        seconds = time.monotonic() - self.running_since
+        return (f"the {cell[0]} {cell[1]} cell (replica {self.index} of {self.program.group}, "
+                f"on {self.worker}) has not returned for {seconds:.0f} s")
 
     def export_state(self, fragments=None) -> dict[str, dict[str, Any]]:
         """Each fragment's own state (the names it binds), to resume elsewhere (only
