@@ -74,7 +74,7 @@ def test_the_buffer_as_its_own_fragment_does_the_same(policy, client):
 BUDGET = dqn.cfg.iterations * dqn.cfg.num_steps * dqn.cfg.num_envs
 
 
-@pytest.mark.slow
+@pytest.mark.long  # 10 trainings of 80k–160k env steps: an hour or more here; run by hand
 @pytest.mark.parametrize("policy", ["inline", "coarse"])
 @pytest.mark.parametrize("seed", [1, 2, 3, 4, 5])
 def test_dqn_solves_cartpole_within_its_step_budget(seed, policy, client):

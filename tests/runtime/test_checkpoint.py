@@ -304,3 +304,15 @@ def test_an_init_cell_that_builds_other_shapes_cannot_take_the_checkpoint(tmp_pa
                                                       r"its checkpointed state failed: ValueError: 'net'") as info:
         wider.run(iterations=1, steps=2, progress=False, resume=str(tmp_path))
     assert "size mismatch" in str(info.value) and load_checkpoint(tmp_path).iteration == 1
+
+
+def test_numpy_scalars_in_a_fragments_state_checkpoint_and_load(tmp_path):
+    """``total = reward.sum()`` keeps an np.float64: a checkpoint of it must load (torch's
+    weights_only loader refuses NumPy scalars, so they are saved as Python numbers)."""
+    fdg = wb.FDG(namespace={"np": np})
+    fdg.add_fragment("learner", "total = np.float64(0)\ncount = np.int64(0)", rate="init")
+    fdg.add_fragment("learner", "total = total + np.float64(1.5)\ncount = count + 1", rate="iteration")
+    fdg.run(iterations=2, steps=1, progress=False).checkpoint(tmp_path)
+    resumed = fdg.run(iterations=1, steps=1, progress=False, resume=str(tmp_path))
+    assert resumed.state.fragments["learner"][0]["total"] == 4.5
+    assert resumed.state.fragments["learner"][0]["count"] == 3

@@ -319,8 +319,9 @@ class SocketServer:
             deliver_challenge(conn, self._authkey)
             answer_challenge(conn, self._authkey)
         except Exception:  # a peer without the run's key, or one that hung up (a probe)
-            conn.close()
-            self._conns.remove(conn)  # probes recur in a long run: keep no trace of them
+            if conn in self._conns:  # probes recur in a long run: keep no trace of them
+                self._conns.remove(conn)
+            _close_quietly(conn)
             return
         while True:
             try:
@@ -348,8 +349,17 @@ class SocketServer:
         except OSError:
             pass
         self._listener.close()
-        for conn in self._conns:
-            conn.close()
+        for conn in list(self._conns):
+            _close_quietly(conn)
+
+
+def _close_quietly(conn) -> None:
+    """Close a connection another thread may be closing too (a reader whose handshake
+    failed while the server shuts down): the second close finds the descriptor gone."""
+    try:
+        conn.close()
+    except OSError:
+        pass
 
 
 class SocketPostman:

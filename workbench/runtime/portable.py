@@ -99,10 +99,8 @@ def _kind(enc: Any) -> str | None:
 
 def _encode(value: Any) -> Any:
     torch = sys.modules.get("torch")
-    if isinstance(value, _PLAIN):
-        return value
-    if isinstance(value, np.generic):
-        return value.item()
+    if isinstance(value, np.generic):  # before _PLAIN: np.float64 is a float, yet torch's
+        return value.item()            # weights_only loader refuses NumPy scalars
     if torch is not None:
         if isinstance(value, torch.nn.Module):
             return {"__kind__": "module", "value": _encode(value.state_dict())}
@@ -127,6 +125,8 @@ def _encode(value: Any) -> Any:
             raise _Unsupported
         items = [[k, _encode(v)] for k, v in value.items()]
         return {"__kind__": "dict", "value": items}
+    if isinstance(value, _PLAIN):
+        return value
     raise _Unsupported
 
 
