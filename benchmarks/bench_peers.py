@@ -263,8 +263,9 @@ def main() -> None:
     solve: dict[str, list[dict]] = {c: [] for c in solve_who}
     thr: dict[str, list[dict]] = {c: [] for c in thr_who}
     seeds = list(range(1, args.seeds + 1))
-    print(f"seeds {seeds}; workbench {'+'.join(args.policies)}; "
-          f"{'SB3 ' if have_sb3 else ''}{'CleanRL ' if cleanrl else ''}"
+    peers = ([("SB3", have_sb3)] if do_solve else []) + ([("CleanRL", cleanrl)] if do_thr else [])
+    print(f"seeds {seeds}; workbench {'+'.join(args.policies)}; peers: "
+          f"{', '.join(name for name, there in peers if there) or 'none'} "
           f"(peers' torch threads: {args.peer_threads or 'default'})", flush=True)
 
     begun = time.perf_counter()

@@ -94,8 +94,10 @@ def test_quickstart_executes_under_nbval_at_ci_size(tmp_path):
 
 def test_cli_checkpoints_and_resumes(tmp_path, capsys):
     ckpt = tmp_path / "ckpt"
+    # 4 iterations are too few episodes for "solved" to be decided (exit 1): what matters
+    # here is that the checkpoints are written and the next run resumes from them
     assert main(["run", str(QUICKSTART), "--iterations", "4", "--steps", "8", "--target-return", "1",
-                 "--checkpoint-dir", str(ckpt), "--checkpoint-every", "2"]) == 0
+                 "--checkpoint-dir", str(ckpt), "--checkpoint-every", "2"]) == 1
     assert (ckpt / "LATEST").exists()
     from workbench.runtime.checkpoint import load_checkpoint
 
