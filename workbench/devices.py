@@ -17,6 +17,7 @@ Example:
 """
 from __future__ import annotations
 
+import functools
 import importlib.util
 import os
 import sys
@@ -92,8 +93,6 @@ def visible_gpus() -> int:
     except Exception:  # a broken CUDA install is "no GPU" here, not a crash
         pass
     try:
-        from workbench.kernels.array_module import gpu_available
-
         if gpu_available():
             import cupy
 
@@ -160,9 +159,31 @@ def use_device(device: str) -> None:
     if torch is not None and torch.cuda.is_available():
         torch.cuda.set_device(index)
     if "cupy" in sys.modules:
-        from workbench.kernels.array_module import gpu_available
-
         if gpu_available():
             import cupy
 
             cupy.cuda.Device(index).use()
+
+
+@functools.cache
+def gpu_available() -> bool:
+    """Whether CuPy is installed AND a CUDA device is usable. Cached; never raises.
+
+    Example::
+
+        xp = cupy if gpu_available() else numpy
+    """
+    if importlib.util.find_spec("cupy") is None:
+        return False
+    try:
+        import warnings
+
+        with warnings.catch_warnings():
+            # CuPy warns at import on some driver/toolkit mismatches; the
+            # answer below is what matters, not the warning.
+            warnings.simplefilter("ignore")
+            import cupy
+
+            return bool(cupy.cuda.is_available())
+    except Exception:  # any failure means: no usable GPU here
+        return False

@@ -2,6 +2,7 @@
 time, names the cell, leaves nothing running, and the next run works at once."""
 from __future__ import annotations
 
+import os
 import threading
 import time
 
@@ -14,15 +15,15 @@ from workbench.runtime.driver import STOP_GRACE_S
 STUCK_STEP = """\
 seen += 1
 if seen > 6 and stuck:
-    while True:          # never returns
+    while not os.path.exists(release):   # does not return (until the test ends)
         time.sleep(0.05)
 obs = obs + 1
 reward = obs.copy()
 """
 
 
-def sticky_fdg() -> wb.FDG:
-    fdg = wb.FDG(namespace={"np": np, "time": time, "stuck": True})
+def sticky_fdg(release: str) -> wb.FDG:
+    fdg = wb.FDG(namespace={"np": np, "time": time, "os": os, "stuck": True, "release": release})
     fdg.add_fragment("env", "obs = np.zeros(2)\nseen = 0", rate="init")
     fdg.add_fragment("env", STUCK_STEP, rate="step")
     fdg.add_fragment("learner", "total = 0.0", rate="init")
@@ -31,8 +32,19 @@ def sticky_fdg() -> wb.FDG:
 
 
 @pytest.mark.parametrize("policy", ["inline", "coarse"])
-def test_stop_returns_with_a_stuck_cell_named_and_the_fdg_runs_again(policy, client, capsys):
-    fdg = sticky_fdg()
+def test_stop_returns_with_a_stuck_cell_named_and_the_fdg_runs_again(policy, client, capsys, tmp_path):
+    release = tmp_path / "release"
+    try:
+        _stop_a_stuck_run(policy, client, capsys, str(release))
+    finally:
+        release.write_text("")  # an abandoned thread ends now: no thread outlives the test
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and any(t.name.startswith("workbench-") for t in threading.enumerate()):
+            time.sleep(0.1)
+
+
+def _stop_a_stuck_run(policy, client, capsys, release: str) -> None:
+    fdg = sticky_fdg(release)
     result = {}
     thread = threading.Thread(target=lambda: result.update(run=fdg.run(
         iterations=1000, steps=3, policy=policy, cluster=client, progress=False)), daemon=True)

@@ -119,7 +119,7 @@ class ReplayBuffer:
 
     >>> rb = ReplayBuffer(3, obs_dim=2)
     >>> rb.add(np.zeros((2, 2)), np.array([0, 1]), np.ones(2), np.ones((2, 2)), np.array([False, True]))
-    >>> len(rb), rb.sample(4, np.random.default_rng(0))["obs"].shape
+    >>> len(rb), tuple(rb.sample(4, np.random.default_rng(0))["obs"].shape)
     (2, (4, 2))
     """
 

@@ -8,40 +8,16 @@ imported when its package exists, and only trusted when
 
 from __future__ import annotations
 
-import functools
-import importlib.util
 from typing import Any
 
 import numpy as np
+
+from workbench.devices import gpu_available  # its home: device detection (re-exported here)
 
 __all__ = ["gpu_available", "get_xp", "array_module_of"]
 
 _CPU_NAMES = {"cpu", "numpy", "np"}
 _GPU_NAMES = {"gpu", "cuda", "cupy", "cp"}
-
-
-@functools.cache
-def gpu_available() -> bool:
-    """Whether CuPy is installed AND a CUDA device is usable. Cached; never raises.
-
-    Example::
-
-        xp = cupy if gpu_available() else numpy
-    """
-    if importlib.util.find_spec("cupy") is None:
-        return False
-    try:
-        import warnings
-
-        with warnings.catch_warnings():
-            # CuPy warns at import on some driver/toolkit mismatches; the
-            # answer below is what matters, not the warning.
-            warnings.simplefilter("ignore")
-            import cupy
-
-            return bool(cupy.cuda.is_available())
-    except Exception:  # any failure means: no usable GPU here
-        return False
 
 
 def get_xp(device: str = "auto") -> Any:
