@@ -343,11 +343,16 @@ def test_a_gpu_policy_on_a_cluster_without_gpus_is_refused(client):
 
 
 # ============================================================================ clusters
+#: a busy machine's slack on top of a connect timeout: well under Dask's own 30 s default,
+#: so a connect that ignored the timeout still fails these tests
+SLACK_S = 15.0
+
+
 def test_an_unreachable_scheduler_fails_within_the_timeout():
     start = time.monotonic()
     with pytest.raises(wb.RunConfigError) as info:
         connect("tcp://127.0.0.1:9", timeout=1.5)
-    assert time.monotonic() - start < 1.5 + 3.0
+    assert time.monotonic() - start < 1.5 + SLACK_S
     assert str(info.value).startswith("could not reach a Dask scheduler at 'tcp://127.0.0.1:9' within 1.5 s")
     assert "leave --cluster out to use the embedded local cluster" in str(info.value)
 
@@ -368,7 +373,7 @@ def test_an_address_that_is_not_a_scheduler_fails_within_the_timeout(client):
     start = time.monotonic()
     with pytest.raises(wb.RunConfigError) as info:
         connect(f"tcp://{dashboard}", timeout=1.0)
-    assert time.monotonic() - start < 1.0 + 3.0
+    assert time.monotonic() - start < 1.0 + SLACK_S
     assert "accepted the connection but did not answer as a Dask scheduler within 1 s" in str(info.value)
     assert "not the dashboard's (8787)" in str(info.value)
 
@@ -429,7 +434,7 @@ def test_a_plain_connection_to_a_tls_scheduler_is_refused(tls_cluster):
     start = time.monotonic()
     with pytest.raises(wb.RunConfigError) as info:
         fdg.run(iterations=1, steps=1, policy="coarse", cluster=plain, progress=False)
-    assert time.monotonic() - start < 10
+    assert time.monotonic() - start < 5 + SLACK_S
     assert str(info.value).startswith(f"the scheduler at {plain!r} closed the plain (unencrypted) "
                                       "connection (")
     assert "it probably requires TLS. Connect to tls://… instead" in str(info.value)
@@ -571,7 +576,7 @@ def test_cli_unreachable_scheduler_fails_within_the_timeout(tiny_notebook, capsy
     start = time.monotonic()
     code = main(["run", tiny_notebook, "--policy", "coarse", "--scheduler", "tcp://127.0.0.1:9",
                  "--connect-timeout", "1"])
-    assert code == 2 and time.monotonic() - start < 1 + 5
+    assert code == 2 and time.monotonic() - start < 1 + SLACK_S
     err = capsys.readouterr().err
     assert err.startswith("workbench: error: could not reach a Dask scheduler at 'tcp://127.0.0.1:9' within 1 s")
 

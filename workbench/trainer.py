@@ -197,8 +197,10 @@ class Trainer:
             except WorkerLostError as lost:
                 state = self._recover(run, lost, state)
                 continue
-            if (self._pending is None and not self._changes) or run.completed_iterations >= run.iterations \
-                    or run.is_solved() or self._stop.is_set():
+            if self._pending is None and not self._changes:
+                return
+            if run.completed_iterations >= run.iterations or run.is_solved() or self._stop.is_set():
+                self._say_unapplied(run)
                 return
             state, changes, self._changes = run.state, self._changes, []
             for kind, what in changes:
@@ -208,6 +210,18 @@ class Trainer:
             current, self._pending = self._pending, None
             run.note("replaced", f"re-placed at iteration {state.iteration}: now "
                      f"{getattr(current, 'name', current)} (state moved with the fragments)", state.iteration)
+
+    def _say_unapplied(self, run: Run) -> None:
+        """A change asked for too late: the run ended (its last iteration, solved, stopped)
+        at the boundary the change was waiting for. Say so rather than drop it quietly."""
+        why = ("it finished its iterations" if run.completed_iterations >= run.iterations
+               else "it was solved" if run.is_solved() else "it was stopped")
+        asked = [what for _, what in self._changes]
+        if self._pending is not None:
+            asked.append(f"re-placement under {getattr(self._pending, 'name', self._pending)}")
+        self._changes, self._pending = [], None
+        run.note("not applied", f"{'; '.join(asked)}: not applied, the run ended first "
+                 f"({why} at iteration {run.completed_iterations})", run.completed_iterations)
 
     def _recover(self, run: Run, lost: WorkerLostError, previous: RunState | None) -> RunState | None:
         """After a worker died: rewind the record to the newest snapshot, and say so."""

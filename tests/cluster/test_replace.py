@@ -42,14 +42,45 @@ def _learner_elsewhere(fdg, inventory):
     return make
 
 
-def test_the_learner_moves_with_its_weights_and_optimiser_state(client):
+GATE_SOURCE = """
+def gate(stepped, opened, limit, timeout=120.0):
+    # hold an env replica past its ``limit``-th step until the file ``opened`` exists
+    import os, time
+    deadline = time.monotonic() + timeout
+    while stepped > limit and not os.path.exists(opened) and time.monotonic() < deadline:
+        time.sleep(0.01)
+"""
+
+
+def _gate():
+    """A function pickled by value (as a notebook cell's is): workers cannot import tests."""
+    namespace = {"__name__": "workbench_test_gate"}
+    exec(GATE_SOURCE, namespace)
+    return namespace["gate"]
+
+
+def test_the_learner_moves_with_its_weights_and_optimiser_state(client, tmp_path, monkeypatch):
     """After the move the learner carries on from its own latest update: its counter never
     restarts and its weights are not the init cell's."""
+    from workbench.cluster.backend import DaskBackend
+
     fdg = weights_fdg()
-    # steps that take a little time, as a real env's do: the replicas are not all done
-    # before the driver hears of the iteration the move is asked at
-    fdg.namespace["time"] = __import__("time")
-    fdg.add_fragment("env", "time.sleep(0.01)\nobs = rng.normal(size=(4, 3)).astype(np.float32)", rate="step")
+    opened = tmp_path / "fenced"
+    fdg.namespace.update(gate=_gate(), opened=str(opened))
+    fdg.add_fragment("env", "rng = np.random.default_rng(replica.index)\nobs = rng.normal(size=(4, 3))\n"
+                            "stepped = 0", rate="init")
+    # each env replica waits after iteration 2's steps (2 per iteration) until the fence has
+    # closed: the move lands mid-run however far a busy machine lets the driver lag
+    fdg.add_fragment("env", "stepped += 1\ngate(stepped, opened, 6)\n"
+                            "obs = rng.normal(size=(4, 3)).astype(np.float32)", rate="step")
+    fence = DaskBackend.fence
+
+    def fence_then_open(self, at_least):
+        boundary = fence(self, at_least)
+        opened.touch()
+        return boundary
+
+    monkeypatch.setattr(DaskBackend, "fence", fence_then_open)
     mover = ReplaceAt(fdg, 2, _learner_elsewhere(fdg, inventory_of(client)))
     run = fdg.run(iterations=10, steps=2, policy="coarse", cluster=client, progress=False, loggers=[mover])
     assert run.policy.group_of("learner").workers != mover.policy_before.group_of("learner").workers
@@ -91,3 +122,15 @@ def test_replace_needs_a_running_run_and_a_fitting_policy():
 
     with pytest.raises(PlacementError, match="does not place fragment"):
         fdg.replace(Policy("custom", (Group(("actor",), 1, ("0",)),)))
+
+
+def test_a_change_asked_for_as_the_run_ends_is_said_not_applied():
+    """The boundary it waited for was the run's end: the run says so, it does not drop it."""
+    fdg = weights_fdg()
+    mover = ReplaceAt(fdg, 3, lambda policy: "inline")  # the last iteration's row
+    run = fdg.run(iterations=4, steps=2, policy="inline", progress=False, loggers=[mover])
+    assert run.status == "finished" and len(run.rows) == 4
+    said = [e for e in run.events if e.kind == "not applied"]
+    assert len(said) == 1 and said[0].iteration == 4, run.events
+    assert "re-placement under inline: not applied, the run ended first" in said[0].message
+    assert "finished its iterations at iteration 4" in said[0].message

@@ -49,7 +49,7 @@ class HostCluster:
     def _log(self, name: str):
         return open(self.log_dir / f"{name}.log", "w")
 
-    def drive(self, timeout: float = 50.0, **spec) -> dict:
+    def drive(self, timeout: float = 240.0, **spec) -> dict:
         """Run ``drive_run.py`` on host 0 with ``spec``; its result (or a failure that shows
         the processes' logs)."""
         spec = {"scheduler": self.address, "workers": len(self.procs) - 1, "iterations": 12,

@@ -21,8 +21,8 @@ def main(spec: dict) -> dict:
 
     from tests.conftest import toy_fdg
 
-    client = Client(spec["scheduler"], timeout=30, set_as_default=False)
-    client.wait_for_workers(spec["workers"], timeout=60)
+    client = Client(spec["scheduler"], timeout=120, set_as_default=False)
+    client.wait_for_workers(spec["workers"], timeout=180)
     pids = client.run(os.getpid)
     fdg = toy_fdg(time=time)
     # the counters' env step, taking some time (iterations of some length)

@@ -7,8 +7,10 @@ from __future__ import annotations
 import pytest
 
 ITERATIONS = 12
-#: the probe's silence (3 s) and timeout (5 s), plus a busy CI box's slack
-DETECTED_WITHIN = 15.0
+#: the probe's silence (3 s) and timeout (5 s), plus a busy CI box's slack (a machine
+#: shared by other jobs ran these processes 6x slower than a quiet one): what this bounds
+#: is that detection does not wait for TCP's or Dask's own timeouts (minutes)
+DETECTED_WITHIN = 60.0
 
 
 def test_a_run_across_hosts_finishes(host_cluster):

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 import workbench as wb
@@ -109,10 +110,33 @@ class ActorCritic(nn.Module):
 
         ``obs`` (NumPy, or CuPy from a GPU env) goes to the network's device first."""
         x = on_device(obs, device_of(self))
-        logp_all = torch.log_softmax(self.actor(x), -1)
+        logp_all = torch.log_softmax(forward(self.actor, x), -1)
         action = torch.multinomial(logp_all.exp(), 1)
         logp = logp_all.gather(-1, action).squeeze(-1)
-        return host(action.squeeze(-1)), host(logp), host(self.value(x))
+        return host(action.squeeze(-1)), host(logp), host(forward(self.critic, x).squeeze(-1))
+
+
+def forward(seq: nn.Sequential, x: torch.Tensor) -> torch.Tensor:
+    """``seq(x)`` for the actor's every-step call, without ``nn.Module.__call__``'s
+    bookkeeping per layer: the same kernels in the same order, so the same numbers, for
+    10–25 % less time per step at these sizes (measured in ``benchmarks/bench_ab.py``). A
+    layer with hooks goes through its ``__call__`` as usual.
+
+    >>> net = nn.Sequential(nn.Linear(3, 4), nn.Tanh(), nn.Linear(4, 2))
+    >>> x = torch.ones(2, 3)
+    >>> bool((forward(net, x) == net(x)).all())
+    True
+    """
+    for layer in seq:
+        if layer._forward_hooks or layer._forward_pre_hooks:
+            x = layer(x)
+        elif type(layer) is nn.Linear:
+            x = F.linear(x, layer.weight, layer.bias)
+        elif type(layer) is nn.Tanh:
+            x = torch.tanh(x)
+        else:
+            x = layer(x)
+    return x
 
 
 # ----------------------------------------------------------------------------- devices

@@ -14,9 +14,11 @@ Example:
 from __future__ import annotations
 
 import io
+import os
 import pickle
 import socket
 import threading
+import time
 from collections import deque
 from collections.abc import Callable
 from multiprocessing.connection import Client, Listener, answer_challenge, deliver_challenge
@@ -30,6 +32,8 @@ Address = tuple[str, int]
 Target = tuple[str, int]  # (group, replica)
 #: connections a channel server queues before accepting them (all replicas of a big run)
 BACKLOG = 512
+#: how long closing a channel server waits for its threads to end
+CLOSE_JOIN_S = 2.0
 
 
 def _reduce_array_value(obj):
@@ -300,7 +304,13 @@ class SocketServer:
         self.address: Address = self._listener.address
         self._conns: list = []
         self._closed = False
-        threading.Thread(target=self._accept, name="workbench-channel-accept", daemon=True).start()
+        self._threads: list[threading.Thread] = []
+        self._start(self._accept, name="workbench-channel-accept")
+
+    def _start(self, target, *args, name: str) -> None:
+        thread = threading.Thread(target=target, args=args, name=name, daemon=True)
+        self._threads.append(thread)
+        thread.start()
 
     def _accept(self) -> None:
         while not self._closed:
@@ -310,9 +320,12 @@ class SocketServer:
                 if self._closed:
                     return
                 continue
+            if self._closed:  # the connection close() made to wake this thread
+                _close_quietly(conn)
+                return
             self._conns.append(conn)
-            threading.Thread(target=self._read, args=(conn,), name="workbench-channel-read",
-                             daemon=True).start()
+            self._threads = [t for t in self._threads if t.is_alive()]  # probes come and go
+            self._start(self._read, conn, name="workbench-channel-read")
 
     def _read(self, conn) -> None:
         try:
@@ -350,7 +363,30 @@ class SocketServer:
             pass
         self._listener.close()
         for conn in list(self._conns):
+            _shut_down(conn)
             _close_quietly(conn)
+        # Join, so a run's end leaves no thread behind (a worker hosts runs for hours). A
+        # reader blocked in recv wakes at the shutdown above; the bound only guards against
+        # a thread stuck somewhere else, which stays a daemon.
+        deadline = time.monotonic() + CLOSE_JOIN_S
+        for thread in list(self._threads):
+            if thread is not threading.current_thread():
+                thread.join(max(0.0, deadline - time.monotonic()))
+
+
+def _shut_down(conn) -> None:
+    """Wake a thread blocked reading ``conn``: on Linux closing a socket's descriptor does
+    not interrupt a ``recv`` in another thread, a ``shutdown`` does."""
+    try:
+        sock = socket.socket(fileno=os.dup(conn.fileno()))
+    except OSError:  # already closed
+        return
+    try:
+        sock.shutdown(socket.SHUT_RDWR)
+    except OSError:
+        pass
+    finally:
+        sock.close()
 
 
 def _close_quietly(conn) -> None:

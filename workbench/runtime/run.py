@@ -20,7 +20,7 @@ __all__ = ["Run", "RunEvent", "RunStatus", "EventKind", "RETURN_METRIC"]
 #: Where a run is: training, or how it ended.
 RunStatus = Literal["running", "finished", "solved", "stopped", "interrupted", "failed"]
 #: What can happen to a run's placement while it trains.
-EventKind = Literal["replaced", "re-placed", "worker lost", "edited", "updated"]
+EventKind = Literal["replaced", "re-placed", "worker lost", "edited", "updated", "not applied"]
 
 
 @dataclass(frozen=True)
