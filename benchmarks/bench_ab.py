@@ -5,9 +5,11 @@ in fresh processes, so a busy machine's noise hits both alike; prints medians an
 
 Variants (what a change to the hot path is measured against):
 
+- ``before``: both changes below undone (the code before issue 16's hot-path work);
 - ``module-act``: the actor's per-step forward through ``nn.Module.__call__`` (before
   ``ppo.forward``);
-- ``foreach-adam`` / ``fused-adam``: the learner's Adam with ``foreach=True`` / ``fused=True``;
+- ``plain-adam`` / ``foreach-adam``: the learner's Adam without ``fused=True`` / with
+  ``foreach=True`` instead;
 - ``current``: the code as it is.
 """
 from __future__ import annotations
@@ -30,7 +32,7 @@ def child(variant: str, iterations: int, policy: str) -> dict:
     from bench_peers import CLEANRL
     from workbench.algorithms import ppo
 
-    if variant == "module-act":
+    if variant in ("before", "module-act"):
         @torch.inference_mode()
         def act(self, obs):
             x = ppo.on_device(obs, ppo.device_of(self))
@@ -42,10 +44,11 @@ def child(variant: str, iterations: int, policy: str) -> dict:
         ppo.ActorCritic.act = act
     cfg = ppo.PPOConfig(seed=1, iterations=iterations, **CLEANRL)
     fdg = ppo.build_fdg({**vars(ppo), "cfg": cfg})
-    if variant.endswith("-adam"):
-        kind = variant.split("-")[0]
-        init = fdg.fragments["learner"].cells["init"].code.replace("eps=1e-5)", f"eps=1e-5, {kind}=True)")
-        fdg.add_fragment("learner", init, rate="init")
+    adam = {"before": "", "plain-adam": "", "foreach-adam": ", foreach=True"}.get(variant)
+    if adam is not None:
+        init = fdg.fragments["learner"].cells["init"].code
+        assert ", fused=True)" in init, "the learner's Adam is no longer fused: update this benchmark"
+        fdg.add_fragment("learner", init.replace(", fused=True)", adam + ")"), rate="init")
     fdg.run(iterations=2, steps=cfg.num_steps, policy="inline", progress=False)  # imports, first optimizer
     run = fdg.run(iterations=iterations, steps=cfg.num_steps, policy=policy, progress=False)
     prof = run.profile(skip=2)
@@ -55,7 +58,7 @@ def child(variant: str, iterations: int, policy: str) -> dict:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--variants", nargs="+", default=["module-act", "current"])
+    parser.add_argument("--variants", nargs="+", default=["before", "current"])
     parser.add_argument("--reps", type=int, default=5)
     parser.add_argument("--iterations", type=int, default=40)
     parser.add_argument("--policy", default="inline")
