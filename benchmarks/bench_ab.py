@@ -10,6 +10,8 @@ Variants (what a change to the hot path is measured against):
   ``ppo.forward``);
 - ``plain-adam`` / ``foreach-adam``: the learner's Adam without ``fused=True`` / with
   ``foreach=True`` instead;
+- ``shared-hand-over``: values handed between fragments in one process by reference, not
+  copied (``runtime.arrays.handed_over``: the cost of the placement-independent rule);
 - ``current``: the code as it is.
 """
 from __future__ import annotations
@@ -42,6 +44,10 @@ def child(variant: str, iterations: int, policy: str) -> dict:
             return ppo.host(action.squeeze(-1)), ppo.host(logp), ppo.host(self.value(x))
 
         ppo.ActorCritic.act = act
+    if variant == "shared-hand-over":
+        from workbench.runtime import channels, replica
+
+        replica.handed_over = channels.handed_over = lambda value: value
     cfg = ppo.PPOConfig(seed=1, iterations=iterations, **CLEANRL)
     fdg = ppo.build_fdg({**vars(ppo), "cfg": cfg})
     adam = {"before": "", "plain-adam": "", "foreach-adam": ", foreach=True"}.get(variant)

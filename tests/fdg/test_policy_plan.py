@@ -11,6 +11,7 @@ from workbench.fdg.inventory import Inventory, WorkerInfo
 from workbench.fdg.plan import Item, Plan, Route, TaskSpec, make_plan
 from workbench.fdg.policy import (
     IN_PROCESS,
+    Async,
     PRESETS,
     Group,
     Inline,
@@ -460,6 +461,29 @@ def test_wire_coarse(ppo_fdg):
         assert tasks[learning].emits == weights_out
     assert tasks[4].inputs == weights_in(3)
     assert tasks[6].inputs == weights_in(5) and tasks[6].emits == ()
+
+
+def test_wire_async_reads_an_init_only_value_from_the_init_task():
+    """Async: the learner answers each acting replica with what its iteration cell writes;
+    a value it wrote only at init is never answered, so every iteration reads the init
+    broadcast (it used to wait for an answer that never came: a stall)."""
+    fdg = Graph()
+    fdg.add_fragment("env", "obs = 0", rate="init")
+    fdg.add_fragment("actor", "action = obs", rate="step")
+    fdg.add_fragment("env", "obs = action + 1", rate="step")
+    fdg.add_fragment("actor", "x = table + weights", rate="iteration")
+    fdg.add_fragment("learner", "table = 1\nweights = 0", rate="init")
+    fdg.add_fragment("learner", "weights = obs.sum()", rate="iteration")
+    tasks = wire(make_plan(fdg, Async().place(fdg, make_inventory(2))), iterations=3)
+    acting = [t.index for t in tasks if t.spec.group == "actor+env" and t.iteration is not None]
+    init = next(t.index for t in tasks if t.spec.group == "learner" and t.iteration is None)
+    reading = [t for t in tasks if t.spec.group == "actor+env" and t.inputs]
+    assert len(reading) == 3
+    for task in reading:
+        by_key = {w.key: w.producer_task for w in task.inputs}
+        assert by_key["learner.table"] == init
+        # weights: the answer to this group's previous message
+        assert by_key["learner.weights"] == max(i for i in acting if i < task.index)
 
 
 def test_wire_inline_has_no_messages(ppo_fdg):

@@ -81,6 +81,9 @@ def wire_stream(plan: Plan, iterations: int, start: int = 0, *,
     # async: a group's inputs from a group that answers arrivals are the answer to this
     # group's own last message to it (the task index of that message tags the reply)
     last_sent: dict[tuple[str, str], int] = {}  # (group, answering group) → task index
+    # …but only for what the answering group does send as answers: a value it wrote once
+    # at init (and never again) stays the broadcast from its init task
+    answered: set[str] = set()
     answering = plan.arrival_groups
     readers: dict[str, list[tuple[str, str, bool]]] = {}  # key → [(consumer group, spatial, arrival)]
     for route in plan.routes:
@@ -106,7 +109,7 @@ def wire_stream(plan: Plan, iterations: int, start: int = 0, *,
                     f"{edge.producer!r}'s --init cell."
                 )
             producer_task, producer_group = latest[route.key]
-            if producer_group in answering:
+            if producer_group in answering and route.key in answered:
                 producer_task = last_sent.get((spec.group, producer_group), producer_task)
             inputs.append(WiredInput(route.key, producer_group, producer_task, route.spatial,
                                      route.batch_axis, route.arrival))
@@ -121,6 +124,8 @@ def wire_stream(plan: Plan, iterations: int, start: int = 0, *,
         for emit in emits:
             if emit.consumer_group in answering:
                 last_sent[(spec.group, emit.consumer_group)] = index
+            if emit.reply:
+                answered.add(emit.key)
         yield WiredTask(index, spec, tuple(inputs), emits)
 
 

@@ -13,11 +13,12 @@ Example:
 """
 from __future__ import annotations
 
+import copy
 from typing import Any
 
 import numpy as np
 
-__all__ = ["stack", "gather", "split", "nbytes", "StepMismatch"]
+__all__ = ["stack", "gather", "split", "nbytes", "handed_over", "StepMismatch"]
 
 
 class StepMismatch(ValueError):
@@ -38,6 +39,55 @@ class StepMismatch(ValueError):
     def __init__(self, part: str, first: tuple[int, str], other: tuple[int, str]) -> None:
         super().__init__(f"step {first[0]} wrote {first[1]}, step {other[0]} {other[1]}")
         self.part, self.first, self.other = part, first, other
+
+
+def handed_over(value: Any) -> Any:
+    """The consuming fragment's own copy of a value another fragment wrote: the rule that
+    makes a hand-over mean the same whatever the placement.
+
+    Across processes a consumer always receives a copy; in one process it would otherwise
+    get the producer's object, so a write on either side (``buf[0] += 1000`` in the actor,
+    an env that refills its ``obs`` array in place) would leak across fragments inline and
+    under GPUOnly but not on a cluster. Arrays (NumPy, CuPy, torch tensors, detached) are
+    copied, and so are the dicts, lists and tuples holding them; other objects (modules,
+    envs, buffers of your own classes) are handed over as they are in one process, so
+    treat them as read-only there. A copy costs about 1 µs for the quickstart's per-step
+    values (a [32, 4] array), against ~1.5 ms for the step itself.
+
+    >>> mine = {"buf": np.arange(3)}
+    >>> theirs = handed_over(mine)
+    >>> theirs["buf"] += 1000
+    >>> mine["buf"].tolist(), theirs["buf"].tolist()
+    ([0, 1, 2], [1000, 1001, 1002])
+    """
+    if isinstance(value, np.ndarray):
+        return value.copy()
+    if isinstance(value, (str, bytes, int, float, bool, type(None), np.generic)):
+        return value  # immutable, and by far the most common: the cheap exit first
+    if isinstance(value, dict):
+        out = copy.copy(value)  # keeps the type and attributes (a state_dict's _metadata)
+        for key, item in value.items():
+            out[key] = handed_over(item)
+        return out
+    if type(value) is list:
+        return [handed_over(item) for item in value]
+    if isinstance(value, tuple):
+        items = [handed_over(item) for item in value]
+        return type(value)(*items) if hasattr(value, "_fields") else type(value)(items)
+    if _is_torch(value) and hasattr(value, "detach"):
+        return _tensor_copy(value)
+    if _is_cupy(value) and hasattr(value, "copy"):
+        return value.copy()
+    return value
+
+
+def _tensor_copy(tensor: Any) -> Any:
+    import torch
+
+    out = tensor.detach().clone()
+    if isinstance(tensor, torch.nn.Parameter):  # as the wire restores it: a Parameter still
+        return torch.nn.Parameter(out, requires_grad=tensor.requires_grad)
+    return out.requires_grad_() if tensor.requires_grad and tensor.is_leaf else out
 
 
 def _is_torch(x: Any) -> bool:

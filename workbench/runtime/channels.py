@@ -26,6 +26,8 @@ from typing import Any
 
 import cloudpickle
 
+from workbench.runtime.arrays import handed_over
+
 __all__ = ["Mailbox", "Stopped", "LocalPostman", "SocketServer", "SocketPostman", "dumps", "dumps_state"]
 
 Address = tuple[str, int]
@@ -217,14 +219,16 @@ class Mailbox:
 
 
 class LocalPostman:
-    """Delivers to mailboxes in this process, by reference (no serialisation)."""
+    """Delivers to mailboxes in this process without serialising: each target gets its own
+    copy of the arrays in the value (:func:`~workbench.runtime.arrays.handed_over`), as it
+    would from another process, so neither side's later writes reach the other."""
 
     def __init__(self, boxes: dict[Target, Mailbox]) -> None:
         self.boxes = boxes
         self.bytes_sent = 0
 
     def send(self, target: Target, key: str, task: int, replica: int, value: Any) -> None:
-        self.boxes[target].put(key, task, replica, value)
+        self.boxes[target].put(key, task, replica, handed_over(value))
 
     def close(self) -> None:
         pass
@@ -413,8 +417,8 @@ class SocketPostman:
 
     def send(self, target: Target, key: str, task: int, replica: int, value: Any) -> None:
         box = self.local.get(target)
-        if box is not None:
-            box.put(key, task, replica, value)
+        if box is not None:  # in this process: a copy, as LocalPostman gives
+            box.put(key, task, replica, handed_over(value))
             return
         # one value often goes to several replicas (a broadcast): serialise it once
         cached = self._last_payload

@@ -17,7 +17,7 @@ from typing import Any
 from workbench.context import ReplicaContext, ReplicaInfo, activate, deactivate
 from workbench.errors import FragmentRuntimeError
 from workbench.fdg.plan import Item, Plan
-from workbench.runtime.arrays import StepMismatch, gather, stack
+from workbench.runtime.arrays import StepMismatch, gather, handed_over, stack
 from workbench.runtime.cell_exit import describe as describe_error, install as catch_process_exits, is_cell_error
 from workbench.runtime.channels import Stopped, dumps_state
 from workbench.runtime.counting import ENV_STEPS_KEY, batch_of, counter_of, env_fragments, explicit, without_counters
@@ -380,8 +380,8 @@ class GroupReplica:
                     self.env_steps_taken[frag] += n
                     taken += n
                 self._ran.add((frag, "step"))
-                for name, buf in buffers.items():
-                    buf.append(self._written(frag, "step", ns, name, item.iteration))
+                for name, buf in buffers.items():  # as it is now: a later step may write into it
+                    buf.append(handed_over(self._written(frag, "step", ns, name, item.iteration)))
                 if sends:
                     self._send_step_values(frag, ns, sends, item.iteration)
             if t == 0 and counting and self._batch is None:
@@ -485,13 +485,18 @@ class GroupReplica:
 
     def _bind(self, frag, rate, ns, bindings, inbox, iteration) -> None:
         for b in bindings:
+            # Every value from another fragment is the consumer's own copy (handed_over),
+            # whatever the placement: in one process it would otherwise be the producer's
+            # object. A stack is built fresh for its reader, and a step value arrives copied
+            # by the postman (per target), so those need none here.
             if b.source == "inbox":
-                ns[b.name] = inbox[b.key]
+                ns[b.name] = handed_over(inbox[b.key])
             elif b.source == "step":
                 count = self._read.get((b.key, frag), 0)
                 start = time.perf_counter()
-                ns[b.name] = self.peers.receive(b.producer_group, b.spatial, b.key, count + b.offset)
+                received = self.peers.receive(b.producer_group, b.spatial, b.key, count + b.offset)
                 self.step_wait_seconds += time.perf_counter() - start
+                ns[b.name] = received
                 self._read[(b.key, frag)] = count + 1
             elif b.stacked:
                 values = self.buffers[b.producer].get(b.name)
@@ -500,11 +505,12 @@ class GroupReplica:
                 ns[b.name] = self._stack(b.producer, b.name, values, iteration)
             else:
                 try:
-                    ns[b.name] = self.namespaces[b.producer][b.name]
+                    value = self.namespaces[b.producer][b.name]
                 except KeyError:
                     if (b.producer, rate) in self._ran:  # it ran, and did not bind it: its fault
                         raise self._unbound(b.producer, rate, b.name, frag, iteration) from None
                     raise self._missing(frag, rate, b, iteration, "has not written it yet") from None
+                ns[b.name] = handed_over(value)
 
     def _written(self, frag, rate, ns, name, iteration):
         try:
@@ -526,7 +532,9 @@ class GroupReplica:
     def _emit(self, e: Emit, iteration=None) -> Any:
         if e.stacked:
             return self._stack(e.producer, e.name, self.buffers[e.producer][e.name], iteration)
-        return self.namespaces[e.producer][e.name]
+        # a copy: in one process the reader gets this object, and the producer's next
+        # iteration may write into its own before the reader binds it
+        return handed_over(self.namespaces[e.producer][e.name])
 
     def _stack(self, producer: str, name: str, values: list, iteration) -> Any:
         """The ``[T, …]`` stack of a step value; a step that wrote another shape or type is
