@@ -42,7 +42,7 @@ def ip():
 
     def empty() -> None:
         magics.fdg.clear()
-        magics.fdg.last_run, magics.fdg.placement = None, None
+        magics.fdg.last_run, magics.fdg.placement, magics.fdg.placement_steps = None, None, None
 
     empty()
     yield shell

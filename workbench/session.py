@@ -52,6 +52,9 @@ class FDG(Graph):
         self._last_run: Run | None = None
         #: the placement board's policy (``%fdg place``); ``%fdg run`` uses it by default
         self.placement: Policy | None = None
+        #: the board's steps per iteration (the T its traffic is shown for); ``%fdg run``
+        #: uses it when no ``--steps`` is given, so the run is the one the board showed
+        self.placement_steps: int | None = None
         self._trainer: Trainer | None = None
         self._running = threading.Lock()
 

@@ -67,6 +67,21 @@ def test_steps_set_from_the_page_rescale_the_traffic(board):
     assert env["sends"][0]["bytes"] == 240
     board.steps = 0
     assert board.steps == 10 and board.message["level"] == "error" and "≥ 1" in board.message["text"]
+    assert board.fdg.placement_steps == 10  # what a bare %fdg run then uses
+
+
+def test_a_bare_fdg_run_uses_the_boards_steps(ip, capsys):
+    """The board showed traffic for T steps; %fdg run without --steps runs T (it used to run
+    the default 128 while the board said 32), and says so."""
+    for cell in ("%%fragment env --init\nx = 0\n", "%%fragment env\nx = x + 1\n"):
+        assert ip.run_cell(cell).success
+    fdg = ip.magics_manager.registry["WorkbenchMagics"].fdg
+    fdg.placement_steps = 32  # what the board does when it opens or its steps change
+    run = ip.run_line_magic("fdg", "run --iterations 1 --no-progress")
+    assert run.steps == 32 and "steps: the placement board's, 32 per iteration" in capsys.readouterr().out
+    assert ip.run_line_magic("fdg", "run --iterations 1 --steps 5 --no-progress").steps == 5
+    ip.run_line_magic("fdg", "reset")
+    assert fdg.placement_steps is None
 
 
 def test_drop_moves_a_fragment_and_drops_again_move_it_on(board):

@@ -226,7 +226,7 @@ done = np.zeros(envs.num_envs, dtype=bool)
     ("%%fragment learner --init", """\
 torch.manual_seed(cfg.seed)
 agent = ActorCritic(obs_dim=4, n_actions=2, hidden=cfg.hidden).to(replica.device)
-optimizer = torch.optim.Adam(agent.parameters(), lr=cfg.learning_rate, eps=1e-5, fused=True)
+optimizer = torch.optim.Adam(agent.parameters(), lr=cfg.learning_rate, eps=1e-5)
 update = 0
 weights = agent.state_dict()
 """),

@@ -28,7 +28,7 @@ _FDG_HELP = f"""Show, run or change the notebook's fragmented dataflow graph (FD
 %fdg                  draw the graph: fragments, the names flowing between them, rates
 %fdg run [options]    train on the cluster (progress bar; returns the Run). Without
                       --policy: the placement board's policy (fdg.placement) when one
-                      was placed, else inline
+                      was placed, else inline; without --steps: the board's steps
 %fdg run --background ...   train in a background thread; %fdg stop ends it
 %fdg stop             stop a background run after its current iteration
 %fdg update NAME …    send the notebook's current values of NAME … (e.g. cfg after
@@ -101,7 +101,7 @@ class WorkbenchMagics(Magics):
                 return self.fdg.last_run.profile()
             if command == "reset":
                 self.fdg.clear()
-                self.fdg.placement = None
+                self.fdg.placement = self.fdg.placement_steps = None
                 print("FDG reset: no fragments.")
                 return None
             if command == "place":
@@ -131,6 +131,10 @@ class WorkbenchMagics(Magics):
         if "policy" not in options and placement is not None:
             options["policy"] = placement
             print(f"policy: the placement board's, {placement!r} (--policy P runs another)")
+        board_steps = getattr(self.fdg, "placement_steps", None)
+        if "steps" not in options and board_steps is not None:
+            options["steps"] = board_steps
+            print(f"steps: the placement board's, {board_steps} per iteration (--steps T runs another)")
         if options.get("progress", True) is True:
             options["progress"] = self._live_view
         if not background:

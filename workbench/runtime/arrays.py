@@ -2,7 +2,7 @@
 
 Values are NumPy arrays, torch tensors, CuPy arrays, Python numbers, or tuples/lists/dicts
 of those. Stacking adds a leading ``[T]`` axis; gathering concatenates replicas along the
-batch axis; values that are not arrays gather into a list.
+batch axis, and passes on a value without one only when every replica wrote the same.
 
 Example:
     >>> import numpy as np
@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["stack", "gather", "split", "nbytes", "handed_over", "StepMismatch"]
+__all__ = ["stack", "gather", "split", "nbytes", "handed_over", "StepMismatch", "ReplicasDisagree"]
 
 
 class StepMismatch(ValueError):
@@ -163,26 +163,97 @@ def _mismatch(values: list[Any], part: str) -> StepMismatch | None:
     return None
 
 
-def gather(values: list[Any], axis: int = 0) -> Any:
-    """Concatenate one value per replica along ``axis`` (the batch axis)."""
+class ReplicasDisagree(ValueError):
+    """Values gathered from several replicas that have no batch axis to join them on, and
+    differ: the consumer cannot be given one value that means the same under every
+    placement. ``part`` says where inside the value (as :class:`StepMismatch`);
+    ``first``/``other`` are (replica, what it wrote). The runtime names the value, its
+    producer and its reader.
+
+    >>> try:
+    ...     gather([0.0, 1.0])
+    ... except ReplicasDisagree as exc:
+    ...     print(exc)
+    replica 0 wrote 0.0, replica 1 1.0
+    """
+
+    def __init__(self, part: str, first: tuple[int, str], other: tuple[int, str]) -> None:
+        super().__init__(f"replica {first[0]} wrote {first[1]}, replica {other[0]} {other[1]}")
+        self.part, self.first, self.other = part, first, other
+
+
+def gather(values: list[Any], axis: int = 0, part: str = "") -> Any:
+    """One value from one value per replica, by the rule that makes it mean the same under
+    every placement (docs/boundaries.md):
+
+    - arrays with a batch axis (``ndim > axis``) are concatenated along it, so replicas that
+      each hold their share of the batch (``N // replica.count``) give the reader the same
+      shape as one replica holding all ``N``;
+    - dicts and tuples are gathered item by item;
+    - anything else (numbers, bools, ``None``, strings, 0-d arrays, objects) has no axis
+      to join on: when every replica wrote the same, the reader gets that one value (an
+      ``obs_dim`` published by each env replica); when they differ it is an error
+      (:class:`ReplicasDisagree`), never a list whose length depends on the placement.
+
+    >>> gather([np.zeros((2, 3)), np.ones((2, 5))], axis=1).shape
+    (2, 8)
+    >>> gather([4, 4]), gather([None, None]), gather([{"n": 4, "x": np.zeros(1)}] * 2)["x"].shape
+    (4, None, (2,))
+    """
     if len(values) == 1:
         return values[0]
     first = values[0]
-    if isinstance(first, dict):
-        return {k: gather([v[k] for v in values], axis) for k in first}
-    if isinstance(first, tuple):
-        return tuple(gather(list(parts), axis) for parts in zip(*values))
-    if _is_torch(first):
+    if isinstance(first, (dict, tuple)):
+        for r, v in enumerate(values[1:], start=1):
+            if type(v) is not type(first) or _layout(v) != _layout(first):
+                raise ReplicasDisagree(part, (0, _describe(first)), (r, _describe(v)))
+        if isinstance(first, dict):
+            return {k: gather([v[k] for v in values], axis, f"{part}[{k!r}]") for k in first}
+        return tuple(gather(list(parts), axis, f"{part}[{i}]") for i, parts in enumerate(zip(*values)))
+    if _is_torch(first) and getattr(first, "dim", None) is not None and first.dim() > axis:
         import torch
 
-        return torch.cat(values, dim=axis) if first.dim() > axis else torch.stack(values)
-    if _is_cupy(first):
+        return torch.cat(values, dim=axis)
+    if _is_cupy(first) and first.ndim > axis:
         import cupy
 
         return cupy.concatenate(values, axis=axis)
     if isinstance(first, np.ndarray) and first.ndim > axis:
         return np.concatenate(values, axis=axis)
-    return list(values)
+    for r, v in enumerate(values[1:], start=1):
+        if not _same(first, v):
+            raise ReplicasDisagree(part, (0, _show(first)), (r, _show(v)))
+    return first
+
+
+def _same(a: Any, b: Any) -> bool:
+    """Whether two replicas wrote the same thing (NaN equal to NaN, arrays by content)."""
+    if type(a) is not type(b):
+        return False
+    try:
+        if isinstance(a, np.ndarray):
+            return a.shape == b.shape and bool(np.array_equal(a, b, equal_nan=a.dtype.kind in "fc"))
+        if _is_torch(a) and hasattr(a, "shape"):
+            import torch
+
+            return a.shape == b.shape and bool(torch.equal(a.cpu(), b.cpu()))
+        if _is_cupy(a):
+            import cupy
+
+            return a.shape == b.shape and bool(cupy.array_equal(a, b))
+        if isinstance(a, float) and a != a:
+            return b != b
+        return bool(a == b)
+    except Exception:  # an object whose == raises or is not a bool: not provably the same
+        return False
+
+
+def _show(value: Any) -> str:
+    """A scalar as it is; anything bigger as :func:`_describe` says it."""
+    if value is None or isinstance(value, (bool, int, float, str, np.generic)):
+        text = repr(value)
+        return text if len(text) <= 40 else text[:37] + "..."
+    return _describe(value)
 
 
 def split(value: Any, parts: int) -> list[Any]:
@@ -191,6 +262,8 @@ def split(value: Any, parts: int) -> list[Any]:
 
     >>> [p.tolist() for p in split(np.arange(5), 2)]
     [[0, 1, 2], [3, 4]]
+    >>> split(True, 2), split(None, 2)
+    ([True, True], [None, None])
     """
     if isinstance(value, dict):
         pieces = {k: split(v, parts) for k, v in value.items()}
@@ -198,13 +271,17 @@ def split(value: Any, parts: int) -> list[Any]:
     if isinstance(value, tuple):
         pieces = [split(v, parts) for v in value]
         return [tuple(p[i] for p in pieces) for i in range(parts)]
+    if getattr(value, "ndim", 0) == 0 or not hasattr(value, "shape"):
+        # no batch axis (a number, a bool, None, a list, a 0-d array): every replica gets
+        # all of it, the mirror of gather's rule (a list is not split into an array)
+        return [value] * parts
     if _is_torch(value):
         return list(value.tensor_split(parts))
     if _is_cupy(value):
         import cupy
 
         return cupy.array_split(value, parts)
-    return np.array_split(np.asarray(value), parts)
+    return np.array_split(value, parts)
 
 
 def nbytes(value: Any) -> int:

@@ -17,7 +17,7 @@ from typing import Any
 from workbench.context import ReplicaContext, ReplicaInfo, activate, deactivate
 from workbench.errors import FragmentRuntimeError
 from workbench.fdg.plan import Item, Plan
-from workbench.runtime.arrays import StepMismatch, gather, handed_over, stack
+from workbench.runtime.arrays import ReplicasDisagree, StepMismatch, gather, handed_over, stack
 from workbench.runtime.cell_exit import describe as describe_error, install as catch_process_exits, is_cell_error
 from workbench.runtime.channels import Stopped, dumps_state
 from workbench.runtime.counting import ENV_STEPS_KEY, batch_of, counter_of, env_fragments, explicit, without_counters
@@ -316,8 +316,12 @@ class GroupReplica:
         """Run ``items`` in order with ``inputs`` from other groups (key → (spatial, axis,
         one value per sending replica)); return the outbox (values for other groups, by
         route key) and a small report."""
-        inbox = {key: gather(values, axis) if spatial == "gather" else values[0]
-                 for key, (spatial, axis, values) in inputs.items()}
+        inbox = {}
+        for key, (spatial, axis, values) in inputs.items():
+            try:
+                inbox[key] = gather(values, axis) if spatial == "gather" else values[0]
+            except ReplicasDisagree as exc:
+                raise self._disagree(key, exc, items) from None
         report = TaskReport(self.program.group, self.index, self.worker,
                             iterations=sorted({i.iteration for i in items if i.iteration is not None}))
         ctx = ReplicaContext(ReplicaInfo(self.program.group, self.index, self.count, self.worker,
@@ -494,7 +498,10 @@ class GroupReplica:
             elif b.source == "step":
                 count = self._read.get((b.key, frag), 0)
                 start = time.perf_counter()
-                received = self.peers.receive(b.producer_group, b.spatial, b.key, count + b.offset)
+                try:
+                    received = self.peers.receive(b.producer_group, b.spatial, b.key, count + b.offset)
+                except ReplicasDisagree as exc:
+                    raise self._disagree(b.key, exc, (), frag, "step", iteration) from None
                 self.step_wait_seconds += time.perf_counter() - start
                 ns[b.name] = received
                 self._read[(b.key, frag)] = count + 1
@@ -556,6 +563,30 @@ class GroupReplica:
             ) from None
 
     # -- errors ------------------------------------------------------------------------
+    def _disagree(self, key: str, exc: ReplicasDisagree, items, frag: str | None = None,
+                  rate: str | None = None, iteration=None) -> FragmentRuntimeError:
+        """Replicas of a producer wrote different values that have no batch axis: the
+        reading cell's error, naming the value, both fragments and the two ways out."""
+        if frag is None:  # a task's input: blame the first of its cells that binds it
+            frag, rate, iteration = next(
+                ((f, item.rate, item.iteration) for item in items for f in item.fragments
+                 for b in self.program.bindings.get((f, item.rate), ()) if b.key == key),
+                (self.program.group, "iteration", None))
+        producer, _, name = key.rpartition(":")[2].partition(".")  # "stacked:env.obs" → env, obs
+        what = f"{name!r}{f' (its part {exc.part})' if exc.part else ''}"
+        return FragmentRuntimeError(
+            fragment=frag, rate=rate, replica=self.index, worker=self.worker, line=None,
+            source_line=None, iteration=iteration,
+            error=f"it reads {what} from the replicas of fragment {producer!r}, and they differ "
+                  f"({exc}). A value read from several replicas is joined along its batch axis "
+                  "when it has one; one without (a number, a bool, None, a 0-d array) reaches "
+                  "the reader only when every replica wrote the same, so that it means the "
+                  "same under every placement. Give it a batch axis — one row per replica, "
+                  f"{name} = np.array([{name}]) — to read every replica's, or compute it where "
+                  "it is the same on every replica (docs/boundaries.md).",
+            traceback_text="",
+        )
+
     def _missing(self, frag, rate, b: Binding, iteration, why: str) -> FragmentRuntimeError:
         return FragmentRuntimeError(
             fragment=frag, rate=rate, replica=self.index, worker=self.worker, line=None,

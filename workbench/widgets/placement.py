@@ -100,6 +100,7 @@ class PlacementBoard(anywidget.AnyWidget):
         super().__init__(steps=steps or (last.steps if last is not None else DEFAULT_STEPS),
                          presets=[[key, PRESET_LABELS[key]] for key in logic.BOARD_PRESETS])
         self.fdg = fdg
+        fdg.placement_steps = self.steps
         self._inventory_of = inventory_of
         self._cluster = connect(cluster, quiet=True)
         self._client = self._cluster.client
@@ -216,6 +217,7 @@ class PlacementBoard(anywidget.AnyWidget):
             self.steps = change.old
             self._say("error", f"steps per iteration must be a whole number ≥ 1, got {change.new!r}.")
             return
+        self.fdg.placement_steps = change.new
         with self._lock:
             self._show()
 
