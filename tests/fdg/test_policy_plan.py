@@ -600,3 +600,34 @@ def test_bytes_per_iteration_for_each_preset_without_a_cluster(ppo_fdg):
         assert make_plan(ppo_fdg, preset.place(ppo_fdg, inv)).traffic(sizes, T) == {}
     text = coarse_plan.explain(sizes, T)
     assert "on the wire per iteration: at most" in text and "weights (every iteration) [broadcast, 19.5 KiB" in text
+
+
+# ----------------------------------------------------------------------------- cell options
+def test_cell_options_a_policy_does_not_give_are_reported_not_dropped():
+    """`%%fragment env --replicas 100000` and `--device gpu` used to be echoed, then ignored
+    by every preset without a word; now the plan says so (and warns) under every policy
+    that does not give them, and says nothing where they are given."""
+    from workbench.fdg.plan import OverriddenOptionWarning
+
+    fdg = Graph()
+    fdg.add_fragment("env", "obs = 0", rate="init", replicas=100000)
+    fdg.add_fragment("actor", "action = obs", rate="step")
+    fdg.add_fragment("env", "obs = action", rate="step")
+    fdg.add_fragment("learner", "w = obs.sum()", rate="iteration", device="gpu")
+    inventory = make_inventory(2)  # no GPUs
+    for preset in ("inline", "coarse", "fine", "gpuonly"):
+        policy = resolve_policy(preset, fdg, inventory)
+        with pytest.warns(OverriddenOptionWarning) as caught:
+            plan = make_plan(fdg, policy)
+        said = [str(w.message) for w in caught]
+        assert any("fragment 'env' asks for --replicas 100000" in m and "place by hand" in m for m in said), preset
+        assert any("fragment 'learner' asks for --device gpu" in m and "the CPU" in m for m in said), preset
+        assert all(f"WARNING: {m}" in plan.explain() for m in said)
+    given = Policy("mine", (Group(("env", "actor"), 2, ("0", "1")), Group(("learner",), 1, ("0",))))
+    fdg.add_fragment("env", "obs = 0", rate="init", replicas=2)  # what this policy gives
+    fdg.add_fragment("learner", "w = obs.sum()", rate="iteration", device="cpu")
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", OverriddenOptionWarning)
+        assert make_plan(fdg, given).warnings == []

@@ -273,10 +273,46 @@ def make_plan(fdg: Graph, policy: Policy) -> Plan:
         arrival = policy.asynchronous and spatial == "gather" and edge.timing != "per-step"
         routes.append(Route(edge, src.name, dst.name, spatial, arrival))
     plan = Plan(fdg, policy, schedule, tuple(routes))
-    plan.warnings = independent_learners(fdg, policy)
-    for message in plan.warnings:
+    plan.warnings = independent_learners(fdg, policy) + overridden_options(fdg, policy)
+    for message in independent_learners(fdg, policy):
         warnings.warn(IndependentLearnersWarning(message), stacklevel=2)
+    for message in overridden_options(fdg, policy):
+        warnings.warn(OverriddenOptionWarning(message), stacklevel=2)
     return plan
+
+
+class OverriddenOptionWarning(UserWarning):
+    """A ``%%fragment`` cell asked for a replica count or a device the policy does not give."""
+
+
+def overridden_options(fdg: Graph, policy: Policy) -> list[str]:
+    """What fragments asked for in their cells (``--replicas N``, ``--device gpu|cpu``) and
+    this policy does not give them: presets place by their own rule, so an option there is
+    a wish that would otherwise be dropped without a word.
+
+    >>> from workbench.fdg.policy import Group, Policy
+    >>> g = Graph()
+    >>> _ = g.add_fragment("env", "x = 0", rate="step", replicas=8)
+    >>> overridden_options(g, Policy("p", (Group(("env",), replicas=2),)))[0][:62]
+    "fragment 'env' asks for --replicas 8 in its cell, but policy p"
+    """
+    out = []
+    for group in policy.groups:
+        for name in group.fragments:
+            frag = fdg[name]
+            if frag.replicas is not None and frag.replicas != group.replicas:
+                out.append(
+                    f"fragment {name!r} asks for --replicas {frag.replicas} in its cell, but policy "
+                    f"{policy.name} runs it as {group.replicas} (a preset places by its own rule). "
+                    "To have it, place by hand: %fdg place, or a wb.Policy whose group gives "
+                    f"{name!r} {frag.replicas} replicas.")
+            if frag.device is not None and group.device is not None and frag.device != group.device:
+                out.append(
+                    f"fragment {name!r} asks for --device {frag.device} in its cell, but policy "
+                    f"{policy.name} runs it on {'a GPU' if group.device == 'gpu' else 'the CPU'} "
+                    f"(its group {group.name!r}). To have it, place by hand: %fdg place, or a "
+                    f"wb.Policy whose group for {name!r} has device={frag.device!r}.")
+    return out
 
 
 class IndependentLearnersWarning(UserWarning):
