@@ -273,11 +273,11 @@ def make_plan(fdg: Graph, policy: Policy) -> Plan:
         arrival = policy.asynchronous and spatial == "gather" and edge.timing != "per-step"
         routes.append(Route(edge, src.name, dst.name, spatial, arrival))
     plan = Plan(fdg, policy, schedule, tuple(routes))
-    plan.warnings = independent_learners(fdg, policy) + overridden_options(fdg, policy)
-    for message in independent_learners(fdg, policy):
-        warnings.warn(IndependentLearnersWarning(message), stacklevel=2)
-    for message in overridden_options(fdg, policy):
-        warnings.warn(OverriddenOptionWarning(message), stacklevel=2)
+    independent, overridden = independent_learners(fdg, policy), overridden_options(fdg, policy)
+    plan.warnings = independent + overridden
+    for category, messages in ((IndependentLearnersWarning, independent), (OverriddenOptionWarning, overridden)):
+        for message in messages:
+            warnings.warn(category(message), stacklevel=2)
     return plan
 
 

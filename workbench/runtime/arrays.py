@@ -90,6 +90,11 @@ def _tensor_copy(tensor: Any) -> Any:
     return out.requires_grad_() if tensor.requires_grad and tensor.is_leaf else out
 
 
+def _is_array(x: Any) -> bool:
+    """A NumPy, CuPy or torch array (a pandas object or a torch dtype is not)."""
+    return isinstance(x, np.ndarray) or ((_is_torch(x) or _is_cupy(x)) and hasattr(x, "ndim"))
+
+
 def _is_torch(x: Any) -> bool:
     return type(x).__module__.startswith("torch")
 
@@ -210,15 +215,15 @@ def gather(values: list[Any], axis: int = 0, part: str = "") -> Any:
         if isinstance(first, dict):
             return {k: gather([v[k] for v in values], axis, f"{part}[{k!r}]") for k in first}
         return tuple(gather(list(parts), axis, f"{part}[{i}]") for i, parts in enumerate(zip(*values)))
-    if _is_torch(first) and getattr(first, "dim", None) is not None and first.dim() > axis:
-        import torch
+    if _is_array(first) and first.ndim > axis:  # an array with a batch axis
+        if _is_torch(first):
+            import torch
 
-        return torch.cat(values, dim=axis)
-    if _is_cupy(first) and first.ndim > axis:
-        import cupy
+            return torch.cat(values, dim=axis)
+        if _is_cupy(first):
+            import cupy
 
-        return cupy.concatenate(values, axis=axis)
-    if isinstance(first, np.ndarray) and first.ndim > axis:
+            return cupy.concatenate(values, axis=axis)
         return np.concatenate(values, axis=axis)
     for r, v in enumerate(values[1:], start=1):
         if not _same(first, v):
@@ -271,7 +276,7 @@ def split(value: Any, parts: int) -> list[Any]:
     if isinstance(value, tuple):
         pieces = [split(v, parts) for v in value]
         return [tuple(p[i] for p in pieces) for i in range(parts)]
-    if getattr(value, "ndim", 0) == 0 or not hasattr(value, "shape"):
+    if getattr(value, "ndim", 0) == 0:
         # no batch axis (a number, a bool, None, a list, a 0-d array): every replica gets
         # all of it, the mirror of gather's rule (a list is not split into an array)
         return [value] * parts
