@@ -223,10 +223,9 @@ def test_what_cannot_cross_processes_is_named_with_its_fragment_and_the_fix(clie
               learner="total = reward.sum()\nf = fn"),
          "fragment 'env' writes 'fn', which another group of this policy reads, but it cannot be sent "
          "between processes ([0] is a function)", "a function must be a module-level function"),
-        (dict(learner="g = (i for i in range(3))\ntotal = reward.sum()"),
-         "fragment 'learner' keeps 'g' in its state, which cannot be serialised for a snapshot (a generator",
-         "Keep it out of the fragment's state"),
     ]
+    # (fragment state that cannot be pickled is not an error: it is left out of snapshots
+    # with a warning — tests/runtime/test_state_rules.py)
     for kwargs, first, fix in cases:
         for _ in range(2):  # the same message every time, whichever replica meets it first
             with pytest.raises(SerialisationError) as info:

@@ -123,3 +123,50 @@ def test_replicas_that_disagree_on_a_value_without_a_batch_axis_are_an_error(pol
     assert "fragment 'learner'" in message and "'rank'" in message and "fragment 'env'" in message
     assert "replica 0 wrote 0, replica 1 1" in message and "rank = np.array([rank])" in message
     assert fdg.fragments["learner"].cells["iteration"].code == "r = rank"  # the FDG is intact
+
+
+# -- the two exceptions, by design: a replicated learner and Async read a replica's share --------
+def _share(inline: object, got: object, replica: int, count: int) -> bool:
+    """``got`` is what inline read, cut to env replica ``replica``'s rows of ``count``: an
+    array equal to inline's along every axis but the batch axis, where it holds that
+    replica's slice; everything without a batch axis identical."""
+    if isinstance(inline, tuple) and len(inline) == 4 and inline[0] in ("ndarray", "Tensor") \
+            and isinstance(got, tuple) and len(got) == 4:
+        if got[:2] != inline[:2] or len(got[2]) != len(inline[2]):
+            return False
+        if got[2] == inline[2]:
+            return got[3] == inline[3]
+        axes = [a for a, (i, g) in enumerate(zip(inline[2], got[2])) if i != g]
+        if len(axes) != 1 or inline[2][axes[0]] != got[2][axes[0]] * count:
+            return False
+        n = got[2][axes[0]]
+        whole = np.asarray(inline[3])
+        return np.take(whole, range(replica * n, (replica + 1) * n), axis=axes[0]).tolist() == got[3]
+    if isinstance(inline, (tuple, list)) and isinstance(got, (tuple, list)):
+        return type(inline) is type(got) and len(inline) == len(got) and \
+            all(_share(i, g, replica, count) for i, g in zip(inline, got))
+    if isinstance(inline, dict) and isinstance(got, dict):
+        return inline.keys() == got.keys() and all(_share(inline[k], got[k], replica, count) for k in inline)
+    return inline == got
+
+
+def _parse(entry: str):
+    return eval(entry, {"__builtins__": {}})  # a repr of plain tuples, lists, dicts and numbers
+
+
+def test_each_multilearner_replica_reads_its_own_actors_share(client, inline_saw):
+    learners = saw("multilearner", client)["learner"]
+    assert len(learners) == 2
+    for index, seen in enumerate(learners):
+        assert len(seen) == len(inline_saw["learner"][0])
+        for mine, whole in zip(seen, inline_saw["learner"][0]):
+            assert _share(_parse(whole), _parse(mine), index, 2), (index, whole, mine)
+
+
+def test_async_hands_the_learner_one_acting_replicas_share_at_a_time(client, inline_saw):
+    kinds = [seen for seen in saw("async", client)["learner"][0]]
+    whole = [_parse(e) for e in inline_saw["learner"][0]]
+    assert kinds and len(kinds) % 3 == 0
+    for read in map(_parse, kinds):
+        # some iteration's read, of some acting replica: same kinds, that replica's rows
+        assert any(_share(w, read, r, 2) for w in whole if w[0] == read[0] for r in range(2)), read

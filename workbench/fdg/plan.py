@@ -270,7 +270,11 @@ def make_plan(fdg: Graph, policy: Policy) -> Plan:
                 f"{edge.describe()}: {src.replicas} replicas of {edge.producer!r} cannot feed "
                 f"{dst.replicas} replicas of {edge.consumer!r}; use equal counts or 1 on one side."
             )
-        arrival = policy.asynchronous and spatial == "gather" and edge.timing != "per-step"
+        # a value written only at init arrives once, not with every iteration: the async
+        # consumer reads it from the producers' init tasks, by the gather rule (one value
+        # when every replica wrote the same), as every other policy does
+        arrival = (policy.asynchronous and spatial == "gather" and edge.timing != "per-step"
+                   and tuple(edge.producer_rates) != ("init",))
         routes.append(Route(edge, src.name, dst.name, spatial, arrival))
     plan = Plan(fdg, policy, schedule, tuple(routes))
     independent, overridden = independent_learners(fdg, policy), overridden_options(fdg, policy)

@@ -43,14 +43,14 @@ import shutil
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from workbench.errors import CheckpointError
 from workbench.fdg.policy import Policy
-from workbench.runtime.portable import PortableState, encode_state
+from workbench.runtime.portable import PortableState, encode_state, unsaved_data
 from workbench.runtime.state import RunState
 
-__all__ = ["Checkpoint", "save_checkpoint", "load_checkpoint"]
+__all__ = ["Checkpoint", "save_checkpoint", "load_checkpoint", "unsaved_message"]
 
 FORMAT = "workbench-checkpoint"
 VERSION = 1
@@ -96,10 +96,11 @@ class Checkpoint:
 
 
 def save_checkpoint(directory: str | os.PathLike, state: RunState, fdg, policy: Policy, *,
-                    keep: int | None = 3) -> Path:
+                    keep: int | None = 3, warn: Callable[[str], None] | None = None) -> Path:
     """Write ``state`` (taken under ``policy``) as a new checkpoint in ``directory``;
     return the checkpoint's own directory. ``keep``: how many checkpoints to leave (None:
-    all)."""
+    all). ``warn`` is called with :func:`unsaved_message` when state that holds data is
+    not saved (the manifest lists it under ``recreated_by_init`` either way)."""
     import torch
 
     root = Path(directory)
@@ -108,7 +109,7 @@ def save_checkpoint(directory: str | os.PathLike, state: RunState, fdg, policy: 
     tmp = root / f".tmp-{name}-{uuid.uuid4().hex[:8]}"
     tmp.mkdir()
     try:
-        tensors, described = {}, {}
+        tensors, described, unsaved = {}, {}, {}
         for frag, replicas in state.fragments.items():
             encoded, saved_names, recreated = [], [], []
             for values in replicas:
@@ -116,6 +117,8 @@ def save_checkpoint(directory: str | os.PathLike, state: RunState, fdg, policy: 
                 encoded.append(dict(portable))  # a plain dict: weights_only loads it
                 saved_names.append(sorted(portable))
                 recreated.append(sorted(skipped))
+                for what in unsaved_data(values, skipped):
+                    unsaved.setdefault(f"{frag}.{what}", None)
             tensors[frag] = encoded
             described[frag] = {"replicas": len(replicas), "stepping": frag in state.stepping,
                                "saved": saved_names, "recreated_by_init": recreated}
@@ -143,7 +146,23 @@ def save_checkpoint(directory: str | os.PathLike, state: RunState, fdg, policy: 
         raise
     if keep is not None:
         _prune(root, keep, protect=name)
+    if unsaved and warn is not None:
+        warn(unsaved_message(list(unsaved)))
     return final
+
+
+def unsaved_message(names: list[str]) -> str:
+    """What a run says (once) when its checkpoints leave out state that holds data.
+
+    >>> print(unsaved_message(["learner.buffer (a __main__.Buffer)"]))  # doctest: +ELLIPSIS
+    checkpoints do not save learner.buffer (a __main__.Buffer): a resume builds it again with its fragment's init cell, ...
+    """
+    one = len(names) == 1
+    return (f"checkpoints do not save {', '.join(names)}: a resume builds {'it' if one else 'them'} "
+            f"again with {'its' if one else 'their'} fragment's init cell, without what {'it' if one else 'they'} "
+            "held. To save one, give its class state_dict() and load_state_dict(), or keep its data in "
+            "arrays, numbers, lists or dicts (an object whose attributes are only such values is saved "
+            "by them; see docs/reliability.md, \"What is saved\").")
 
 
 def load_checkpoint(path: str | os.PathLike) -> Checkpoint:

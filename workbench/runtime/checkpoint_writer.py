@@ -60,7 +60,9 @@ class CheckpointWriter:
             plan, iteration, pickled, policy = job
             try:
                 state = state_from(plan, iteration, pickled)
-                self.run.checkpoints.append(str(save_checkpoint(self.directory, state, self.run.fdg, policy)))
+                written = save_checkpoint(self.directory, state, self.run.fdg, policy,
+                                          warn=lambda text: self.run.note_once("state not saved", text))
+                self.run.checkpoints.append(str(written))
             except BaseException as exc:  # reported once, at the end; training goes on
                 self.error = exc
 

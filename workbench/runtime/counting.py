@@ -27,7 +27,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-__all__ = ["env_fragments", "batch_of", "RESERVED", "ENV_STEPS_KEY", "RETURN_METRIC"]
+__all__ = ["env_fragments", "batch_of", "RESERVED", "ENV_STEPS_KEY", "REBUILT_KEY", "RETURN_METRIC"]
 
 #: the metric fragments log finished episodes' returns under (CleanRL's name)
 RETURN_METRIC = "charts/episodic_return"
@@ -35,7 +35,10 @@ RETURN_METRIC = "charts/episodic_return"
 #: names the runtime keeps in a fragment replica's exported state (never a user name:
 #: fragment code cannot bind names starting with ``_wb_`` without meaning to)
 ENV_STEPS_KEY = "_wb_env_steps"
-RESERVED = (ENV_STEPS_KEY,)
+#: the names a snapshot left out because they do not pickle (a lock, a socket): a replica
+#: restored from it runs its init cell to build them again, then lays the rest over
+REBUILT_KEY = "_wb_rebuilt"
+RESERVED = (ENV_STEPS_KEY, REBUILT_KEY)
 
 _ENV_NAMES = ("env", "envs")
 _REWARD_NAMES = ("reward", "rewards")

@@ -20,8 +20,8 @@ from workbench.fdg.plan import Item, Plan
 from workbench.runtime.arrays import ReplicasDisagree, StepMismatch, gather, handed_over, stack
 from workbench.runtime.cell_exit import describe as describe_error, install as catch_process_exits, is_cell_error
 from workbench.runtime.channels import Stopped, dumps_state
-from workbench.runtime.counting import ENV_STEPS_KEY, batch_of, counter_of, env_fragments, explicit, without_counters
-from workbench.runtime.portable import PortableState, restore_into
+from workbench.runtime.counting import ENV_STEPS_KEY, REBUILT_KEY, batch_of, counter_of, env_fragments, explicit, without_counters
+from workbench.runtime.portable import PortableState, restore_into, type_label
 
 __all__ = ["GroupProgram", "GroupReplica", "TaskReport", "group_program"]
 
@@ -120,6 +120,8 @@ class TaskReport:
     #: env steps this replica's env fragments had counted before this stretch (a resumed
     #: run's, from their state); sent once, with the stretch's first counted steps
     env_steps_base: int = 0
+    #: warnings for the notebook (state that snapshots leave out), each sent once
+    notes: list[str] = field(default_factory=list)
 
     def to_message(self) -> dict:
         """Plain msgpack-able form (string keys only), for Dask events."""
@@ -130,7 +132,7 @@ class TaskReport:
             "compute_seconds": self.compute_seconds,
             "wait_seconds": self.wait_seconds, "send_seconds": self.send_seconds,
             "other_seconds": self.other_seconds, "iterations": self.iterations, "sent_bytes": self.sent_bytes,
-            "env_steps_base": self.env_steps_base,
+            "env_steps_base": self.env_steps_base, "notes": self.notes,
         }
 
     @classmethod
@@ -142,7 +144,7 @@ class TaskReport:
             compute_seconds=dict(msg["compute_seconds"]),
             wait_seconds=msg["wait_seconds"], send_seconds=msg["send_seconds"],
             other_seconds=msg.get("other_seconds", 0.0), iterations=list(msg["iterations"]), sent_bytes=msg["sent_bytes"],
-            env_steps_base=msg.get("env_steps_base", 0),
+            env_steps_base=msg.get("env_steps_base", 0), notes=list(msg.get("notes", ())),
         )
 
 
@@ -215,19 +217,27 @@ class GroupReplica:
             self.namespaces[frag] = ns
         #: fragments resumed from an exported state: their init cells do not run again
         self.restored: set[str] = set()
-        #: fragments resumed from a checkpoint file: their init cells run, then these
-        #: saved values are laid over what the cells built (networks get their weights…)
-        self.overlays: dict[str, PortableState] = {}
+        #: fragments resumed from a checkpoint file (a PortableState) or from a snapshot that
+        #: left out what does not pickle: their init cells run, then these saved values are
+        #: laid over what the cells built (networks get their weights…)
+        self.overlays: dict[str, dict[str, Any]] = {}
         #: env steps each env fragment of this replica has taken in the whole run (its
         #: share of the count; it travels with the fragment's state)
         self.env_steps_taken = {f: 0 for f in program.counted}
+        #: per fragment, names of its state that do not pickle: snapshots leave them out
+        self.left_out: dict[str, dict[str, str]] = {}
+        #: warnings for the driver, sent with the next task's report
+        self.notes: list[str] = []
         for frag, values in list((state or {}).items()):
             if frag in self.env_steps_taken:
                 self.env_steps_taken[frag] = counter_of(values)
+            rebuilt = isinstance(values, dict) and bool(values.get(REBUILT_KEY))
             values, seed_only = without_counters(values)
             if seed_only:
                 continue  # only the count: the init cell builds the fragment afresh
-            if isinstance(values, PortableState):
+            if isinstance(values, PortableState) or rebuilt:
+                # a checkpoint's values, or a snapshot that left out what does not pickle:
+                # the init cell builds the fragment, then the saved values are laid over
                 self.overlays[frag] = values
             else:
                 self.restored.add(frag)
@@ -324,6 +334,7 @@ class GroupReplica:
                 raise self._disagree(key, exc, items) from None
         report = TaskReport(self.program.group, self.index, self.worker,
                             iterations=sorted({i.iteration for i in items if i.iteration is not None}))
+        report.notes, self.notes = self.notes, []  # e.g. from the snapshot taken before this task
         ctx = ReplicaContext(ReplicaInfo(self.program.group, self.index, self.count, self.worker,
                                          self.device))
         if self.peers is not None and self.count > 1:
@@ -429,15 +440,20 @@ class GroupReplica:
             self._send_step_values(frag, ns, [s for s in self._sends[frag] if s.at_init], iteration)
 
     def _overlay(self, frag: str, iteration) -> None:
+        values = self.overlays.pop(frag)
+        if not isinstance(values, PortableState):  # a snapshot's own objects: lay them over
+            self.namespaces[frag].update(values)
+            return
         try:
-            restore_into(self.namespaces[frag], self.overlays.pop(frag))
+            restore_into(self.namespaces[frag], values)
         except Exception as exc:
             raise FragmentRuntimeError(
                 fragment=frag, rate="init", replica=self.index, worker=self.worker, line=None,
                 source_line=None, iteration=iteration,
-                error=f"restoring its checkpointed state failed: {type(exc).__name__}: {exc}. The "
-                      "init cell must build the same objects (network shapes, optimiser) as the "
-                      "run that wrote the checkpoint.",
+                error=f"restoring its checkpointed state failed: {type(exc).__name__}: "
+                      + (str(exc) if "init cell" in str(exc) else  # it says what to do already
+                         f"{str(exc).rstrip('.')}. The init cell must build the same objects (network "
+                         "shapes, optimiser) as the run that wrote the checkpoint."),
                 traceback_text="".join(traceback.format_exception(exc)),
             ) from None
 
@@ -468,13 +484,31 @@ class GroupReplica:
         step cells — learners, whose weights and optimiser state a lost worker must not
         take with it; actors and envs start new episodes instead (cheap every iteration)."""
         keep = None if full else [f for f in self.namespaces if (f, "step") not in self.program.code]
-        states = self.export_state(keep)
+        return self.state_bytes(keep)
+
+    def state_bytes(self, fragments=None) -> bytes:
+        """:meth:`export_state`, pickled. A value that does not pickle (a lock, a socket the
+        fragment never sends) is left out — found once, said once (:attr:`notes`), and
+        listed under ``REBUILT_KEY`` so that a restore runs the init cell to build it."""
+        states = self.export_state(fragments)
+        for frag, names in self.left_out.items():
+            values = states.get(frag)
+            if values is not None and names:
+                states[frag] = {n: v for n, v in values.items() if n not in names}
+                states[frag][REBUILT_KEY] = dict(names)  # name → its type_label
         try:
             return dumps_state(states)
-        except Exception as exc:  # name the fragment and the name its state cannot send
-            from workbench.runtime.serialisable import state_error
+        except Exception as exc:
+            from workbench.runtime.serialisable import left_out_note, state_error, unpicklable
 
-            raise state_error(states, dumps_state, exc) from None
+            found = unpicklable(states, dumps_state)
+            if not found:  # each value pickles alone, the whole does not: name what we can
+                raise state_error(states, dumps_state, exc) from None
+            for frag, names in found.items():
+                self.left_out.setdefault(frag, {}).update(
+                    (n, type_label(states[frag][n])) for n in names)
+                self.notes.extend(left_out_note(frag, n, what) for n, what in names.items())
+            return self.state_bytes(fragments)
 
     def _send_step_values(self, frag: str, ns: dict, sends, iteration) -> None:
         sent_keys = set()

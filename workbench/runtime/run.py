@@ -20,7 +20,8 @@ __all__ = ["Run", "RunEvent", "RunStatus", "EventKind", "RETURN_METRIC"]
 #: Where a run is: training, or how it ended.
 RunStatus = Literal["running", "finished", "solved", "stopped", "interrupted", "failed"]
 #: What can happen to a run's placement while it trains.
-EventKind = Literal["replaced", "re-placed", "worker lost", "edited", "updated", "not applied"]
+EventKind = Literal["replaced", "re-placed", "worker lost", "edited", "updated", "not applied",
+                    "state left out", "state not saved"]
 
 
 @dataclass(frozen=True)
@@ -86,6 +87,8 @@ class Run:
             self.env_steps_base = rec.env_steps_base
             self.env_steps += rec.env_steps_base
         self.env_steps += rec.env_steps
+        for message in rec.notes:
+            self.note_once("state left out", message, rec.iteration)
         self.episode_returns.extend(rec.metrics.get(RETURN_METRIC, []))
         for who, n in rec.replica_env_steps.items():
             self.replica_env_steps[who] = self.replica_env_steps.get(who, 0) + n
@@ -141,6 +144,11 @@ class Run:
         logging.getLogger("workbench").warning(message)
         print(f"workbench: {message}", flush=True)
 
+    def note_once(self, kind: EventKind, message: str, iteration: int | None = None) -> None:
+        """:meth:`note`, unless the same message was said already in this run."""
+        if not any(e.kind == kind and e.message == message for e in self.events):
+            self.note(kind, message, iteration)
+
     def checkpoint(self, path: str, *, keep: int | None = 3) -> str:
         """Write the run's final state as a checkpoint in directory ``path``; return the
         checkpoint's own directory. Resume with ``fdg.run(resume=path, policy=…)`` — any
@@ -154,7 +162,8 @@ class Run:
                 "before its first iteration). Run with keep_state=True, or pass "
                 "checkpoint_every=N and checkpoint_dir=… to write checkpoints as it goes."
             )
-        written = str(save_checkpoint(path, self.state, self.fdg, self.policy, keep=keep))
+        written = str(save_checkpoint(path, self.state, self.fdg, self.policy, keep=keep,
+                                      warn=lambda text: self.note_once("state not saved", text)))
         self.checkpoints.append(written)
         return written
 

@@ -11,7 +11,11 @@ fix, the same text from whichever replica meets it:
 
 - :func:`check_notebook` before anything is deployed;
 - :func:`value_error` for a route value that does not pickle (at its first send);
-- :func:`state_error` for fragment state that does not pickle (at a snapshot).
+- fragment state that does not pickle (a lock, a socket the fragment never sends) does not
+  fail the run: :func:`unpicklable` finds it, snapshots leave it out, and
+  :func:`left_out_note` is the warning the run gives once (a restore builds it again by
+  running the fragment's init cell). :func:`state_error` remains for a state that fails
+  as a whole although each of its values pickles on its own.
 
 Example:
     >>> import threading
@@ -31,7 +35,8 @@ import cloudpickle
 
 from workbench.errors import WorkbenchError
 
-__all__ = ["SerialisationError", "check_notebook", "value_error", "state_error", "culprit"]
+__all__ = ["SerialisationError", "check_notebook", "value_error", "state_error", "culprit", "unpicklable",
+           "left_out_note"]
 
 
 class SerialisationError(WorkbenchError):
@@ -122,6 +127,33 @@ def state_error(states: Mapping[str, Mapping[str, Any]], dump: Callable[[Any], b
                     f"{_FIX_STATE}")
     return SerialisationError(f"a fragment's state cannot be serialised for a snapshot: "
                               f"{type(exc).__name__}: {_short(exc)}. {_FIX_STATE}")
+
+
+def unpicklable(states: Mapping[str, Mapping[str, Any]],
+                dump: Callable[[Any], bytes]) -> dict[str, dict[str, str]]:
+    """Fragment → name → what is wrong, for each value of fragment state (fragment → name
+    → value) that does not serialise on its own.
+
+    >>> import threading
+    >>> unpicklable({"learner": {"n": 3, "lock": threading.Lock()}}, pickle.dumps)
+    {'learner': {'lock': 'a _thread.lock cannot be pickled'}}
+    """
+    found: dict[str, dict[str, str]] = {}
+    for fragment, values in states.items():
+        for name, value in values.items():
+            try:
+                dump(value)
+            except Exception:
+                found.setdefault(fragment, {})[name] = _what(value, dump)
+    return found
+
+
+def left_out_note(fragment: str, name: str, what: str) -> str:
+    """What a run says (once) about fragment state that snapshots leave out."""
+    return (f"fragment {fragment!r} keeps {name!r} in its state, which cannot be pickled ({what}): "
+            "snapshots and checkpoints leave it out, and a recovery or resume runs the fragment's "
+            "init cell to build it again. If the run needs its contents back, keep them in arrays "
+            "or numbers, or give its class state_dict()/load_state_dict().")
 
 
 def _short(exc: BaseException) -> str:
