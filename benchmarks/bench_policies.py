@@ -81,6 +81,9 @@ def scaling(sizes: tuple[int, ...] = SIZES) -> None:
     import workbench as wb
 
     results: dict[str, dict[int, float | str]] = {"SingleLearnerCoarse": {}, "SingleLearnerFine": {}}
+    #: median seconds per iteration: what grows with the worker count is the driver's and
+    #: the scheduler's overhead (each worker's work per iteration is the same)
+    per_iteration: dict[str, dict[int, float]] = {"SingleLearnerCoarse": {}, "SingleLearnerFine": {}}
     for workers in sizes:
         with LocalCluster(n_workers=workers, threads_per_worker=1, host="127.0.0.1",
                           dashboard_address="127.0.0.1:0", silence_logs=logging.ERROR) as cluster, \
@@ -89,17 +92,21 @@ def scaling(sizes: tuple[int, ...] = SIZES) -> None:
             for name, policy in (("SingleLearnerCoarse", wb.SingleLearnerCoarse(actors=workers)),
                                  ("SingleLearnerFine", wb.SingleLearnerFine(envs=workers))):
                 try:
-                    rates = []
+                    rates, seconds = [], []
                     for _ in range(3):
                         run = sleepy_fdg().run(iterations=12, steps=32, policy=policy, cluster=client,
                                                progress=False)
                         rates.append(steady(run, skip=2)[0])
+                        times = [r["time_s"] for r in run.rows[2:]]
+                        seconds += [b - a for a, b in zip(times, times[1:])]
                     results[name][workers] = statistics.median(rates)
+                    per_iteration[name][workers] = statistics.median(seconds)
                     print(f"  {name} × {workers} workers: {results[name][workers]:,.0f} env-steps/s", flush=True)
                 except Exception as exc:  # noqa: BLE001  (the table must still be printed)
                     results[name][workers] = f"failed: {type(exc).__name__}: {str(exc).splitlines()[0][:80]}"
                     print(f"  {name} × {workers} workers: {results[name][workers]}", flush=True)
     print(_table(results, sizes))
+    print(_overhead_table(per_iteration, sizes))
 
 
 def _table(results: dict[str, dict[int, float | str]], sizes: tuple[int, ...]) -> str:
@@ -114,6 +121,20 @@ def _table(results: dict[str, dict[int, float | str]], sizes: tuple[int, ...]) -
         top = max(ran) if ran else None
         efficiency = f"{by_workers[top] / (top * base):.0%} at {top}" if base and top else "—"
         lines.append(f"| {name} | {cells} | {efficiency} |")
+    return "\n".join(lines)
+
+
+def _overhead_table(per_iteration: dict[str, dict[int, float]], sizes: tuple[int, ...]) -> str:
+    """Median ms per iteration by size, and how much more than at the smallest size: each
+    worker's own work per iteration is the same, so the growth is the driver's, the
+    scheduler's and the channels' overhead as workers are added."""
+    head = " | ".join(f"{w}" for w in sizes)
+    lines = [f"\n| ms per iteration (growth over {sizes[0]} worker) | {head} |", "|---|" + "---|" * len(sizes)]
+    for name, by in per_iteration.items():
+        base = by.get(sizes[0])
+        cells = " | ".join(f"{by[w] * 1e3:.1f} (+{(by[w] - base) * 1e3:.1f})" if w in by and base is not None
+                           else (f"{by[w] * 1e3:.1f}" if w in by else "—") for w in sizes)
+        lines.append(f"| {name} | {cells} |")
     return "\n".join(lines)
 
 

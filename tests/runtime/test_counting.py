@@ -152,7 +152,9 @@ def test_a_learner_that_learns_is_solved_and_says_on_what(policy, client):
     assert run.status == "solved"
     ev = run.solved_at["evidence"]
     assert ev["window"] == 256 and ev["episodes"] >= 2 * 256
-    assert f"last 256 of {ev['episodes']} episodes" in run.summary()
+    summary = run.summary()
+    assert "mean return of the last 256 episodes" in summary and f"with {ev['episodes']} episodes" in summary
+    assert "last 20" not in summary  # one window in one line
 
 
 def test_a_replica_that_finished_too_few_episodes_blocks_the_decision(client):

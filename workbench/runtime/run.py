@@ -245,17 +245,19 @@ class Run:
         return write_report(self, path)
 
     def summary(self) -> str:
-        mean = self.mean_return()
-        mean_text = f"{mean:.1f}" if mean is not None else "n/a"
+        # one window in one line: with a target, the one "solved" is decided on
+        ev = (self.solved_at.get("evidence") if self.solved_at else None) or self.evidence()
+        window = ev["window"] if self.target_return is not None else self.window
+        last = self.episode_returns[-window:]
+        mean_text = f"{sum(last) / len(last):.1f}" if last else "n/a"
         text = (f"{self.status}: {self.completed_iterations}/{self.iterations} iterations under "
                 f"{self.policy_name}, {self.env_steps:,} env steps in {self.wall_time:.1f} s "
-                f"({self.steps_per_second:,.0f} env-steps/s); mean return of last "
-                f"{self.window} episodes {mean_text}")
+                f"({self.steps_per_second:,.0f} env-steps/s); mean return of the last "
+                f"{window} episodes {mean_text}")
         if self.solved_at:
-            ev = self.solved_at.get("evidence") or self.evidence()
             text += (f"; solved (≥ {self.target_return:g}) at iteration {self.solved_at['iteration']}"
                      f" after {self.solved_at['time_s']:.2f} s, {self.solved_at['env_steps']:,} env steps"
-                     f", on the mean of the last {ev['window']} of {ev['episodes']} episodes from "
+                     f", with {ev['episodes']} episodes finished by "
                      f"{len(ev['per_replica'])} env replica{'s' if len(ev['per_replica']) != 1 else ''}"
                      f" (the first {ev['burn_in']} not counted)")
         elif self.target_return is not None:
