@@ -631,3 +631,14 @@ def test_cell_options_a_policy_does_not_give_are_reported_not_dropped():
     with warnings.catch_warnings():
         warnings.simplefilter("error", OverriddenOptionWarning)
         assert make_plan(fdg, given).warnings == []
+
+
+def test_a_value_first_written_after_warm_up_is_not_shown_as_0_bytes(ppo_fdg):
+    """A learner that sends weights only after a warm-up has none in the one-iteration
+    probe: its size is unknown, and the plan says so instead of '0 B/iteration'."""
+    sizes = {"state": 512, "action": 256, "logp": 128, "value": 128, "starts": 32, "reward": 128,
+             "obs": 512, "done": 32}  # no "weights": not written in the first iteration
+    text = make_plan(ppo_fdg, coarse(ppo_fdg, 2)).explain(sizes, 32)
+    assert "weights (every iteration) [broadcast, size not measured: not written in the first iteration]" in text
+    assert "on the wire per iteration: at least" in text and "(plus weights, written only after" in text
+    assert "weights (every iteration) [broadcast, 0 B" not in text

@@ -202,6 +202,13 @@ class Plan:
             out[route.key] = out.get(route.key, 0) + self._route_bytes(route, sizes, steps)
         return out
 
+    @staticmethod
+    def _route_costs(route: Route) -> bool:  # (the placement board asks too)
+        """Whether the route moves bytes every iteration (not only at init)."""
+        edge = route.interface
+        return edge.timing in ("per-step", "stacked") or (
+            edge.timing != "once" and "iteration" in edge.producer_rates)
+
     def _route_bytes(self, route: Route, sizes: dict[str, int], steps: int) -> int:
         edge = route.interface
         size = sizes.get(edge.name, 0)
@@ -225,14 +232,24 @@ class Plan:
             lines.append(f"  {group.name} ×{group.replicas} on {where} ({group.device})")
         if self.routes:
             lines.append("  crossing processes:")
+            unmeasured = []
             for r in self.routes:
                 how = "as it arrives, one replica at a time" if r.arrival else r.spatial
-                size = (f", {human_bytes(self._route_bytes(r, sizes, steps))}/iteration"
-                        if moved is not None else "")
+                size = ""
+                if moved is not None and r.interface.name not in sizes and self._route_costs(r):
+                    # not bound in the probe's first iteration (a learner that starts after a
+                    # warm-up): its size is unknown, not 0 B
+                    size = ", size not measured: not written in the first iteration"
+                    unmeasured.append(r.interface.name)
+                elif moved is not None:
+                    size = f", {human_bytes(self._route_bytes(r, sizes, steps))}/iteration"
                 lines.append(f"    {r.interface.describe()} [{how}{size}]")
             if moved is not None:
-                lines.append(f"  on the wire per iteration: at most {human_bytes(sum(moved.values()))} "
-                             "(less where two groups share a worker process)")
+                lines.append(f"  on the wire per iteration: {'at least' if unmeasured else 'at most'} "
+                             f"{human_bytes(sum(moved.values()))} "
+                             + (f"(plus {', '.join(dict.fromkeys(unmeasured))}, written only after the "
+                                "first iteration)" if unmeasured else
+                                "(less where two groups share a worker process)"))
         else:
             lines.append("  nothing crosses processes: every interface is an in-process hand-off")
         lines += [f"  WARNING: {message}" for message in self.warnings]

@@ -329,12 +329,15 @@ class PlacementBoard(anywidget.AnyWidget):
             routes = [r for r in plan.routes if r.key == key]
             edge = routes[0].interface
             size = moved.get(key) if self._sizes is not None else None
+            if size is not None and edge.name not in self._sizes and any(plan._route_costs(r) for r in routes):
+                size = None  # first written after the probe's iteration (a warm-up): unknown, not 0 B
             out.setdefault(edge.producer, []).append({
                 "name": edge.name, "to": sorted({r.interface.consumer for r in routes}),
                 "timing": " + ".join(dict.fromkeys(TIMINGS[r.interface.timing] for r in routes)),
                 "spatial": " + ".join(dict.fromkeys(
                     "as it arrives" if r.arrival else r.spatial for r in routes)),
-                "bytes": size, "text": human_bytes(size) if size is not None else ""})
+                "bytes": size, "text": human_bytes(size) if size is not None else
+                ("not measured" if self._sizes is not None else "")})
         return out, (sum(moved.values()) if self._sizes is not None else None)
 
 
