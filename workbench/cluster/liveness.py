@@ -8,7 +8,8 @@ reported for ``drive``'s ``probe_after`` seconds, 3 by default): one connection 
 server, which must send its authentication challenge within ``PROBE_TIMEOUT_SECONDS``.
 The kernel answers the TCP handshake of a frozen process, so the probe waits for those
 first bytes, which only the live process sends. A slow iteration is not silence that
-fails a probe: a busy worker still answers within milliseconds.
+fails a probe: a busy worker still answers within milliseconds. On a TLS cluster the probe
+speaks TLS first (the server's half of that handshake, too, comes only from a live process).
 
 Example:
     >>> unanswered({"w1": ("127.0.0.1", 1)}, timeout=0.5)   # nothing listens on port 1
@@ -26,25 +27,30 @@ __all__ = ["PROBE_TIMEOUT_SECONDS", "answers", "unanswered", "retire"]
 PROBE_TIMEOUT_SECONDS = 5.0
 
 
-def answers(address: tuple[str, int], timeout: float = PROBE_TIMEOUT_SECONDS) -> bool:
+def answers(address: tuple[str, int], timeout: float = PROBE_TIMEOUT_SECONDS, tls=None) -> bool:
     """Whether the channel server at ``address`` accepts a connection and sends its first
-    bytes (the HMAC challenge) within ``timeout``. The probe then hangs up; the server
-    drops a peer that does not finish the handshake."""
+    bytes (the HMAC challenge) within ``timeout``; through TLS with ``tls`` (a
+    :class:`~workbench.runtime.wire.ChannelTLS`, for a TLS run's channels). The probe then
+    hangs up; the server drops a peer that does not finish the handshake."""
     try:
         with socket.create_connection(address, timeout=timeout) as sock:
             sock.settimeout(timeout)
-            return bool(sock.recv(1))
-    except OSError:  # refused, unreachable, timed out
+            if tls is None:
+                return bool(sock.recv(1))
+            with tls.client.wrap_socket(sock, server_hostname=None) as secure:  # handshake: within timeout
+                return bool(secure.recv(1))
+    except OSError:  # refused, unreachable, timed out, a failed TLS handshake
         return False
 
 
-def unanswered(servers: dict[str, tuple[str, int]], timeout: float = PROBE_TIMEOUT_SECONDS) -> list[str]:
+def unanswered(servers: dict[str, tuple[str, int]], timeout: float = PROBE_TIMEOUT_SECONDS,
+               tls=None) -> list[str]:
     """The keys of ``servers`` (worker → a channel server there) that do not answer; all
     probed at once, so the whole probe takes at most ``timeout``."""
     if not servers:
         return []
     with ThreadPoolExecutor(min(32, len(servers)), thread_name_prefix="workbench-probe") as pool:
-        results = dict(zip(servers, pool.map(lambda a: answers(a, timeout), servers.values())))
+        results = dict(zip(servers, pool.map(lambda a: answers(a, timeout, tls), servers.values())))
     return sorted(w for w, ok in results.items() if not ok)
 
 
