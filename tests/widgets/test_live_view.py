@@ -41,3 +41,19 @@ def test_the_magic_uses_the_live_view(capsys):
     assert run.status == "finished"
     assert "VBox" in capsys.readouterr().out  # the widget box was displayed
     magics.fdg.clear()
+
+
+def test_the_live_view_lists_what_happened_to_the_run():
+    """A background run's landing notices cannot print into a finished cell: the view says them."""
+    views = []
+
+    def factory(total, label):
+        views.append(live.LiveView(total, label))
+        return views[-1]
+
+    fdg = toy_fdg()
+    run = fdg.run(iterations=3, steps=2, progress=factory)
+    assert views[0].events.value == ""  # nothing happened
+    run.note("edited", "learner: new iteration cell, applied from iteration 2", 2)
+    views[0].close(run)
+    assert "iteration 2 · edited · learner: new iteration cell, applied from iteration 2" in views[0].events.value

@@ -44,8 +44,13 @@ class LiveView:
                      toolbar_location=None)
         sps.line("time", "sps", source=self.rates, line_width=2, color="#4393c3")
         self.plots = BokehModel(row(ret, sps))
-        self.widget = widgets.VBox([widgets.HBox([self.progress, self.label]), self.plots])
+        #: what happened to the run (edits landing, updates, re-placements, lost workers):
+        #: a background run's thread cannot print into a finished cell (Jupyter drops it),
+        #: so the view, which stays on the page, says it
+        self.events = widgets.HTML("")
+        self.widget = widgets.VBox([widgets.HBox([self.progress, self.label]), self.plots, self.events])
         self._shown = 0
+        self._events_shown = 0
         self._last_draw = 0.0
 
     def _repr_mimebundle_(self, **kwargs):
@@ -81,7 +86,28 @@ class LiveView:
             self.returns.stream({"iteration": [i for i, _ in fresh], "mean": [m for _, m in fresh]})
         if rows:
             self.rates.stream({"time": [r["time_s"] for r in rows], "sps": [r["charts/SPS"] for r in rows]})
+        if len(run.events) != self._events_shown:
+            self._events_shown = len(run.events)
+            self.events.value = events_html(run.events)
 
     def close(self, run) -> None:
         self.update(run, force=True)
         self.progress.bar_style = "success" if run.status in ("finished", "solved") else "warning"
+
+
+#: the newest events the view lists (all are in ``run.events``)
+EVENTS_SHOWN = 6
+
+
+def events_html(events) -> str:
+    """The run's newest events, one line each: ``iteration 15 · edited · learner: …``.
+
+    >>> from workbench.runtime.run import RunEvent
+    >>> print(events_html([RunEvent("edited", "learner: new iteration cell", 15)]))
+    <div style='font-family:monospace;font-size:12px'>iteration 15 · edited · learner: new iteration cell</div>
+    """
+    import html
+
+    lines = [f"{'' if e.iteration is None else f'iteration {e.iteration} · '}{e.kind} · {html.escape(e.message)}"
+             for e in list(events)[-EVENTS_SHOWN:]]
+    return "<div style='font-family:monospace;font-size:12px'>" + "<br>".join(lines) + "</div>" if lines else ""
