@@ -65,3 +65,43 @@ def test_an_in_process_gpu_group_without_a_gpu_is_refused():
     policy = Policy.from_json(json.dumps({"groups": [{"fragments": ["a"], "workers": ["local"], "device": "gpu"}]}))
     with pytest.raises((PlacementError, DeviceError), match="GPU"):
         fdg.run(iterations=1, steps=1, policy=policy, progress=False)
+
+
+def _sync(grad):
+    import workbench as wb
+
+    return wb.allreduce(grad)
+
+
+def _update(w, grad):
+    return w - _sync(grad)  # the all-reduce is two calls down, as in PPO's _sync_and_clip
+
+
+def _update_alone(w, grad):
+    return w - grad
+
+
+@pytest.mark.parametrize("module", ["ppo", "mappo"])
+def test_the_shipped_algorithms_all_reduce_inside_functions_and_are_not_warned(module):
+    import importlib
+
+    fdg = importlib.import_module(f"workbench.algorithms.{module}").build_fdg()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", IndependentLearnersWarning)
+        make_plan(fdg, MultiLearner(learners=2).place(fdg, TWO_WORKERS))
+
+
+def test_an_allreduce_reached_through_the_notebooks_functions_counts_and_a_missing_one_warns():
+    quiet = wb.FDG(namespace={"update": _update})
+    loud = wb.FDG(namespace={"update": _update_alone})
+    for fdg in (quiet, loud):
+        for (name, rate), code in {("env", "init"): "obs = 0", ("actor", "step"): "action = obs + 1",
+                                   ("env", "step"): "obs = action\nreward = obs",
+                                   ("learner", "init"): "w = 0.0",
+                                   ("learner", "iteration"): "w = update(w, reward.mean())"}.items():
+            fdg.add_fragment(name, code, rate=rate)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", IndependentLearnersWarning)
+        make_plan(quiet, MultiLearner(learners=2).place(quiet, TWO_WORKERS))
+    with pytest.warns(IndependentLearnersWarning, match="never call wb.allreduce"):
+        make_plan(loud, MultiLearner(learners=2).place(loud, TWO_WORKERS))

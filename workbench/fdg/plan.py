@@ -23,8 +23,9 @@ from __future__ import annotations
 import itertools
 import re
 import warnings
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from workbench.fdg.errors import PlacementError
 from workbench.fdg.graph import Graph, Schedule
@@ -336,6 +337,46 @@ def overridden_options(fdg: Graph, policy: Policy) -> list[str]:
     return out
 
 
+def reaches_allreduce(code: str, namespace: Mapping[str, Any], depth: int = 6) -> bool:
+    """Whether a cell calls ``allreduce``, itself or through the functions it calls (PPO's
+    update calls ``_sync_and_clip``, which all-reduces): the cell's text, then the code of
+    each function it names in ``namespace`` (``update``, ``ppo.update``), and theirs.
+
+    >>> def sync(g): return wb.allreduce(g)
+    >>> def update(g): return sync(g) * 2
+    >>> reaches_allreduce("loss = update(g)", {"update": update}), reaches_allreduce("loss = g", {})
+    (True, False)
+    """
+    if re.search(r"\ballreduce\s*\(", code):
+        return True
+    seen: set[int] = set()
+    for dotted in dict.fromkeys(re.findall(r"\b[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*", code)):
+        head, *rest = dotted.split(".")
+        obj = namespace.get(head)
+        for attr in rest:
+            obj = getattr(obj, attr, None) if obj is not None and not isinstance(obj, (int, float, str)) else None
+        if _function_reaches(obj, depth, seen):
+            return True
+    return False
+
+
+def _function_reaches(fn: Any, depth: int, seen: set[int]) -> bool:
+    code = getattr(fn, "__code__", None)
+    if code is None or depth <= 0 or id(code) in seen:
+        return False
+    seen.add(id(code))
+    names = set(code.co_names)
+    stack = [c for c in code.co_consts if hasattr(c, "co_names")]  # nested functions, comprehensions
+    while stack:
+        inner = stack.pop()
+        names.update(inner.co_names)
+        stack.extend(c for c in inner.co_consts if hasattr(c, "co_names"))
+    if "allreduce" in names:
+        return True
+    scope = getattr(fn, "__globals__", {})
+    return any(_function_reaches(scope.get(n), depth - 1, seen) for n in names if callable(scope.get(n)))
+
+
 class IndependentLearnersWarning(UserWarning):
     """A learner runs as several replicas that never combine what they learn."""
 
@@ -359,7 +400,8 @@ def independent_learners(fdg: Graph, policy: Policy) -> list[str]:
             frag = fdg[name]
             if "step" in frag.cells or "iteration" not in frag.cells:
                 continue
-            if any(re.search(r"\ballreduce\s*\(", cell.code) for cell in frag.cells.values()):
+            namespace = getattr(fdg, "namespace", None) or {}  # a session's FDG has the notebook's
+            if any(reaches_allreduce(cell.code, namespace) for cell in frag.cells.values()):
                 continue
             out.append(
                 f"fragment {name!r} runs as {group.replicas} replicas (policy {policy.name}) but its "
