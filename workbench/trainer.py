@@ -36,6 +36,7 @@ from workbench.fdg.policy import IN_PROCESS, Policy, as_policy_spec, needs_clust
 from workbench.progress import make_progress
 from workbench.runtime.checkpoint_writer import CheckpointWriter
 from workbench.runtime.driver import InlineBackend, IterationRecord, drive
+from workbench.runtime.notebook_values import taken_at_deploy
 from workbench.runtime.replica import group_program
 from workbench.runtime.run import Run
 from workbench.runtime.serialisable import check_notebook, readers_of
@@ -108,9 +109,11 @@ class Trainer:
         """End the current stretch at the next iteration boundary; the next one starts from
         its state with the FDG's cells and notebook values as they are then. Returns the
         iteration the change is expected to apply from (said again, exactly, when it lands)."""
-        self._changes.append((kind, what))
         run = self.run_record
+        # the newest row first, then the change: the driver acts on it at a row after this
+        # one (see on_iteration), so the boundary is never before the iteration said here
         last = run.rows[-1]["iteration"] if run is not None and run.rows else -1
+        self._changes.append((kind, what))
         return last + 2  # the iteration in flight finishes first
 
     # -- the run -------------------------------------------------------------------------
@@ -247,14 +250,18 @@ class Trainer:
         policy = as_policy_spec(policy)  # an unknown name fails before any cluster starts
         if needs_cluster(policy):
             from workbench.cluster.connect import connect, inventory_of
+            from workbench.cluster.restarts import wait_for_restarts
 
             client = connect(stretch.cluster).client
+            wait_for_restarts(client)  # a worker a stuck cell's stop restarted: place on it again
             inventory = inventory_of(client)
         resolved = _fit_to_cluster(resolve_policy(policy, self.fdg, inventory), inventory, run)
         plan = make_plan(self.fdg, resolved)
         run.fdg = self.fdg.copy()  # the cells this stretch runs (hot edits change them)
         ns = stretch.namespace
         notebook = {n: ns[n] for n in self.fdg.notebook_names() if n in ns}
+        if resolved.in_process:  # as on a cluster: a notebook object changed mid-stretch waits for %fdg update
+            notebook = taken_at_deploy(notebook)
         programs = {g: group_program(plan, g, stretch.config.steps) for g in plan.groups}
         if resolved.in_process:
             backend = InlineBackend()
@@ -273,12 +280,16 @@ class Trainer:
         def on_iteration(rec: IterationRecord) -> bool:
             nonlocal completed
             completed += 1
+            # a change asked for while this row is recorded is acted on at the next row: its
+            # notice counted from the row before (apply_at_boundary), and the boundary must
+            # not come before the iteration the notice said
+            changed = bool(self._changes)
             run.record(rec)
             for logger in self._loggers:
                 logger.log(run.rows[-1])
             if self._bar is not None:
                 self._bar.advance(run)
-            return run.is_solved() or self._stop.is_set() or self._pending is not None or bool(self._changes)
+            return run.is_solved() or self._stop.is_set() or self._pending is not None or changed
 
         try:
             if not run.rows:
@@ -299,6 +310,7 @@ class Trainer:
                 raise
             if stretch.keep_state or self._pending is not None or self._changes:
                 run.state = _collect_state(plan, backend.export(), start + completed)
+                _say_left_out(run)
         finally:
             backend.teardown()
 
@@ -306,9 +318,11 @@ class Trainer:
         """Try each applicable preset for a few iterations on the real cluster, continuing
         one learning state through all of them; then train on with the fastest."""
         from workbench.cluster.connect import inventory_of
+        from workbench.cluster.restarts import wait_for_restarts
         from workbench.fdg.policy import auto_candidates
 
         iterations = run.iterations
+        wait_for_restarts(stretch.cluster)
         candidates = auto_candidates(self.fdg, inventory_of(stretch.cluster))
         trial = max(2, min(AUTO_TRIAL_ITERATIONS, (iterations - 1) // max(1, len(candidates))))
         state, table = resume, []
@@ -399,6 +413,21 @@ def _collect_state(plan: Plan, exported: dict, iteration: int) -> RunState:
             fragments[frag] = [exported[(group.name, i)][frag] for i in range(group.replicas)]
     stepping = frozenset(n for n, f in plan.fdg.fragments.items() if "step" in f.cells)
     return RunState(iteration, fragments, stepping)
+
+
+def _say_left_out(run: Run) -> None:
+    """Say (once per run) which state the final export left out because it does not
+    pickle — snapshots said it already when there were any."""
+    from workbench.runtime.counting import REBUILT_KEY
+
+    for frag, replicas in run.state.fragments.items():
+        for values in replicas:
+            for name, label in (values.get(REBUILT_KEY) or {}).items() if isinstance(values, dict) else ():
+                said = f"fragment {frag!r} keeps {name!r} in its state"
+                if not any(e.kind == "state left out" and e.message.startswith(said) for e in run.events):
+                    run.note("state left out", f"{said}, which cannot be pickled ({label}): the run's final "
+                             "state leaves it out, and a resume runs the fragment's init cell to build it "
+                             "again.", run.state.iteration)
 
 
 def _steady_rate(rows: list[dict]) -> float:

@@ -102,3 +102,81 @@ def test_page_in_headless_chromium(dashboard, tmp_path):
     assert result["external_requests"] == [], result["external_requests"]
     assert result["missing"] == [], f"not shown in the page: {result['missing']}"
     assert result["ok"]
+
+
+SLOW_ITERATIONS = 60
+
+
+def _slow_fdg(env: str):
+    """A torch-free loop of ~0.1 s an iteration (long enough to watch), whose stepping
+    fragment is called ``env`` (each run's groups tell the two runs apart in the table)."""
+    import numpy as np
+
+    import workbench as wb
+
+    fdg = wb.FDG(namespace={"np": np, "time": time})
+    fdg.add_fragment(env, "obs = np.zeros(2)", rate="init")
+    fdg.add_fragment(env, "time.sleep(0.02)\nobs = obs + 1\nreward = obs.copy()", rate="step")
+    fdg.add_fragment("learner", "total = 0.0", rate="init")
+    fdg.add_fragment("learner", "total += float(reward.sum())", rate="iteration")
+    return fdg
+
+
+def test_table_follows_the_run_and_then_the_next_run(tmp_path):
+    """The page stays open (no reload) through two runs: the 'Groups, replicas and workers'
+    table's last iterations advance with the run, and the second run's table shows its own
+    groups, not the first run's."""
+    _require_browser()
+    from distributed import Client, LocalCluster
+
+    from workbench.cluster import dashboard as page
+
+    assert page.install()
+    stop, shot = tmp_path / "stop", tmp_path / "table.png"
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, host="127.0.0.1",
+                      dashboard_address="127.0.0.1:0", silence_logs=logging.ERROR) as cluster:
+        with Client(cluster, set_as_default=False) as client:
+            base = client.dashboard_link.rsplit("/", 1)[0]
+            watcher = subprocess.Popen([NODE, str(HERE / "watch_table.mjs"), f"{base}/workbench", str(stop),
+                                        str(shot), "600000"], cwd=HERE, stdout=subprocess.PIPE, text=True,
+                                       env={**os.environ, "CHROMIUM": CHROMIUM})
+            try:
+                deadline = time.monotonic() + 120
+                while not Path(f"{stop}.ready").exists():
+                    assert watcher.poll() is None and time.monotonic() < deadline, "the page did not open"
+                    time.sleep(0.2)
+                for env in ("env", "sim"):
+                    _slow_fdg(env).run(iterations=SLOW_ITERATIONS, steps=5, policy="coarse", cluster=client,
+                                       progress=False)
+                    time.sleep(3)  # a few polls of the page after the run's last report
+                stop.touch()
+                out, _ = watcher.communicate(timeout=120)
+            finally:
+                if watcher.poll() is None:
+                    watcher.kill()
+                    watcher.wait()
+    lines = [ln for ln in out.splitlines() if ln.startswith("{")]
+    assert lines, f"node printed no result: {out[-2000:]}"
+    result = json.loads(lines[-1])
+    assert "error" not in result, result["error"]
+    assert result["page_errors"] == [] and result["console_errors"] == [], result
+
+    samples = [s for s in result["samples"] if s["run"]]
+    runs = list(dict.fromkeys(s["run"] for s in samples))  # in the order the page showed them
+    assert len(runs) == 2, f"the page showed runs {runs}"
+
+    def table(s):  # (group, last iteration) per row
+        return [(row[0], int(row[5])) for row in s["rows"] if row and row[5].isdigit()]
+
+    first = [s for s in samples if s["run"] == runs[0]]
+    seen = sorted({max(i for _, i in table(s)) for s in first if table(s)})
+    assert len(seen) >= 3, f"the table's last iteration did not advance without a reload: {seen}"
+    assert table(first[-1]) and {g for g, _ in table(first[-1])} == {"env", "learner"}, first[-1]
+    assert all(i == SLOW_ITERATIONS - 1 for _, i in table(first[-1])), first[-1]
+
+    second = [s for s in samples if s["run"] == runs[1]]
+    since = second[0]["t"]
+    # once the header shows the second run (a poll of grace for the table's redraw) …
+    stale = [s for s in second if s["t"] > since + 1.0 and {g for g, _ in table(s)} != {"sim", "learner"}]
+    assert not stale, f"the second run's table showed other rows: {stale[:2]}"
+    assert all(i == SLOW_ITERATIONS - 1 for _, i in table(second[-1])), second[-1]

@@ -22,7 +22,8 @@ from distributed.metrics import context_meter
 from distributed.utils import get_ip
 
 from workbench.cluster._dask_compat import forget_topic_handler, prune_topics, topic_name
-from workbench.cluster import liveness, worker_logs, worker_setup
+from workbench.cluster import liveness, restarts, worker_logs, worker_setup
+from workbench.cluster.channel_security import channel_tls, cluster_uses_tls, worker_channel_tls
 from workbench.errors import FragmentRuntimeError, PlacementError, WorkerLostError, WorkerUnreachableError
 from workbench.fdg.inventory import Inventory
 from workbench.fdg.plan import Plan
@@ -45,10 +46,10 @@ KEEP_TOPICS = 10
 class _Deployed:
     """One replica on a worker: its state, mailbox and channel server."""
 
-    def __init__(self, replica: GroupReplica, authkey: bytes, host: str) -> None:
+    def __init__(self, replica: GroupReplica, authkey: bytes, host: str, tls: bool = False) -> None:
         self.replica = replica
         self.mailbox = Mailbox(replica.program.arrival_keys)
-        self.server = SocketServer(self.mailbox, host, authkey)
+        self.server = SocketServer(self.mailbox, host, authkey, worker_channel_tls() if tls else None)
 
     def close(self) -> None:
         self.server.close()
@@ -79,17 +80,17 @@ def _plugin() -> WorkbenchPlugin:
 
 
 def _deploy(run_id: str, authkey: bytes, program: GroupProgram, index: int, count: int,
-            notebook: dict, device: str, state: bytes | None) -> tuple[str, int]:
+            notebook: dict, device: str, state: bytes | None, tls: bool = False) -> tuple[str, int]:
     worker = get_worker()
     restored = pickle.loads(state) if state is not None else None
     replica = GroupReplica(program, index, count, str(worker.name), notebook, device, restored)
-    deployed = _Deployed(replica, authkey, worker.ip)
+    deployed = _Deployed(replica, authkey, worker.ip, tls)
     _plugin().deployed[(run_id, program.group, index)] = deployed
     return deployed.server.address
 
 
 def _loop_task(run_id: str, authkey: bytes, group: str, index: int, plan: Plan, stream: StreamSpec,
-               addresses: dict, counts: dict[str, int]) -> int:
+               addresses: dict, counts: dict[str, int], tls: bool = False) -> int:
     # ``addresses`` includes the driver's snapshot server (DRIVER) when snapshots are on
     # Leave the worker's thread pool: loops run for the whole run, and several replicas
     # (actor+env and learner, say) may share one single-threaded worker.
@@ -98,7 +99,7 @@ def _loop_task(run_id: str, authkey: bytes, group: str, index: int, plan: Plan, 
     worker = get_worker()
     deployed = plugin.deployed[(run_id, group, index)]
     local = {(g, i): d.mailbox for (r, g, i), d in plugin.deployed.items() if r == run_id}
-    postman = SocketPostman(addresses, authkey, local)
+    postman = SocketPostman(addresses, authkey, local, worker_channel_tls() if tls else None)
     topic = topic_name(run_id)
     phases: dict[tuple[str, str], float] = {}
 
@@ -139,7 +140,7 @@ class PeerLost(str):
 def _export(run_id: str, group: str, index: int) -> bytes:
     # One pickle for the whole replica: Dask would serialise a dict's values one by one,
     # and an optimizer would come back pointing at copies of its model's parameters.
-    return dumps_state(_plugin().deployed[(run_id, group, index)].replica.export_state())
+    return _plugin().deployed[(run_id, group, index)].replica.state_bytes()
 
 
 def _add_phases(phases: dict, task_report: TaskReport) -> None:
@@ -181,7 +182,7 @@ def _fence_close(run_id: str, boundary: int, dask_worker=None) -> None:
     _fence_of(dask_worker.plugins[PLUGIN_NAME], run_id).close_at(boundary)
 
 
-def _drop_run(run_id: str, dask_worker=None) -> int:
+def _drop_run(run_id: str, keep_stop: bool = False, dask_worker=None) -> int:
     plugin = dask_worker.plugins.get(PLUGIN_NAME)
     if plugin is None:
         return 0
@@ -189,7 +190,8 @@ def _drop_run(run_id: str, dask_worker=None) -> int:
     mine = [k for k in plugin.deployed if k[0] == run_id]
     for key in mine:
         plugin.deployed.pop(key).close()
-    plugin.stopping.discard(run_id)
+    if not keep_stop:  # a stuck cell that returns one day (no nanny to end it) must then see the stop
+        plugin.stopping.discard(run_id)
     return len(mine)
 
 
@@ -230,6 +232,9 @@ class DaskBackend:
         self.inventory = inventory
         self.run_id = uuid.uuid4().hex[:8]
         self._authkey = secrets.token_bytes(32)
+        #: on a TLS cluster every replica channel and the snapshot channel use TLS too (the
+        #: cluster's certificates; see workbench.cluster.channel_security); plain otherwise
+        self._tls = cluster_uses_tls(client)
         self._addresses: dict[tuple[str, int], tuple[str, int]] = {}
         self._workers: dict[tuple[str, int], str] = {}
         self._loops: list[Future] = []
@@ -261,7 +266,7 @@ class DaskBackend:
                 self._workers[(name, index)] = worker.address
                 futures[(name, index)] = self.client.submit(
                     _deploy, self.run_id, self._authkey, programs[name], index, group.replicas,
-                    notebook, group.device, _pickled((states or {}).get((name, index))),
+                    notebook, group.device, _pickled((states or {}).get((name, index))), self._tls,
                     key=f"{name}-deploy-{uuid.uuid4().hex}",
                     workers=[worker.address], allow_other_workers=False, pure=False,
                 )
@@ -288,16 +293,23 @@ class DaskBackend:
             # replicas send their state here between iterations (HMAC-authenticated like
             # every channel); the run restores from it when a worker dies
             self.snapshots = SnapshotBook(counts, on_complete=events.on_snapshot)
-            self._snapshot_server = SocketServer(self.snapshots, _driver_host(self.inventory), self._authkey)
+            self._snapshot_server = SocketServer(self.snapshots, _driver_host(self.inventory), self._authkey,
+                                                 self._driver_tls())
             addresses[DRIVER] = self._snapshot_server.address
         for key, address in self._workers.items():
             future = self.client.submit(
                 _loop_task, self.run_id, self._authkey, key[0], key[1], plan, stream,
-                addresses, counts, key=f"{key[0]}-loop-{uuid.uuid4().hex}",
+                addresses, counts, self._tls, key=f"{key[0]}-loop-{uuid.uuid4().hex}",
                 workers=[address], allow_other_workers=False, pure=False,
             )
             future.add_done_callback(lambda f, key=key: on_done(f, key))
             self._loops.append(future)
+
+    def _driver_tls(self):
+        """This process's channel TLS contexts (the client's certificates), or None."""
+        if not self._tls:
+            return None
+        return channel_tls(self.client.security, "client", "this notebook's Dask client")
 
     def export(self) -> dict[tuple[str, int], dict[str, dict[str, Any]]]:
         self._join_loops()
@@ -338,21 +350,16 @@ class DaskBackend:
         return [text for texts in answers.values() for text in texts]
 
     def _restart_stuck(self) -> None:
-        """Loops whose cell never returns keep their worker busy for good: restart those
-        workers (their nanny starts a fresh process), so the next run finds them free."""
+        """Loops whose cell never returns keep their worker busy for good: end those
+        workers' processes (their nannies start fresh ones, which the next run waits for:
+        see :mod:`workbench.cluster.restarts`). Returns without waiting for the new ones."""
         keys, cells = getattr(self, "_stuck", []), getattr(self, "_stuck_cells", [])
         if not keys:
             return
         self._stuck = []
         addresses = sorted({self._workers[k] for k in keys})
-        print(f"workbench: {'; '.join(cells)}; restarting worker{'s' if len(addresses) > 1 else ''} "
-              f"{', '.join(self._name_of(a) for a in addresses)} so it is free for the next run.",
-              flush=True)
-        try:
-            self.client.restart_workers(addresses, timeout=60)
-        except Exception as exc:  # no nanny (a bare `dask worker --no-nanny`): say what to do
-            print(f"workbench: could not restart {', '.join(addresses)} ({exc}); restart those "
-                  "dask worker processes by hand.", flush=True)
+        outcome = restarts.end_workers(self.client, addresses, {a: self._name_of(a) for a in addresses})
+        print(f"workbench: {'; '.join(cells)}; {outcome}", flush=True)
 
     # -- worker loss -------------------------------------------------------------------
     def lost_workers(self) -> list[str]:
@@ -379,7 +386,7 @@ class DaskBackend:
         servers: dict[str, tuple[str, int]] = {}
         for key, address in self._workers.items():
             servers.setdefault(address, self._addresses[key])
-        silent = liveness.unanswered(servers)
+        silent = liveness.unanswered(servers, tls=self._driver_tls())
         if not silent:
             return
         try:
@@ -448,7 +455,7 @@ class DaskBackend:
         try:
             forget_topic_handler(self.client, self._topic)
             self.client.run_on_scheduler(prune_topics, KEEP_TOPICS)
-            self.client.run(_drop_run, self.run_id)
+            self.client.run(_drop_run, self.run_id, bool(getattr(self, "_stuck", None)))
         except Exception:  # the cluster may already be gone; nothing is left to free then
             pass
         self._restart_stuck()

@@ -359,6 +359,7 @@ class WorkbenchPage:
                 TableColumn(field="last", title="last report", width=90, formatter=StringFormatter())]
         self.table = DataTable(source=self.table_source, columns=cols, height=170, index_position=None,
                                sizing_mode="stretch_width")
+        self._table_version = 0  # bumped with each new table data: see _refresh
         table_title = Div(text="<b>Groups, replicas and workers</b>", sizing_mode="stretch_width")
 
         top = row(self.header, self.select, sizing_mode="stretch_width")
@@ -489,6 +490,12 @@ class WorkbenchPage:
             "compute": [s.compute_total for s in replicas], "wait": [s.wait for s in replicas],
             "send": [s.send for s in replicas], "bytes": [human_bytes(s.sent_bytes) for s in replicas],
             "last": [time.strftime("%H:%M:%S", time.localtime(s.last_seen)) for s in replicas]}
+        # BokehJS redraws a DataTable when its source's row *indices* change, and new data
+        # with as many rows has the same indices: the table kept its first values (and the
+        # previous run's rows in the next run of as many replicas). A change of the table
+        # model itself makes the browser draw it again from the new data.
+        self._table_version += 1
+        self.table.tags = [self._table_version]
 
 
 def _make_doc(scheduler, extra, doc, *, standalone: bool) -> None:

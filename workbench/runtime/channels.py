@@ -3,7 +3,9 @@
 Replica loops exchange per-iteration (and, for fine-grained policies, per-step) values
 directly, not through the Dask scheduler or the notebook: a value sent to a replica in the
 same process is handed over by reference; one sent to another process goes over a socket
-(``multiprocessing.connection``, HMAC-authenticated with a per-run key, pickle protocol 5).
+(``multiprocessing.connection``'s framing, HMAC-authenticated with a per-run key, pickle
+protocol 5) — inside TLS with the cluster's certificates when the cluster uses TLS
+(:mod:`workbench.runtime.wire`).
 
 Example:
     >>> box = Mailbox()
@@ -21,12 +23,16 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable
-from multiprocessing.connection import Client, Listener, answer_challenge, deliver_challenge
+from multiprocessing.connection import answer_challenge, deliver_challenge
 from typing import Any
 
 import cloudpickle
 
+from workbench.runtime import wire
 from workbench.runtime.arrays import handed_over
+from workbench.runtime import collectives
+from workbench.runtime.collectives import CHUNKED_MIN_BYTES
+from workbench.runtime.wire import ChannelTLS
 
 __all__ = ["Mailbox", "Stopped", "LocalPostman", "SocketServer", "SocketPostman", "dumps", "dumps_state"]
 
@@ -265,47 +271,45 @@ class Peers:
         values = [self.mailbox.take(key, tag, s, self.stopped) for s in senders]
         return gather(values, 0) if spatial == "gather" else values[0]
 
+    #: arrays of at least this many bytes are averaged in chunks (bytes per replica flat
+    #: in the replica count), smaller values by a direct exchange: see collectives
+    chunked_min_bytes = CHUNKED_MIN_BYTES
+
     def allreduce(self, value: Any) -> Any:
         """The mean of ``value`` over this group's replicas, identical on every replica
-        (summed in replica order, so floating-point rounding agrees too)."""
+        bit for bit (:mod:`workbench.runtime.collectives`: big arrays in chunks, each
+        replica sending under 2× the value's bytes whatever the replica count)."""
         count = self.counts[self.group]
         if count == 1:
             return value
-        tag, self._reductions = self._reductions, self._reductions + 1
+        reduction, self._reductions = self._reductions, self._reductions + 1
         key = f"allreduce:{self.group}"
-        for other in range(count):
-            if other != self.index:
-                self.postman.send((self.group, other), key, tag, self.index, value)
-        parts = [value if r == self.index else _beside(self.mailbox.take(key, tag, r, self.stopped), value)
-                 for r in range(count)]
-        total = parts[0]
-        for part in parts[1:]:
-            total = total + part
-        return total / count
 
+        def send(to: int, tag: int, part: Any) -> None:
+            self.postman.send((self.group, to), key, tag, self.index, part)
 
-def _beside(part: Any, value: Any) -> Any:
-    """``part`` on ``value``'s device: another learner's gradients arrive on the CPU when
-    this process lacks the GPU they left (or on another GPU); summing needs one device."""
-    device = getattr(value, "device", None)
-    if device is not None and hasattr(part, "to") and getattr(part, "device", device) != device:
-        return part.to(device)
-    return part
+        def take(sender: int, tag: int) -> Any:
+            return self.mailbox.take(key, tag, sender, self.stopped)
+
+        return collectives.allreduce(value, self.index, count, reduction, send, take,
+                                     chunked_min_bytes=self.chunked_min_bytes)
 
 
 class SocketServer:
-    """Accepts connections from other replicas' postmen and files what they send."""
+    """Accepts connections from other replicas' postmen and files what they send; with
+    ``tls``, only over TLS from peers holding a certificate of the cluster's CA."""
 
-    def __init__(self, mailbox: Mailbox, host: str, authkey: bytes) -> None:
+    def __init__(self, mailbox: Mailbox, host: str, authkey: bytes, tls: ChannelTLS | None = None) -> None:
         self.mailbox = mailbox
         self._authkey = authkey
+        self.tls = tls
         # A deep backlog, and the HMAC handshake in each connection's reader thread rather
         # than in accept: with multiprocessing's backlog of 1 and handshakes done one at a
         # time, 8+ replicas connecting at once (snapshots to the driver) overflowed the
         # accept queue, and a connection the kernel dropped left its sender waiting for a
         # challenge forever (Fine at 8 workers stalled at iteration 0; issue 15).
-        self._listener = Listener((host, 0), backlog=BACKLOG)
-        self.address: Address = self._listener.address
+        self._listener = wire.listen(host, BACKLOG)
+        self.address: Address = self._listener.getsockname()[:2]
         self._conns: list = []
         self._closed = False
         self._threads: list[threading.Thread] = []
@@ -319,8 +323,8 @@ class SocketServer:
     def _accept(self) -> None:
         while not self._closed:
             try:
-                conn = self._listener.accept()
-            except Exception:  # listener closed, or a peer failed authentication
+                conn = wire.accept(self._listener, self.tls)
+            except Exception:  # listener closed
                 if self._closed:
                     return
                 continue
@@ -333,6 +337,7 @@ class SocketServer:
 
     def _read(self, conn) -> None:
         try:
+            wire.handshake(conn)  # TLS: a peer without the cluster's certificates fails here
             deliver_challenge(conn, self._authkey)
             answer_challenge(conn, self._authkey)
         except Exception:  # a peer without the run's key, or one that hung up (a probe)
@@ -406,9 +411,10 @@ class SocketPostman:
     """Sends to replicas in other processes; in-process targets get the local fast path."""
 
     def __init__(self, addresses: dict[Target, Address], authkey: bytes,
-                 local: dict[Target, Mailbox] | None = None) -> None:
+                 local: dict[Target, Mailbox] | None = None, tls: ChannelTLS | None = None) -> None:
         self.addresses = addresses
         self.authkey = authkey
+        self.tls = tls
         self.local = local or {}
         self._conns: dict[Target, Any] = {}
         self._lock = threading.Lock()
@@ -435,9 +441,21 @@ class SocketPostman:
         with self._lock:
             conn = self._conns.get(target)
             if conn is None:
-                conn = self._conns[target] = Client(self.addresses[target], authkey=self.authkey)
+                conn = self._conns[target] = self._connect(self.addresses[target])
             conn.send_bytes(payload)
             self.bytes_sent += len(payload)
+
+    def _connect(self, address: Address):
+        """A connection that passed the HMAC handshake (what ``multiprocessing``'s
+        ``Client(address, authkey=…)`` does, over TLS when the run's channels use it)."""
+        conn = wire.connect(address, self.tls)
+        try:
+            answer_challenge(conn, self.authkey)
+            deliver_challenge(conn, self.authkey)
+        except BaseException:
+            _close_quietly(conn)
+            raise
+        return conn
 
     def close(self) -> None:
         with self._lock:

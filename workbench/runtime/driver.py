@@ -119,12 +119,15 @@ class IterationRecord:
     #: per "group[replica]": env steps it took, and episodes it finished (returns logged)
     replica_env_steps: dict[str, int] = field(default_factory=dict)
     replica_episodes: dict[str, int] = field(default_factory=dict)
+    #: warnings replicas sent with their reports (state that snapshots leave out)
+    notes: list[str] = field(default_factory=list)
 
     def absorb(self, report: TaskReport, *, with_timing: bool) -> None:
         for name, values in report.metrics.get(self.iteration, {}).items():
             self.metrics.setdefault(name, []).extend(values)
         self.env_steps += report.env_steps.get(self.iteration, 0)
         self.env_steps_base += report.env_steps_base
+        self.notes.extend(n for n in report.notes if n not in self.notes)
         who = f"{report.group}[{report.replica}]"
         if self.iteration in report.env_steps:
             self.replica_env_steps[who] = self.replica_env_steps.get(who, 0) + report.env_steps[self.iteration]
