@@ -53,10 +53,14 @@ def presets(client) -> None:
 
 SLEEPY = {
     ("env", "init"): "envs = wb.envs.make('CartPole-v1', num_envs=16, seed=replica.index)\nobs = envs.reset()",
-    ("actor", "step"): "action = (obs[:, 2] > 0).astype(np.int64)",
+    ("learner", "init"): "threshold = 0.0",
+    # the actors act with the learner's latest value, as with weights: no replica can run
+    # more than an iteration ahead of the learner (a decoupled loop would run ahead of the
+    # driver's rows, and a rate taken from them would exceed what the envs can give)
+    ("actor", "step"): "action = (obs[:, 2] > threshold).astype(np.int64)",
     ("env", "step"): "time.sleep(0.002)  # a remote simulator answering\n"
                      "obs, reward, terminated, truncated, info = envs.step(action)",
-    ("learner", "iteration"): "total = float(reward.sum())",
+    ("learner", "iteration"): "total = float(reward.sum())\nthreshold = 0.0 * total",
 }
 
 
