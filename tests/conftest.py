@@ -9,6 +9,21 @@ import pytest
 import workbench as wb
 
 
+@pytest.fixture(autouse=True, scope="session")
+def _ctrl_c_reaches_python():
+    """The Ctrl-C tests simulate it with ``_thread.interrupt_main``, which does nothing while
+    SIGINT is ignored — and a non-interactive shell ignores SIGINT in what it starts in the
+    background (``bash -c 'bash .ci/run &'``), which Python then keeps. Python's own
+    handler for the session, as in a terminal or a kernel being interrupted."""
+    import signal
+
+    previous = signal.getsignal(signal.SIGINT)
+    if previous == signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, previous)
+
+
 @pytest.fixture(scope="session")
 def client():
     """A 2-worker LocalCluster on 127.0.0.1 (the shape of the embedded default)."""

@@ -84,7 +84,15 @@ def test_ctrl_c_stops_every_loop_and_frees_the_workers(client):
 
     fdg = toy_fdg(time=time)
     fdg.add_fragment("learner", "time.sleep(0.005)\nscale = 1.0", rate="iteration")
-    timer = threading.Timer(1.0, _thread.interrupt_main)
+
+    def interrupt_once_it_trains() -> None:  # a cold cluster may take seconds to deploy
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and not (
+                fdg.last_run is not None and fdg.last_run.status == "running" and fdg.last_run.rows):
+            time.sleep(0.05)
+        _thread.interrupt_main()
+
+    timer = threading.Thread(target=interrupt_once_it_trains, daemon=True)
     timer.start()
     with pytest.raises(KeyboardInterrupt):
         fdg.run(iterations=1_000_000, steps=1, policy="coarse", cluster=client, progress=False)

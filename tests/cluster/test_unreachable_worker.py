@@ -15,8 +15,8 @@ from tests.conftest import toy_fdg
 
 STOP_AT = 4
 ITERATIONS = 12
-#: silence before probing + the probe's timeout + a busy CI box's slack
-DETECTED_WITHIN = 3.0 + 5.0 + 7.0
+#: silence before probing + the probe's timeout + the confirming probe's + a busy CI box's slack
+DETECTED_WITHIN = 3.0 + 5.0 + 10.0 + 7.0
 
 
 @pytest.fixture()

@@ -21,10 +21,16 @@ import socket
 import uuid
 from concurrent.futures import ThreadPoolExecutor
 
-__all__ = ["PROBE_TIMEOUT_SECONDS", "answers", "unanswered", "retire"]
+__all__ = ["PROBE_TIMEOUT_SECONDS", "CONFIRM_TIMEOUT_SECONDS", "answers", "unanswered", "confirmed_silent",
+           "retire"]
 
 #: how long a probed channel server has to answer (generous: a busy 2-core CI box)
 PROBE_TIMEOUT_SECONDS = 5.0
+#: a worker that missed the first probe gets a second, this long, before it is retired:
+#: an overloaded machine (32 workers on 2 cores) can starve a live worker past the first
+#: timeout, and retiring a live worker costs a re-placement; a frozen or cut-off one
+#: misses both, so detection takes at most this much longer
+CONFIRM_TIMEOUT_SECONDS = 10.0
 
 
 def answers(address: tuple[str, int], timeout: float = PROBE_TIMEOUT_SECONDS, tls=None) -> bool:
@@ -52,6 +58,15 @@ def unanswered(servers: dict[str, tuple[str, int]], timeout: float = PROBE_TIMEO
     with ThreadPoolExecutor(min(32, len(servers)), thread_name_prefix="workbench-probe") as pool:
         results = dict(zip(servers, pool.map(lambda a: answers(a, timeout, tls), servers.values())))
     return sorted(w for w, ok in results.items() if not ok)
+
+
+def confirmed_silent(servers: dict[str, tuple[str, int]], tls=None) -> list[str]:
+    """The workers that miss a probe and then a second, longer one (see
+    ``CONFIRM_TIMEOUT_SECONDS``)."""
+    silent = unanswered(servers, tls=tls)
+    if not silent:
+        return []
+    return unanswered({w: servers[w] for w in silent}, timeout=CONFIRM_TIMEOUT_SECONDS, tls=tls)
 
 
 async def _remove_workers(addresses: list[str], dask_scheduler=None) -> list[str]:
