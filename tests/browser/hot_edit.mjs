@@ -8,11 +8,10 @@
 //   node hot_edit.mjs NOTEBOOK_URL METRICS_CSV PAGE_PNG TIMEOUT_MS
 // {"ok", "edit_notice", "update_notice", "check", "page_errors", "external_requests", "error"}
 import { existsSync, readFileSync } from "node:fs";
-import { chromium } from "playwright-core";
+import { launch, openNotebook, watchedPage } from "./lab.mjs";
 
 const [url, csv, pageShot, timeoutArg] = process.argv.slice(2);
 const timeout = Number(timeoutArg || 120000);
-const origin = new URL(url).origin;
 const result = { ok: false, page_errors: [], external_requests: [] };
 
 const RUN_CELL = "# train in the background";
@@ -50,24 +49,9 @@ async function runCell(page, cell, expect) {
 
 let browser;
 try {
-  browser = await chromium.launch({
-    executablePath: process.env.CHROMIUM || "/usr/bin/chromium",
-    args: ["--no-sandbox", "--headless", "--disable-gpu", "--disable-quic", "--no-first-run",
-           "--disable-background-networking", "--disable-component-update", "--disable-sync"],
-    timeout,
-  });
-  const page = await browser.newPage({ viewport: { width: 1280, height: 1240 } });
-  page.on("pageerror", (err) => result.page_errors.push(String((err && err.stack) || err)));
-  page.on("request", (req) => {
-    const u = req.url();
-    if (!u.startsWith(origin) && !u.startsWith("ws://" + new URL(url).host) && !u.startsWith("data:")
-        && !u.startsWith("blob:")) result.external_requests.push(u);
-  });
-  await page.goto(url, { waitUntil: "domcontentloaded", timeout });
-  await page.waitForSelector(".jp-Notebook .jp-CodeCell", { timeout });
-  const select = page.locator(".jp-Dialog .jp-mod-accept");
-  if (await select.isVisible().catch(() => false)) await select.click();
-  await page.locator(".jp-StatusBar-Widget", { hasText: /\| Idle/ }).first().waitFor({ timeout });
+  browser = await launch(timeout);
+  const page = await watchedPage(browser, result, url, { width: 1280, height: 1240 });
+  await openNotebook(page, url, timeout);
   // the notebook gets the width: close the file browser
   await page.locator(".jp-SideBar.jp-mod-left .lm-TabBar-tab.lm-mod-current").first().click().catch(() => {});
 

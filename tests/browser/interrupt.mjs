@@ -7,12 +7,11 @@
 // {"ok", "returned_s", "rows_at_interrupt", "outputs": [{"mime", "text"}], "after",
 //  "page_errors", "external_requests", "error"}
 import { existsSync, readFileSync } from "node:fs";
-import { chromium } from "playwright-core";
+import { launch, openNotebook, watchedPage } from "./lab.mjs";
 
 const [url, csv, rowsArg, pageShot, timeoutArg] = process.argv.slice(2);
 const timeout = Number(timeoutArg || 120000);
 const wantRows = Number(rowsArg || 3);
-const origin = new URL(url).origin;
 const result = { ok: false, page_errors: [], external_requests: [] };
 
 const RUN_CELL = "# the run to interrupt";
@@ -30,24 +29,9 @@ async function menu(page, top, item) {
 
 let browser;
 try {
-  browser = await chromium.launch({
-    executablePath: process.env.CHROMIUM || "/usr/bin/chromium",
-    args: ["--no-sandbox", "--headless", "--disable-gpu", "--disable-quic", "--no-first-run",
-           "--disable-background-networking", "--disable-component-update", "--disable-sync"],
-    timeout,
-  });
-  const page = await browser.newPage({ viewport: { width: 1300, height: 1000 } });
-  page.on("pageerror", (err) => result.page_errors.push(String((err && err.stack) || err)));
-  page.on("request", (req) => {
-    const u = req.url();
-    if (!u.startsWith(origin) && !u.startsWith("ws://" + new URL(url).host) && !u.startsWith("data:")
-        && !u.startsWith("blob:")) result.external_requests.push(u);
-  });
-  await page.goto(url, { waitUntil: "domcontentloaded", timeout });
-  await page.waitForSelector(".jp-Notebook .jp-CodeCell", { timeout });
-  const select = page.locator(".jp-Dialog .jp-mod-accept");
-  if (await select.isVisible().catch(() => false)) await select.click();
-  await page.locator(".jp-StatusBar-Widget", { hasText: /\| Idle/ }).first().waitFor({ timeout });
+  browser = await launch(timeout);
+  const page = await watchedPage(browser, result, url, { width: 1300, height: 1000 });
+  await openNotebook(page, url, timeout);
 
   const runCell = page.locator(".jp-CodeCell", { hasText: RUN_CELL }).first();
   const checkCell = page.locator(".jp-CodeCell", { hasText: CHECK_CELL }).first();

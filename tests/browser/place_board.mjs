@@ -5,11 +5,10 @@
 //   node place_board.mjs NOTEBOOK_URL BOARD_PNG PAGE_PNG TIMEOUT_MS
 // {"ok", "before", "after", "drag", "refusal", "message", "page_errors", "console_errors",
 //  "external_requests", "error"}
-import { chromium } from "playwright-core";
+import { launch, openNotebook, watchedPage } from "./lab.mjs";
 
 const [url, boardShot, pageShot, timeoutArg] = process.argv.slice(2);
 const timeout = Number(timeoutArg || 60000);
-const origin = new URL(url).origin;
 const result = { ok: false, page_errors: [], console_errors: [], external_requests: [] };
 
 const FRAGMENT = "learner";
@@ -44,27 +43,9 @@ async function dispatchDrag(page, source, target) {
 
 let browser;
 try {
-  browser = await chromium.launch({
-    executablePath: process.env.CHROMIUM || "/usr/bin/chromium",
-    args: ["--no-sandbox", "--headless", "--disable-gpu", "--disable-quic", "--no-first-run",
-           "--disable-background-networking", "--disable-component-update", "--disable-sync"],
-    timeout,
-  });
-  const page = await browser.newPage({ viewport: { width: 1500, height: 1100 } });
-  page.on("console", (msg) => { if (msg.type() === "error") result.console_errors.push(msg.text()); });
-  page.on("pageerror", (err) => result.page_errors.push(String((err && err.stack) || err)));
-  page.on("request", (req) => {
-    const u = req.url();
-    if (!u.startsWith(origin) && !u.startsWith("ws://" + new URL(url).host) && !u.startsWith("data:")
-        && !u.startsWith("blob:")) result.external_requests.push(u);
-  });
-  await page.goto(url, { waitUntil: "domcontentloaded", timeout });
-  await page.waitForSelector(".jp-Notebook .jp-CodeCell", { timeout });
-  // a kernel dialog, should JupyterLab ask: take the notebook's own kernel
-  const select = page.locator(".jp-Dialog .jp-mod-accept");
-  if (await select.isVisible().catch(() => false)) await select.click();
-  // wait until the kernel is idle (the status bar says so), then Run ▸ Run All Cells
-  await page.locator(".jp-StatusBar-Widget", { hasText: /\| Idle/ }).first().waitFor({ timeout });
+  browser = await launch(timeout);
+  const page = await watchedPage(browser, result, url, { width: 1500, height: 1100 });
+  await openNotebook(page, url, timeout);  // then Run ▸ Run All Cells
   await page.locator(".lm-MenuBar-itemLabel", { hasText: /^Run$/ }).click({ timeout });
   await page.locator(".lm-Menu-itemLabel", { hasText: /^Run All Cells$/ }).click({ timeout });
 

@@ -14,18 +14,15 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import signal
 import socket
 import subprocess
-import sys
 import time
 import urllib.request
 from pathlib import Path
 
-import nbformat
 import pytest
 
-from .test_dashboard_page import CHROMIUM, NODE, _require_browser
+from .test_dashboard_page import CHROMIUM, NODE
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent.parent
@@ -78,16 +75,6 @@ def _wait_for_server(base: str, server: subprocess.Popen, log: Path, seconds: fl
     pytest.fail(f"jupyter lab did not answer within {seconds:g} s:\n{log.read_text()[-3000:]}")
 
 
-def _start_session(base: str) -> None:
-    """Start the notebook's kernel before the page opens: the page then attaches to it,
-    instead of racing its own kernel start against the first clicks."""
-    body = json.dumps({"path": "board.ipynb", "name": "board.ipynb", "type": "notebook",
-                       "kernel": {"name": "python3"}}).encode()
-    req = urllib.request.Request(f"{base}/api/sessions", data=body, method="POST",
-                                 headers={"Content-Type": "application/json"})
-    urllib.request.urlopen(req, timeout=60).close()
-
-
 def _shut_down_kernels(base: str) -> None:
     """Ask the server to shut each kernel down (the notebook's cluster closes with it)."""
     try:
@@ -103,41 +90,10 @@ def _shut_down_kernels(base: str) -> None:
 @pytest.fixture
 def jupyterlab(tmp_path):
     """A JupyterLab server on a free loopback port serving a notebook that shows the board."""
-    _require_browser()
-    root = tmp_path / "lab"
-    root.mkdir()
-    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(c) for c in CELLS])
-    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
-    nbformat.write(nb, root / "board.ipynb")
-    settings = tmp_path / "settings"
-    for name, value in SETTINGS.items():
-        (settings / name).parent.mkdir(parents=True, exist_ok=True)
-        (settings / name).write_text(json.dumps(value))
-    port = _free_port()
-    log = tmp_path / "server.log"
-    env = {**os.environ, "JUPYTER_RUNTIME_DIR": str(tmp_path / "runtime"),
-           "JUPYTER_CONFIG_DIR": str(tmp_path / "config"), "PYTHONPATH": str(REPO)}
-    cmd = [sys.executable, "-m", "jupyterlab", "--no-browser", "--allow-root", "--ip", "127.0.0.1",
-           "--port", str(port), "--port-retries", "0", "--IdentityProvider.token=", "--ServerApp.password=",
-           "--ServerApp.disable_check_xsrf=True",  # the REST calls below; no auth on this loopback server anyway
-           f"--ServerApp.root_dir={root}", f"--LabApp.workspaces_dir={tmp_path / 'workspaces'}",
-           f"--LabApp.user_settings_dir={settings}"]
-    with open(log, "w") as out:
-        server = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env, cwd=root,
-                                  start_new_session=True)
-    base = f"http://127.0.0.1:{port}"
-    try:
-        _wait_for_server(base, server, log)
-        _start_session(base)
-        yield base, log
-    finally:
-        _shut_down_kernels(base)
-        server.send_signal(signal.SIGTERM)
-        try:
-            server.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            os.killpg(server.pid, signal.SIGKILL)
-            server.wait()
+    from .lab import jupyterlab as serve  # (lab.py imports this module's helpers)
+
+    with serve(tmp_path, "board.ipynb", CELLS) as (url, log):
+        yield url.split("/lab/")[0], log
 
 
 def test_drag_a_fragment_onto_a_worker_in_jupyterlab(jupyterlab, tmp_path):

@@ -6,7 +6,7 @@
 // {"ok", "samples": [{"t", "run", "iterations", "rows": [[cell, ...], ...]}],
 //  "console_errors", "page_errors", "error"}
 import { existsSync, writeFileSync } from "node:fs";
-import { chromium } from "playwright-core";
+import { launch, watchedPage } from "./lab.mjs";
 
 const [url, stopFile, screenshot, timeoutArg] = process.argv.slice(2);
 const timeout = Number(timeoutArg || 120000);
@@ -40,15 +40,8 @@ function read() {
 
 let browser;
 try {
-  browser = await chromium.launch({
-    executablePath: process.env.CHROMIUM || "/usr/bin/chromium",
-    args: ["--no-sandbox", "--headless", "--disable-gpu", "--disable-quic", "--no-first-run",
-           "--disable-background-networking", "--disable-component-update", "--disable-sync"],
-    timeout,
-  });
-  const page = await browser.newPage({ viewport: { width: 1400, height: 1000 } });
-  page.on("console", (msg) => { if (msg.type() === "error") result.console_errors.push(msg.text()); });
-  page.on("pageerror", (err) => result.page_errors.push(String((err && err.stack) || err)));
+  browser = await launch(timeout);
+  const page = await watchedPage(browser, result, url, { width: 1400, height: 1000 });
   await page.goto(url, { waitUntil: "load", timeout });
   writeFileSync(`${stopFile}.ready`, "");  // the page is open: the test may start its runs
   const start = Date.now();
