@@ -378,6 +378,42 @@ def test_an_address_that_is_not_a_scheduler_fails_within_the_timeout(client):
     assert "not the dashboard's (8787)" in str(info.value)
 
 
+def test_a_run_is_the_last_run_while_it_connects_and_a_failed_connect_loses_nothing():
+    """``fdg.running`` and ``fdg.last_run`` agree from a run's first moment (a notebook polls
+    them while a background run connects), and a run that never reached its cluster leaves
+    the previous run's record in place."""
+    import socket
+
+    fdg = toy_fdg()
+    before = fdg.run(iterations=1, steps=1, progress=False)
+    silent = socket.create_server(("127.0.0.1", 0))  # accepts, never answers: the connect waits
+    address = f"tcp://127.0.0.1:{silent.getsockname()[1]}"
+    failed: list[BaseException] = []
+
+    def run():
+        try:
+            fdg.run(iterations=1, steps=1, policy="coarse", cluster=address, progress=False)
+        except BaseException as exc:  # noqa: BLE001 - the test checks what it was
+            failed.append(exc)
+
+    thread = threading.Thread(target=run)
+    try:
+        thread.start()
+        deadline = time.monotonic() + 5
+        while not fdg.running and thread.is_alive() and time.monotonic() < deadline:
+            time.sleep(0.005)
+        assert fdg.running, "the run never showed as running while it connected"
+        going = fdg.last_run
+        assert going is not before and going.status == "running" and going.policy_name == "SingleLearnerCoarse"
+        thread.join(60)
+    finally:
+        silent.close()
+    assert not thread.is_alive() and len(failed) == 1 and isinstance(failed[0], wb.RunConfigError)
+    assert "did not answer as a Dask scheduler" in str(failed[0])
+    assert going.status == "failed" and going.error is failed[0]
+    assert fdg.last_run is before and not fdg.running
+
+
 def test_a_cluster_that_is_not_a_client_or_address_is_refused():
     fdg = toy_fdg()
     with pytest.raises(wb.RunConfigError, match="--cluster must be a Dask scheduler address .* or a "

@@ -196,6 +196,7 @@ class FDG(Graph):
             raise RunConfigError(f"namespace must be a mapping of names to values (a script passes "
                                  f"globals()), not {type(namespace).__name__}.")
         trainer = Trainer(self, config, namespace=namespace)
+        trainer.prepare()  # a run refused by its checks leaves last_run as it was
         if not self._running.acquire(blocking=False):
             raise RunConfigError("this FDG is already running; stop it first (%fdg stop or fdg.stop()).")
         self._trainer = trainer
@@ -221,8 +222,9 @@ class FDG(Graph):
 
     @property
     def running(self) -> bool:
-        """True while ``run`` is training (in this thread or another)."""
-        return self._running.locked()
+        """True while ``run`` is training (in this thread or another), connecting and
+        deploying included; ``last_run`` is that run's record all the while."""
+        return self._running.locked() and self._trainer is not None
 
     def replace(self, policy: str | Policy | Any) -> None:
         """Re-place a running run under ``policy`` at its next iteration boundary.

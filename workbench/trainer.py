@@ -117,12 +117,32 @@ class Trainer:
         return last + 2  # the iteration in flight finishes first
 
     # -- the run -------------------------------------------------------------------------
+    def prepare(self) -> Run:
+        """Check the FDG, the policy and what to resume from, and make the run's record.
+
+        Everything that can refuse a run without starting it happens here, so a refused run
+        leaves ``fdg.last_run`` as it was, and a run that trains has its record (status
+        ``"running"``) from its first moment, while it still connects and deploys. :meth:`run`
+        calls it when it has not been called.
+        """
+        if self.run_record is not None:
+            return self.run_record
+        config = self.config
+        self.fdg.validate(self.namespace)
+        self._policy = as_policy_spec(config.policy)  # a bad policy name or file fails before anything starts
+        self._resume = self._resume_state(config.resume)
+        policy = self._policy
+        label = policy if isinstance(policy, str) else getattr(policy, "name", "custom")
+        run = Run(label, config.iterations, config.steps, target_return=config.target_return)
+        run.fdg = self.fdg.copy()
+        self.run_record = run
+        return run
+
     def run(self) -> Run:
         """Train; return the run's record (also while failing: ``fdg.last_run``)."""
         config = self.config
-        self.fdg.validate(self.namespace)
-        policy = as_policy_spec(config.policy)  # a bad policy name or file fails before anything starts
-        resume = self._resume_state(config.resume)
+        self.prepare()
+        policy, resume = self._policy, self._resume
         handle = None
         try:
             cluster = None
@@ -131,7 +151,16 @@ class Trainer:
                 # dashboard link, and every stretch of this run (auto tries several) shares it
                 from workbench.cluster.connect import connect
 
-                handle = connect(config.cluster)
+                try:
+                    handle = connect(config.cluster)
+                except BaseException as exc:
+                    # a run that never reached its cluster never started: the record (made by
+                    # prepare, seen by whoever polled meanwhile) says why, and is let go, so
+                    # fdg.last_run goes back to the run before it (a typo loses nothing)
+                    self.run_record.status = "interrupted" if isinstance(exc, KeyboardInterrupt) else "failed"
+                    self.run_record.error = exc
+                    self.run_record = None
+                    raise
                 cluster = handle.client
             return self._train(policy, cluster, resume)
         finally:
@@ -140,12 +169,10 @@ class Trainer:
 
     def _train(self, policy, cluster, resume: RunState | None) -> Run:
         config = self.config
-        label = policy if isinstance(policy, str) else getattr(policy, "name", "custom")
-        run = Run(label, config.iterations, config.steps, target_return=config.target_return)
-        run.fdg = self.fdg.copy()
-        self.run_record = run
+        run = self.run_record
+        run.started = time.perf_counter()  # rates count from training, not from connecting
         loggers = _loggers(config.loggers, config.log_dir)
-        bar = make_progress(config.progress, config.iterations, label)
+        bar = make_progress(config.progress, config.iterations, run.policy_name)
         writer = CheckpointWriter(run, config.checkpoint_dir, config.checkpoint_every)
         stretch = _Stretch(config, cluster, self.namespace, config.keep_state or writer.enabled, writer)
         self._loggers, self._bar = loggers, bar

@@ -7,6 +7,7 @@ read from ``notebooks/quickstart.ipynb``, so the tests run what users run.
 """
 from __future__ import annotations
 
+import ast
 import json
 import os
 import queue
@@ -105,10 +106,29 @@ class Kernel:
         return reply
 
     def value(self, expression: str, timeout: float = 300.0):
-        """The JSON value of ``expression`` in the kernel."""
-        reply = self.ok(f"import json as _json\nprint('VALUE', _json.dumps({expression}))", timeout)
-        line = next(ln for ln in reply.stdout.splitlines() if ln.startswith("VALUE "))
-        return json.loads(line[len("VALUE "):])
+        """The JSON value of ``expression`` in the kernel.
+
+        It comes back in the execute reply's ``user_expressions`` (shell channel), not in
+        printed text: a background run printing at the same moment can carry a cell's
+        stdout off under another parent message (seen once in CI on a busy machine).
+        """
+        msg_id = self.client.execute("", silent=True, store_history=False,
+                                     user_expressions={"v": f"__import__('json').dumps({expression})"})
+        deadline = time.monotonic() + timeout
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise TimeoutError(f"no reply to evaluating {expression!r} within {timeout:g} s")
+            try:
+                msg = self.client.get_shell_msg(timeout=min(left, 5.0))
+            except queue.Empty:
+                continue
+            if msg["parent_header"].get("msg_id") == msg_id:
+                break
+        result = msg["content"]["user_expressions"]["v"]
+        assert result["status"] == "ok", (f"evaluating {expression!r} failed: "
+                                          f"{result.get('ename')}: {result.get('evalue')}")
+        return json.loads(ast.literal_eval(result["data"]["text/plain"]))
 
     def wait_for(self, expression: str, what: str, timeout: float = 300.0, every: float = 0.5) -> None:
         """Poll until ``expression`` is true in the kernel (the kernel stays responsive while
