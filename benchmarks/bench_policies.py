@@ -4,14 +4,19 @@ Part 1 (``--presets``): the quickstart PPO under each preset on a 2-worker Local
 steady env-steps/s (first iterations left out), bytes on the wire per iteration, and wall
 time to solve CartPole-v1 (mean of the last 20 returns ≥ 475), one run each.
 
-Part 2 (``--scaling``): an environment whose step waits 2 ms without using the CPU (a
-remote simulator or game server), 16 envs per replica, under SingleLearnerCoarse and
+Part 2 (``--scaling``): an environment whose step waits 2 ms (``--latency-ms``; a remote
+simulator or game server answering) and steps 16 CartPoles, under SingleLearnerCoarse and
 SingleLearnerFine on 1, 2, 4, 8, 16 and 32 single-thread workers (weak scaling: one env
-replica per worker; ``--sizes`` to choose). Efficiency = throughput(W) / (W × throughput(1)).
-A size or policy that fails shows its error in the table; the rest still run.
+replica per worker; ``--sizes`` to choose). Rates come from pairs of runs, 10 and 40
+iterations, by wall clock (median of ``--pairs``). Efficiency = throughput(W) / (W ×
+throughput(1)). "cores busy" says when the machine, not the framework, is the limit: each
+worker still spends CPU per step (CartPole, the cells, waking from the wait). Workers run
+with ``workbench.cluster.lean``'s settings unless ``--dask-defaults``. A size or policy that
+fails shows its error in the table; the rest still run.
 
     python benchmarks/bench_policies.py             # both parts
     python benchmarks/bench_policies.py --presets   # part 1 only
+    python benchmarks/bench_policies.py --scaling --latency-ms 10 --sizes 1 8 32
 """
 from __future__ import annotations
 
@@ -77,68 +82,104 @@ def sleepy_fdg():
     return fdg
 
 
-def scaling(sizes: tuple[int, ...] = SIZES) -> None:
+def _cpu_seconds(pids) -> float:
+    """User + system CPU seconds of these processes so far (those still alive)."""
+    import psutil
+
+    total = 0.0
+    for pid in pids:
+        try:
+            times = psutil.Process(pid).cpu_times()
+        except psutil.Error:
+            continue
+        total += times.user + times.system
+    return total
+
+
+def _measure(client, policy, iterations: int, worker_pids) -> tuple[float, int, float, float]:
+    """One run: (wall seconds, env steps, this process's CPU seconds, the workers' CPU seconds)."""
+    import time
+
+    cpu, workers_cpu, start = time.process_time(), _cpu_seconds(worker_pids), time.perf_counter()
+    run = sleepy_fdg().run(iterations=iterations, steps=32, policy=policy, cluster=client, progress=False)
+    wall = time.perf_counter() - start
+    if run.status != "finished":
+        raise RuntimeError(f"the run ended {run.status}")
+    return wall, run.env_steps, time.process_time() - cpu, _cpu_seconds(worker_pids) - workers_cpu
+
+
+def _steady(client, policy, worker_pids, pairs: int, short: int = 10, long: int = 40) -> dict[str, float]:
+    """Medians over ``pairs`` pairs of runs, a short and a long one: the long run's extra
+    iterations over the short one's, by wall clock. Deploy and teardown cancel out, and
+    nothing hangs on when the driver happened to record a row (at 32 workers rows arrive
+    in bursts, so rates from row times came out above the envs' own ceiling)."""
+    _measure(client, policy, 3, worker_pids)  # warm: imports, first connections
+    rates, driver_ms, cores = [], [], []
+    for _ in range(pairs):
+        a = _measure(client, policy, short, worker_pids)
+        b = _measure(client, policy, long, worker_pids)
+        wall, steps = b[0] - a[0], b[1] - a[1]
+        rates.append(steps / wall)
+        driver_ms.append((b[2] - a[2]) / (long - short) * 1e3)
+        cores.append((b[2] + b[3] - a[2] - a[3]) / wall)
+    return {"rate": statistics.median(rates), "driver_ms": statistics.median(driver_ms),
+            "cores": statistics.median(cores)}
+
+
+def scaling(sizes: tuple[int, ...] = SIZES, latency_ms: float = 2.0, dask_defaults: bool = False,
+            pairs: int = 3) -> None:
     """Weak scaling of the latency-bound env; a size or policy that fails is reported in
     the table (its error's first line), and the others still run."""
+    import os
+
+    import dask
     from distributed import Client, LocalCluster
 
     import workbench as wb
+    from workbench.cluster.lean import LEAN_DASK_CONFIG
 
-    results: dict[str, dict[int, float | str]] = {"SingleLearnerCoarse": {}, "SingleLearnerFine": {}}
-    #: median seconds per iteration: what grows with the worker count is the driver's and
-    #: the scheduler's overhead (each worker's work per iteration is the same)
-    per_iteration: dict[str, dict[int, float]] = {"SingleLearnerCoarse": {}, "SingleLearnerFine": {}}
+    SLEEPY[("env", "step")] = SLEEPY[("env", "step")].replace("0.002", repr(latency_ms / 1e3))
+    ceiling = 16 * 1e3 / latency_ms
+    print(f"latency {latency_ms:g} ms per env step (one replica's ceiling {ceiling:,.0f} env-steps/s); "
+          f"{'Dask default' if dask_defaults else 'lean (workbench.cluster.lean)'} worker settings; "
+          f"{os.cpu_count()} cores", flush=True)
+    results: dict[str, dict[int, dict | str]] = {"SingleLearnerCoarse": {}, "SingleLearnerFine": {}}
     for workers in sizes:
-        with LocalCluster(n_workers=workers, threads_per_worker=1, host="127.0.0.1",
-                          dashboard_address="127.0.0.1:0", silence_logs=logging.ERROR) as cluster, \
+        with dask.config.set({} if dask_defaults else LEAN_DASK_CONFIG), \
+                LocalCluster(n_workers=workers, threads_per_worker=1, host="127.0.0.1",
+                             dashboard_address="127.0.0.1:0", silence_logs=logging.ERROR) as cluster, \
                 Client(cluster) as client:
             client.wait_for_workers(workers, timeout=300)
+            worker_pids = list(client.run(os.getpid).values())
             for name, policy in (("SingleLearnerCoarse", wb.SingleLearnerCoarse(actors=workers)),
                                  ("SingleLearnerFine", wb.SingleLearnerFine(envs=workers))):
                 try:
-                    rates, seconds = [], []
-                    for _ in range(3):
-                        run = sleepy_fdg().run(iterations=12, steps=32, policy=policy, cluster=client,
-                                               progress=False)
-                        rates.append(steady(run, skip=2)[0])
-                        times = [r["time_s"] for r in run.rows[2:]]
-                        seconds += [b - a for a, b in zip(times, times[1:])]
-                    results[name][workers] = statistics.median(rates)
-                    per_iteration[name][workers] = statistics.median(seconds)
-                    print(f"  {name} × {workers} workers: {results[name][workers]:,.0f} env-steps/s", flush=True)
+                    results[name][workers] = got = _steady(client, policy, worker_pids, pairs)
+                    print(f"  {name} × {workers} workers: {got['rate']:,.0f} env-steps/s, "
+                          f"{got['cores']:.2f} cores busy, driver+scheduler {got['driver_ms']:.1f} ms CPU "
+                          f"per iteration", flush=True)
                 except Exception as exc:  # noqa: BLE001  (the table must still be printed)
                     results[name][workers] = f"failed: {type(exc).__name__}: {str(exc).splitlines()[0][:80]}"
                     print(f"  {name} × {workers} workers: {results[name][workers]}", flush=True)
     print(_table(results, sizes))
-    print(_overhead_table(per_iteration, sizes))
 
 
-def _table(results: dict[str, dict[int, float | str]], sizes: tuple[int, ...]) -> str:
-    """The scaling table: env-steps/s per size, and efficiency at the largest size that ran."""
-    head = " | ".join(f"{w} worker{'s' if w > 1 else ''}" for w in sizes)
-    lines = [f"\n| policy | {head} | efficiency |", "|---|" + "---|" * (len(sizes) + 1)]
-    for name, by_workers in results.items():
-        cells = " | ".join(f"{v:,.0f}" if isinstance(v, float) else str(v or "—")
-                           for v in (by_workers.get(w) for w in sizes))
-        ran = [w for w in sizes if isinstance(by_workers.get(w), float)]
-        base = by_workers.get(1) if isinstance(by_workers.get(1), float) else None
-        top = max(ran) if ran else None
-        efficiency = f"{by_workers[top] / (top * base):.0%} at {top}" if base and top else "—"
-        lines.append(f"| {name} | {cells} | {efficiency} |")
-    return "\n".join(lines)
-
-
-def _overhead_table(per_iteration: dict[str, dict[int, float]], sizes: tuple[int, ...]) -> str:
-    """Median ms per iteration by size, and how much more than at the smallest size: each
-    worker's own work per iteration is the same, so the growth is the driver's, the
-    scheduler's and the channels' overhead as workers are added."""
-    head = " | ".join(f"{w}" for w in sizes)
-    lines = [f"\n| ms per iteration (growth over {sizes[0]} worker) | {head} |", "|---|" + "---|" * len(sizes)]
-    for name, by in per_iteration.items():
-        base = by.get(sizes[0])
-        cells = " | ".join(f"{by[w] * 1e3:.1f} (+{(by[w] - base) * 1e3:.1f})" if w in by and base is not None
-                           else (f"{by[w] * 1e3:.1f}" if w in by else "—") for w in sizes)
-        lines.append(f"| {name} | {cells} |")
+def _table(results: dict[str, dict[int, dict | str]], sizes: tuple[int, ...]) -> str:
+    """Per policy and size: env-steps/s, efficiency (throughput(W) / (W × throughput(1))),
+    cores busy (the workers and this process) and the driver's CPU per iteration (this
+    process: the driver, the in-process scheduler and the nannies)."""
+    lines = ["\n| policy: measure \\ workers | " + " | ".join(map(str, sizes)) + " |",
+             "|---|" + "---|" * len(sizes)]
+    for name, by in results.items():
+        ok = {w: v for w, v in by.items() if isinstance(v, dict)}
+        base = ok[1]["rate"] if 1 in ok else None
+        measures = [("env-steps/s", lambda w: f"{ok[w]['rate']:,.0f}"),
+                    ("efficiency", lambda w: f"{ok[w]['rate'] / (w * base):.0%}" if base else "—"),
+                    ("cores busy", lambda w: f"{ok[w]['cores']:.2f}"),
+                    ("driver ms CPU / iteration", lambda w: f"{ok[w]['driver_ms']:.1f}")]
+        for label, cell in measures:
+            cells = [cell(w) if w in ok else str(by.get(w) or "—") for w in sizes]
+            lines.append(f"| {name}: {label} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 
@@ -148,6 +189,11 @@ def main() -> None:
     parser.add_argument("--scaling", action="store_true", help="part 2 only")
     parser.add_argument("--sizes", type=int, nargs="+", default=list(SIZES),
                         help="workers per scaling step (default: %(default)s)")
+    parser.add_argument("--latency-ms", type=float, default=2.0,
+                        help="how long each env step waits (default: %(default)s)")
+    parser.add_argument("--dask-defaults", action="store_true",
+                        help="Dask's default worker settings, not workbench.cluster.lean's")
+    parser.add_argument("--pairs", type=int, default=3, help="short/long run pairs per point (median)")
     args = parser.parse_args()
     both = not (args.presets or args.scaling)
     if args.presets or both:
@@ -155,7 +201,7 @@ def main() -> None:
 
         presets(embedded_cluster(quiet=True).client)
     if args.scaling or both:
-        scaling(tuple(args.sizes))
+        scaling(tuple(args.sizes), args.latency_ms, args.dask_defaults, args.pairs)
 
 
 if __name__ == "__main__":

@@ -30,6 +30,7 @@ from distributed.comm.core import CommClosedError
 from distributed.security import Security
 
 from workbench.cluster._dask_compat import workers_info
+from workbench.cluster.lean import LEAN_DASK_CONFIG, oversubscribed
 from workbench.errors import RunConfigError
 from workbench.fdg.inventory import Inventory, WorkerInfo
 
@@ -75,8 +76,13 @@ def embedded_cluster(n_workers: int = 2, threads_per_worker: int = 1, *, quiet: 
         # OS sooner; torch's many small allocations then page-fault constantly: we measured
         # the PPO learner 1.5× slower. RL replicas keep steady working sets, so use glibc's
         # default instead.
+        settings: dict = {"distributed.nanny.pre-spawn-environ.MALLOC_TRIM_THRESHOLD_": None}
+        if oversubscribed(n_workers, threads_per_worker):
+            # more worker threads than cores: Dask's per-worker background work (profiler,
+            # tick and memory monitors) would take a core or more (workbench.cluster.lean)
+            settings.update(LEAN_DASK_CONFIG)
         try:
-            with dask.config.set({"distributed.nanny.pre-spawn-environ.MALLOC_TRIM_THRESHOLD_": None}):
+            with dask.config.set(settings):
                 cluster = LocalCluster(
                     n_workers=n_workers,
                     threads_per_worker=threads_per_worker,
@@ -102,7 +108,8 @@ def embedded_cluster(n_workers: int = 2, threads_per_worker: int = 1, *, quiet: 
         atexit.register(shutdown_embedded)
         # every path that starts the cluster says where its dashboard is (quiet or not:
         # later runs reuse it and would never say), pointing at workbench's own page
-        print(f"workbench: started a local Dask cluster ({n_workers} workers on 127.0.0.1); "
+        lean = "; more workers than cores: lean Dask settings" if len(settings) > 1 else ""
+        print(f"workbench: started a local Dask cluster ({n_workers} workers on 127.0.0.1{lean}); "
               f"dashboard: {workbench_page(client)}")
         return _embedded
 
