@@ -127,7 +127,7 @@ def _steady(client, policy, worker_pids, pairs: int, short: int = 10, long: int 
 
 
 def scaling(sizes: tuple[int, ...] = SIZES, latency_ms: float = 2.0, dask_defaults: bool = False,
-            pairs: int = 3) -> None:
+            pairs: int = 3, policies: tuple[str, ...] = ("coarse", "fine")) -> None:
     """Weak scaling of the latency-bound env; a size or policy that fails is reported in
     the table (its error's first line), and the others still run."""
     import os
@@ -143,7 +143,8 @@ def scaling(sizes: tuple[int, ...] = SIZES, latency_ms: float = 2.0, dask_defaul
     print(f"latency {latency_ms:g} ms per env step (one replica's ceiling {ceiling:,.0f} env-steps/s); "
           f"{'Dask default' if dask_defaults else 'lean (workbench.cluster.lean)'} worker settings; "
           f"{os.cpu_count()} cores", flush=True)
-    results: dict[str, dict[int, dict | str]] = {"SingleLearnerCoarse": {}, "SingleLearnerFine": {}}
+    names = {"coarse": "SingleLearnerCoarse", "fine": "SingleLearnerFine"}
+    results: dict[str, dict[int, dict | str]] = {names[p]: {} for p in policies}
     for workers in sizes:
         with dask.config.set({} if dask_defaults else LEAN_DASK_CONFIG), \
                 LocalCluster(n_workers=workers, threads_per_worker=1, host="127.0.0.1",
@@ -151,8 +152,8 @@ def scaling(sizes: tuple[int, ...] = SIZES, latency_ms: float = 2.0, dask_defaul
                 Client(cluster) as client:
             client.wait_for_workers(workers, timeout=300)
             worker_pids = list(client.run(os.getpid).values())
-            for name, policy in (("SingleLearnerCoarse", wb.SingleLearnerCoarse(actors=workers)),
-                                 ("SingleLearnerFine", wb.SingleLearnerFine(envs=workers))):
+            chosen = {"coarse": wb.SingleLearnerCoarse(actors=workers), "fine": wb.SingleLearnerFine(envs=workers)}
+            for name, policy in ((names[p], chosen[p]) for p in policies):
                 try:
                     results[name][workers] = got = _steady(client, policy, worker_pids, pairs)
                     print(f"  {name} × {workers} workers: {got['rate']:,.0f} env-steps/s, "
@@ -194,6 +195,8 @@ def main() -> None:
     parser.add_argument("--dask-defaults", action="store_true",
                         help="Dask's default worker settings, not workbench.cluster.lean's")
     parser.add_argument("--pairs", type=int, default=3, help="short/long run pairs per point (median)")
+    parser.add_argument("--policies", nargs="+", choices=["coarse", "fine"], default=["coarse", "fine"],
+                        help="which policies the scaling part runs (default: both)")
     args = parser.parse_args()
     both = not (args.presets or args.scaling)
     if args.presets or both:
@@ -201,7 +204,7 @@ def main() -> None:
 
         presets(embedded_cluster(quiet=True).client)
     if args.scaling or both:
-        scaling(tuple(args.sizes), args.latency_ms, args.dask_defaults, args.pairs)
+        scaling(tuple(args.sizes), args.latency_ms, args.dask_defaults, args.pairs, tuple(args.policies))
 
 
 if __name__ == "__main__":
