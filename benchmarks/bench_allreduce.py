@@ -41,24 +41,27 @@ def _repeats(size: int) -> int:
     return max(3, min(50, 2_000_000 // (size * 4)))
 
 
-def _no_delay() -> None:
-    """Set TCP_NODELAY on every socket this process connects (the channels' postmen):
-    without it, a small message sent while the previous one on that connection is still
-    unacknowledged waits for the receiver's delayed ACK (Nagle), up to 40 ms on Linux."""
+def _nagle() -> None:
+    """Put Nagle back on every socket this process connects (the channels' postmen), as
+    the channels were before they set TCP_NODELAY (workbench.runtime.wire.no_delay): for
+    comparison only."""
     import socket
 
+    from workbench.runtime import wire
+
+    wire.no_delay = lambda sock: sock
     connect = socket.create_connection
 
     def create_connection(*args, **kwargs):
         sock = connect(*args, **kwargs)
-        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 0)
         return sock
 
     socket.create_connection = create_connection
 
 
 def _replica(index: int, count: int, key: bytes, sizes, trials: int, addresses_out, addresses_in,
-             barrier, results, nodelay: bool = False) -> None:
+             barrier, results, nagle: bool = False) -> None:
     import numpy as np
     import torch
 
@@ -66,8 +69,8 @@ def _replica(index: int, count: int, key: bytes, sizes, trials: int, addresses_o
     from workbench.runtime.channels import Mailbox, SocketPostman, SocketServer
 
     torch.set_num_threads(1)
-    if nodelay:
-        _no_delay()
+    if nagle:
+        _nagle()
     box = Mailbox()
     server = SocketServer(box, "127.0.0.1", key)
     addresses_out.put((index, server.address))
@@ -107,7 +110,7 @@ def _replica(index: int, count: int, key: bytes, sizes, trials: int, addresses_o
         server.close()
 
 
-def collective(counts, sizes=SIZES, trials: int = 3, nodelay: bool = False) -> list[dict]:
+def collective(counts, sizes=SIZES, trials: int = 3, nagle: bool = False) -> list[dict]:
     """Part 1: one row per (N, size) with both algorithms' bytes and seconds."""
     ctx = mp.get_context("spawn")
     rows = []
@@ -116,7 +119,7 @@ def collective(counts, sizes=SIZES, trials: int = 3, nodelay: bool = False) -> l
         addresses_out, results, barrier = ctx.Queue(), ctx.Queue(), ctx.Barrier(count)
         pipes = [ctx.Pipe(duplex=False) for _ in range(count)]
         procs = [ctx.Process(target=_replica, args=(r, count, key, sizes, trials, addresses_out,
-                                                     pipes[r][0], barrier, results, nodelay), daemon=True)
+                                                     pipes[r][0], barrier, results, nagle), daemon=True)
                  for r in range(count)]
         for p in procs:
             p.start()
@@ -199,12 +202,12 @@ def main() -> None:
     parser.add_argument("--sizes", type=int, nargs="+", default=list(SIZES), help="float32 elements")
     parser.add_argument("--trials", type=int, default=3)
     parser.add_argument("--iterations", type=int, default=12)
-    parser.add_argument("--nodelay", action="store_true",
-                        help="part 1: set TCP_NODELAY on the postmen's sockets (Nagle off)")
+    parser.add_argument("--nagle", action="store_true",
+                        help="part 1: Nagle back on (the channels set TCP_NODELAY), for comparison")
     args = parser.parse_args()
     both = not (args.collective or args.multilearner)
     if args.collective or both:
-        collective(args.counts, tuple(args.sizes), args.trials, args.nodelay)
+        collective(args.counts, tuple(args.sizes), args.trials, args.nagle)
     if args.multilearner or both:
         multilearner(args.counts, args.iterations)
 

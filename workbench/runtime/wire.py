@@ -30,7 +30,7 @@ import struct
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
 
-__all__ = ["ChannelTLS", "FramedSocket", "listen", "accept", "connect", "handshake"]
+__all__ = ["ChannelTLS", "FramedSocket", "listen", "accept", "connect", "handshake", "no_delay"]
 
 #: frames up to this size are sent together with their header (one TLS record, one
 #: segment); larger ones after it, sparing a copy of a big payload (multiprocessing's rule)
@@ -105,6 +105,7 @@ def accept(listener: socket.socket, tls: ChannelTLS | None):
     handshake is left to :func:`handshake`, so a slow peer holds up only its own reader
     thread, not the accept loop."""
     sock, _ = listener.accept()
+    no_delay(sock)  # the server answers the HMAC handshake: its frames must not wait either
     if tls is None:
         return Connection(sock.detach())
     try:
@@ -120,12 +121,22 @@ def handshake(conn) -> None:
         conn.handshake()
 
 
+def no_delay(sock: socket.socket) -> socket.socket:
+    """Nagle off: channels send small frames back to back (a step's values, all-reduce
+    chunks), and with Nagle on a frame sent while the previous one is unacknowledged waits
+    for the receiver's delayed ACK, up to 40 ms on Linux. Measured with
+    ``benchmarks/bench_allreduce.py --collective`` (8 replicas, the 37 KB PPO gradient):
+    11.6 ms per chunked all-reduce with it, 27.6 ms without; ring 13.5 vs 124 ms."""
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    return sock
+
+
 def connect(address: tuple[str, int], tls: ChannelTLS | None):
     """A connection to a channel server (TLS if ``tls``), before the HMAC handshake."""
     if tls is None:
-        sock = socket.create_connection(address)
+        sock = no_delay(socket.create_connection(address))
         return Connection(sock.detach())
-    sock = socket.create_connection(address)
+    sock = no_delay(socket.create_connection(address))
     try:
         # Dask's contexts check the certificate's signature by the cluster's CA, not a host name
         return FramedSocket(tls.client.wrap_socket(sock, server_hostname=None))
