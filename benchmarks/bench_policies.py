@@ -63,20 +63,20 @@ SLEEPY = {
     # more than an iteration ahead of the learner (a decoupled loop would run ahead of the
     # driver's rows, and a rate taken from them would exceed what the envs can give)
     ("actor", "step"): "action = (obs[:, 2] > threshold).astype(np.int64)",
-    ("env", "step"): "time.sleep(0.002)  # a remote simulator answering\n"
+    ("env", "step"): "time.sleep(LATENCY_S)  # a remote simulator answering\n"
                      "obs, reward, terminated, truncated, info = envs.step(action)",
     ("learner", "iteration"): "total = float(reward.sum())\nthreshold = 0.0 * total",
 }
 
 
-def sleepy_fdg():
+def sleepy_fdg(latency_ms: float = 2.0):
     import time
 
     import numpy as np
 
     import workbench as wb
 
-    fdg = wb.FDG(namespace={"wb": wb, "np": np, "time": time})
+    fdg = wb.FDG(namespace={"wb": wb, "np": np, "time": time, "LATENCY_S": latency_ms / 1e3})
     for (name, rate), code in SLEEPY.items():
         fdg.add_fragment(name, code, rate=rate)
     return fdg
@@ -96,28 +96,29 @@ def _cpu_seconds(pids) -> float:
     return total
 
 
-def _measure(client, policy, iterations: int, worker_pids) -> tuple[float, int, float, float]:
+def _measure(client, policy, iterations: int, worker_pids, latency_ms: float) -> tuple[float, int, float, float]:
     """One run: (wall seconds, env steps, this process's CPU seconds, the workers' CPU seconds)."""
     import time
 
     cpu, workers_cpu, start = time.process_time(), _cpu_seconds(worker_pids), time.perf_counter()
-    run = sleepy_fdg().run(iterations=iterations, steps=32, policy=policy, cluster=client, progress=False)
+    run = sleepy_fdg(latency_ms).run(iterations=iterations, steps=32, policy=policy, cluster=client, progress=False)
     wall = time.perf_counter() - start
     if run.status != "finished":
         raise RuntimeError(f"the run ended {run.status}")
     return wall, run.env_steps, time.process_time() - cpu, _cpu_seconds(worker_pids) - workers_cpu
 
 
-def _steady(client, policy, worker_pids, pairs: int, short: int = 10, long: int = 40) -> dict[str, float]:
+def _steady(client, policy, worker_pids, latency_ms: float, pairs: int, short: int = 10,
+            long: int = 40) -> dict[str, float]:
     """Medians over ``pairs`` pairs of runs, a short and a long one: the long run's extra
     iterations over the short one's, by wall clock. Deploy and teardown cancel out, and
     nothing hangs on when the driver happened to record a row (at 32 workers rows arrive
     in bursts, so rates from row times came out above the envs' own ceiling)."""
-    _measure(client, policy, 3, worker_pids)  # warm: imports, first connections
+    _measure(client, policy, 3, worker_pids, latency_ms)  # warm: imports, first connections
     rates, driver_ms, cores = [], [], []
     for _ in range(pairs):
-        a = _measure(client, policy, short, worker_pids)
-        b = _measure(client, policy, long, worker_pids)
+        a = _measure(client, policy, short, worker_pids, latency_ms)
+        b = _measure(client, policy, long, worker_pids, latency_ms)
         wall, steps = b[0] - a[0], b[1] - a[1]
         rates.append(steps / wall)
         driver_ms.append((b[2] - a[2]) / (long - short) * 1e3)
@@ -138,7 +139,6 @@ def scaling(sizes: tuple[int, ...] = SIZES, latency_ms: float = 2.0, dask_defaul
     import workbench as wb
     from workbench.cluster.lean import LEAN_DASK_CONFIG
 
-    SLEEPY[("env", "step")] = SLEEPY[("env", "step")].replace("0.002", repr(latency_ms / 1e3))
     ceiling = 16 * 1e3 / latency_ms
     print(f"latency {latency_ms:g} ms per env step (one replica's ceiling {ceiling:,.0f} env-steps/s); "
           f"{'Dask default' if dask_defaults else 'lean (workbench.cluster.lean)'} worker settings; "
@@ -155,7 +155,7 @@ def scaling(sizes: tuple[int, ...] = SIZES, latency_ms: float = 2.0, dask_defaul
             chosen = {"coarse": wb.SingleLearnerCoarse(actors=workers), "fine": wb.SingleLearnerFine(envs=workers)}
             for name, policy in ((names[p], chosen[p]) for p in policies):
                 try:
-                    results[name][workers] = got = _steady(client, policy, worker_pids, pairs)
+                    results[name][workers] = got = _steady(client, policy, worker_pids, latency_ms, pairs)
                     print(f"  {name} × {workers} workers: {got['rate']:,.0f} env-steps/s, "
                           f"{got['cores']:.2f} cores busy, driver+scheduler {got['driver_ms']:.1f} ms CPU "
                           f"per iteration", flush=True)

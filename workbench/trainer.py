@@ -83,6 +83,7 @@ class Trainer:
         self.config = config
         self.namespace = namespace if namespace is not None else (getattr(fdg, "namespace", None) or {})
         self.run_record: Run | None = None
+        self._policy = self._resume = None  # set by prepare(): the policy spec, the state to resume
         self._stop = threading.Event()
         self._pending = None  # a policy to re-place the running run under
         #: changes to apply at the next iteration boundary: (kind, what changed)

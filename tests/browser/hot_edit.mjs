@@ -8,7 +8,7 @@
 //   node hot_edit.mjs NOTEBOOK_URL METRICS_CSV PAGE_PNG TIMEOUT_MS
 // {"ok", "edit_notice", "update_notice", "check", "page_errors", "external_requests", "error"}
 import { existsSync, readFileSync } from "node:fs";
-import { launch, openNotebook, watchedPage } from "./lab.mjs";
+import { launch, openNotebook, recordFailure, watchedPage } from "./lab.mjs";
 
 const [url, csv, pageShot, timeoutArg] = process.argv.slice(2);
 const timeout = Number(timeoutArg || 120000);
@@ -83,11 +83,7 @@ try {
   result.check = JSON.parse(text.slice(text.indexOf("CHECK ") + 6).trim().split("\n")[0]);
   result.ok = true;
 } catch (err) {
-  result.error = String((err && err.stack) || err);
-  try {
-    const pages = browser ? browser.contexts().flatMap((c) => c.pages()) : [];
-    if (pages.length) await pages[0].screenshot({ path: pageShot });
-  } catch (e) { /* the picture is a bonus */ }
+  await recordFailure(browser, result, err, pageShot);
 } finally {
   if (browser) await browser.close();
 }

@@ -7,7 +7,7 @@
 // {"ok", "returned_s", "rows_at_interrupt", "outputs": [{"mime", "text"}], "after",
 //  "page_errors", "external_requests", "error"}
 import { existsSync, readFileSync } from "node:fs";
-import { launch, openNotebook, watchedPage } from "./lab.mjs";
+import { launch, openNotebook, recordFailure, watchedPage } from "./lab.mjs";
 
 const [url, csv, rowsArg, pageShot, timeoutArg] = process.argv.slice(2);
 const timeout = Number(timeoutArg || 120000);
@@ -68,11 +68,7 @@ try {
   await page.screenshot({ path: pageShot });
   result.ok = true;
 } catch (err) {
-  result.error = String((err && err.stack) || err);
-  try {
-    const pages = browser ? browser.contexts().flatMap((c) => c.pages()) : [];
-    if (pages.length) await pages[0].screenshot({ path: pageShot });
-  } catch (e) { /* the picture is a bonus */ }
+  await recordFailure(browser, result, err, pageShot);
 } finally {
   if (browser) await browser.close();
 }

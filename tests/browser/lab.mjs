@@ -42,3 +42,13 @@ export async function openNotebook(page, url, timeout) {
   if (await select.isVisible().catch(() => false)) await select.click();
   await page.locator(".jp-StatusBar-Widget", { hasText: /\| Idle/ }).first().waitFor({ timeout });
 }
+
+/** After a failure: the error (with its stack) in `result`, and a picture of the page as
+ * it was, when there is one, for whoever reads the failed test. */
+export async function recordFailure(browser, result, err, shotPath) {
+  result.error = String((err && err.stack) || err);
+  try {
+    const pages = browser ? browser.contexts().flatMap((c) => c.pages()) : [];
+    if (pages.length) await pages[0].screenshot({ path: shotPath });
+  } catch (e) { /* the picture is a bonus */ }
+}

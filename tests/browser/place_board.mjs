@@ -5,7 +5,7 @@
 //   node place_board.mjs NOTEBOOK_URL BOARD_PNG PAGE_PNG TIMEOUT_MS
 // {"ok", "before", "after", "drag", "refusal", "message", "page_errors", "console_errors",
 //  "external_requests", "error"}
-import { launch, openNotebook, watchedPage } from "./lab.mjs";
+import { launch, openNotebook, recordFailure, watchedPage } from "./lab.mjs";
 
 const [url, boardShot, pageShot, timeoutArg] = process.argv.slice(2);
 const timeout = Number(timeoutArg || 60000);
@@ -84,11 +84,7 @@ try {
   await page.screenshot({ path: pageShot, fullPage: false });
   result.ok = true;
 } catch (err) {
-  result.error = String((err && err.stack) || err);
-  try {
-    const pages = browser ? browser.contexts().flatMap((c) => c.pages()) : [];
-    if (pages.length) await pages[0].screenshot({ path: pageShot });
-  } catch (e) { /* the picture is a bonus */ }
+  await recordFailure(browser, result, err, pageShot);
 } finally {
   if (browser) await browser.close();
 }

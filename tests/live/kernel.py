@@ -68,20 +68,27 @@ class Kernel:
         """Start executing ``code``; returns its message id (see :meth:`collect`)."""
         return self.client.execute(code, store_history=True)
 
-    def collect(self, msg_id: str, timeout: float) -> Reply:
-        """What the cell ``msg_id`` showed, once the kernel is idle after it."""
-        reply = Reply(status="ok")
+    def _replies(self, get, msg_id: str, timeout: float, late):
+        """The messages answering ``msg_id`` on one channel (``get``: the client's
+        ``get_iopub_msg`` or ``get_shell_msg``), until ``timeout``; then ``TimeoutError(late())``."""
         deadline = time.monotonic() + timeout
         while True:
             left = deadline - time.monotonic()
             if left <= 0:
-                raise TimeoutError(f"the cell did not finish within {timeout:g} s; so far:\n{reply.text[-3000:]}")
+                raise TimeoutError(late())
             try:
-                msg = self.client.get_iopub_msg(timeout=min(left, 5.0))
+                msg = get(timeout=min(left, 5.0))
             except queue.Empty:
                 continue
-            if msg["parent_header"].get("msg_id") != msg_id:
-                continue  # output of a background thread to an earlier cell, or a widget update
+            if msg["parent_header"].get("msg_id") == msg_id:
+                yield msg
+            # else: output of a background thread to an earlier cell, or a widget update
+
+    def collect(self, msg_id: str, timeout: float) -> Reply:
+        """What the cell ``msg_id`` showed, once the kernel is idle after it."""
+        reply = Reply(status="ok")
+        late = lambda: f"the cell did not finish within {timeout:g} s; so far:\n{reply.text[-3000:]}"  # noqa: E731
+        for msg in self._replies(self.client.get_iopub_msg, msg_id, timeout, late):
             kind, content = msg["msg_type"], msg["content"]
             if kind == "stream":
                 if content["name"] == "stdout":
@@ -114,17 +121,8 @@ class Kernel:
         """
         msg_id = self.client.execute("", silent=True, store_history=False,
                                      user_expressions={"v": f"__import__('json').dumps({expression})"})
-        deadline = time.monotonic() + timeout
-        while True:
-            left = deadline - time.monotonic()
-            if left <= 0:
-                raise TimeoutError(f"no reply to evaluating {expression!r} within {timeout:g} s")
-            try:
-                msg = self.client.get_shell_msg(timeout=min(left, 5.0))
-            except queue.Empty:
-                continue
-            if msg["parent_header"].get("msg_id") == msg_id:
-                break
+        msg = next(self._replies(self.client.get_shell_msg, msg_id, timeout,
+                                 lambda: f"no reply to evaluating {expression!r} within {timeout:g} s"))
         result = msg["content"]["user_expressions"]["v"]
         assert result["status"] == "ok", (f"evaluating {expression!r} failed: "
                                           f"{result.get('ename')}: {result.get('evalue')}")
