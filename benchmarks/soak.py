@@ -109,9 +109,11 @@ class Probe:
     """Samples the workers (by pid, found once), this process and the scheduler."""
 
     def __init__(self, client) -> None:
+        from workbench.cluster._dask_compat import workers_info
+
         self.client = client
         pids = client.run(os.getpid)
-        names = {addr: str(w.get("name", addr)) for addr, w in client.scheduler_info()["workers"].items()}
+        names = {addr: str(w.get("name", addr)) for addr, w in workers_info(client).items()}
         self.workers = {f"w{names[a]}": pid for a, pid in sorted(pids.items(), key=lambda kv: names[kv[0]])}
         self.started = time.perf_counter()
 

@@ -27,10 +27,12 @@ def _ctrl_c_reaches_python():
 @pytest.fixture(scope="session")
 def client():
     """A 2-worker LocalCluster on 127.0.0.1 (the shape of the embedded default)."""
-    from distributed import Client, LocalCluster
+    from distributed import Client
 
-    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, host="127.0.0.1",
-                      dashboard_address="127.0.0.1:0", silence_logs=logging.ERROR) as cluster:
+    from workbench.cluster.patient import PatientLocalCluster
+
+    with PatientLocalCluster(n_workers=2, threads_per_worker=1, processes=True, host="127.0.0.1",
+                             dashboard_address="127.0.0.1:0", silence_logs=logging.ERROR) as cluster:
         with Client(cluster, set_as_default=False) as c:
             yield c
 

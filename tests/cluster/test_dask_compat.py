@@ -5,10 +5,28 @@ from __future__ import annotations
 from workbench.cluster import _dask_compat as compat
 
 
+def _worker_count(dask_scheduler=None) -> int:
+    return len(dask_scheduler.workers)
+
+
 def test_workers_info_lists_every_worker(client):
     info = compat.workers_info(client)
-    assert len(info) == len(client.scheduler_info()["workers"]) >= 1
+    assert len(info) == client.run_on_scheduler(_worker_count) >= 1
     assert all({"name", "nthreads"} <= set(worker) for worker in info.values())
+
+
+def test_workers_info_is_never_emptied_by_the_clients_periodic_refresh(client):
+    """The client refreshes its cached scheduler identity without workers every
+    ``scheduler-info-interval``; ``scheduler_info()`` fills that cache and reads it back, so
+    a refresh landing in between gave an empty worker list (a busy machine's re-placement
+    once found "no worker"). Here the refresh runs every millisecond."""
+    import dask
+    from distributed import Client
+
+    with dask.config.set({"distributed.client.scheduler-info-interval": "1ms"}):
+        with Client(client.scheduler.address, set_as_default=False) as hurried:
+            counts = {len(compat.workers_info(hurried)) for _ in range(300)}
+    assert counts == {client.run_on_scheduler(_worker_count)}
 
 
 def test_the_scheduler_topics_are_reachable_and_pruned(client):

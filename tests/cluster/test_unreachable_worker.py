@@ -12,6 +12,7 @@ import time
 import pytest
 
 from tests.conftest import toy_fdg
+from workbench.cluster._dask_compat import workers_info
 
 STOP_AT = 4
 ITERATIONS = 12
@@ -23,11 +24,13 @@ DETECTED_WITHIN = 3.0 + 5.0 + 10.0 + 7.0
 def freezable_cluster():
     """Its own 2-worker cluster; any worker process a test freezes is thawed at the end,
     pass or fail, so the cluster can close."""
-    from distributed import Client, LocalCluster
+    from distributed import Client
+
+    from workbench.cluster.patient import PatientLocalCluster
 
     frozen: list[int] = []
-    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, host="127.0.0.1",
-                      dashboard_address="127.0.0.1:0", silence_logs=logging.CRITICAL) as cluster:
+    with PatientLocalCluster(n_workers=2, threads_per_worker=1, processes=True, host="127.0.0.1",
+                             dashboard_address="127.0.0.1:0", silence_logs=logging.CRITICAL) as cluster:
         with Client(cluster, set_as_default=False) as c:
             try:
                 yield c, frozen
@@ -53,7 +56,7 @@ class FreezeAt:
             return
         run = self.fdg.last_run
         name = run.policy.group_of("learner").workers[0]
-        address = next(a for a, info in self.client.scheduler_info()["workers"].items()
+        address = next(a for a, info in workers_info(self.client).items()
                        if str(info["name"]) == name)
         self.frozen.append(self.pids[address])
         os.kill(self.pids[address], signal.SIGSTOP)
@@ -82,6 +85,21 @@ def test_a_frozen_worker_is_retired_and_the_run_goes_on_from_the_newest_snapshot
     assert lost[0].time - stopped_at < DETECTED_WITHIN, "found from the silence, not Dask's TTL"
     assert run.lost_iterations <= 1, "at most the iteration in flight is run again"
     # retired: the scheduler no longer lists it, so it cannot rejoin this run
-    assert address not in client.scheduler_info()["workers"]
+    assert address not in workers_info(client)
+    # its nanny answered, so it killed the frozen process and started a fresh worker (which
+    # a plain removal would not: thawed, the old worker would close, and its nanny with it)
+    assert not _alive(freezer.pids[address]), "the frozen process was left frozen"
+    client.wait_for_workers(2, timeout=120)
+    assert address not in workers_info(client) and name in {
+        str(w["name"]) for w in workers_info(client).values()}
     # the learner came back from its snapshot: its scale halved once per iteration, all of them
     assert run.state.fragments["learner"][0]["scale"] == 0.5 ** ITERATIONS
+
+
+def _alive(pid: int) -> bool:
+    """Whether process ``pid`` exists and is not a zombie."""
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False

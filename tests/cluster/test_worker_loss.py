@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from workbench.cluster._dask_compat import workers_info
 from workbench.fdg.inventory import Inventory, WorkerInfo
 from workbench.fdg.policy import Group, Policy, rehome
 from workbench.notebook import load_notebook
@@ -24,10 +25,12 @@ ITERATIONS = 50
 def doomed_cluster():
     """Its own 2-worker cluster: a test kills one of the worker processes (the nanny then
     starts a new one, which joins later)."""
-    from distributed import Client, LocalCluster
+    from distributed import Client
 
-    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, host="127.0.0.1",
-                      dashboard_address="127.0.0.1:0", silence_logs=logging.CRITICAL) as cluster:
+    from workbench.cluster.patient import PatientLocalCluster
+
+    with PatientLocalCluster(n_workers=2, threads_per_worker=1, processes=True, host="127.0.0.1",
+                             dashboard_address="127.0.0.1:0", silence_logs=logging.CRITICAL) as cluster:
         with Client(cluster, set_as_default=False) as c:
             yield c
 
@@ -47,7 +50,7 @@ class KillAt:
         run = self.fdg.last_run
         group = run.policy.group_of(self.fragment)
         name = group.workers[-1]
-        address = next(a for a, info in self.client.scheduler_info()["workers"].items()
+        address = next(a for a, info in workers_info(self.client).items()
                        if str(info["name"]) == name)
         os.kill(self.pids[address], signal.SIGKILL)
         self.killed = (name, time.time(), run.mean_return())
@@ -89,7 +92,7 @@ def _kill_the_worker_without_the_learner(killer: KillAt):
         learner_home = set(run.policy.group_of("learner").workers)
         actors = run.policy.group_of("env").workers
         name = next(w for w in actors if w not in learner_home)
-        address = next(a for a, info in killer.client.scheduler_info()["workers"].items()
+        address = next(a for a, info in workers_info(killer.client).items()
                        if str(info["name"]) == name)
         os.kill(killer.pids[address], signal.SIGKILL)
         killer.killed = (name, time.time(), run.mean_return())

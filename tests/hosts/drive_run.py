@@ -20,6 +20,7 @@ def main(spec: dict) -> dict:
     from distributed import Client
 
     from tests.conftest import toy_fdg
+    from workbench.cluster._dask_compat import workers_info
 
     client = Client(spec["scheduler"], timeout=120, set_as_default=False)
     client.wait_for_workers(spec["workers"], timeout=180)
@@ -36,7 +37,7 @@ def main(spec: dict) -> dict:
                 return
             run = fdg.last_run
             learner_home = run.policy.group_of("learner").workers[0]
-            info = client.scheduler_info()["workers"]
+            info = workers_info(client)
             names = {str(w["name"]): a for a, w in info.items()}
             name = learner_home if spec["target"] == "learner" else next(n for n in sorted(names) if n != learner_home)
             address = names[name]
@@ -62,11 +63,14 @@ def main(spec: dict) -> dict:
         "iterations": [r["iteration"] for r in run.rows], "lost_iterations": run.lost_iterations,
         "events": [e.message for e in lost], "fault": fault,
         "detected_after": lost[0].time - fault["at"] if lost and fault else None,
-        "workers_after": sorted(client.scheduler_info()["workers"]),
+        "workers_after": sorted(workers_info(client)),
         "scale": run.state.fragments["learner"][0]["scale"] if run.state is not None else None,
     }
     if "pid" in fault:
-        os.kill(fault["pid"], signal.SIGCONT)  # thaw it: it finds itself removed and closes
+        try:  # thaw it, if its nanny has not killed it: it finds itself removed and closes
+            os.kill(fault["pid"], signal.SIGCONT)
+        except ProcessLookupError:
+            pass
     client.close()
     return result
 

@@ -211,6 +211,12 @@ def _assert_runs_again(fdg: wb.FDG, policy: str, client) -> None:
         assert not any(client.run(_deployed).values()), "a replica stayed deployed"
         assert not any(client.run(_cells_running).values()), "a worker still runs a cell"
         assert not any(client.processing().values()), "a worker still has a task"
+        # the stuck loops' tasks could only run on the ended workers: cancelled, not left
+        # waiting for those addresses (a task and a future per stuck loop, for good)
+        deadline = time.monotonic() + 10  # the scheduler forgets released tasks asynchronously
+        while time.monotonic() < deadline and (client.futures or client.run_on_scheduler(_task_count)):
+            time.sleep(0.05)
+        assert not client.futures and not client.run_on_scheduler(_task_count), "a stuck loop's task was kept"
 
 
 def _wait_until_restarted(client, workers: int = 2) -> None:
@@ -221,6 +227,10 @@ def _joins(client, since: float) -> list[float]:
     """When workers joined the scheduler (its add-worker events) since ``since``."""
     return sorted(t for t, msg in client.get_events("all")
                   if isinstance(msg, dict) and msg.get("action") == "add-worker" and t >= since)
+
+
+def _task_count(dask_scheduler=None) -> int:
+    return len(dask_scheduler.tasks)
 
 
 def _deployed(dask_worker=None) -> int:

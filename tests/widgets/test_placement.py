@@ -15,6 +15,7 @@ import pytest
 
 import workbench as wb
 from tests.conftest import toy_fdg
+from workbench.cluster._dask_compat import workers_info
 from workbench.errors import PlacementError
 from workbench.fdg.policy import Group
 from workbench.runtime.run import Run
@@ -278,7 +279,7 @@ def test_workers_that_join_and_leave_show_on_the_board(board, client):
     assert "not in the cluster" in board.message["text"] and board.policy == before
     send(board, type="preset", name="coarse")
     assert [w["name"] for w in board.workers] == ["0", "1"]
-    wait_for(lambda: len(client.scheduler_info()["workers"]) == 2, what="the scheduler to forget the worker")
+    wait_for(lambda: len(workers_info(client)) == 2, what="the scheduler to forget the worker")
 
 
 def test_an_empty_cluster_fills_the_board_when_workers_join():

@@ -77,5 +77,9 @@ def workers_info(client) -> dict[str, dict]:
     """address → the scheduler's record of every worker. Newer Dask returns only the first
     few workers from ``scheduler_info()`` unless asked for all (``n_workers=-1``)."""
     if "n_workers" in inspect.signature(client.scheduler_info).parameters:
-        return client.scheduler_info(n_workers=-1)["workers"]
+        # asked of the scheduler itself, not through scheduler_info(n_workers=-1): that fills
+        # the client's cached identity and then reads it back, and the client's periodic
+        # refresh (every 2 s, with no workers in it) can land in between, so a busy machine
+        # saw an empty list from a cluster with workers ("needs at least one worker")
+        return client.sync(client.scheduler.identity, n_workers=-1)["workers"]
     return client.scheduler_info()["workers"]

@@ -31,6 +31,7 @@ from distributed.security import Security
 
 from workbench.cluster._dask_compat import workers_info
 from workbench.cluster.lean import LEAN_DASK_CONFIG, oversubscribed
+from workbench.cluster.patient import PatientLocalCluster
 from workbench.errors import RunConfigError
 from workbench.fdg.inventory import Inventory, WorkerInfo
 
@@ -83,7 +84,9 @@ def embedded_cluster(n_workers: int = 2, threads_per_worker: int = 1, *, quiet: 
             settings.update(LEAN_DASK_CONFIG)
         try:
             with dask.config.set(settings):
-                cluster = LocalCluster(
+                # patient: a worker its nanny restarts (a crash, a stuck cell's stop) may
+                # take longer than Dask's 15 s to come back on a busy machine
+                cluster = PatientLocalCluster(
                     n_workers=n_workers,
                     threads_per_worker=threads_per_worker,
                     processes=True,

@@ -10,6 +10,10 @@ the restart here. The next run, before it reads the cluster's workers, waits for
 restarted ones to be back (:func:`wait_for_restarts`, saying so), so it places on as many
 workers as before.
 
+A ``LocalCluster`` closes the nanny of a worker not back within Dask's
+``lost-worker-timeout`` (15 s): the embedded one is patient
+(:mod:`workbench.cluster.patient`).
+
 Workers started without a nanny (``dask worker --no-nanny``, or threads of an in-process
 ``LocalCluster``) have nobody to restart them: the stop says so and what to do.
 """

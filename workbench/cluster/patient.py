@@ -1,0 +1,45 @@
+"""A ``LocalCluster`` that gives a restarting worker time to come back.
+
+Dask's ``SpecCluster`` (and so ``LocalCluster``) closes a worker's nanny for good when no
+worker of that name is back ``distributed.deploy.lost-worker-timeout`` (15 s) after one
+left. That rule is meant for a worker *job* that died. But a nanny restarts its worker
+itself, after a crash or after a stop ends a stuck cell's process
+(:mod:`workbench.cluster.restarts`). A worker's start-up (Python, torch, workbench's
+worker setup) takes 3–15 s on a busy 2-core machine, more when several start at once. So
+a restart that takes longer than 15 s costs the cluster that worker for good: the nanny is
+closed, and every later run finds fewer workers, or none.
+
+:class:`PatientLocalCluster` waits ``LOST_WORKER_GRACE_S`` instead; the rest is
+``LocalCluster``. The embedded cluster is one. A ``LocalCluster`` you start yourself
+can get the same effect from the config::
+
+    dask.config.set({"distributed.deploy.lost-worker-timeout": "2 minutes"})
+
+Example:
+    >>> from workbench.cluster.patient import PatientLocalCluster
+    >>> cluster = PatientLocalCluster(n_workers=1, processes=False)   # doctest: +SKIP
+"""
+from __future__ import annotations
+
+import dask
+from distributed import LocalCluster
+
+from workbench.cluster.restarts import RESTART_WAIT_S
+
+__all__ = ["PatientLocalCluster", "LOST_WORKER_GRACE_S"]
+
+#: how long a worker that left may take to come back before its nanny is closed: as long
+#: as the next run waits for a restarted worker
+LOST_WORKER_GRACE_S = RESTART_WAIT_S
+
+
+class PatientLocalCluster(LocalCluster):
+    """``LocalCluster`` whose lost workers get ``LOST_WORKER_GRACE_S`` to restart (see the
+    module docstring) before their nannies are closed."""
+
+    def _update_worker_status(self, op, msg):
+        # SpecCluster reads the timeout here, when a worker leaves, and schedules the close
+        # with it; a private hook, so if Dask renames it this override is simply not called
+        # and Dask's 15 s applies
+        with dask.config.set({"distributed.deploy.lost-worker-timeout": f"{LOST_WORKER_GRACE_S}s"}):
+            super()._update_worker_status(op, msg)
