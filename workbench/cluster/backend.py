@@ -238,11 +238,10 @@ class DaskBackend:
         self._addresses: dict[tuple[str, int], tuple[str, int]] = {}
         self._workers: dict[tuple[str, int], str] = {}
         self._loops: list[Future] = []
-        #: loops whose cell never returned, found at teardown: their replicas, what each
-        #: runs, and their futures (cancelled once their workers are ended)
-        self._stuck: list[tuple[str, int]] = []
+        #: loops whose cell never returned, found at teardown: replica → its loop's future
+        #: (cancelled once its worker is ended), and what each replica runs
+        self._stuck: dict[tuple[str, int], Future] = {}
         self._stuck_cells: list[str] = []
-        self._stuck_futures: list[Future] = []
         self._topic = topic_name(self.run_id)
         #: set when a stop already waited its grace for a stuck cell (teardown then doesn't)
         self.overdue = False
@@ -342,9 +341,7 @@ class DaskBackend:
                 future.exception(timeout=max(0.1, deadline - time.monotonic()))
             except Exception:  # timed out or cancelled: the loop is dropped with the run
                 pass
-        stuck = [(key, f) for key, f in zip(self._workers, self._loops) if f in alive and not f.done()]
-        self._stuck = [key for key, _ in stuck]
-        self._stuck_futures = [f for _, f in stuck]
+        self._stuck = {key: f for key, f in zip(self._workers, self._loops) if f in alive and not f.done()}
         if self._stuck:  # say which cells while their replicas are still there to ask
             self._stuck_cells = self.busy_cells() or [f"replica {k[1]} of {k[0]}" for k in self._stuck]
 
@@ -360,17 +357,16 @@ class DaskBackend:
         """Loops whose cell never returns keep their worker busy for good: end those
         workers' processes (their nannies start fresh ones, which the next run waits for:
         see :mod:`workbench.cluster.restarts`). Returns without waiting for the new ones."""
-        keys, cells = self._stuck, self._stuck_cells
-        if not keys:
+        stuck, cells = self._stuck, self._stuck_cells
+        if not stuck:
             return
-        self._stuck = []
-        addresses = sorted({self._workers[k] for k in keys})
+        self._stuck = {}
+        addresses = sorted({self._workers[k] for k in stuck})
         outcome = restarts.end_workers(self.client, addresses, {a: self._name_of(a) for a in addresses})
         # their tasks may only run on the ended workers: left alone, the scheduler would keep
         # them waiting for those addresses for good (and the client its futures)
-        for future in self._stuck_futures:
+        for future in stuck.values():
             future.cancel()
-        self._stuck_futures = []
         print(f"workbench: {'; '.join(cells)}; {outcome}", flush=True)
 
     # -- worker loss -------------------------------------------------------------------

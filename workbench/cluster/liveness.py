@@ -78,37 +78,31 @@ NANNY_KILL_TIMEOUT_SECONDS = 1.0
 NANNY_REACH_TIMEOUT_SECONDS = 3.0
 
 
-async def _retire_workers(addresses: list[str], dask_scheduler=None) -> dict[str, str]:
+async def _retire_workers(addresses: list[str], dask_scheduler=None) -> None:
     """On the scheduler: for each worker, ask its nanny to kill the process (a frozen
     process cannot refuse SIGKILL; the nanny then starts a fresh worker, as after a crash),
-    then remove the worker if it is still listed, telling it to close. Returns address →
-    "restarted" (its nanny killed it) or "removed" (no nanny, or one that cannot be reached:
-    a host cut off)."""
+    then remove the worker if it is still listed, telling it to close."""
     stimulus = f"workbench-unreachable-{uuid.uuid4().hex[:8]}"
 
-    async def retire_one(address: str) -> str:
+    async def retire_one(address: str) -> None:
         worker = dask_scheduler.workers.get(address)
-        outcome = "removed"
         if worker is not None and worker.nanny:
             try:
                 async with rpc(worker.nanny, connection_args=dask_scheduler.connection_args) as nanny:
                     await asyncio.wait_for(nanny.kill(reason="workbench: unreachable worker",
                                                       timeout=NANNY_KILL_TIMEOUT_SECONDS),
                                            NANNY_REACH_TIMEOUT_SECONDS)
-                outcome = "restarted"
             except Exception:  # unreachable with its worker, or slower than that: remove only
                 pass
         if address in dask_scheduler.workers:
             # a killed process's comm may not have broken yet; an unreachable worker that
             # comes back is told to close (and, by Dask's rule, its nanny closes with it)
             await dask_scheduler.remove_worker(address, stimulus_id=stimulus, close=True)
-        return outcome
 
-    outcomes = await asyncio.gather(*(retire_one(a) for a in addresses))
-    return dict(zip(addresses, outcomes))
+    await asyncio.gather(*(retire_one(a) for a in addresses))
 
 
-def retire(client, addresses: list[str]) -> dict[str, str]:
+def retire(client, addresses: list[str]) -> None:
     """Take workers out of the run's cluster at once (no graceful retirement: they cannot
     answer), so a worker that comes back after a cut is not part of the run any more.
 
@@ -116,5 +110,5 @@ def retire(client, addresses: list[str]) -> dict[str, str]:
     is stuck), the nanny kills the process and starts a fresh worker, which joins anew as a
     new worker; where it does not (the host is cut off), the worker is removed and told to
     close, and when it comes back it closes with its nanny: on your own hosts, restart that
-    ``dask worker``. Returns address → "restarted" or "removed"."""
-    return client.run_on_scheduler(_retire_workers, list(addresses))
+    ``dask worker``."""
+    client.run_on_scheduler(_retire_workers, list(addresses))
