@@ -14,6 +14,11 @@ worker still spends CPU per step (CartPole, the cells, waking from the wait). Wo
 with ``workbench.cluster.lean``'s settings unless ``--dask-defaults``. A size or policy that
 fails shows its error in the table; the rest still run.
 
+The "bare processes" rows are the control: the same loop (the actor's expression, the wait,
+16 CartPoles) in W plain processes with no framework, no learner and no barrier between
+iterations, timed the same way. It is what this machine gives at each size, so the gap
+between it and a policy is the framework's, not the machine's (``--no-bare`` to skip).
+
     python benchmarks/bench_policies.py             # both parts
     python benchmarks/bench_policies.py --presets   # part 1 only
     python benchmarks/bench_policies.py --scaling --latency-ms 10 --sizes 1 8 32
@@ -82,6 +87,55 @@ def sleepy_fdg(latency_ms: float = 2.0):
     return fdg
 
 
+def _bare_loop(steps: int, latency_s: float, seed: int, out, go) -> None:
+    """One plain process stepping the scaling env's loop ``steps`` times (the control):
+    says it is ready on ``out``, starts when ``go`` says so, then puts (wall, CPU) on ``out``."""
+    import time
+
+    import numpy as np
+
+    import workbench as wb
+
+    envs = wb.envs.make("CartPole-v1", num_envs=16, seed=seed)
+    obs = envs.reset()
+    for _ in range(20):  # warm: first calls, caches
+        obs = envs.step((obs[:, 2] > 0.0).astype(np.int64))[0]
+    out.put(seed)
+    go.get()  # every process starts together
+    start, cpu = time.perf_counter(), time.process_time()
+    for _ in range(steps):
+        action = (obs[:, 2] > 0.0).astype(np.int64)
+        time.sleep(latency_s)
+        obs, reward, terminated, truncated, info = envs.step(action)
+    out.put((time.perf_counter() - start, time.process_time() - cpu))
+
+
+def _bare(workers: int, latency_ms: float, pairs: int, steps: int = 32 * 40) -> dict[str, float]:
+    """The control: ``workers`` plain processes running the loop; rate by wall clock of
+    the slowest (median of ``pairs``), cores busy from their CPU time."""
+    import multiprocessing
+
+    spawn = multiprocessing.get_context("spawn")
+    rates, cores = [], []
+    for _ in range(pairs):
+        ready, go = spawn.Queue(), spawn.Queue()
+        procs = [spawn.Process(target=_bare_loop, args=(steps, latency_ms / 1e3, i, ready, go))
+                 for i in range(workers)]
+        for proc in procs:
+            proc.start()
+        for _ in procs:
+            ready.get(timeout=300)
+        for _ in procs:
+            go.put(0)
+        done = [ready.get(timeout=600) for _ in procs]
+        for proc in procs:
+            proc.join()
+        wall = max(d[0] for d in done)
+        rates.append(workers * steps * 16 / wall)
+        cores.append(sum(d[1] for d in done) / wall)
+    return {"rate": statistics.median(rates), "cores": statistics.median(cores), "driver_ms": float("nan")}
+
+
 def _cpu_seconds(pids) -> float:
     """User + system CPU seconds of these processes so far (those still alive)."""
     import psutil
@@ -128,7 +182,7 @@ def _steady(client, policy, worker_pids, latency_ms: float, pairs: int, short: i
 
 
 def scaling(sizes: tuple[int, ...] = SIZES, latency_ms: float = 2.0, dask_defaults: bool = False,
-            pairs: int = 3, policies: tuple[str, ...] = ("coarse", "fine")) -> None:
+            pairs: int = 3, policies: tuple[str, ...] = ("coarse", "fine"), bare: bool = True) -> None:
     """Weak scaling of the latency-bound env; a size or policy that fails is reported in
     the table (its error's first line), and the others still run."""
     import os
@@ -145,7 +199,13 @@ def scaling(sizes: tuple[int, ...] = SIZES, latency_ms: float = 2.0, dask_defaul
           f"{os.cpu_count()} cores", flush=True)
     names = {"coarse": "SingleLearnerCoarse", "fine": "SingleLearnerFine"}
     results: dict[str, dict[int, dict | str]] = {names[p]: {} for p in policies}
+    if bare:
+        results["bare processes (control)"] = {}
     for workers in sizes:
+        if bare:
+            results["bare processes (control)"][workers] = got = _bare(workers, latency_ms, pairs)
+            print(f"  bare processes × {workers}: {got['rate']:,.0f} env-steps/s, {got['cores']:.2f} cores busy",
+                  flush=True)
         with dask.config.set({} if dask_defaults else LEAN_DASK_CONFIG), \
                 LocalCluster(n_workers=workers, threads_per_worker=1, host="127.0.0.1",
                              dashboard_address="127.0.0.1:0", silence_logs=logging.ERROR) as cluster, \
@@ -178,6 +238,8 @@ def _table(results: dict[str, dict[int, dict | str]], sizes: tuple[int, ...]) ->
                     ("efficiency", lambda w: f"{ok[w]['rate'] / (w * base):.0%}" if base else "—"),
                     ("cores busy", lambda w: f"{ok[w]['cores']:.2f}"),
                     ("driver ms CPU / iteration", lambda w: f"{ok[w]['driver_ms']:.1f}")]
+        if name.startswith("bare"):
+            measures = measures[:3]  # no driver
         for label, cell in measures:
             cells = [cell(w) if w in ok else str(by.get(w) or "—") for w in sizes]
             lines.append(f"| {name}: {label} | " + " | ".join(cells) + " |")
@@ -194,6 +256,8 @@ def main() -> None:
                         help="how long each env step waits (default: %(default)s)")
     parser.add_argument("--dask-defaults", action="store_true",
                         help="Dask's default worker settings, not workbench.cluster.lean's")
+    parser.add_argument("--no-bare", action="store_true",
+                        help="skip the control rows (the loop in plain processes, no framework)")
     parser.add_argument("--pairs", type=int, default=3, help="short/long run pairs per point (median)")
     parser.add_argument("--policies", nargs="+", choices=["coarse", "fine"], default=["coarse", "fine"],
                         help="which policies the scaling part runs (default: both)")
@@ -204,7 +268,8 @@ def main() -> None:
 
         presets(embedded_cluster(quiet=True).client)
     if args.scaling or both:
-        scaling(tuple(args.sizes), args.latency_ms, args.dask_defaults, args.pairs, tuple(args.policies))
+        scaling(tuple(args.sizes), args.latency_ms, args.dask_defaults, args.pairs, tuple(args.policies),
+                not args.no_bare)
 
 
 if __name__ == "__main__":

@@ -116,3 +116,43 @@ def test_cli_checkpoint_options_errors_are_one_clear_line(capsys, argv, message)
     assert main(["run", str(QUICKSTART), "--iterations", "1", *argv]) == 2
     err = capsys.readouterr().err
     assert err.startswith("workbench: error:") and message in err and "Traceback" not in err
+
+
+def test_cli_ctrl_c_twice_exits_130_with_one_line_and_no_worker_left(tmp_path):
+    """`workbench run` interrupted twice in a row (as users do): exit status 130, the
+    interrupt's one line, no traceback, and the embedded cluster's worker processes gone."""
+    import os
+    import signal
+    import time
+
+    import psutil
+
+    logs = tmp_path / "logs"
+    # a shell's background job ignores SIGINT, and Python keeps that: set its own handler,
+    # as a terminal's foreground `workbench run` has
+    code = ("import signal, sys\nsignal.signal(signal.SIGINT, signal.default_int_handler)\n"
+            "from workbench.cli import main\nsys.exit(main(sys.argv[1:]))")
+    proc = subprocess.Popen(
+        [sys.executable, "-c", code, "run", str(QUICKSTART), "--policy", "coarse", "--iterations", "100000",
+         "--target-return", "1e9", "--no-progress", "--log-dir", str(logs)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 180
+        csv = logs / "metrics.csv"
+        while time.monotonic() < deadline and proc.poll() is None and not (
+                csv.exists() and csv.read_text().count("\n") >= 3):
+            time.sleep(0.1)
+        children = psutil.Process(proc.pid).children(recursive=True)
+        assert children, "the embedded cluster's workers should be running"
+        os.kill(proc.pid, signal.SIGINT)
+        time.sleep(0.2)
+        os.kill(proc.pid, signal.SIGINT)
+        out, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 130, (out, err)
+    assert err.count("workbench: interrupted; every worker was released.") == 1, err
+    assert "Traceback" not in err and "KeyboardInterrupt" not in err, err
+    psutil.wait_procs(children, timeout=30)
+    assert not [c for c in children if c.is_running() and c.status() != psutil.STATUS_ZOMBIE]

@@ -65,7 +65,11 @@ def main(argv: list[str] | None = None) -> int:
         return 130
     finally:
         if "workbench.cluster.connect" in sys.modules:  # a run started the embedded cluster
-            sys.modules["workbench.cluster.connect"].shutdown_embedded()
+            from workbench.runtime.interrupts import shielded
+
+            with shielded("closing the embedded cluster", reraise=False,  # the last thing done
+                          if_abandoned="its worker processes are then ended without a clean shutdown"):
+                sys.modules["workbench.cluster.connect"].shutdown_embedded()
 
 
 def _run(args) -> int:

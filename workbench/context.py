@@ -149,6 +149,13 @@ def env_steps() -> int:
     same under every policy and continuing across resume, for ε and learning-rate
     schedules. 0 outside a run.
 
+    ``envs`` is what the env replicas stepped together in the first step of this stretch
+    (a stretch begins with the run, and again at each resume, re-placement, applied edit
+    or recovery from a lost worker). Replicas do not tell each other their counts every
+    step (that would put a round trip in every step), so an env whose count varies from
+    step to step (``wb.count_env_steps`` with a changing ``n``) makes this an estimate;
+    ``run.env_steps`` and the rows stay exact.
+
     Example (an actor's step cell): ``eps = linear(1.0, 0.05, 10_000, wb.env_steps())``
     """
     ctx = _current.get()

@@ -36,6 +36,11 @@ if TYPE_CHECKING:
 __all__ = ["FDG"]
 
 
+#: the notice's iteration is a lower bound: a replica that began the next iteration
+#: before the change puts the boundary after it; the run's notes say the exact one
+_EXACT_LATER = "at the earliest (replicas that had begun later ones finish them first; run.events names the exact one)."
+
+
 class FDG(Graph):
     """A fragmented dataflow graph with the namespace its cells read; it can run.
 
@@ -94,7 +99,7 @@ class FDG(Graph):
         fragment = super().add_fragment(name, code, **options)
         rate = options.get("rate") or default_rate(name)
         at = trainer.apply_at_boundary("edited", f"{name}: new {rate} cell")
-        print(f"workbench: {name}: new {rate} cell, applies from iteration {at} (the next boundary).",
+        print(f"workbench: {name}: new {rate} cell, applies from iteration {at} {_EXACT_LATER}",
               flush=True)
         return fragment
 
@@ -133,7 +138,7 @@ class FDG(Graph):
             return None
         names = ", ".join(sorted(values))
         at = trainer.apply_at_boundary("updated", f"new value of {names}")
-        print(f"workbench: new value of {names}, applies from iteration {at} (the next boundary).",
+        print(f"workbench: new value of {names}, applies from iteration {at} {_EXACT_LATER}",
               flush=True)
         return at
 
@@ -149,8 +154,10 @@ class FDG(Graph):
         inventory = None
         if needs_cluster(policy):
             from workbench.cluster.connect import connect, inventory_of
+            from workbench.cluster.restarts import wait_for_restarts
 
             handle = connect(cluster, quiet=True)
+            wait_for_restarts(handle.client)  # a worker a stuck cell's stop restarted: plan on it too
             inventory = inventory_of(handle.client)
             if handle.owned and handle.cluster is None:
                 handle.close()  # a client opened just to read the workers of an address

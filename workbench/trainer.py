@@ -36,6 +36,7 @@ from workbench.fdg.policy import IN_PROCESS, Policy, as_policy_spec, needs_clust
 from workbench.progress import make_progress
 from workbench.runtime.checkpoint_writer import CheckpointWriter
 from workbench.runtime.driver import InlineBackend, IterationRecord, drive
+from workbench.runtime.interrupts import shielded
 from workbench.runtime.notebook_values import taken_at_deploy
 from workbench.runtime.replica import group_program
 from workbench.runtime.run import Run
@@ -340,7 +341,8 @@ class Trainer:
                 run.state = _collect_state(plan, backend.export(), start + completed)
                 _say_left_out(run)
         finally:
-            backend.teardown()
+            with shielded("releasing the run's replicas"):  # a second Ctrl-C must not cut this short
+                backend.teardown()
 
     def _run_auto(self, run: Run, stretch: _Stretch, resume) -> None:
         """Try each applicable preset for a few iterations on the real cluster, continuing

@@ -102,6 +102,42 @@ def test_ctrl_c_stops_every_loop_and_frees_the_workers(client):
     assert not any(_worker_threads(client).values())
 
 
+@pytest.mark.parametrize("policy", ["coarse", "inline"])
+def test_a_second_ctrl_c_while_the_run_stops_is_held_until_its_replicas_are_released(client, policy, capsys):
+    """Users press Ctrl-C twice. The second, while the first stops the run, waits until
+    the replicas are released: one KeyboardInterrupt, nothing left on the workers, no worker
+    restarted, and the next run works. The learner's iteration 1 takes 4 s, so the run is
+    still stopping when the second Ctrl-C comes."""
+    import _thread
+    import os
+    import threading
+    import time
+
+    fdg = toy_fdg(time=time)
+    fdg.add_fragment("learner", "slow = globals().get('slow', -1) + 1\n"
+                                "time.sleep(4.0 if slow == 1 else 0.0)\nscale = 1.0", rate="iteration")
+    pids = client.run(os.getpid)
+
+    def interrupt_twice() -> None:
+        deadline = time.monotonic() + 120  # a cold cluster may take seconds to deploy
+        while time.monotonic() < deadline and not (
+                fdg.last_run is not None and fdg.last_run.status == "running" and fdg.last_run.rows):
+            time.sleep(0.02)
+        _thread.interrupt_main()
+        time.sleep(0.5)  # the learner is 3.5 s from returning: the run is stopping
+        _thread.interrupt_main()
+
+    threading.Thread(target=interrupt_twice, daemon=True).start()
+    with pytest.raises(KeyboardInterrupt):
+        fdg.run(iterations=1_000_000, steps=1, policy=policy, cluster=client, progress=False)
+    assert fdg.last_run.status == "interrupted" and fdg.last_run.completed_iterations >= 1
+    assert _replicas_left(client) == 0 and not any(_worker_threads(client).values())
+    assert client.run(os.getpid) == pids  # the interrupt cost no worker its process
+    again = toy_fdg().run(iterations=2, steps=1, policy=policy, cluster=client, progress=False)
+    assert again.status == "finished" and again.completed_iterations == 2
+    assert capsys.readouterr().err.count("Ctrl-C again abandons it") == 1
+
+
 def test_no_channel_threads_outlive_a_run(client):
     toy_fdg().run(iterations=3, steps=2, policy="coarse", cluster=client, progress=False)
     assert not any(_worker_threads(client).values())

@@ -54,17 +54,26 @@ def _sample(client, pids: dict[str, int]) -> dict:
     return out
 
 
+def _worker_pids(client) -> dict[str, int]:
+    return {f"worker {addr}": pid for addr, pid in client.run(os.getpid).items()}
+
+
 @pytest.fixture(scope="module")
 def short_runs(client):
     """Samples after run WARM and run RUNS of one toy FDG, coarse, 3 iterations each."""
     pytest.importorskip("psutil")
-    pids = {f"worker {addr}": pid for addr, pid in client.run(os.getpid).items()}
-    pids["this process"] = os.getpid()
+    pids = {**_worker_pids(client), "this process": os.getpid()}
     fdg = toy_fdg()
     samples = {}
     for number in range(1, RUNS + 1):
         run = fdg.run(iterations=3, steps=2, policy="coarse", cluster=client, progress=False)
         assert run.status == "finished"
+        # the counts below are per process: say so if one was replaced (CI once saw a
+        # worker's process gone here, with no more than psutil's NoSuchProcess to go on)
+        now = _worker_pids(client)
+        assert all(now.get(name) == pid for name, pid in pids.items() if name.startswith("worker")), (
+            f"a worker process was replaced during short run {number}: {pids} -> {now}; "
+            f"the run's events: {run.events}")
         if number in (WARM, RUNS):
             samples[number] = _sample(client, pids)
     return samples[WARM], samples[RUNS], [p for p in pids]

@@ -295,3 +295,24 @@ def test_a_peer_with_another_clusters_certificates_is_turned_away(make_tls):
         assert len(box) == 0
     finally:
         server.close()
+
+
+def test_a_peer_silent_in_the_tls_handshake_is_dropped(make_tls, monkeypatch):
+    """A TCP connection that never sends its TLS hello is closed after the handshake
+    deadline (its reader thread ends); the server keeps serving."""
+    import socket
+
+    from tests.runtime.test_channel_fan_in import assert_dropped, assert_still_serves
+    from workbench.runtime import channels
+
+    monkeypatch.setattr(channels, "HANDSHAKE_TIMEOUT_S", 0.5)
+    tls, key, box = make_tls(), secrets.token_bytes(32), Mailbox()
+    server = SocketServer(box, "127.0.0.1", key, tls)
+    silent = socket.create_connection(server.address, timeout=10)
+    try:
+        assert silent.recv(4096) == b""  # no hello from us, no bytes from it: closed at the deadline
+        assert_dropped(server)
+        assert_still_serves(server, box, key, tls)
+    finally:
+        silent.close()
+        server.close()

@@ -176,3 +176,53 @@ def test_cupy_cartpole_matches_numpy_twin():
         np.testing.assert_array_equal(cupy.asnumpy(c_term)[fresh], n_term[fresh])
         fresh &= ~n_term
     assert fresh.sum() < 256  # some episodes ended on the way
+
+
+@pytest.mark.parametrize("dtype", [np.bool_, np.int8, np.uint8, np.int32, np.int64, np.uint64])
+def test_every_discrete_action_dtype_steps_as_int64_does(dtype):
+    # the step indexes a table of forces by the action: bools and every integer width
+    # must push the same way as int64 0/1 (a bool used as an index would be a mask)
+    rng = np.random.default_rng(3)
+    reference, other = CartPole(8, seed=5), CartPole(8, seed=5)
+    reference.reset(), other.reset()
+    for _ in range(200):
+        actions = rng.integers(0, 2, size=8)
+        expected = reference.step(actions.astype(np.int64))
+        got = other.step(actions.astype(dtype))
+        for a, b in zip(expected[:4], got[:4]):
+            np.testing.assert_array_equal(a, b)
+
+
+@pytest.mark.parametrize("bad", [np.array([0, 2, 0]), np.array([-1, 0, 1], np.int8),
+                                 np.array([0, 0, 256], np.uint16), np.array([0, 1, -(2**62)])])
+def test_an_action_outside_0_1_is_refused_for_every_integer_width(bad):
+    env = CartPole(3, seed=0)
+    env.reset()
+    with pytest.raises(ValueError, match="must be 0 .push left. or 1"):
+        env.step(bad)
+
+
+def test_rewards_are_fresh_arrays_so_a_cell_may_scale_them_in_place():
+    env = CartPole(4, seed=0)
+    env.reset()
+    first = env.step(np.ones(4, np.int64))[1]
+    first *= 0.01  # a user's reward scaling, in place
+    second = env.step(np.ones(4, np.int64))[1]
+    assert second.tolist() == [1.0] * 4 and second is not first
+
+
+def test_an_env_pickled_before_its_step_constants_existed_still_steps():
+    # a checkpoint written by an older workbench holds the env without the arrays the
+    # step now makes once: unpickling makes them again
+    import pickle
+
+    env = CartPole(4, seed=0)
+    env.reset()
+    state = env.__getstate__()
+    for derived in ("_forces", "_rewards"):  # as an older workbench pickled it
+        state.pop(derived, None)
+    old = CartPole.__new__(CartPole)
+    old.__setstate__(state)
+    twin = pickle.loads(pickle.dumps(env))
+    actions = np.array([0, 1, 1, 0])
+    np.testing.assert_array_equal(old.step(actions)[0], twin.step(actions)[0])

@@ -53,7 +53,7 @@ class HostCluster:
         """Run ``drive_run.py`` on host 0 with ``spec``; its result (or a failure that shows
         the processes' logs)."""
         spec = {"scheduler": self.address, "workers": len(self.procs) - 1, "iterations": 12,
-                "hosts": self.net.addresses, "switch": self.net.switch, **spec}
+                "hosts": self.net.addresses, "names": self.net.names, "switch": self.net.switch, **spec}
         try:
             done = self.net.run(0, [sys.executable, str(DRIVER), json.dumps(spec)], timeout=timeout)
         except subprocess.TimeoutExpired as exc:
@@ -95,4 +95,5 @@ def host_cluster(hosts, tmp_path):
         cluster.close()
         for i in range(len(hosts.names)):
             hosts.link(i, True)
+            hosts.throttle(i, None)
         time.sleep(0.2)  # the next test's scheduler binds the same port

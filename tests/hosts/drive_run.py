@@ -1,8 +1,11 @@
 """The notebook's side of a run on namespace hosts: run inside the scheduler's host by
 ``tests/hosts`` (``ip netns exec HOST python drive_run.py SPEC``), it connects to the
-scheduler, runs an FDG under SingleLearnerCoarse, injects one fault after iteration
-``at`` (``kill``: SIGKILL a worker; ``stop``: SIGSTOP it; ``cut``: take its host's link
-down) and prints one JSON line with what happened."""
+scheduler, runs an FDG under ``policy`` (SingleLearnerCoarse unless said), injects one
+fault after iteration ``at`` (``kill``: SIGKILL a worker; ``stop``: SIGSTOP it; ``cut``:
+take its host's link down; ``blink``: the same, plugged back in once the run has gone on
+without it; ``pause``: SIGSTOP it for ``pause_s`` then SIGCONT, a hiccup
+shorter than the liveness probe's limit; ``throttle``: make its host's link slow, to
+``rate``) and prints one JSON line with what happened."""
 from __future__ import annotations
 
 import json
@@ -10,6 +13,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -20,6 +24,7 @@ def main(spec: dict) -> dict:
     from distributed import Client
 
     from tests.conftest import toy_fdg
+    from tests.hosts.netns import throttle
     from workbench.cluster._dask_compat import workers_info
 
     client = Client(spec["scheduler"], timeout=120, set_as_default=False)
@@ -33,6 +38,12 @@ def main(spec: dict) -> dict:
 
     class Inject:
         def log(self, row: dict) -> None:
+            if spec["fault"] == "blink" and fault and "restored" not in fault and any(
+                    e.kind == "worker lost" for e in fdg.last_run.events):
+                # the run has moved on without the host: plug its cable back in
+                subprocess.run(["ip", "netns", "exec", spec["switch"], "ip", "link", "set",
+                                f"port{fault['host']}", "up"], check=True, timeout=10)
+                fault["restored"] = row["iteration"]
             if row["iteration"] != spec.get("at") or fault:
                 return
             run = fdg.last_run
@@ -47,23 +58,31 @@ def main(spec: dict) -> dict:
             elif spec["fault"] == "stop":
                 os.kill(pids[address], signal.SIGSTOP)
                 fault["pid"] = pids[address]
-            elif spec["fault"] == "cut":
-                host = spec["hosts"].index(address.split("://")[1].rsplit(":", 1)[0])
-                subprocess.run(["ip", "netns", "exec", spec["switch"], "ip", "link", "set", f"port{host}", "down"],
-                               check=True, timeout=10)
+            elif spec["fault"] == "pause":
+                os.kill(pids[address], signal.SIGSTOP)
+                threading.Timer(spec["pause_s"], os.kill, (pids[address], signal.SIGCONT)).start()
+            elif spec["fault"] in ("cut", "blink", "throttle"):
+                host = fault["host"] = spec["hosts"].index(address.split("://")[1].rsplit(":", 1)[0])
+                if spec["fault"] in ("cut", "blink"):
+                    subprocess.run(["ip", "netns", "exec", spec["switch"], "ip", "link", "set", f"port{host}",
+                                    "down"], check=True, timeout=10)
+                else:
+                    throttle(spec["switch"], spec["names"][host], host, spec["rate"])
 
         def close(self) -> None:
             pass
 
-    run = fdg.run(iterations=spec["iterations"], steps=4, policy="coarse", cluster=client, progress=False,
+    run = fdg.run(iterations=spec["iterations"], steps=4, policy=spec.get("policy", "coarse"), cluster=client,
+                  progress=False,
                   loggers=[Inject()])
     lost = [e for e in run.events if e.kind == "worker lost"]
     result = {
-        "status": run.status, "completed": run.completed_iterations,
+        "status": run.status, "completed": run.completed_iterations, "wall_s": run.wall_time,
         "iterations": [r["iteration"] for r in run.rows], "lost_iterations": run.lost_iterations,
         "events": [e.message for e in lost], "fault": fault,
         "detected_after": lost[0].time - fault["at"] if lost and fault else None,
         "workers_after": sorted(workers_info(client)),
+        "placed_on": sorted({w for g in run.policy.groups for w in g.workers}),
         "scale": run.state.fragments["learner"][0]["scale"] if run.state is not None else None,
     }
     if "pid" in fault:

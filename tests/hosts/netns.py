@@ -14,7 +14,7 @@ import shutil
 import signal
 import subprocess
 
-__all__ = ["Hosts", "unavailable"]
+__all__ = ["Hosts", "throttle", "unavailable"]
 
 
 def _ip(*args: str, ns: str | None = None, check: bool = True) -> subprocess.CompletedProcess:
@@ -34,6 +34,20 @@ def unavailable() -> str | None:
         return f"cannot create a network namespace here: {made.stderr.strip()}"
     subprocess.run(["ip", "netns", "del", probe], capture_output=True)
     return None
+
+
+def throttle(switch: str, host_ns: str, index: int, rate: str | None) -> None:
+    """Make the cable of host ``index`` (namespace ``host_ns``) slow both ways: a token
+    bucket of ``rate`` (such as "256kbit") queueing up to 1 s (these kernels lack netem's
+    delay); None makes it fast again. Namespaces are reused between tests: whoever
+    throttles unthrottles."""
+    for ns, dev in ((switch, f"port{index}"), (host_ns, "eth0")):
+        subprocess.run(["ip", "netns", "exec", ns, "tc", "qdisc", "del", "dev", dev, "root"],
+                       capture_output=True, timeout=20)  # none there: fine
+        if rate is not None:
+            subprocess.run(["ip", "netns", "exec", ns, "tc", "qdisc", "add", "dev", dev, "root", "tbf",
+                            "rate", rate, "burst", "16kbit", "latency", "1s"],
+                           check=True, capture_output=True, timeout=20)
 
 
 class Hosts:
@@ -85,6 +99,10 @@ class Hosts:
     def link(self, host: int, up: bool) -> None:
         """Plug host ``host``'s cable out of the switch (its processes live on) or back in."""
         _ip("link", "set", f"port{host}", "up" if up else "down", ns=self.switch)
+
+    def throttle(self, host: int, rate: str | None) -> None:
+        """Make host ``host``'s cable slow both ways, or fast again (see :func:`throttle`)."""
+        throttle(self.switch, self.names[host], host, rate)
 
     def close(self) -> None:
         for proc in self.procs:

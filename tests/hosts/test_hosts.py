@@ -13,8 +13,9 @@ ITERATIONS = 12
 DETECTED_WITHIN = 60.0
 
 
-def test_a_run_across_hosts_finishes(host_cluster):
-    result = host_cluster.drive(fault="none")
+@pytest.mark.parametrize("policy", ["coarse", "SingleLearnerFine"])
+def test_a_run_across_hosts_finishes(host_cluster, policy):
+    result = host_cluster.drive(fault="none", policy=policy)
     assert result["status"] == "finished" and result["iterations"] == list(range(ITERATIONS)), result
     assert result["events"] == []
     assert result["scale"] == 0.5 ** ITERATIONS
@@ -35,6 +36,34 @@ def test_a_lost_host_costs_at_most_the_iteration_in_flight(host_cluster, fault, 
     # retired from the scheduler (killed, or removed as unreachable): not part of the run
     assert result["fault"]["address"] not in result["workers_after"], result
     # the learner was restored from its snapshot: every iteration halved its scale once
+    assert result["scale"] == 0.5 ** ITERATIONS, result
+
+
+def test_a_host_whose_link_comes_back_does_not_rejoin_the_run_half_way(host_cluster):
+    """The learner's host is cut off, the run re-places without it, then its cable goes
+    back in: the run finishes on the other host, losing at most the iteration in flight,
+    and the host that came back is not part of it."""
+    result = host_cluster.drive(fault="blink", target="learner", at=4, iterations=16)
+    assert result["fault"].get("restored") is not None, result
+    assert result["status"] == "finished" and result["iterations"] == list(range(16)), result
+    assert len(result["events"]) == 1 and "stopped answering" in result["events"][0], result
+    assert result["lost_iterations"] <= 1, result
+    assert result["fault"]["worker"] not in result["placed_on"], result
+    assert result["scale"] == 0.5 ** 16, result
+
+
+@pytest.mark.parametrize(("fault", "spec"), [
+    ("pause", {"pause_s": 1.5}),
+    ("throttle", {"rate": "32kbit"}),
+], ids=["the learner's worker frozen for 1.5 s", "the learner's host's link slowed to 32 kbit/s"])
+def test_a_slow_or_hiccuping_host_is_not_taken_for_a_lost_one(host_cluster, fault, spec):
+    """Alive but slow is not lost: the liveness probe waits for an answer, so a short
+    freeze (a long GC pause, a swapping host) or a slow link costs time, not the worker."""
+    result = host_cluster.drive(fault=fault, target="learner", at=4, **spec)
+    assert result["fault"], result
+    assert result["status"] == "finished" and result["iterations"] == list(range(ITERATIONS)), result
+    assert result["events"] == [] and result["lost_iterations"] == 0, result
+    assert result["fault"]["address"] in result["workers_after"], result
     assert result["scale"] == 0.5 ** ITERATIONS, result
 
 

@@ -121,6 +121,25 @@ def test_ctrl_c_with_a_stuck_coarse_cell_returns_and_the_fdg_runs_again(client, 
     _assert_runs_again(fdg, "coarse", client)
 
 
+def test_a_plan_right_after_a_stuck_cells_stop_waits_for_the_restarted_worker(client, capsys, paths):
+    """``fdg.plan`` straight after the stop: it waits for the worker the stop restarted
+    (saying so), so the plan places on both workers, as the next run would."""
+    release, marker = paths
+    fdg = sticky_fdg(release, marker)
+    thread = threading.Thread(target=lambda: fdg.run(iterations=1000, steps=3, policy="coarse",
+                                                     cluster=client, progress=False), daemon=True)
+    thread.start()
+    assert _wait_for(marker), "the env's step cell never got stuck"
+    fdg.stop()
+    thread.join(timeout=RETURN_BOUND_S)
+    assert not thread.is_alive(), "stop did not return"
+    assert "restarting worker" in capsys.readouterr().out
+    plan = fdg.plan("coarse", cluster=client)
+    assert {w for g in plan.policy.groups for w in g.workers} == {"0", "1"}
+    fdg.namespace["stuck"] = False
+    _assert_runs_again(fdg, "coarse", client)
+
+
 def test_reset_during_a_stuck_background_run_is_refused_at_once_and_stop_ends_it(ip, client, capsys, paths):
     """``%fdg reset`` while a background run's cell is stuck returns at once (it refuses:
     the run holds the FDG) and says to stop first; ``%fdg stop`` then returns within the

@@ -63,9 +63,52 @@ def test_a_peer_without_the_key_is_turned_away_and_the_server_keeps_serving():
         except (AuthenticationError, OSError, EOFError):
             raised = True
         assert raised
-        good = SocketPostman({("x", 0): server.address}, key)
-        good.send(("x", 0), "k", 0, 0, 42)
-        assert box.take("k", 0, 0, stopped=lambda: False) == 42
-        good.close()
+        assert_still_serves(server, box, key)
     finally:
+        server.close()
+
+
+def assert_still_serves(server: SocketServer, box: Mailbox, key: bytes, tls=None) -> None:
+    """A peer with the run's key (and certificates) gets a value through."""
+    good = SocketPostman({("x", 0): server.address}, key, tls=tls)
+    good.send(("x", 0), "k", 0, 0, 42)
+    assert box.take("k", 0, 0, stopped=lambda: False) == 42
+    good.close()
+
+
+def assert_dropped(server: SocketServer, timeout: float = 10) -> None:
+    """The server kept no connection and no reader thread (waiting ``timeout`` for them to go)."""
+    def readers() -> list:
+        return [t for t in server._threads if t.name == "workbench-channel-read" and t.is_alive()]
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and (server._conns or readers()):
+        time.sleep(0.01)
+    assert not server._conns and not readers()
+
+
+def test_a_peer_silent_in_the_handshake_is_dropped_and_the_server_keeps_serving(monkeypatch):
+    """A connection that never answers the challenge (a peer cut off mid-handshake, a port
+    scanner) is closed after HANDSHAKE_TIMEOUT_S, not held for the server's life."""
+    import socket
+
+    from workbench.runtime import channels
+
+    monkeypatch.setattr(channels, "HANDSHAKE_TIMEOUT_S", 0.5)
+    key = secrets.token_bytes(32)
+    box = Mailbox()
+    server = SocketServer(box, "127.0.0.1", key)
+    silent = socket.create_connection(server.address, timeout=10)
+    try:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and not server._conns:
+            time.sleep(0.01)  # accepted
+        assert server._conns
+        silent.recv(4096)  # the challenge comes; no answer is sent
+        # then the server gives up on it: the socket ends (EOF), its thread and entry go
+        assert silent.recv(4096) == b""
+        assert_dropped(server)
+        assert_still_serves(server, box, key)
+    finally:
+        silent.close()
         server.close()

@@ -86,3 +86,42 @@ def test_undefined_notebook_name_is_caught_before_running():
 def test_iterations_must_be_positive_whole_numbers(bad):
     with pytest.raises(wb.RunConfigError, match="iterations"):
         toy_fdg().run(iterations=bad, steps=1, progress=False)
+
+
+def test_reports_that_arrive_after_every_loop_has_exited_still_count(monkeypatch):
+    """On a cluster, reports come over the driver's channel and exits through Dask, so on
+    a busy machine every loop's exit can overtake the last reports: the run waits for them
+    (``TRAILING_REPORTS_S``) rather than calling itself stalled. Here every report is held
+    back until all loops have exited, then let through."""
+    import workbench.trainer
+    from workbench.runtime.driver import TRAILING_REPORTS_S, Events, InlineBackend
+
+    class ExitsFirst(Events):
+        def __init__(self, inner: Events, loops: int) -> None:
+            super().__init__(inner.on_snapshot)
+            self.queue, self.held, self.loops = inner.queue, [], loops
+
+        def report(self, task, report) -> None:
+            self.held.append((task, report))
+
+        def exit(self, group, replica) -> None:
+            super().exit(group, replica)
+            self.loops -= 1
+            if self.loops == 0:
+                threading.Timer(HELD_S, self._release).start()
+
+        def _release(self) -> None:
+            for task, report in self.held:
+                super().report(task, report)
+
+    class LateReportsBackend(InlineBackend):
+        def start(self, plan, stream, events):
+            loops = sum(g.replicas for g in plan.groups.values())
+            super().start(plan, stream, ExitsFirst(events, loops))
+
+    HELD_S = 0.5
+    assert HELD_S < TRAILING_REPORTS_S
+    monkeypatch.setattr(workbench.trainer, "InlineBackend", LateReportsBackend)
+    run = toy_fdg().run(iterations=4, steps=2, policy="inline", progress=False)
+    assert run.status == "finished", run.error
+    assert [row["iteration"] for row in run.rows] == [0, 1, 2, 3]

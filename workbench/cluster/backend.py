@@ -24,6 +24,8 @@ from distributed.utils import get_ip
 from workbench.cluster._dask_compat import forget_topic_handler, prune_topics, topic_name
 from workbench.cluster import liveness, restarts, worker_logs, worker_setup
 from workbench.cluster.channel_security import channel_tls, cluster_uses_tls, worker_channel_tls
+from workbench.cluster.report_events import report_event
+from workbench.cluster.report_relay import REPORT_KEY, DriverInbox, ReportRelay
 from workbench.errors import FragmentRuntimeError, PlacementError, WorkerLostError, WorkerUnreachableError
 from workbench.fdg.inventory import Inventory
 from workbench.fdg.plan import Plan
@@ -91,7 +93,7 @@ def _deploy(run_id: str, authkey: bytes, program: GroupProgram, index: int, coun
 
 def _loop_task(run_id: str, authkey: bytes, group: str, index: int, plan: Plan, stream: StreamSpec,
                addresses: dict, counts: dict[str, int], tls: bool = False) -> int:
-    # ``addresses`` includes the driver's snapshot server (DRIVER) when snapshots are on
+    # ``addresses`` includes the driver's channel server (DRIVER): reports and snapshots
     # Leave the worker's thread pool: loops run for the whole run, and several replicas
     # (actor+env and learner, say) may share one single-threaded worker.
     secede()
@@ -100,12 +102,14 @@ def _loop_task(run_id: str, authkey: bytes, group: str, index: int, plan: Plan, 
     deployed = plugin.deployed[(run_id, group, index)]
     local = {(g, i): d.mailbox for (r, g, i), d in plugin.deployed.items() if r == run_id}
     postman = SocketPostman(addresses, authkey, local, worker_channel_tls() if tls else None)
-    topic = topic_name(run_id)
     phases: dict[tuple[str, str], float] = {}
 
     def report(task: int, task_report: TaskReport) -> None:
         _add_phases(phases, task_report)
-        worker.log_event(topic, {"task": task, "report": task_report.to_message()})
+        # to the driver directly (see workbench.cluster.report_relay), with this worker's
+        # address for the dashboard page, as Dask's own events carried it
+        message = dict(report_event(task, task_report), worker=worker.address)
+        postman.send(DRIVER, REPORT_KEY, task, index, message)
 
     def snapshot(iteration: int, full: bool) -> None:
         postman.send(DRIVER, snapshot_key(group), iteration, index, deployed.replica.snapshot_bytes(full))
@@ -220,6 +224,10 @@ def _driver_host(inventory: Inventory) -> str:
     return get_ip(next(iter(sorted(hosts))))
 
 
+def _ignore(event) -> None:
+    """The run's topic handler: the driver has each report already (see ``start``)."""
+
+
 def _has_plugin(dask_worker=None) -> bool:
     return PLUGIN_NAME in dask_worker.plugins
 
@@ -232,7 +240,7 @@ class DaskBackend:
         self.inventory = inventory
         self.run_id = uuid.uuid4().hex[:8]
         self._authkey = secrets.token_bytes(32)
-        #: on a TLS cluster every replica channel and the snapshot channel use TLS too (the
+        #: on a TLS cluster every replica channel and the driver's channel use TLS too (the
         #: cluster's certificates; see workbench.cluster.channel_security); plain otherwise
         self._tls = cluster_uses_tls(client)
         self._addresses: dict[tuple[str, int], tuple[str, int]] = {}
@@ -248,7 +256,9 @@ class DaskBackend:
         self._asynchronous = False
         self._stopped = threading.Event()
         self.snapshots: SnapshotBook | None = None
-        self._snapshot_server: SocketServer | None = None
+        #: where replicas send reports and snapshots, and what passes reports on to the page
+        self._driver_server: SocketServer | None = None
+        self._relay: ReportRelay | None = None
         if not all(client.run(_has_plugin).values()):
             client.register_plugin(WorkbenchPlugin(), name=PLUGIN_NAME)
         # what makes the embedded cluster's workers fast, on the user's own workers too
@@ -278,10 +288,6 @@ class DaskBackend:
             self._addresses[key] = tuple(future.result())
 
     def start(self, plan: Plan, stream: StreamSpec, events: Events) -> None:
-        def on_event(event) -> None:
-            message = event[1]
-            events.report(message["task"], TaskReport.from_message(message["report"]))
-
         def on_done(future: Future, key=None) -> None:
             if future.status == "error":
                 events.error(future.exception())
@@ -289,17 +295,22 @@ class DaskBackend:
                 events.error(ConnectionError(f"{key[0]}[{key[1]}] lost a peer: {future.result()}"))
             events.exit(*key)
 
-        self.client.subscribe_topic(self._topic, on_event)
+        # reports come over the driver's channel (workbench.cluster.report_relay); the relay
+        # puts them on the run's topic for the dashboard page. Subscribed, so that the topic
+        # counts as in use (prune_topics keeps it) while the run lasts.
+        self.client.subscribe_topic(self._topic, _ignore)
+        self._relay = ReportRelay(self.client, self._topic)
         counts = {name: g.replicas for name, g in plan.groups.items()}
         self._asynchronous = plan.policy.asynchronous
         addresses = dict(self._addresses)
         if stream.snapshot_every or stream.full_snapshot_every:
-            # replicas send their state here between iterations (HMAC-authenticated like
-            # every channel); the run restores from it when a worker dies
+            # replicas send their state here between iterations; the run restores from it
+            # when a worker dies
             self.snapshots = SnapshotBook(counts, on_complete=events.on_snapshot)
-            self._snapshot_server = SocketServer(self.snapshots, _driver_host(self.inventory), self._authkey,
-                                                 self._driver_tls())
-            addresses[DRIVER] = self._snapshot_server.address
+        # HMAC-authenticated like every channel, TLS on a TLS cluster
+        self._driver_server = SocketServer(DriverInbox(events, self.snapshots, self._relay),
+                                           _driver_host(self.inventory), self._authkey, self._driver_tls())
+        addresses[DRIVER] = self._driver_server.address
         for key, address in self._workers.items():
             future = self.client.submit(
                 _loop_task, self.run_id, self._authkey, key[0], key[1], plan, stream,
@@ -458,8 +469,10 @@ class DaskBackend:
         self.stop()
         self._join_loops()
         self._loops.clear()
-        if self._snapshot_server is not None:
-            self._snapshot_server.close()
+        if self._driver_server is not None:
+            self._driver_server.close()
+        if self._relay is not None:
+            self._relay.close()
         try:
             forget_topic_handler(self.client, self._topic)
             self.client.run_on_scheduler(prune_topics, KEEP_TOPICS)

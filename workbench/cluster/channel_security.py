@@ -1,12 +1,12 @@
 """Whether a run's replica channels use TLS, and the certificates they use: the cluster's.
 
 A run on a TLS cluster (a ``tls://`` scheduler, or a client whose Dask ``Security`` requires
-encryption) sends trajectories, weights and snapshots over TLS too
+encryption) sends trajectories, weights, snapshots and reports over TLS too
 (:mod:`workbench.runtime.wire`): a worker's channels take its own Dask certificates
-(``get_worker().security``, role "worker"), the notebook's snapshot server the client's
-(``client.security``, role "client"). Both are signed by the cluster's CA, which every
-side checks; Dask already required each of them to reach the scheduler. On a plain cluster
-(the embedded loopback one) the channels stay plain.
+(``get_worker().security``, role "worker"), the notebook's channel server (reports and
+snapshots) the client's (``client.security``, role "client"). Both are signed by the
+cluster's CA, which every side checks; Dask already required each of them to reach the
+scheduler. On a plain cluster (the embedded loopback one) the channels stay plain.
 """
 from __future__ import annotations
 

@@ -1,9 +1,10 @@
 """A "workbench" page on the Dask dashboard: where a run's time goes, live.
 
-Each replica loop logs one Dask event per finished task under the topic
-``workbench-<run_id>`` (see :mod:`workbench.cluster.backend`). The scheduler keeps the
-latest events of every topic; this page reads them every 500 ms (only the new ones) and
-shows, for the latest run (or one picked in the "Run" menu):
+Each replica loop reports every finished task to the driver, which passes the reports on
+in batches to the scheduler topic ``workbench-<run_id>`` (see
+:mod:`workbench.cluster.report_relay`). The scheduler keeps the latest events of every
+topic; this page reads them every 500 ms (only the new ones) and shows, for the latest run
+(or one picked in the "Run" menu):
 
 * per replica (a group of fused fragments on one worker): seconds in compute per
   fragment, seconds waiting for inputs, seconds sending outputs, and bytes sent;
@@ -33,6 +34,8 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable, Sequence
 
 from workbench.cluster._dask_compat import TOPIC_PREFIX, workbench_topic_names
+from workbench.cluster.report_events import report_fields
+from workbench.cluster.report_relay import batch_items
 from workbench.fdg.plan import human_bytes
 from workbench.runtime.run import RETURN_METRIC
 
@@ -131,14 +134,15 @@ class RunState:
     # -- absorbing -----------------------------------------------------------------------
     def absorb(self, events: Iterable[tuple[float, Any]]) -> int:
         n = 0
-        for ts, msg in events:
-            if isinstance(msg, dict) and isinstance(msg.get("report"), dict):
-                self._absorb_one(float(ts), msg)
-                n += 1
+        for stamped, message in events:
+            for ts, msg in batch_items(stamped, message):  # the driver relays reports in batches
+                rep = report_fields(msg)
+                if rep is not None:
+                    self._absorb_one(float(ts), msg, rep)
+                    n += 1
         return n
 
-    def _absorb_one(self, ts: float, msg: dict) -> None:
-        rep = msg["report"]
+    def _absorb_one(self, ts: float, msg: dict, rep: dict) -> None:
         if self.t0 is None:
             self.t0 = ts
         self.t_last = ts if self.t_last is None else max(self.t_last, ts)

@@ -167,7 +167,7 @@ def to_host(array: Any) -> np.ndarray:
 def ended_envs(done: Any, xp: Any) -> tuple[np.ndarray, Any]:
     """Which envs ended this step, for an array env's autoreset: their indices on the host
     (to count them, to report stats) and on the env's device (to index its state)."""
-    ended = np.flatnonzero(to_host(done))
+    ended = to_host(done).ravel().nonzero()[0]  # np.flatnonzero, without its Python layers
     return ended, (ended if xp is np else xp.asarray(ended))
 
 

@@ -94,6 +94,24 @@ class CartPole(SavesState):
         self._state = xp.zeros((4, self.num_envs), dtype=xp.float64)
         self._elapsed = xp.zeros(self.num_envs, dtype=xp.int32)
         self._needs_reset = True
+        self._make_constants()
+
+    def _make_constants(self) -> None:
+        """Arrays every step uses, made once (at 16 envs, building them each step cost
+        as much as the physics), and made again where an unpickled env lands (a
+        checkpoint written before they existed, or onto another array module)."""
+        xp = self.xp
+        self._forces = xp.asarray([-FORCE_MAG, FORCE_MAG])  # by action: 0 → -F, 1 → +F
+        self._rewards = xp.ones(self.num_envs, dtype=xp.float32)  # handed out as copies
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = super().__getstate__()
+        del state["_forces"], state["_rewards"]  # derived: __setstate__ makes them again
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        super().__setstate__(state)
+        self._make_constants()
 
     # -- protocol ------------------------------------------------------------------
 
@@ -115,7 +133,7 @@ class CartPole(SavesState):
         x, x_dot, theta, theta_dot = self._state  # views: updated in place below
 
         # gymnasium's expressions in gymnasium's order, so rounding matches bit for bit.
-        force = xp.where(actions == 1, FORCE_MAG, -FORCE_MAG)
+        force = self._forces[actions]  # exactly ±FORCE_MAG: gymnasium's conditional
         costheta = xp.cos(theta)
         sintheta = xp.sin(theta)
         temp = (force + POLEMASS_LENGTH * xp.square(theta_dot) * sintheta) / TOTAL_MASS
@@ -133,7 +151,7 @@ class CartPole(SavesState):
         terminated = (xp.abs(x) > X_THRESHOLD) | (xp.abs(theta) > THETA_THRESHOLD_RADIANS)
         self._elapsed += 1
         truncated = self._elapsed >= MAX_EPISODE_STEPS
-        reward = xp.ones(self.num_envs, dtype=xp.float32)
+        reward = self._rewards.copy()
 
         final_obs = self._observe()
         obs, episode_return, episode_length = self._autoreset(terminated | truncated, final_obs)
@@ -189,7 +207,11 @@ class CartPole(SavesState):
             raise action_error("CartPole", actions, (self.num_envs,), DISCRETE_KINDS)
         if actions.shape != (self.num_envs,):
             actions = actions.reshape(self.num_envs)  # e.g. [N, 1] from a policy head
-        if actions.dtype.kind != "b" and bool(((actions < 0) | (actions > 1)).any()):
+        if actions.dtype.kind == "b":
+            return actions.view(self.xp.uint8)  # an index: False → 0, True → 1
+        # out of {0, 1} ⇔ a bit above the lowest is set (negatives set them all);
+        # count_nonzero is one C call where ((a < 0) | (a > 1)).any() is four
+        if int(self.xp.count_nonzero(actions >> 1)):
             bad = to_host(actions)
             bad = bad[(bad < 0) | (bad > 1)]
             raise ValueError(

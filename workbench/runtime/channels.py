@@ -42,6 +42,9 @@ Target = tuple[str, int]  # (group, replica)
 BACKLOG = 512
 #: how long closing a channel server waits for its threads to end
 CLOSE_JOIN_S = 2.0
+#: how long a connection may take to pass the TLS and HMAC handshakes; one that has not
+#: by then (a peer cut off mid-handshake, a port scanner) is closed, freeing its thread
+HANDSHAKE_TIMEOUT_S = 30.0
 
 
 def _reduce_array_value(obj):
@@ -336,15 +339,24 @@ class SocketServer:
             self._start(self._read, conn, name="workbench-channel-read")
 
     def _read(self, conn) -> None:
+        # the handshake reads block with no timeout of their own: a peer that goes silent
+        # half-way would hold this thread until the server closes (a run can last days)
+        passed = threading.Event()
+        deadline = threading.Timer(HANDSHAKE_TIMEOUT_S, lambda: passed.is_set() or _shut_down(conn))
+        deadline.daemon = True
+        deadline.start()
         try:
             wire.handshake(conn)  # TLS: a peer without the cluster's certificates fails here
             deliver_challenge(conn, self._authkey)
             answer_challenge(conn, self._authkey)
-        except Exception:  # a peer without the run's key, or one that hung up (a probe)
+            passed.set()
+        except Exception:  # a peer without the run's key, one that hung up (a probe), or too slow
             if conn in self._conns:  # probes recur in a long run: keep no trace of them
                 self._conns.remove(conn)
             _close_quietly(conn)
             return
+        finally:
+            deadline.cancel()
         while True:
             try:
                 message = conn.recv_bytes()

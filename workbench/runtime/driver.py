@@ -23,6 +23,7 @@ from workbench.fdg.wiring import WiredTask, wire_stream
 from workbench.runtime.channels import LocalPostman, Mailbox, dumps_state
 from workbench.runtime.counting import RETURN_METRIC
 from workbench.runtime.fence import Fence, decide
+from workbench.runtime.interrupts import shielded
 from workbench.runtime.loop import run_loop
 from workbench.runtime.replica import GroupProgram, GroupReplica, TaskReport
 from workbench.runtime.snapshots import DRIVER, SnapshotBook, snapshot_key
@@ -32,6 +33,10 @@ __all__ = ["Backend", "InlineBackend", "IterationRecord", "StreamSpec", "drive",
 #: how long a stop waits for the cells running to return before it names them and
 #: abandons their replicas
 STOP_GRACE_S = 10.0
+#: once every loop has exited, how long reports still on their way may take: on a cluster
+#: they come over the driver's channel while exits come through Dask, and the two can
+#: arrive in either order on a busy machine
+TRAILING_REPORTS_S = 2.0
 
 
 class Events:
@@ -305,15 +310,11 @@ def drive(
     they had begun are finished and recorded too (``on_iteration``'s answer then no longer
     matters), so the state collected afterwards is the state at the last recorded one.
 
-    When ``on_iteration`` asks to stop and the backend has a ``fence``, the replicas are
-    closed at one exact boundary first (:mod:`workbench.runtime.fence`): the iterations
-    they had begun are finished and recorded too (``on_iteration``'s answer then no longer
-    matters), so the state collected afterwards is the state at the last recorded one.
-
     ``stopping`` says a stop was asked for: if then no replica reports for
     ``STOP_GRACE_S``, a cell is stuck, and :class:`CellNotReturningError` names it.
 
-    Ctrl-C (KeyboardInterrupt) stops every loop before it propagates.
+    Ctrl-C (KeyboardInterrupt) stops every loop before it propagates; a second one
+    while they stop is held until they have (:mod:`workbench.runtime.interrupts`).
     """
     stream = StreamSpec(iterations, start, with_init, snapshot_every, full_snapshot_every)
     pending = stream.tasks(plan)  # the driver walks the stream too, a little ahead of the loops
@@ -360,12 +361,13 @@ def drive(
                 if probe is not None and loops_left and min(now - last_event, now - last_probe) > probe_after:
                     probe(now - last_event)  # silence: is a worker cut off or frozen?
                     last_probe = time.monotonic()
-                if loops_left == 0 or time.monotonic() - last_event > stall_timeout:
+                silent = time.monotonic() - last_event
+                if (loops_left == 0 and silent > TRAILING_REPORTS_S) or silent > stall_timeout:
                     backend.check()
-                    raise RuntimeError(
-                        f"the run stalled at iteration {next_iteration}: no replica reported for "
-                        f"{stall_timeout:g} s and {loops_left} loops are still alive."
-                    ) from None
+                    why = (f"every loop has ended, and no report came in the {TRAILING_REPORTS_S:g} s "
+                           "after" if loops_left == 0 else
+                           f"no replica reported for {stall_timeout:g} s and {loops_left} loops are still alive")
+                    raise RuntimeError(f"the run stalled at iteration {next_iteration}: {why}.") from None
                 continue
             last_event = time.monotonic()
             if event[0] == "error":
@@ -406,7 +408,8 @@ def drive(
                                 outstanding[it] -= left
                             del tasks[index]
     finally:
-        backend.stop()
+        with shielded("stopping the run's replicas"):  # a second Ctrl-C must not cut this short
+            backend.stop()
     return next_iteration - start
 
 

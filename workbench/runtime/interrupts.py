@@ -1,0 +1,66 @@
+"""Teardown that a second Ctrl-C does not cut short.
+
+A user who interrupts a run often presses Ctrl-C again while it stops. Cutting the
+teardown there would leave the run's replicas deployed on the workers (they keep their
+threads, and loops that never saw the stop flag look stuck to the next run, whose
+teardown then restarts their workers): the interrupt that was meant to stop one run
+would cost the cluster. So the stop and the teardown run :func:`shielded`: a Ctrl-C during
+them is held until they end (they are bounded: a loop gets ``STOP_GRACE_S``), with one
+line saying so; a further Ctrl-C abandons the teardown, as a user insisting expects.
+
+Only the main thread receives SIGINT, so off it (a background run) this does nothing.
+
+Example::
+
+    with shielded("stopping the run's replicas"):
+        backend.teardown()
+"""
+from __future__ import annotations
+
+import contextlib
+import signal
+import sys
+import threading
+from collections.abc import Iterator
+
+__all__ = ["shielded"]
+
+
+@contextlib.contextmanager
+def shielded(what: str, *, if_abandoned: str = "the workers may then keep the run's replicas until "
+             "they are restarted", reraise: bool = True) -> Iterator[None]:
+    """Run the block with Ctrl-C held back: the first one during it prints that ``what`` is
+    under way and is raised (as KeyboardInterrupt) once the block ends — unless an interrupt
+    is already on its way out, which it then joins, or ``reraise`` is False (the block was
+    the last thing to do); a second one is raised at once (``if_abandoned`` says what that
+    leaves behind).
+
+    >>> with shielded("nothing much"):
+    ...     1 + 1
+    2
+    """
+    if threading.current_thread() is not threading.main_thread() \
+            or signal.getsignal(signal.SIGINT) is not signal.default_int_handler:
+        # a background thread, or a host that handles SIGINT itself (it decides)
+        yield
+        return
+    # entered from a `finally` that an interrupt is passing through: that one is the stop
+    already_interrupted = isinstance(sys.exc_info()[1], KeyboardInterrupt)
+    held = 0
+
+    def hold(signum, frame) -> None:
+        nonlocal held
+        held += 1
+        if held > 1:  # insisting: let it through now
+            signal.signal(signal.SIGINT, signal.default_int_handler)
+            raise KeyboardInterrupt
+        print(f"workbench: {what}; this takes a few seconds at most. Ctrl-C again abandons "
+              f"it ({if_abandoned}).", file=sys.stderr, flush=True)
+
+    signal.signal(signal.SIGINT, hold)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+    if held and reraise and not already_interrupted:
+        raise KeyboardInterrupt
