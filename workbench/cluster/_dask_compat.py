@@ -63,14 +63,29 @@ def prune_topics(keep: int, dask_scheduler=None) -> int:
     return len(gone)
 
 
+def _finished_topic(event) -> None:
+    """Handler left on a finished run's topic: events still on their way take it."""
+
+
 def forget_topic_handler(client, topic: str) -> None:
-    """Unsubscribe ``client`` from ``topic`` and drop its handler: Dask's
-    ``unsubscribe_topic`` keeps the handler (private ``Client._event_handlers``), and with it
-    whatever the handler closes over (a run's events)."""
-    client.unsubscribe_topic(topic)
+    """Unsubscribe ``client`` from ``topic``, leaving a no-op placeholder as its handler.
+
+    Dask's ``unsubscribe_topic`` keeps the handler (private ``Client._event_handlers``), and
+    with it whatever the handler closes over (a run's events); so the handler is swapped for
+    a placeholder that holds nothing. It is not dropped: an event already on its way when
+    the client unsubscribes would reach a client with no handler, and Dask then raises
+    ``ValueError: No event handler known for topic`` and logs its traceback (CI saw one
+    printed by ``workbench run`` after Ctrl-C). Placeholders of earlier topics go here:
+    their late events landed long ago."""
     handlers = getattr(client, "_event_handlers", None)
     if isinstance(handlers, dict):
-        handlers.pop(topic, None)
+        for name in [t for t, h in handlers.items() if h is _finished_topic and t != topic]:
+            handlers.pop(name)
+    if isinstance(handlers, dict) and topic not in handlers:
+        return  # never subscribed, or forgotten already: nothing to unsubscribe
+    client.unsubscribe_topic(topic)
+    if isinstance(handlers, dict):
+        handlers[topic] = _finished_topic
 
 
 def workers_info(client) -> dict[str, dict]:
