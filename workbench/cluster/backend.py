@@ -33,6 +33,7 @@ from workbench.runtime.channels import Mailbox, SocketPostman, SocketServer, dum
 from workbench.runtime.driver import STOP_GRACE_S, Events, StreamSpec, close_envs
 from workbench.runtime.fence import Fence
 from workbench.runtime.loop import run_loop
+from workbench.runtime.randomness import Turns
 from workbench.runtime.replica import GroupProgram, GroupReplica, TaskReport
 from workbench.runtime.snapshots import DRIVER, SnapshotBook, snapshot_key
 
@@ -85,7 +86,8 @@ def _deploy(run_id: str, authkey: bytes, program: GroupProgram, index: int, coun
             notebook: dict, device: str, state: bytes | None, tls: bool = False) -> tuple[str, int]:
     worker = get_worker()
     restored = pickle.loads(state) if state is not None else None
-    replica = GroupReplica(program, index, count, str(worker.name), notebook, device, restored)
+    turns = _plugin().__dict__.setdefault("turns", {}).setdefault(run_id, Turns())  # one per run here
+    replica = GroupReplica(program, index, count, str(worker.name), notebook, device, restored, turns)
     deployed = _Deployed(replica, authkey, worker.ip, tls)
     _plugin().deployed[(run_id, program.group, index)] = deployed
     return deployed.server.address
@@ -191,6 +193,7 @@ def _drop_run(run_id: str, keep_stop: bool = False, dask_worker=None) -> int:
     if plugin is None:
         return 0
     plugin.__dict__.get("fences", {}).pop(run_id, None)
+    plugin.__dict__.get("turns", {}).pop(run_id, None)
     mine = [k for k in plugin.deployed if k[0] == run_id]
     for key in mine:
         plugin.deployed.pop(key).close()

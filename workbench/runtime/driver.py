@@ -25,6 +25,7 @@ from workbench.runtime.counting import RETURN_METRIC
 from workbench.runtime.fence import Fence, decide
 from workbench.runtime.interrupts import shielded
 from workbench.runtime.loop import run_loop
+from workbench.runtime.randomness import Turns
 from workbench.runtime.replica import GroupProgram, GroupReplica, TaskReport
 from workbench.runtime.snapshots import DRIVER, SnapshotBook, snapshot_key
 
@@ -166,11 +167,12 @@ class InlineBackend:
 
     def deploy(self, plan: Plan, programs: dict[str, GroupProgram], notebook: dict[str, Any],
                states: dict[tuple[str, int], dict] | None = None) -> None:
+        turns = Turns()  # every replica is in this process: they take turns with its RNGs
         for name, group in plan.groups.items():
             for index in range(group.replicas):
                 self.replicas[(name, index)] = GroupReplica(
                     programs[name], index, group.replicas, "local", notebook, group.device,
-                    (states or {}).get((name, index)))
+                    (states or {}).get((name, index)), turns)
 
     def export(self) -> dict[tuple[str, int], dict[str, dict[str, Any]]]:
         for thread in self._threads:

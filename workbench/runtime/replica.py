@@ -22,6 +22,7 @@ from workbench.runtime.cell_exit import describe as describe_error, install as c
 from workbench.runtime.channels import Stopped, dumps_state
 from workbench.runtime.counting import ENV_STEPS_KEY, REBUILT_KEY, batch_of, counter_of, env_fragments, explicit, without_counters
 from workbench.runtime.portable import PortableState, restore_into, type_label
+from workbench.runtime.randomness import Turns
 
 __all__ = ["GroupProgram", "GroupReplica", "TaskReport", "group_program"]
 
@@ -205,8 +206,13 @@ class GroupReplica:
 
     def __init__(self, program: GroupProgram, index: int, count: int, worker: str,
                  notebook: dict[str, Any], device: str = "cpu",
-                 state: dict[str, dict[str, Any]] | None = None) -> None:
+                 state: dict[str, dict[str, Any]] | None = None, turns: Turns | None = None) -> None:
         self.program = program
+        #: the run's replicas in this process take turns with its random generators, each
+        #: drawing from its own streams (workbench.runtime.randomness): pass every replica of
+        #: a run in one process the same Turns
+        self.turns = turns if turns is not None else Turns()
+        self.streams = self.turns.streams()
         self.index, self.count, self.worker, self.device = index, count, worker, device
         catch_process_exits()  # os._exit in a cell: its error, not a dead kernel or worker
         fragments = dict.fromkeys(f for f, _ in program.code)
@@ -337,9 +343,9 @@ class GroupReplica:
         report.notes, self.notes = self.notes, []  # e.g. from the snapshot taken before this task
         ctx = ReplicaContext(ReplicaInfo(self.program.group, self.index, self.count, self.worker,
                                          self.device))
-        if self.peers is not None and self.count > 1:
-            ctx.reducer = self.peers.allreduce
-        ctx.env_steps = lambda: self._env_steps_now(ctx)
+        if self.peers is not None and self.count > 1:  # waits for the others: not in a turn
+            ctx.reducer = self.turns.released(self.streams, self.peers.allreduce, self._stopped)
+        ctx.env_steps = self.turns.released(self.streams, lambda: self._env_steps_now(ctx), self._stopped)
         token = activate(ctx)
         try:
             for item in items:
@@ -371,6 +377,7 @@ class GroupReplica:
         counting = {f: (self.program.counted[f], explicit(self.program.code[(f, "step")]))
                     for f in item.fragments if f in self.program.counted}
         taken = 0
+        turns, streams, stopped = self.turns, self.streams, self._stopped
         for t in range(self.program.steps):
             ctx.step = t
             for frag, ns, code, bindings, buffers, sends in plan:
@@ -378,6 +385,7 @@ class GroupReplica:
                     self._bind(frag, "step", ns, bindings, inbox, item.iteration)
                 ctx.counted = None
                 self.running_cell = (frag, "step")  # named if a stop finds it stuck
+                turns.take(streams, stopped)
                 start = time.perf_counter() if TIMING else 0.0
                 try:
                     exec(code, ns)
@@ -387,6 +395,8 @@ class GroupReplica:
                     if not is_cell_error(exc):
                         raise
                     raise self._error(frag, "step", exc, item.iteration) from None
+                finally:
+                    turns.give(streams)
                 if TIMING:
                     clock[frag] += time.perf_counter() - start
                 if frag in counting:  # an env fragment: count its envs where they step
@@ -422,6 +432,7 @@ class GroupReplica:
             return
         self._bind(frag, rate, ns, self.program.bindings[key], inbox, iteration)
         self.running_cell = key
+        self.turns.take(self.streams, self._stopped)
         start = time.perf_counter() if TIMING else 0.0
         try:
             exec(self.compiled[key], ns)
@@ -431,6 +442,8 @@ class GroupReplica:
             if not is_cell_error(exc):
                 raise
             raise self._error(frag, rate, exc, iteration) from None
+        finally:
+            self.turns.give(self.streams)
         if TIMING:
             report.compute_seconds[frag] = report.compute_seconds.get(frag, 0.0) + time.perf_counter() - start
         self._ran.add(key)
@@ -456,6 +469,10 @@ class GroupReplica:
                          "shapes, optimiser) as the run that wrote the checkpoint."),
                 traceback_text="".join(traceback.format_exception(exc)),
             ) from None
+
+    def _stopped(self) -> bool:
+        """The run's stop flag (False before a loop lends this replica its channels)."""
+        return self.peers is not None and self.peers.stopped()
 
     def describe_busy(self) -> str | None:
         """Which cell this replica is running, and for how long (None when idle)."""

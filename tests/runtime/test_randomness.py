@@ -1,0 +1,189 @@
+"""Each replica draws from its own random streams (torch, NumPy's global, Python's
+``random``), whichever replicas share its process: the same seed gives the same numbers
+on every run and under every placement (DESIGN.md, contract 1).
+
+The oracle is computed here, not by the runtime: replica k seeded with ``SEED + k`` draws
+exactly what a fresh generator seeded with ``SEED + k`` draws, step after step.
+"""
+from __future__ import annotations
+
+import random
+import threading
+import time
+
+import numpy as np
+import pytest
+import torch
+
+import workbench as wb
+from workbench.fdg.policy import Group, Policy
+from workbench.fdg.vocabulary import IN_PROCESS
+from workbench.runtime.channels import Stopped
+from workbench.runtime.randomness import Turns
+
+SEED, ACTORS, ITERATIONS, STEPS = 100, 4, 2, 3
+
+
+def expected_draws(seed: int, n: int) -> list[tuple[float, float, float]]:
+    """What a replica seeded with ``seed`` draws in ``n`` steps, one of each kind per step."""
+    torch.manual_seed(seed), np.random.seed(seed), random.seed(seed)
+    return [(float(torch.rand(())), float(np.random.rand()), random.random()) for _ in range(n)]
+
+
+# ------------------------------------------------------------------ the turns themselves
+def test_each_replica_draws_its_own_streams_however_threads_interleave():
+    turns, threads, got = Turns(), [], {}
+
+    def replica(k: int) -> None:
+        streams, mine = turns.streams(), []
+        with turns.turn(streams, stopped=lambda: False):
+            torch.manual_seed(SEED + k), np.random.seed(SEED + k), random.seed(SEED + k)
+        for _ in range(20):
+            with turns.turn(streams, stopped=lambda: False):
+                mine.append((float(torch.rand(())), float(np.random.rand()), random.random()))
+            time.sleep(0.001 * (k % 2))  # vary the interleaving
+        got[k] = mine
+
+    for k in range(3):
+        threads.append(threading.Thread(target=replica, args=(k,)))
+        threads[-1].start()
+    for thread in threads:
+        thread.join(30)
+    assert got == {k: expected_draws(SEED + k, 20) for k in range(3)}
+
+
+def test_a_replica_waiting_for_its_turn_sees_the_stop():
+    turns, stop = Turns(), threading.Event()
+    turns.take(turns.streams(), stop.is_set)  # a stuck cell holds the turn
+    outcome = []
+
+    def waiting() -> None:
+        try:
+            turns.take(turns.streams(), stop.is_set)
+            outcome.append("took the turn")
+        except Stopped:
+            outcome.append("stopped")
+
+    thread = threading.Thread(target=waiting)
+    thread.start()
+    stop.set()
+    thread.join(30)
+    assert outcome == ["stopped"]
+
+
+def test_a_wait_inside_a_cell_gives_the_turn_up():
+    """Two replicas that meet inside their cells (wb.allreduce) must not wait on each other
+    for the turn."""
+    turns, met = Turns(), threading.Barrier(2, timeout=30)
+    stopped = lambda: False  # noqa: E731
+    done = []
+
+    def replica(k: int) -> None:
+        streams = turns.streams()
+        meet = turns.released(streams, met.wait, stopped)
+        with turns.turn(streams, stopped):
+            random.seed(k)
+            meet()
+            done.append((k, random.random()))
+
+    threads = [threading.Thread(target=replica, args=(k,)) for k in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+    assert sorted(done) == [(k, random.Random(k).random()) for k in range(2)]
+
+
+def test_a_wait_inside_a_cell_that_sees_the_stop_leaves_the_cell_with_stopped():
+    """The wait returns while another replica's stuck cell has the turn: the stop ends the
+    cell with Stopped (not a release of a lock it no longer holds)."""
+    turns, stop = Turns(), threading.Event()
+    mine, stuck = turns.streams(), turns.streams()
+    has_it = threading.Event()
+
+    def wait_while_another_cell_gets_stuck() -> None:
+        threading.Thread(target=lambda: (turns.take(stuck, stop.is_set), has_it.set()), daemon=True).start()
+        assert has_it.wait(30)
+        threading.Timer(0.2, stop.set).start()
+
+    with pytest.raises(Stopped):
+        with turns.turn(mine, stop.is_set):
+            turns.released(mine, wait_while_another_cell_gets_stuck, stop.is_set)()
+    assert not mine.holding
+
+
+# ------------------------------------------------------------------ runs, every placement
+def drawing_fdg() -> wb.FDG:
+    """Actors draw one number of each kind per step (seeded by replica in their init cell);
+    the learner keeps what it received."""
+    fdg = wb.FDG(namespace={"np": np, "torch": torch, "random": random, "SEED": SEED})
+    fdg.add_fragment("actor", (
+        "torch.manual_seed(SEED + replica.index)\n"
+        "np.random.seed(SEED + replica.index)\n"
+        "random.seed(SEED + replica.index)\n"
+    ), rate="init")
+    fdg.add_fragment("actor", (
+        "draws = np.array([[float(torch.rand(())), float(np.random.rand()), random.random()]])\n"
+        "reward = np.zeros(1)\n"
+    ), rate="step")
+    fdg.add_fragment("learner", "seen = []", rate="init")
+    fdg.add_fragment("learner", "seen.append(draws.copy())", rate="iteration")
+    return fdg
+
+
+IN_PROCESS_ACTORS = Policy("actors in one process", (
+    Group(("actor",), ACTORS, (IN_PROCESS,) * ACTORS), Group(("learner",), 1, (IN_PROCESS,))))
+
+
+@pytest.mark.parametrize("placement", ["in one process", "two per worker", "beside the learner"])
+def test_every_replica_draws_what_its_seed_gives_under_every_placement(placement, client):
+    policy, kwargs = {
+        "in one process": (IN_PROCESS_ACTORS, {}),
+        "two per worker": (wb.SingleLearnerCoarse(actors=ACTORS), {"cluster": client}),
+        "beside the learner": (Policy("custom", (  # every actor on the learner's worker
+            Group(("actor",), ACTORS, (client_worker(client),) * ACTORS),
+            Group(("learner",), 1, (client_worker(client),)))), {"cluster": client}),
+    }[placement]
+    run = drawing_fdg().run(iterations=ITERATIONS, steps=STEPS, policy=policy, progress=False,
+                            keep_state=True, **kwargs)
+    assert run.status == "finished", run.error
+    seen = run.state.fragments["learner"][0]["seen"]  # per iteration: [steps, actors, 3]
+    got = np.concatenate(seen)  # [iterations × steps, actors, 3]
+    # torch's and NumPy's only: Python's random module is shared with Dask, which draws
+    # from it too on a worker (connection back-off), so it is per replica only between
+    # replicas (randomness.py says so)
+    for k in range(ACTORS):
+        assert got[:, k, :2].tolist() == [list(d[:2]) for d in expected_draws(SEED + k, ITERATIONS * STEPS)], (
+            f"replica {k} under {placement!r} drew from another replica's stream")
+
+
+def client_worker(client) -> str:
+    """The name of one of the cluster's workers (what a Group's workers hold)."""
+    from workbench.cluster.connect import inventory_of
+
+    return inventory_of(client).workers[0].name
+
+
+def test_in_process_learners_that_allreduce_inside_their_cell_draw_their_own_streams():
+    """Two learner replicas in one process meet in wb.allreduce inside their cell (so the
+    turn is given up there) and each draws from its own stream before and after."""
+    fdg = wb.FDG(namespace={"np": np, "torch": torch, "wb": wb, "SEED": SEED})
+    fdg.add_fragment("actor", "reward = np.zeros(1)", rate="step")
+    fdg.add_fragment("learner", "torch.manual_seed(SEED + replica.index)\nseen = []", rate="init")
+    fdg.add_fragment("learner", (
+        "before = float(torch.rand(()))\n"
+        "mean = float(wb.allreduce(torch.tensor(before)))\n"
+        "seen.append((before, mean, float(torch.rand(()))))\n"
+    ), rate="iteration")
+    policy = Policy("two learners here", (Group(("actor",), 2, (IN_PROCESS,) * 2),
+                                          Group(("learner",), 2, (IN_PROCESS,) * 2)))
+    run = fdg.run(iterations=2, steps=1, policy=policy, progress=False, keep_state=True)
+    assert run.status == "finished", run.error
+    mine = {}
+    for k in range(2):
+        torch.manual_seed(SEED + k)
+        mine[k] = [float(torch.rand(())) for _ in range(4)]  # before, after; twice
+    for k, replica in enumerate(run.state.fragments["learner"]):
+        assert [(b, a) for b, _, a in replica["seen"]] == [(mine[k][0], mine[k][1]), (mine[k][2], mine[k][3])]
+        for i, (_, mean, _) in enumerate(replica["seen"]):
+            assert mean == pytest.approx((mine[0][2 * i] + mine[1][2 * i]) / 2)

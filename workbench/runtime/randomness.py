@@ -1,0 +1,155 @@
+"""Each replica's own random streams, in a process that holds several replicas.
+
+torch's default generator, NumPy's global ``RandomState`` (``np.random.rand`` and friends)
+and Python's ``random`` module are one per process. Replicas that share a process (two
+actor replicas on one worker, an actor beside the learner, every replica of an in-process
+run) drew from one stream in whatever order their threads happened to run, so the same
+seed gave other numbers on every run, and which replicas shared a process changed the
+results (DESIGN.md, contract 1).
+
+So each replica owns its streams. Replicas of one run in one process take **turns**: one
+cell runs at a time, and while it runs the process's generators hold that replica's
+state; when another replica's cell takes the turn, the states are swapped (torch: ~2 µs;
+NumPy's global state: ~50-100 µs, paid only on a swap). A process with one replica never
+swaps. A cell that waits for other replicas (``wb.allreduce``, ``wb.env_steps``) gives the
+turn up while it waits, so replicas that meet inside a cell never wait on each other.
+
+Every replica's streams start as the process's were when the run was deployed there: a
+replica that seeds in its init cell (``torch.manual_seed(cfg.seed + replica.index)``)
+draws the same numbers under every placement; replicas that do not seed start alike, as
+replicas in fresh worker processes do (torch's default seed is fixed).
+
+Not covered: CuPy's global generator; and Python's ``random`` on a Dask worker, which Dask
+itself draws from (connection back-off), so only in-process replicas keep it apart. Use a
+generator of your own there (``random.Random(seed)``, ``np.random.default_rng(seed)``):
+those live in the fragment's state and are per replica already.
+
+    >>> import numpy as np
+    >>> turns = Turns()
+    >>> mine, theirs = turns.streams(), turns.streams()
+    >>> with turns.turn(mine, stopped=lambda: False):
+    ...     np.random.seed(1)
+    >>> with turns.turn(theirs, stopped=lambda: False):
+    ...     np.random.seed(2); _ = np.random.rand()   # another replica's draws in between
+    >>> with turns.turn(mine, stopped=lambda: False):
+    ...     first = np.random.rand()
+    >>> first == np.random.RandomState(1).rand()
+    True
+"""
+from __future__ import annotations
+
+import random
+import sys
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from workbench.runtime.channels import Stopped
+
+__all__ = ["Turns", "Streams"]
+
+#: how often a replica waiting for its turn looks at the run's stop flag (seconds)
+_STOP_POLL_S = 0.05
+
+
+class Streams:
+    """One replica's saved random states."""
+
+    __slots__ = ("torch", "cuda", "numpy", "python", "holding")
+
+    def __init__(self) -> None:
+        self.torch = self.cuda = self.numpy = self.python = None
+        self.holding = False  # whether its replica has the turn now
+
+    def save(self) -> None:
+        """Keep the process's generators' states as this replica's."""
+        torch = sys.modules.get("torch")
+        if torch is not None:
+            self.torch = torch.get_rng_state()
+            self.cuda = torch.cuda.get_rng_state_all() if torch.cuda.is_initialized() else None
+        numpy = sys.modules.get("numpy")
+        if numpy is not None:
+            self.numpy = numpy.random.get_state()
+        self.python = random.getstate()
+
+    def install(self) -> None:
+        """Put this replica's states into the process's generators."""
+        torch = sys.modules.get("torch")
+        if torch is not None and self.torch is not None:
+            torch.set_rng_state(self.torch)
+            if self.cuda is not None and torch.cuda.is_initialized():
+                torch.cuda.set_rng_state_all(self.cuda)
+        numpy = sys.modules.get("numpy")
+        if numpy is not None and self.numpy is not None:
+            numpy.random.set_state(self.numpy)
+        if self.python is not None:
+            random.setstate(self.python)
+
+
+class Turns:
+    """The replicas of one run in one process, taking turns with the process's generators.
+
+    ``take(streams, stopped)`` … ``give(streams)`` (or ``with turn(streams, stopped)``) around each
+    cell; ``released(streams, wait, stopped)`` around a wait inside a cell for other
+    replicas."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._holder: Streams | None = None  # whose states the generators hold now
+        self._start = Streams()
+        self._start.save()
+
+    def streams(self) -> Streams:
+        """A new replica's streams: the process's as they were when these turns began."""
+        streams = Streams()
+        for name in ("torch", "cuda", "numpy", "python"):
+            setattr(streams, name, getattr(self._start, name))
+        return streams
+
+    @contextmanager
+    def turn(self, streams: Streams, stopped: Callable[[], bool]) -> Iterator[None]:
+        """Run the body with ``streams`` in the process's generators, one replica at a time.
+        Raises :class:`Stopped` if the run stops while this replica waits for its turn
+        (another replica's cell may be stuck)."""
+        self.take(streams, stopped)
+        try:
+            yield
+        finally:
+            self.give(streams)
+
+    def give(self, streams: Streams) -> None:
+        """End this replica's turn, if it has it (a wait inside the cell that saw the stop
+        did not take it back). Its states stay in the generators until another replica's
+        turn saves them."""
+        if streams.holding:
+            streams.holding = False
+            self._lock.release()
+
+    def released(self, streams: Streams, wait: Callable[..., Any],
+                 stopped: Callable[[], bool]) -> Callable[..., Any]:
+        """``wait`` (called inside a cell) with the turn given up while it runs: the other
+        replicas of this process it waits for can run their cells meanwhile."""
+        def call(*args, **kwargs):
+            self.give(streams)
+            try:
+                return wait(*args, **kwargs)
+            finally:
+                self.take(streams, stopped)
+        return call
+
+    def take(self, streams: Streams, stopped: Callable[[], bool]) -> None:
+        """Begin a turn of the replica whose streams these are (see :meth:`turn`)."""
+        while not self._lock.acquire(timeout=_STOP_POLL_S):
+            if stopped():
+                raise Stopped()
+        if self._holder is not streams:  # another replica ran since: swap (lazily, so a
+            try:                         # process with one replica never pays for it)
+                if self._holder is not None:
+                    self._holder.save()
+                streams.install()
+            except BaseException:
+                self._lock.release()
+                raise
+            self._holder = streams
+        streams.holding = True
