@@ -1,0 +1,56 @@
+"""What taking turns with the random generators costs: env-steps/s with one and with two
+acting replicas per worker process, on a 2-worker LocalCluster.
+
+Replicas that share a process run one cell at a time (workbench/runtime/randomness.py);
+compare revisions side by side with ``benchmarks/against.py``:
+
+    python benchmarks/against.py 610a34b --reps 2 -- $PWD/benchmarks/bench_turns.py
+
+(an absolute path: a revision from before this script has no copy of it)
+"""
+from __future__ import annotations
+
+import logging
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import workbench as wb  # noqa: E402
+from workbench.algorithms import ppo  # noqa: E402
+
+from bench_policies import sleepy_fdg  # noqa: E402
+
+ITERATIONS = 15
+
+
+def rate(fdg, policy, client, steps: int | None = None) -> float:
+    """Env-steps/s of one run by wall clock, after a 2-iteration warm-up run."""
+    kwargs = {} if steps is None else {"steps": steps}
+    fdg.run(iterations=2, policy=policy, cluster=client, progress=False, **kwargs)
+    start = time.perf_counter()
+    run = fdg.run(iterations=ITERATIONS, policy=policy, cluster=client, progress=False, **kwargs)
+    return run.env_steps / (time.perf_counter() - start)
+
+
+def main() -> None:
+    from distributed import Client
+
+    from workbench.cluster.patient import PatientLocalCluster
+
+    cases = [
+        ("quickstart PPO, coarse (one actor per worker)", ppo.build_fdg, "coarse", None),
+        ("quickstart PPO, actors=4 (two per worker)", ppo.build_fdg, wb.SingleLearnerCoarse(actors=4), None),
+        ("2 ms env, actors=4 (two per worker)", sleepy_fdg, wb.SingleLearnerCoarse(actors=4), 32),
+    ]
+    with PatientLocalCluster(n_workers=2, threads_per_worker=1, processes=True, host="127.0.0.1",
+                             dashboard_address=None, silence_logs=logging.ERROR) as cluster, \
+            Client(cluster) as client:
+        print("| case | env-steps/s |\n|---|---|")
+        for name, build, policy, steps in cases:
+            print(f"| {name} | {rate(build(), policy, client, steps):,.0f} |", flush=True)
+
+
+if __name__ == "__main__":
+    main()
