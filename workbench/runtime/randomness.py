@@ -90,9 +90,9 @@ class Streams:
 class Turns:
     """The replicas of one run in one process, taking turns with the process's generators.
 
-    ``take(streams, stopped)`` … ``give(streams)`` (or ``with turn(streams, stopped)``) around each
-    cell; ``released(streams, wait, stopped)`` around a wait inside a cell for other
-    replicas."""
+    ``take(streams, stopped)`` … ``give(streams)`` (or ``with turn(streams, stopped)``)
+    around each cell; ``released(streams, wait, stopped)`` around a wait inside a cell for
+    other replicas."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
@@ -131,11 +131,13 @@ class Turns:
         """``wait`` (called inside a cell) with the turn given up while it runs: the other
         replicas of this process it waits for can run their cells meanwhile."""
         def call(*args, **kwargs):
+            held = streams.holding  # called outside a cell (a thread of the user's): no turn
             self.give(streams)
             try:
                 return wait(*args, **kwargs)
             finally:
-                self.take(streams, stopped)
+                if held:
+                    self.take(streams, stopped)
         return call
 
     def take(self, streams: Streams, stopped: Callable[[], bool]) -> None:
