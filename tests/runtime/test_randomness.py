@@ -71,6 +71,18 @@ def test_a_replica_waiting_for_its_turn_sees_the_stop():
     assert outcome == ["stopped"]
 
 
+def test_a_cell_that_keeps_the_turn_too_long_is_run_beside_not_waited_for():
+    """A cell of the user's that waits for another replica of its process (a gate) keeps
+    the turn: the other replica runs without one after its patience, rather than both
+    hanging."""
+    turns = Turns()
+    turns.take(turns.streams(), lambda: False)  # waits for the other replica, turn held
+    other = turns.streams()
+    assert turns.take(other, lambda: False, patience=0.2) is False
+    assert not other.holding
+    turns.give(other)  # nothing to give: harmless
+
+
 def test_a_wait_inside_a_cell_gives_the_turn_up():
     """Two replicas that meet inside their cells (wb.allreduce) must not wait on each other
     for the turn."""

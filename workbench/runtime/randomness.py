@@ -12,7 +12,10 @@ cell runs at a time, and while it runs the process's generators hold that replic
 state; when another replica's cell takes the turn, the states are swapped (torch: ~2 µs;
 NumPy's global state: ~50-100 µs, paid only on a swap). A process with one replica never
 swaps. A cell that waits for other replicas (``wb.allreduce``, ``wb.env_steps``) gives the
-turn up while it waits, so replicas that meet inside a cell never wait on each other.
+turn up while it waits, so replicas that meet inside a cell never wait on each other. A
+cell that waits some other way (a gate of your own) keeps the turn; a replica that waits
+more than :data:`PATIENCE_S` for it runs its cell without one, and says so in the run's
+events, since its draws are then no longer its own.
 
 Every replica's streams start as the process's were when the run was deployed there: a
 replica that seeds in its init cell (``torch.manual_seed(cfg.seed + replica.index)``)
@@ -41,16 +44,21 @@ from __future__ import annotations
 import random
 import sys
 import threading
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
 from workbench.runtime.channels import Stopped
 
-__all__ = ["Turns", "Streams"]
+__all__ = ["Turns", "Streams", "PATIENCE_S"]
 
 #: how often a replica waiting for its turn looks at the run's stop flag (seconds)
 _STOP_POLL_S = 0.05
+#: how long a cell waits for the turn before it runs without one: a cell that holds the
+#: turn that long may be waiting for this replica (a gate of the user's, a file, a queue),
+#: and two replicas waiting on each other must not hang the run
+PATIENCE_S = 1.0
 
 
 class Streams:
@@ -140,11 +148,17 @@ class Turns:
                     self.take(streams, stopped)
         return call
 
-    def take(self, streams: Streams, stopped: Callable[[], bool]) -> None:
-        """Begin a turn of the replica whose streams these are (see :meth:`turn`)."""
+    def take(self, streams: Streams, stopped: Callable[[], bool], patience: float = PATIENCE_S) -> bool:
+        """Begin a turn of the replica whose streams these are (see :meth:`turn`). False
+        when another replica's cell kept the turn for ``patience`` seconds: the cell then
+        runs beside it without a turn (it may be waiting for this replica), and its draws
+        are no longer its own."""
+        deadline = time.monotonic() + patience
         while not self._lock.acquire(timeout=_STOP_POLL_S):
             if stopped():
                 raise Stopped()
+            if time.monotonic() > deadline:
+                return False
         if self._holder is not streams:  # another replica ran since: swap (lazily, so a
             try:                         # process with one replica never pays for it)
                 if self._holder is not None:
@@ -155,3 +169,4 @@ class Turns:
                 raise
             self._holder = streams
         streams.holding = True
+        return True

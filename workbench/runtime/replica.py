@@ -22,7 +22,7 @@ from workbench.runtime.cell_exit import describe as describe_error, install as c
 from workbench.runtime.channels import Stopped, dumps_state
 from workbench.runtime.counting import ENV_STEPS_KEY, REBUILT_KEY, batch_of, counter_of, env_fragments, explicit, without_counters
 from workbench.runtime.portable import PortableState, restore_into, type_label
-from workbench.runtime.randomness import Turns
+from workbench.runtime.randomness import PATIENCE_S, Turns
 
 __all__ = ["GroupProgram", "GroupReplica", "TaskReport", "group_program"]
 
@@ -234,6 +234,7 @@ class GroupReplica:
         self.left_out: dict[str, dict[str, str]] = {}
         #: warnings for the driver, sent with the next task's report
         self.notes: list[str] = []
+        self._said_no_turn = False  # a cell ran without its turn (said once, in notes)
         for frag, values in list((state or {}).items()):
             if frag in self.env_steps_taken:
                 self.env_steps_taken[frag] = counter_of(values)
@@ -385,7 +386,8 @@ class GroupReplica:
                     self._bind(frag, "step", ns, bindings, inbox, item.iteration)
                 ctx.counted = None
                 self.running_cell = (frag, "step")  # named if a stop finds it stuck
-                turns.take(streams, stopped)
+                if not turns.take(streams, stopped):
+                    self._ran_without_turn(frag, "step")
                 start = time.perf_counter() if TIMING else 0.0
                 try:
                     exec(code, ns)
@@ -432,7 +434,8 @@ class GroupReplica:
             return
         self._bind(frag, rate, ns, self.program.bindings[key], inbox, iteration)
         self.running_cell = key
-        self.turns.take(self.streams, self._stopped)
+        if not self.turns.take(self.streams, self._stopped):
+            self._ran_without_turn(frag, rate)
         start = time.perf_counter() if TIMING else 0.0
         try:
             exec(self.compiled[key], ns)
@@ -469,6 +472,16 @@ class GroupReplica:
                          "shapes, optimiser) as the run that wrote the checkpoint."),
                 traceback_text="".join(traceback.format_exception(exc)),
             ) from None
+
+    def _ran_without_turn(self, frag: str, rate: str) -> None:
+        """Say once that a cell of this replica ran beside another replica's long cell."""
+        if not self._said_no_turn:
+            self._said_no_turn = True
+            self.notes.append(
+                f"the {frag} {rate} cell of replica {self.index} of {self.program.group} (on {self.worker}) "
+                f"waited over {PATIENCE_S:g} s for another replica's cell in its process and ran beside it: "
+                "from here its random numbers (torch, np.random, random) may differ from run to run. "
+                "Give each replica its own worker, or keep cells from waiting on other replicas.")
 
     def _stopped(self) -> bool:
         """The run's stop flag (False before a loop lends this replica its channels)."""
