@@ -86,10 +86,11 @@ def _deploy(run_id: str, authkey: bytes, program: GroupProgram, index: int, coun
             notebook: dict, device: str, state: bytes | None, tls: bool = False) -> tuple[str, int]:
     worker = get_worker()
     restored = pickle.loads(state) if state is not None else None
-    turns = _plugin().__dict__.setdefault("turns", {}).setdefault(run_id, Turns())  # one per run here
+    plugin = _plugin()
+    turns = plugin.__dict__.setdefault("turns", {}).setdefault(run_id, Turns())  # one per run here
     replica = GroupReplica(program, index, count, str(worker.name), notebook, device, restored, turns)
     deployed = _Deployed(replica, authkey, worker.ip, tls)
-    _plugin().deployed[(run_id, program.group, index)] = deployed
+    plugin.deployed[(run_id, program.group, index)] = deployed
     return deployed.server.address
 
 

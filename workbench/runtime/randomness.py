@@ -41,6 +41,7 @@ those live in the fragment's state and are per replica already.
 """
 from __future__ import annotations
 
+import copy
 import random
 import sys
 import threading
@@ -110,10 +111,7 @@ class Turns:
 
     def streams(self) -> Streams:
         """A new replica's streams: the process's as they were when these turns began."""
-        streams = Streams()
-        for name in ("torch", "cuda", "numpy", "python"):
-            setattr(streams, name, getattr(self._start, name))
-        return streams
+        return copy.copy(self._start)  # the states are only read (installed), never changed
 
     @contextmanager
     def turn(self, streams: Streams, stopped: Callable[[], bool]) -> Iterator[None]:
@@ -153,12 +151,13 @@ class Turns:
         when another replica's cell kept the turn for ``patience`` seconds: the cell then
         runs beside it without a turn (it may be waiting for this replica), and its draws
         are no longer its own."""
-        deadline = time.monotonic() + patience
-        while not self._lock.acquire(timeout=_STOP_POLL_S):
-            if stopped():
-                raise Stopped()
-            if time.monotonic() > deadline:
-                return False
+        if not self._lock.acquire(blocking=False):  # free, the usual case: no clock reads
+            deadline = time.monotonic() + patience
+            while not self._lock.acquire(timeout=_STOP_POLL_S):
+                if stopped():
+                    raise Stopped()
+                if time.monotonic() > deadline:
+                    return False
         if self._holder is not streams:  # another replica ran since: swap (lazily, so a
             try:                         # process with one replica never pays for it)
                 if self._holder is not None:
