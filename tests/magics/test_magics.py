@@ -100,7 +100,10 @@ def test_background_run_and_stop(ip):
     ip.run_line_magic("fdg", "run --background --iterations 100000 --steps 1")
     import time
 
-    time.sleep(0.3)
+    deadline = time.monotonic() + 60  # an iteration done first, however busy the machine
+    while not (_fdg(ip).last_run is not None and _fdg(ip).last_run.completed_iterations) \
+            and time.monotonic() < deadline:
+        time.sleep(0.02)
     run = ip.run_line_magic("fdg", "stop")
     assert run.status == "stopped" and 0 < run.completed_iterations < 100000
 
