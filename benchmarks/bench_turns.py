@@ -6,7 +6,8 @@ compare revisions side by side with ``benchmarks/against.py``:
 
     python benchmarks/against.py 610a34b --reps 2 -- $PWD/benchmarks/bench_turns.py
 
-(an absolute path: a revision from before this script has no copy of it)
+(an absolute path: a revision from before this script has no copy of it). Where the
+revision has ``RunConfig.own_random``, a last row runs the 2 ms case with it off.
 """
 from __future__ import annotations
 
@@ -25,9 +26,9 @@ from bench_policies import sleepy_fdg  # noqa: E402
 ITERATIONS = 15
 
 
-def rate(fdg, policy, client, steps: int | None = None) -> float:
+def rate(fdg, policy, client, steps: int | None = None, **options) -> float:
     """Env-steps/s of one run by wall clock, after a 2-iteration warm-up run."""
-    kwargs = {} if steps is None else {"steps": steps}
+    kwargs = dict(options) if steps is None else {"steps": steps, **options}
     fdg.run(iterations=2, policy=policy, cluster=client, progress=False, **kwargs)
     start = time.perf_counter()
     run = fdg.run(iterations=ITERATIONS, policy=policy, cluster=client, progress=False, **kwargs)
@@ -44,12 +45,18 @@ def main() -> None:
         ("quickstart PPO, actors=4 (two per worker)", ppo.build_fdg, wb.SingleLearnerCoarse(actors=4), None),
         ("2 ms env, actors=4 (two per worker)", sleepy_fdg, wb.SingleLearnerCoarse(actors=4), 32),
     ]
+    from workbench.config import RunConfig
+
+    if "own_random" in RunConfig.__dataclass_fields__:  # a revision that has the switch
+        cases.append(("2 ms env, actors=4 (two per worker), own_random=False", sleepy_fdg,
+                      wb.SingleLearnerCoarse(actors=4), 32, {"own_random": False}))
     with PatientLocalCluster(n_workers=2, threads_per_worker=1, processes=True, host="127.0.0.1",
                              dashboard_address=None, silence_logs=logging.ERROR) as cluster, \
             Client(cluster) as client:
         print("| case | env-steps/s |\n|---|---|")
-        for name, build, policy, steps in cases:
-            print(f"| {name} | {rate(build(), policy, client, steps):,.0f} |", flush=True)
+        for name, build, policy, steps, *options in cases:
+            got = rate(build(), policy, client, steps, **(options[0] if options else {}))
+            print(f"| {name} | {got:,.0f} |", flush=True)
 
 
 if __name__ == "__main__":

@@ -174,6 +174,11 @@ class RunConfig:
                                          "process, which a lost worker's run continues from "
                                          "(default 1 on a cluster, 0 = off)", check=_whole(0), type=int,
                                          metavar="N")
+    own_random: bool = _option(True, "each replica draws from its own random streams (torch, "
+                               "np.random, random): which replicas share a process never changes "
+                               "the results; off, replicas of one process overlap their cells "
+                               "(faster where several replicas share a worker and their envs wait) "
+                               "and their draws differ from run to run", check=_boolean, boolean=True)
     keep_state: bool = _option(True, "keep the final fragment states in run.state (to checkpoint or "
                                "resume from)", check=_boolean, boolean=True)
     # output

@@ -199,3 +199,40 @@ def test_in_process_learners_that_allreduce_inside_their_cell_draw_their_own_str
         assert [(b, a) for b, _, a in replica["seen"]] == [(mine[k][0], mine[k][1]), (mine[k][2], mine[k][3])]
         for i, (_, mean, _) in enumerate(replica["seen"]):
             assert mean == pytest.approx((mine[0][2 * i] + mine[1][2 * i]) / 2)
+
+
+# ------------------------------------------------------------------ own_random=False
+def meeting_fdg(replicas: int) -> wb.FDG:
+    """Actors whose step cell waits for every other actor's (a gate of the user's, shared
+    through the notebook): only replicas that overlap their cells get through at once."""
+    gate = threading.Barrier(replicas, timeout=30)
+    fdg = wb.FDG(namespace={"np": np, "gate": gate})
+    fdg.add_fragment("actor", "gate.wait()\nreward = np.zeros(1)", rate="step")
+    fdg.add_fragment("learner", "total = float(reward.sum())", rate="iteration")
+    return fdg
+
+
+@pytest.mark.parametrize("own_random", [True, False])
+def test_own_random_off_lets_replicas_of_one_process_overlap_their_cells(own_random):
+    """With their own streams, replicas of one process take turns: a cell that waits for
+    another replica's holds the turn, and the other runs beside it only after its patience,
+    which the run says. With ``own_random=False`` they overlap from the start: nothing to
+    say (and no patience spent)."""
+    policy = Policy("actors here", (Group(("actor",), 2, (IN_PROCESS,) * 2), Group(("learner",), 1, (IN_PROCESS,))))
+    run = meeting_fdg(2).run(iterations=2, steps=2, policy=policy, progress=False, own_random=own_random)
+    assert run.status == "finished", run.error
+    said = [e for e in run.events if e.kind == "random streams shared"]
+    if own_random:
+        assert said and all("--no-own-random" in e.message for e in said)
+        assert any("the actor step cell of replica" in e.message for e in said)
+    else:
+        assert said == []
+
+
+def test_own_random_is_a_flag_of_every_surface():
+    from workbench.config import RunConfig, parse_run_line
+
+    assert RunConfig().own_random is True
+    assert parse_run_line("--no-own-random")["own_random"] is False
+    with pytest.raises(wb.errors.RunConfigError):
+        RunConfig(own_random="no")

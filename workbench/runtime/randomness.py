@@ -27,6 +27,11 @@ itself draws from (connection back-off), so only in-process replicas keep it apa
 generator of your own there (``random.Random(seed)``, ``np.random.default_rng(seed)``):
 those live in the fragment's state and are per replica already.
 
+A run with ``own_random=False`` gives its replicas :data:`SHARED_STREAMS` instead: no
+turns, no swaps; replicas of one process overlap their cells and share the process's
+generators, as before this module (faster where replicas of one worker wait on their
+envs; the draws then depend on thread timing).
+
     >>> import numpy as np
     >>> turns = Turns()
     >>> mine, theirs = turns.streams(), turns.streams()
@@ -52,7 +57,7 @@ from typing import Any
 
 from workbench.runtime.channels import Stopped
 
-__all__ = ["Turns", "Streams", "PATIENCE_S"]
+__all__ = ["Turns", "Streams", "SharedStreams", "SHARED_STREAMS", "PATIENCE_S", "NO_TURN_MARK"]
 
 #: how often a replica waiting for its turn looks at the run's stop flag (seconds)
 _STOP_POLL_S = 0.05
@@ -169,3 +174,37 @@ class Turns:
             self._holder = streams
         streams.holding = True
         return True
+
+
+class SharedStreams:
+    """:class:`Turns`' interface for a run whose replicas share the process's generators
+    (``RunConfig.own_random`` off): every turn is granted at once, nothing is swapped.
+
+    >>> streams = SHARED_STREAMS.streams()
+    >>> SHARED_STREAMS.take(streams, stopped=lambda: False)
+    True
+    """
+
+    def streams(self) -> Streams:
+        return Streams()
+
+    @contextmanager
+    def turn(self, streams: Streams, stopped: Callable[[], bool]) -> Iterator[None]:
+        yield
+
+    def give(self, streams: Streams) -> None:
+        pass
+
+    def released(self, streams: Streams, wait: Callable[..., Any],
+                 stopped: Callable[[], bool]) -> Callable[..., Any]:
+        return wait
+
+    def take(self, streams: Streams, stopped: Callable[[], bool], patience: float = PATIENCE_S) -> bool:
+        return True
+
+
+#: words that mark a replica's note that a cell of it ran without its turn
+NO_TURN_MARK = "ran beside it without its turn"
+
+#: the one :class:`SharedStreams` (it holds nothing)
+SHARED_STREAMS = SharedStreams()

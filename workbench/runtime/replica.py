@@ -22,7 +22,7 @@ from workbench.runtime.cell_exit import describe as describe_error, install as c
 from workbench.runtime.channels import Stopped, dumps_state
 from workbench.runtime.counting import ENV_STEPS_KEY, REBUILT_KEY, batch_of, counter_of, env_fragments, explicit, without_counters
 from workbench.runtime.portable import PortableState, restore_into, type_label
-from workbench.runtime.randomness import PATIENCE_S, Turns
+from workbench.runtime.randomness import NO_TURN_MARK, PATIENCE_S, SHARED_STREAMS, Turns
 
 __all__ = ["GroupProgram", "GroupReplica", "TaskReport", "group_program"]
 
@@ -97,6 +97,8 @@ class GroupProgram:
     arrival_keys: tuple[str, ...] = ()
     #: per fragment, the names that are its state (what it binds), for export/restore
     state_names: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    #: whether each replica draws from its own random streams (RunConfig.own_random)
+    own_random: bool = True
 
 
 @dataclass
@@ -149,7 +151,7 @@ class TaskReport:
         )
 
 
-def group_program(plan: Plan, group: str, steps: int) -> GroupProgram:
+def group_program(plan: Plan, group: str, steps: int, own_random: bool = True) -> GroupProgram:
     """Compile the plan's view of one group into a :class:`GroupProgram`."""
     members = plan.groups[group].fragments
     code, bindings = {}, {}
@@ -175,7 +177,8 @@ def group_program(plan: Plan, group: str, steps: int) -> GroupProgram:
     arrival_keys = tuple(dict.fromkeys(r.key for r in plan.routes_into(group) if r.arrival))
     state_names = {name: tuple(n for n in plan.fdg[name].writes if n != "replica") for name in members}
     return GroupProgram(group, code, bindings, recorded, emits, steps, step_sends, counted=counted,
-                        env_groups=env_groups, arrival_keys=arrival_keys, state_names=state_names)
+                        env_groups=env_groups, arrival_keys=arrival_keys, state_names=state_names,
+                        own_random=own_random)
 
 
 def _bindings_for(plan: Plan, group: str, fragment: str, rate: str) -> tuple[Binding, ...]:
@@ -210,8 +213,8 @@ class GroupReplica:
         self.program = program
         #: the run's replicas in this process take turns with its random generators, each
         #: drawing from its own streams (workbench.runtime.randomness): pass every replica of
-        #: a run in one process the same Turns
-        self.turns = turns if turns is not None else Turns()
+        #: a run in one process the same Turns (none when the run shares them: own_random off)
+        self.turns = SHARED_STREAMS if not program.own_random else turns if turns is not None else Turns()
         self.streams = self.turns.streams()
         self.index, self.count, self.worker, self.device = index, count, worker, device
         catch_process_exits()  # os._exit in a cell: its error, not a dead kernel or worker
@@ -479,9 +482,10 @@ class GroupReplica:
             self._said_no_turn = True
             self.notes.append(
                 f"the {frag} {rate} cell of replica {self.index} of {self.program.group} (on {self.worker}) "
-                f"waited over {PATIENCE_S:g} s for another replica's cell in its process and ran beside it: "
+                f"waited over {PATIENCE_S:g} s for another replica's cell in its process and {NO_TURN_MARK}: "
                 "from here its random numbers (torch, np.random, random) may differ from run to run. "
-                "Give each replica its own worker, or keep cells from waiting on other replicas.")
+                "Give each replica its own worker, or keep cells from waiting on other replicas "
+                "(or run with own_random=False, --no-own-random, to let them share streams).")
 
     def _stopped(self) -> bool:
         """The run's stop flag (False before a loop lends this replica its channels)."""

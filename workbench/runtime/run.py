@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from workbench.runtime.driver import IterationRecord
+from workbench.runtime.randomness import NO_TURN_MARK
 
 __all__ = ["Run", "RunEvent", "RunStatus", "EventKind", "RETURN_METRIC"]
 
@@ -21,7 +22,7 @@ __all__ = ["Run", "RunEvent", "RunStatus", "EventKind", "RETURN_METRIC"]
 RunStatus = Literal["running", "finished", "solved", "stopped", "interrupted", "failed"]
 #: What can happen to a run's placement while it trains.
 EventKind = Literal["replaced", "re-placed", "worker lost", "edited", "updated", "not applied",
-                    "state left out", "state not saved"]
+                    "state left out", "state not saved", "random streams shared"]
 
 
 @dataclass(frozen=True)
@@ -88,7 +89,8 @@ class Run:
             self.env_steps += rec.env_steps_base
         self.env_steps += rec.env_steps
         for message in rec.notes:
-            self.note_once("state left out", message, rec.iteration)
+            kind = "random streams shared" if NO_TURN_MARK in message else "state left out"
+            self.note_once(kind, message, rec.iteration)
         self.episode_returns.extend(rec.metrics.get(RETURN_METRIC, []))
         for who, n in rec.replica_env_steps.items():
             self.replica_env_steps[who] = self.replica_env_steps.get(who, 0) + n
