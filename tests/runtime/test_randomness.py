@@ -236,3 +236,73 @@ def test_own_random_is_a_flag_of_every_surface():
     assert parse_run_line("--no-own-random")["own_random"] is False
     with pytest.raises(wb.errors.RunConfigError):
         RunConfig(own_random="no")
+
+
+# ------------------------------------------------------------------ resume continues the streams
+@pytest.mark.parametrize("how", ["in one process", "two per worker", "from a checkpoint file"])
+def test_a_resumed_run_draws_what_the_uninterrupted_run_draws(how, request, tmp_path):
+    """Each replica's streams are part of its state: resumed in the layout that saved them
+    (same policy, same counts), a replica continues its draws where it stopped, so two
+    halves give what one run gives. From a checkpoint file the actors' init cells run again
+    (and seed again): the saved streams are put back after them."""
+    policy, kwargs, resume = IN_PROCESS_ACTORS, {}, None
+    if how == "two per worker":
+        policy, kwargs = wb.SingleLearnerCoarse(actors=ACTORS), {"cluster": request.getfixturevalue("client")}
+    straight = drawing_fdg().run(iterations=4, steps=STEPS, policy=policy, progress=False, keep_state=True, **kwargs)
+    first = drawing_fdg().run(iterations=2, steps=STEPS, policy=policy, progress=False, keep_state=True,
+                              checkpoint_dir=str(tmp_path) if how == "from a checkpoint file" else None, **kwargs)
+    resume = str(tmp_path) if how == "from a checkpoint file" else first.state
+    second = drawing_fdg().run(iterations=2, steps=STEPS, policy=policy, progress=False, keep_state=True,
+                               resume=resume, **kwargs)
+    assert second.status == "finished", second.error
+    whole = np.concatenate(straight.state.fragments["learner"][0]["seen"])[:, :, :2]  # torch, NumPy
+    halves = np.concatenate(second.state.fragments["learner"][0]["seen"])[:, :, :2]
+    assert halves.shape == whole.shape == (4 * STEPS, ACTORS, 2)
+    assert halves.tolist() == whole.tolist(), f"resumed {how}, the replicas drew other numbers"
+
+
+def test_a_resume_in_another_layout_starts_the_streams_afresh():
+    """Streams saved by 4 actors in one process do not fit 2 actors: the actors' init cells
+    run again (the count changed) and seed them, as a fresh run does."""
+    two = Policy("two actors here", (Group(("actor",), 2, (IN_PROCESS,) * 2), Group(("learner",), 1, (IN_PROCESS,))))
+    first = drawing_fdg().run(iterations=1, steps=STEPS, policy=IN_PROCESS_ACTORS, progress=False, keep_state=True)
+    second = drawing_fdg().run(iterations=1, steps=STEPS, policy=two, progress=False, keep_state=True,
+                               resume=first.state)
+    assert second.status == "finished", second.error
+    drawn = second.state.fragments["learner"][0]["seen"][-1]  # [steps, 2 actors, 3]
+    for k in range(2):
+        assert drawn[:, k, :2].tolist() == [list(d[:2]) for d in expected_draws(SEED + k, STEPS)]
+
+
+@pytest.mark.parametrize("placement", ["in one process", "two per worker"])
+def test_a_cell_edited_mid_run_leaves_every_replicas_draws_as_they_were(placement, request):
+    """An edit applies at the next iteration boundary, where the replicas are laid out again
+    with their state: their streams go with it, so an edit that draws nothing new changes
+    no draw (contract 3 and 1 together)."""
+    from tests.live.test_live_changes import At
+
+    policy, kwargs = IN_PROCESS_ACTORS, {}
+    if placement == "two per worker":
+        policy, kwargs = wb.SingleLearnerCoarse(actors=ACTORS), {"cluster": request.getfixturevalue("client")}
+    # the actors act with the learner's latest value (as with weights), so none runs more
+    # than an iteration ahead and the edit lands mid-run
+    learner = "time.sleep(0.02)\nseen.append(draws.copy())\nscale = 1.0"
+
+    def slow_fdg() -> wb.FDG:
+        fdg = drawing_fdg()
+        fdg.namespace["time"] = time
+        fdg.add_fragment("learner", "seen = []\nscale = 1.0", rate="init")
+        fdg.add_fragment("learner", learner, rate="iteration")
+        fdg.add_fragment("actor", (
+            "draws = np.array([[float(torch.rand(())), float(np.random.rand()), random.random()]]) * scale\n"
+            "reward = np.zeros(1)\n"), rate="step")
+        return fdg
+
+    straight = slow_fdg().run(iterations=8, steps=STEPS, policy=policy, progress=False, keep_state=True, **kwargs)
+    fdg = slow_fdg()
+    edit = At(0, lambda: fdg.add_fragment("learner", learner + "  # edited", rate="iteration"))
+    edited = fdg.run(iterations=8, steps=STEPS, policy=policy, progress=False, keep_state=True, loggers=[edit], **kwargs)
+    assert edited.status == "finished" and [e.kind for e in edited.events].count("edited") == 1, edited.events
+    whole = np.concatenate(straight.state.fragments["learner"][0]["seen"])[:, :, :2]
+    got = np.concatenate(edited.state.fragments["learner"][0]["seen"])[:, :, :2]
+    assert got.tolist() == whole.tolist(), f"an edit under {placement!r} changed the replicas' draws"

@@ -27,7 +27,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-__all__ = ["env_fragments", "batch_of", "RESERVED", "ENV_STEPS_KEY", "REBUILT_KEY", "RETURN_METRIC"]
+__all__ = ["env_fragments", "batch_of", "RESERVED", "ENV_STEPS_KEY", "REBUILT_KEY", "RANDOM_KEY", "RETURN_METRIC"]
 
 #: the metric fragments log finished episodes' returns under (CleanRL's name)
 RETURN_METRIC = "charts/episodic_return"
@@ -38,7 +38,10 @@ ENV_STEPS_KEY = "_wb_env_steps"
 #: the names a snapshot left out because they do not pickle (a lock, a socket): a replica
 #: restored from it runs its init cell to build them again, then lays the rest over
 REBUILT_KEY = "_wb_rebuilt"
-RESERVED = (ENV_STEPS_KEY, REBUILT_KEY)
+#: the replica's random streams (workbench.runtime.randomness), with the layout they belong
+#: to: a replica of the same group and count continues them on resume
+RANDOM_KEY = "_wb_random"
+RESERVED = (ENV_STEPS_KEY, REBUILT_KEY, RANDOM_KEY)
 
 _ENV_NAMES = ("env", "envs")
 _REWARD_NAMES = ("reward", "rewards")

@@ -57,7 +57,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["PortableState", "encode_state", "restore_into", "unsaved_data", "type_label"]
+__all__ = ["PortableState", "encode_state", "decode_value", "restore_into", "unsaved_data", "type_label"]
 
 _PLAIN = (int, float, bool, str, bytes, type(None))
 
@@ -113,6 +113,15 @@ def type_label(value: Any) -> str:
     """"a TYPE" with its module, as messages name a value's type: ``a __main__.Buffer``."""
     cls = type(value)
     return f"a {cls.__qualname__}" if cls.__module__ == "builtins" else f"a {cls.__module__}.{cls.__qualname__}"
+
+
+def decode_value(enc: Any) -> Any:
+    """One encoded value back as plain values (tensors, arrays, containers).
+
+    >>> decode_value(encode_state({"t": (1, [2.0])})[0]["t"])
+    (1, [2.0])
+    """
+    return _decode(enc, None)
 
 
 def restore_into(ns: dict[str, Any], saved: dict[str, Any]) -> None:

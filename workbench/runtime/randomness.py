@@ -87,6 +87,23 @@ class Streams:
             self.numpy = numpy.random.get_state()
         self.python = random.getstate()
 
+    def states(self) -> dict[str, Any]:
+        """The saved states as plain values (tensors, arrays, tuples: a checkpoint holds
+        them)."""
+        return {"torch": self.torch, "cuda": self.cuda, "numpy": self.numpy, "python": self.python}
+
+    def load(self, states: dict[str, Any]) -> None:
+        """Take ``states`` (from :meth:`states`, perhaps through a checkpoint) as this
+        replica's; a kind that is missing keeps what it had."""
+        for kind in ("torch", "cuda", "numpy", "python"):
+            value = states.get(kind)
+            if value is not None:
+                if kind == "numpy":  # a checkpoint gives lists back where tuples went in
+                    value = tuple(value)
+                elif kind == "python":
+                    value = (value[0], tuple(value[1]), value[2])
+                setattr(self, kind, value)
+
     def install(self) -> None:
         """Put this replica's states into the process's generators."""
         torch = sys.modules.get("torch")
@@ -151,6 +168,35 @@ class Turns:
                     self.take(streams, stopped)
         return call
 
+    def states_of(self, streams: Streams, stopped: Callable[[], bool]) -> dict[str, Any]:
+        """A replica's streams as they are now (to save them: a snapshot, a checkpoint), taken
+        between its cells."""
+        if self._take_between_cells(streams, stopped):
+            try:
+                streams.save()  # its turn: the process's generators hold its states
+            finally:
+                self.give(streams)
+        return streams.states()  # else as its last turn left them
+
+    def restore(self, streams: Streams, states: dict[str, Any], stopped: Callable[[], bool]) -> None:
+        """Make ``states`` a replica's streams from here on (a resumed replica continues the
+        draws it saved), taken between its cells."""
+        taken = self._take_between_cells(streams, stopped)
+        try:
+            streams.load(states)
+            if taken:
+                streams.install()  # its turn: the generators hold its states
+        finally:
+            self.give(streams)
+
+    def _take_between_cells(self, streams: Streams, stopped: Callable[[], bool]) -> bool:
+        """:meth:`take`, for work that must not fail when the run stops while another
+        replica's cell (a stuck one) keeps the turn: False then."""
+        try:
+            return self.take(streams, stopped)
+        except Stopped:
+            return False
+
     def take(self, streams: Streams, stopped: Callable[[], bool], patience: float = PATIENCE_S) -> bool:
         """Begin a turn of the replica whose streams these are (see :meth:`turn`). False
         when another replica's cell kept the turn for ``patience`` seconds: the cell then
@@ -201,6 +247,12 @@ class SharedStreams:
 
     def take(self, streams: Streams, stopped: Callable[[], bool], patience: float = PATIENCE_S) -> bool:
         return True
+
+    def states_of(self, streams: Streams, stopped: Callable[[], bool]) -> None:
+        return None  # the process's streams are no replica's own: nothing to save
+
+    def restore(self, streams: Streams, states: dict[str, Any], stopped: Callable[[], bool]) -> None:
+        pass
 
 
 #: words that mark a replica's note that a cell of it ran without its turn

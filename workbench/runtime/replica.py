@@ -20,7 +20,7 @@ from workbench.fdg.plan import Item, Plan
 from workbench.runtime.arrays import ReplicasDisagree, StepMismatch, gather, handed_over, stack
 from workbench.runtime.cell_exit import describe as describe_error, install as catch_process_exits, is_cell_error
 from workbench.runtime.channels import Stopped, dumps_state
-from workbench.runtime.counting import ENV_STEPS_KEY, REBUILT_KEY, batch_of, counter_of, env_fragments, explicit, without_counters
+from workbench.runtime.counting import ENV_STEPS_KEY, RANDOM_KEY, REBUILT_KEY, batch_of, counter_of, env_fragments, explicit, without_counters
 from workbench.runtime.portable import PortableState, restore_into, type_label
 from workbench.runtime.randomness import NO_TURN_MARK, PATIENCE_S, SHARED_STREAMS, Turns
 
@@ -238,6 +238,12 @@ class GroupReplica:
         #: warnings for the driver, sent with the next task's report
         self.notes: list[str] = []
         self._said_no_turn = False  # a cell ran without its turn (said once, in notes)
+        #: the streams this replica saved, when it resumes in the layout that saved them
+        #: (same group, same count): installed now, and again after any init cell runs
+        #: (one that seeds would start them over)
+        self._resumed_streams = self._saved_streams(state or {})
+        if self._resumed_streams is not None:
+            self.streams.load(self._resumed_streams)
         for frag, values in list((state or {}).items()):
             if frag in self.env_steps_taken:
                 self.env_steps_taken[frag] = counter_of(values)
@@ -455,6 +461,8 @@ class GroupReplica:
         self._ran.add(key)
         if rate == "init" and frag in self.overlays:
             self._overlay(frag, iteration)
+        if rate == "init" and self._resumed_streams is not None:  # it may have seeded: continue
+            self.turns.restore(self.streams, self._resumed_streams, self._stopped)
         if rate == "init":  # first values of per-step channels (the loop carries them)
             self._send_step_values(frag, ns, [s for s in self._sends[frag] if s.at_init], iteration)
 
@@ -475,6 +483,24 @@ class GroupReplica:
                          "shapes, optimiser) as the run that wrote the checkpoint."),
                 traceback_text="".join(traceback.format_exception(exc)),
             ) from None
+
+    def _layout_tag(self) -> list:
+        """Which replica of which layout saved a state: its streams continue only there."""
+        return [self.program.group, sorted(dict.fromkeys(f for f, _ in self.program.code)), self.index, self.count]
+
+    def _saved_streams(self, state: dict[str, Any]) -> dict[str, Any] | None:
+        """The streams in a resumed state, if this replica's layout saved them."""
+        for values in state.values():
+            saved = values.get(RANDOM_KEY) if isinstance(values, dict) else None
+            if saved is None:
+                continue
+            if isinstance(values, PortableState):  # a checkpoint's: encoded
+                from workbench.runtime.portable import decode_value
+
+                saved = decode_value(saved)
+            if list(saved.get("layout", ())) == self._layout_tag():
+                return saved["streams"]
+        return None
 
     def _ran_without_turn(self, frag: str, rate: str) -> None:
         """Say once that a cell of this replica ran beside another replica's long cell."""
@@ -507,6 +533,11 @@ class GroupReplica:
             frag: {n: ns[n] for n in self.program.state_names.get(frag, ()) if n in ns}
             for frag, ns in self.namespaces.items() if fragments is None or frag in fragments
         }
+        streams = self.turns.states_of(self.streams, self._stopped) if out else None
+        if streams is not None:  # with each saved fragment: a resume in this layout continues them
+            saved = {"layout": self._layout_tag(), "streams": streams}
+            for values in out.values():
+                values[RANDOM_KEY] = saved
         for frag, taken in self.env_steps_taken.items():
             # an env fragment's count travels with it (resume continues the run's count);
             # a light snapshot holds the count alone, which seeds a fresh env on recovery
