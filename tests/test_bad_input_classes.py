@@ -76,6 +76,34 @@ def test_a_cell_that_exits_its_process_is_that_cells_error(code, shown):
     assert fdg.last_run.status == "failed"  # and this process is still here
 
 
+ODD_EXCEPTIONS = {
+    # an exception that holds what does not pickle (Dask pickles an error with its context)
+    "holds a lock": ("import threading\nclass Odd(Exception):\n    def __init__(self, m):\n"
+                     "        super().__init__(m)\n        self.lock = threading.Lock()\n"
+                     "raise Odd('env broke')", "Odd: env broke"),
+    # one whose own __str__ raises
+    "a broken __str__": ("class Odd(Exception):\n    def __str__(self):\n        raise RuntimeError('no')\n"
+                         "raise Odd(7)", "Odd: (7,) (its __str__ raised RuntimeError)"),
+    # one of a class defined in the cell (no module to find it by on the driver)
+    "a class of the cell's": ("class Odd(ValueError):\n    pass\nraise Odd('bad value')", "Odd: bad value"),
+}
+
+
+@pytest.mark.parametrize("kind", sorted(ODD_EXCEPTIONS))
+@pytest.mark.parametrize("policy", ["inline", "coarse"])
+def test_any_exception_a_cell_raises_is_that_cells_error(kind, policy, client):
+    code, shown = ODD_EXCEPTIONS[kind]
+    fdg = _loop(env_step="seen += 1\nobs = obs + action\nreward = np.ones(2)\nif seen == 2:\n"
+                + "\n".join("    " + line for line in code.splitlines()))
+    with pytest.raises(wb.FragmentRuntimeError, match=r"^fragment 'env' \(step cell\), replica 0") as info:
+        fdg.run(iterations=2, steps=3, policy=policy, cluster=client if policy != "inline" else None,
+                progress=False)
+    assert shown in str(info.value) and "raised in iteration 0" in str(info.value)
+    # and the next run works (one step: the cell's raise is not reached)
+    assert fdg.run(iterations=1, steps=1, policy=policy, cluster=client if policy != "inline" else None,
+                   progress=False).status == "finished"
+
+
 def test_a_process_that_dies_again_at_the_same_iteration_stops_the_run():
     from workbench.fdg.policy import Group, Policy
     from workbench.runtime.run import Run

@@ -132,3 +132,14 @@ def test_every_algorithm_config_shows_its_field_docs_in_help(module, name):
     assert len(documented) >= len(dataclasses.fields(cls)) // 2
     for field in documented:
         assert f"{field.name} (" in text and field.metadata["doc"].splitlines()[0][:30] in text
+
+
+@pytest.mark.parametrize("name", ["iterations", "steps"])
+def test_a_required_count_given_as_none_is_refused_before_anything_runs(name):
+    import workbench as wb
+
+    fdg = wb.FDG(namespace={})
+    fdg.add_fragment("learner", "x = 1", rate="iteration")
+    with pytest.raises(wb.errors.RunConfigError, match=f"--{name} must be a whole number ≥ 1, got None"):
+        fdg.run(progress=False, **{name: None})
+    assert fdg.last_run is None  # refused before a run began

@@ -59,9 +59,9 @@ def _flag(name: str) -> str:
     return "--" + name.replace("_", "-")
 
 
-def _whole(minimum: int):
+def _whole(minimum: int, *, optional: bool = True):
     def check(name: str, value) -> None:
-        if value is None:
+        if value is None and optional:
             return
         if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
             raise RunConfigError(f"{_flag(name)} must be a whole number ≥ {minimum}, got {value!r}.")
@@ -146,9 +146,9 @@ class RunConfig:
     """
 
     # what to run
-    iterations: int = _option(DEFAULT_ITERATIONS, "training iterations", check=_whole(1), type=int,
+    iterations: int = _option(DEFAULT_ITERATIONS, "training iterations", check=_whole(1, optional=False), type=int,
                               metavar="N")
-    steps: int = _option(DEFAULT_STEPS, "environment steps per iteration, T", check=_whole(1), type=int,
+    steps: int = _option(DEFAULT_STEPS, "environment steps per iteration, T", check=_whole(1, optional=False), type=int,
                          metavar="T")
     # where
     policy: Any = _option("inline", "inline | coarse | fine | multilearner | gpuonly | async | auto | "

@@ -35,6 +35,28 @@ def silent_learner_fdg() -> wb.FDG:
     return fdg
 
 
+def plain_env_fdg(reward: str) -> wb.FDG:
+    """One plain (not vectorised) env per replica, as ``gymnasium.make`` gives: a
+    3-number observation and a scalar reward. Each replica steps N envs' worth only if
+    the reward says so: here one env per replica, whatever the observation's length."""
+    fdg = wb.FDG(namespace={"np": np})
+    fdg.add_fragment("env", "obs = np.zeros(3)", rate="init")
+    fdg.add_fragment("actor", "action = int(obs[0] > 0)", rate="step")
+    fdg.add_fragment("env", f"obs = obs + action\nreward = {reward}", rate="step")
+    fdg.add_fragment("learner", "total = float(np.sum(reward))", rate="iteration")
+    return fdg
+
+
+@pytest.mark.parametrize("reward", ["1.0", "np.float64(1.0)", "np.array(1.0)"])
+@pytest.mark.parametrize("policy", ["inline", "coarse"])
+def test_a_plain_env_with_a_scalar_reward_counts_one_env_per_step(reward, policy, client):
+    run = plain_env_fdg(reward).run(iterations=2, steps=5, policy=policy, progress=False,
+                                    cluster=client if policy != "inline" else None)
+    replicas = len(run.replica_env_steps)
+    assert run.env_steps == 2 * 5 * replicas  # not the observation's length (3) per step
+    assert run.envs_per_step == replicas
+
+
 @pytest.mark.parametrize("make", [buffer_fdg, silent_learner_fdg])
 @pytest.mark.parametrize("policy", ["inline", "coarse"])
 def test_env_steps_are_iterations_by_steps_by_envs(make, policy, client):

@@ -26,7 +26,7 @@ from workbench.cluster import liveness, restarts, worker_logs, worker_setup
 from workbench.cluster.channel_security import channel_tls, cluster_uses_tls, worker_channel_tls
 from workbench.cluster.report_events import report_event
 from workbench.cluster.report_relay import REPORT_KEY, DriverInbox, ReportRelay
-from workbench.errors import FragmentRuntimeError, PlacementError, WorkerLostError, WorkerUnreachableError
+from workbench.errors import FragmentRuntimeError, PlacementError, WorkbenchError, WorkerLostError, WorkerUnreachableError
 from workbench.fdg.inventory import Inventory
 from workbench.fdg.plan import Plan
 from workbench.runtime.channels import Mailbox, SocketPostman, SocketServer, dumps_state
@@ -117,11 +117,15 @@ def _loop_task(run_id: str, authkey: bytes, group: str, index: int, plan: Plan, 
     def snapshot(iteration: int, full: bool) -> None:
         postman.send(DRIVER, snapshot_key(group), iteration, index, deployed.replica.snapshot_bytes(full))
 
+    failed: WorkbenchError | None = None
     try:
         fence = None if plan.policy.asynchronous else _fence_of(plugin, run_id)
         return run_loop(deployed.replica, stream.tasks(plan), deployed.mailbox, postman, counts, report,
                         lambda: run_id in plugin.stopping, snapshot, stream.snapshot_every,
                         stream.full_snapshot_every, fence)
+    except WorkbenchError as exc:  # a cell's error, say: raised below, without its context
+        plugin.stopping.add(run_id)
+        failed = exc
     except (ConnectionError, EOFError) as exc:
         # a peer's process died under this replica's send: not this task's fault, so no
         # "Compute Failed" in the worker's log — the driver finds the dead worker and
@@ -138,6 +142,11 @@ def _loop_task(run_id: str, authkey: bytes, group: str, index: int, plan: Plan, 
         # (one call per report grew worker memory ~1 KB per iteration, found by the soak)
         for (label, unit), value in phases.items():
             context_meter.digest_metric(label, value, unit)
+    # Dask pickles an error with its context (tblib): the cell's own exception, which may
+    # hold what does not pickle (a lock) — the driver would then get a bare Exception. Our
+    # error carries the cell's traceback as text already, so it goes without.
+    failed.__context__ = failed.__cause__ = None
+    raise failed
 
 
 class PeerLost(str):

@@ -60,7 +60,7 @@ def describe(exc: BaseException) -> str:
     >>> describe(SystemExit(1)).split(";")[0]
     'SystemExit: 1'
     """
-    text = str(exc)
+    text = _text_of(exc)
     head = f"{type(exc).__name__}: {text}" if text else type(exc).__name__
     if isinstance(exc, (SystemExit, ProcessExit)):
         return (f"{head}; a cell must not exit its process (it runs inside the notebook's kernel "
@@ -69,7 +69,20 @@ def describe(exc: BaseException) -> str:
     if isinstance(exc, KeyboardInterrupt):
         return (f"{head}, raised by the cell itself; raise an exception to stop the run with an "
                 "error, or stop it with %fdg stop / fdg.stop().")
-    return f"{type(exc).__name__}: {exc}"
+    return head
+
+
+def _text_of(exc: BaseException) -> str:
+    """``str(exc)``, or what can be said when the exception's own ``__str__`` fails (a
+    user's class with a bug in it must not hide the error it reports)."""
+    try:
+        return str(exc)
+    except Exception as broken:  # noqa: BLE001
+        try:
+            args = repr(exc.args)
+        except Exception:  # noqa: BLE001
+            args = "(unprintable)"
+        return f"{args} (its __str__ raised {type(broken).__name__})"
 
 
 _lock = threading.Lock()

@@ -68,10 +68,21 @@ def env_fragments(fdg) -> tuple[str, ...]:
 
 
 def batch_of(ns: dict[str, Any], writes: tuple[str, ...]) -> int:
-    """Envs one replica stepped in one step: the leading size of ``reward``, else of the
-    first array written, else 1."""
-    names = [n for n in _REWARD_NAMES if n in writes] + [n for n in writes if n not in _REWARD_NAMES]
-    for name in names:
+    """Envs one replica stepped in one step: the leading size of ``reward`` (1 for a
+    scalar reward: one plain env), else of the first array written, else 1.
+
+    >>> import numpy as np
+    >>> batch_of({"obs": np.zeros(4), "reward": 1.0}, ("obs", "reward"))
+    1
+    >>> batch_of({"obs": np.zeros((8, 4)), "reward": np.zeros(8)}, ("obs", "reward"))
+    8
+    """
+    for name in (n for n in _REWARD_NAMES if n in writes and n in ns):
+        # the reward decides when there is one: a scalar is one env's (a plain gymnasium
+        # env), however long its observation
+        shape = getattr(ns[name], "shape", None)
+        return int(shape[0]) if shape is not None and len(shape) >= 1 else 1
+    for name in (n for n in writes if n not in _REWARD_NAMES):
         shape = getattr(ns.get(name), "shape", None)
         if shape is not None and len(shape) >= 1:
             return int(shape[0])
