@@ -125,6 +125,25 @@ def test_replicas_that_disagree_on_a_value_without_a_batch_axis_are_an_error(pol
     assert fdg.fragments["learner"].cells["iteration"].code == "r = rank"  # the FDG is intact
 
 
+@pytest.mark.parametrize("rate", ["step", "iteration"])
+@pytest.mark.parametrize("kind", ["np.zeros", "torch.zeros"])
+def test_replicas_whose_arrays_cannot_be_joined_are_an_error_naming_both_shapes(kind, rate, client):
+    """Arrays are joined along their batch axis: every other axis must match. One replica
+    per size here (``2 + replica.index`` columns): the reader's error, not NumPy's."""
+    fdg = wb.FDG(namespace={"np": np, "torch": torch})
+    fdg.add_fragment("env", "obs = np.zeros(2)", rate="init")
+    fdg.add_fragment("actor", "action = obs", rate="step")
+    fdg.add_fragment("env", "obs = obs + action\nreward = np.ones(2)", rate="step")
+    fdg.add_fragment("env", f"x = {kind}((2, 2 + replica.index))", rate=rate)
+    fdg.add_fragment("learner", "shape = tuple(x.shape)", rate="iteration")
+    with pytest.raises(FragmentRuntimeError) as info:
+        fdg.run(iterations=1, steps=2, policy="coarse", cluster=client, progress=False)
+    message = str(info.value)
+    assert "fragment 'learner'" in message and "'x'" in message and "fragment 'env'" in message
+    assert "replica 0 wrote" in message and "2, 2)" in message and "2, 3)" in message
+    assert "joined along their batch axis" in message and "pad to a fixed size" in message
+
+
 # -- the two exceptions, by design: a replicated learner and Async read a replica's share --------
 def _share(inline: object, got: object, replica: int, count: int) -> bool:
     """``got`` is what inline read, cut to env replica ``replica``'s rows of ``count``: an

@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["stack", "gather", "split", "nbytes", "handed_over", "StepMismatch", "ReplicasDisagree"]
+__all__ = ["stack", "gather", "split", "nbytes", "handed_over", "StepMismatch", "ReplicasDisagree", "ReplicasMisfit"]
 
 
 class StepMismatch(ValueError):
@@ -187,6 +187,26 @@ class ReplicasDisagree(ValueError):
         self.part, self.first, self.other = part, first, other
 
 
+class ReplicasMisfit(ReplicasDisagree):
+    """Arrays gathered from several replicas that cannot be joined along the batch axis:
+    another kind (array / tensor), another number of axes, or another size on an axis
+    other than the batch axis.
+
+    >>> try:
+    ...     gather([np.zeros((2, 2)), np.zeros((2, 3))])
+    ... except ReplicasMisfit as exc:
+    ...     print(exc)
+    replica 0 wrote a float64 array of shape (2, 2), replica 1 a float64 array of shape (2, 3)
+    """
+
+
+def _fits(first: Any, other: Any, axis: int) -> bool:
+    """Whether ``other`` joins ``first`` along ``axis``."""
+    if type(other) is not type(first) or other.ndim != first.ndim:
+        return False
+    return all(a == b for i, (a, b) in enumerate(zip(first.shape, other.shape)) if i != axis)
+
+
 def gather(values: list[Any], axis: int = 0, part: str = "") -> Any:
     """One value from one value per replica, by the rule that makes it mean the same under
     every placement (docs/boundaries.md):
@@ -216,6 +236,9 @@ def gather(values: list[Any], axis: int = 0, part: str = "") -> Any:
             return {k: gather([v[k] for v in values], axis, f"{part}[{k!r}]") for k in first}
         return tuple(gather(list(parts), axis, f"{part}[{i}]") for i, parts in enumerate(zip(*values)))
     if _is_array(first) and first.ndim > axis:  # an array with a batch axis
+        for r, v in enumerate(values[1:], start=1):
+            if not _fits(first, v, axis):
+                raise ReplicasMisfit(part, (0, _describe(first)), (r, _describe(v)))
         if _is_torch(first):
             import torch
 

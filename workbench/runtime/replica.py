@@ -17,7 +17,7 @@ from typing import Any
 from workbench.context import ReplicaContext, ReplicaInfo, activate, deactivate
 from workbench.errors import FragmentRuntimeError
 from workbench.fdg.plan import Item, Plan
-from workbench.runtime.arrays import ReplicasDisagree, StepMismatch, gather, handed_over, stack
+from workbench.runtime.arrays import ReplicasDisagree, ReplicasMisfit, StepMismatch, gather, handed_over, stack
 from workbench.runtime.cell_exit import describe as describe_error, install as catch_process_exits, is_cell_error
 from workbench.runtime.channels import Stopped, dumps_state
 from workbench.runtime.counting import ENV_STEPS_KEY, RANDOM_KEY, REBUILT_KEY, batch_of, counter_of, env_fragments, explicit, without_counters
@@ -673,16 +673,23 @@ class GroupReplica:
                 (self.program.group, "iteration", None))
         producer, _, name = key.rpartition(":")[2].partition(".")  # "stacked:env.obs" → env, obs
         what = f"{name!r}{f' (its part {exc.part})' if exc.part else ''}"
+        if isinstance(exc, ReplicasMisfit):
+            rule = ("Arrays read from several replicas are joined along their batch axis, so "
+                    "every other axis (and the kind: NumPy array or torch tensor) must be the "
+                    f"same on every replica. Give {name} the same shape on each (pad to a fixed "
+                    "size), or keep it inside the fragment (docs/boundaries.md).")
+        else:
+            rule = ("A value read from several replicas is joined along its batch axis "
+                    "when it has one; one without (a number, a bool, None, a 0-d array) reaches "
+                    "the reader only when every replica wrote the same, so that it means the "
+                    "same under every placement. Give it a batch axis — one row per replica, "
+                    f"{name} = np.array([{name}]) — to read every replica's, or compute it where "
+                    "it is the same on every replica (docs/boundaries.md).")
         return FragmentRuntimeError(
             fragment=frag, rate=rate, replica=self.index, worker=self.worker, line=None,
             source_line=None, iteration=iteration,
             error=f"it reads {what} from the replicas of fragment {producer!r}, and they differ "
-                  f"({exc}). A value read from several replicas is joined along its batch axis "
-                  "when it has one; one without (a number, a bool, None, a 0-d array) reaches "
-                  "the reader only when every replica wrote the same, so that it means the "
-                  "same under every placement. Give it a batch axis — one row per replica, "
-                  f"{name} = np.array([{name}]) — to read every replica's, or compute it where "
-                  "it is the same on every replica (docs/boundaries.md).",
+                  f"({exc}). {rule}",
             traceback_text="",
         )
 
