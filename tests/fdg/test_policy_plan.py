@@ -91,10 +91,13 @@ def test_single_learner_coarse_without_a_learner():
     assert policy.groups == (Group(ACTING, 2, ("w0", "w1")),)
 
 
-@pytest.mark.parametrize("actors", [0, -1, 1.5, "2"])
-def test_single_learner_coarse_rejects_bad_actor_counts(actors):
-    with pytest.raises(PlacementError, match=r"SingleLearnerCoarse\(actors=…\) must be ≥ 1, got"):
-        SingleLearnerCoarse(actors=actors)
+@pytest.mark.parametrize("actors", [0, -1, 1.5, "2", True])
+@pytest.mark.parametrize("preset", ["SingleLearnerCoarse", "Async"])
+def test_single_learner_coarse_rejects_bad_actor_counts(actors, preset):
+    import workbench.fdg.policy as presets
+
+    with pytest.raises(PlacementError, match=rf"^{preset}\(actors=…\) must be a whole number ≥ 1, got"):
+        getattr(presets, preset)(actors=actors)
 
 
 def test_single_learner_coarse_needs_step_fragments():

@@ -199,8 +199,7 @@ class SingleLearnerCoarse:
     name = "SingleLearnerCoarse"
 
     def __init__(self, actors: int | None = None) -> None:
-        if actors is not None and (not isinstance(actors, int) or actors < 1):
-            raise PlacementError(f"SingleLearnerCoarse(actors=…) must be ≥ 1, got {actors!r}.")
+        _check_count(self.name, "actors", actors)  # the class's own name: Async is one too
         self.actors = actors
 
     def __repr__(self) -> str:
@@ -208,12 +207,12 @@ class SingleLearnerCoarse:
 
     def place(self, fdg: Graph, inventory: Inventory) -> Policy:
         if not inventory.workers:
-            raise PlacementError("SingleLearnerCoarse needs a cluster with at least one worker.")
+            raise PlacementError(f"{self.name} needs a cluster with at least one worker.")
         acting = fdg.schedule().step_order
         learning = tuple(n for n in fdg.fragments if n not in acting)
         if not acting:
             raise PlacementError(
-                "SingleLearnerCoarse replicates the fragments that have step cells, and this FDG "
+                f"{self.name} replicates the fragments that have step cells, and this FDG "
                 "has none; use the inline policy."
             )
         names = inventory.names
