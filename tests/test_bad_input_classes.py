@@ -95,7 +95,7 @@ def test_any_exception_a_cell_raises_is_that_cells_error(kind, policy, client):
     code, shown = ODD_EXCEPTIONS[kind]
     fdg = _loop(env_step="seen += 1\nobs = obs + action\nreward = np.ones(2)\nif seen == 2:\n"
                 + "\n".join("    " + line for line in code.splitlines()))
-    with pytest.raises(wb.FragmentRuntimeError, match=r"^fragment 'env' \(step cell\), replica 0") as info:
+    with pytest.raises(wb.FragmentRuntimeError, match=r"^fragment 'env' \(step cell\), replica [01] ") as info:
         fdg.run(iterations=2, steps=3, policy=policy, cluster=client if policy != "inline" else None,
                 progress=False)
     assert shown in str(info.value) and "raised in iteration 0" in str(info.value)

@@ -526,16 +526,16 @@ class GroupReplica:
         return (f"the {cell[0]} {cell[1]} cell (replica {self.index} of {self.program.group}, "
                 f"on {self.worker}) has not returned for {seconds:.0f} s")
 
-    def export_state(self, fragments=None) -> dict[str, dict[str, Any]]:
+    def export_state(self, fragments=None, streams: bool = True) -> dict[str, dict[str, Any]]:
         """Each fragment's own state (the names it binds), to resume elsewhere (only
-        ``fragments``, when given)."""
+        ``fragments``, when given), with the replica's random streams (``streams``)."""
         out = {
             frag: {n: ns[n] for n in self.program.state_names.get(frag, ()) if n in ns}
             for frag, ns in self.namespaces.items() if fragments is None or frag in fragments
         }
-        streams = self.turns.states_of(self.streams, self._stopped) if out else None
-        if streams is not None:  # with each saved fragment: a resume in this layout continues them
-            saved = {"layout": self._layout_tag(), "streams": streams}
+        states = self.turns.states_of(self.streams, self._stopped) if out and streams else None
+        if states is not None:  # with each saved fragment: a resume in this layout continues them
+            saved = {"layout": self._layout_tag(), "streams": states}
             for values in out.values():
                 values[RANDOM_KEY] = saved
         for frag, taken in self.env_steps_taken.items():
@@ -549,13 +549,16 @@ class GroupReplica:
         step cells — learners, whose weights and optimiser state a lost worker must not
         take with it; actors and envs start new episodes instead (cheap every iteration)."""
         keep = None if full else [f for f in self.namespaces if (f, "step") not in self.program.code]
-        return self.state_bytes(keep)
+        # not the streams in the light ones: 12 KB more every iteration was seconds per
+        # iteration on a slow link (a 32 kbit/s host in tests/hosts); a learner recovered
+        # from one draws anew, as an actor re-placed does
+        return self.state_bytes(keep, streams=full)
 
-    def state_bytes(self, fragments=None) -> bytes:
+    def state_bytes(self, fragments=None, streams: bool = True) -> bytes:
         """:meth:`export_state`, pickled. A value that does not pickle (a lock, a socket the
         fragment never sends) is left out — found once, said once (:attr:`notes`), and
         listed under ``REBUILT_KEY`` so that a restore runs the init cell to build it."""
-        states = self.export_state(fragments)
+        states = self.export_state(fragments, streams)
         for frag, names in self.left_out.items():
             values = states.get(frag)
             if values is not None and names:
@@ -573,7 +576,7 @@ class GroupReplica:
                 self.left_out.setdefault(frag, {}).update(
                     (n, type_label(states[frag][n])) for n in names)
                 self.notes.extend(left_out_note(frag, n, what) for n, what in names.items())
-            return self.state_bytes(fragments)
+            return self.state_bytes(fragments, streams)
 
     def _send_step_values(self, frag: str, ns: dict, sends, iteration) -> None:
         sent_keys = set()
