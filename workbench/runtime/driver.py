@@ -125,8 +125,8 @@ class IterationRecord:
     #: per "group[replica]": env steps it took, and episodes it finished (returns logged)
     replica_env_steps: dict[str, int] = field(default_factory=dict)
     replica_episodes: dict[str, int] = field(default_factory=dict)
-    #: warnings replicas sent with their reports (state that snapshots leave out)
-    notes: list[str] = field(default_factory=list)
+    #: warnings replicas sent with their reports: (the run's event kind, the message)
+    notes: list[tuple[str, str]] = field(default_factory=list)
 
     def absorb(self, report: TaskReport, *, with_timing: bool) -> None:
         for name, values in report.metrics.get(self.iteration, {}).items():

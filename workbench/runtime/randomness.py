@@ -57,7 +57,7 @@ from typing import Any
 
 from workbench.runtime.channels import Stopped
 
-__all__ = ["Turns", "Streams", "SharedStreams", "SHARED_STREAMS", "PATIENCE_S", "NO_TURN_MARK"]
+__all__ = ["Turns", "Streams", "SharedStreams", "SHARED_STREAMS", "PATIENCE_S"]
 
 #: how often a replica waiting for its turn looks at the run's stop flag (seconds)
 _STOP_POLL_S = 0.05
@@ -96,13 +96,8 @@ class Streams:
         """Take ``states`` (from :meth:`states`, perhaps through a checkpoint) as this
         replica's; a kind that is missing keeps what it had."""
         for kind in ("torch", "cuda", "numpy", "python"):
-            value = states.get(kind)
-            if value is not None:
-                if kind == "numpy":  # a checkpoint gives lists back where tuples went in
-                    value = tuple(value)
-                elif kind == "python":
-                    value = (value[0], tuple(value[1]), value[2])
-                setattr(self, kind, value)
+            if states.get(kind) is not None:
+                setattr(self, kind, states[kind])
 
     def install(self) -> None:
         """Put this replica's states into the process's generators."""
@@ -254,9 +249,6 @@ class SharedStreams:
     def restore(self, streams: Streams, states: dict[str, Any], stopped: Callable[[], bool]) -> None:
         pass
 
-
-#: words that mark a replica's note that a cell of it ran without its turn
-NO_TURN_MARK = "ran beside it without its turn"
 
 #: the one :class:`SharedStreams` (it holds nothing)
 SHARED_STREAMS = SharedStreams()

@@ -21,8 +21,8 @@ from workbench.runtime.arrays import ReplicasDisagree, ReplicasMisfit, StepMisma
 from workbench.runtime.cell_exit import describe as describe_error, install as catch_process_exits, is_cell_error
 from workbench.runtime.channels import Stopped, dumps_state
 from workbench.runtime.counting import ENV_STEPS_KEY, RANDOM_KEY, REBUILT_KEY, batch_of, counter_of, env_fragments, explicit, without_counters
-from workbench.runtime.portable import PortableState, restore_into, type_label
-from workbench.runtime.randomness import NO_TURN_MARK, PATIENCE_S, SHARED_STREAMS, Turns
+from workbench.runtime.portable import PortableState, decode_value, restore_into, type_label
+from workbench.runtime.randomness import PATIENCE_S, SHARED_STREAMS, Turns
 
 __all__ = ["GroupProgram", "GroupReplica", "TaskReport", "group_program"]
 
@@ -123,8 +123,8 @@ class TaskReport:
     #: env steps this replica's env fragments had counted before this stretch (a resumed
     #: run's, from their state); sent once, with the stretch's first counted steps
     env_steps_base: int = 0
-    #: warnings for the notebook (state that snapshots leave out), each sent once
-    notes: list[str] = field(default_factory=list)
+    #: warnings for the notebook, each sent once: (the run's event kind, the message)
+    notes: list[tuple[str, str]] = field(default_factory=list)
 
     def to_message(self) -> dict:
         """Plain msgpack-able form (string keys only), for Dask events."""
@@ -147,7 +147,7 @@ class TaskReport:
             compute_seconds=dict(msg["compute_seconds"]),
             wait_seconds=msg["wait_seconds"], send_seconds=msg["send_seconds"],
             other_seconds=msg.get("other_seconds", 0.0), iterations=list(msg["iterations"]), sent_bytes=msg["sent_bytes"],
-            env_steps_base=msg.get("env_steps_base", 0), notes=list(msg.get("notes", ())),
+            env_steps_base=msg.get("env_steps_base", 0), notes=[tuple(n) for n in msg.get("notes", ())],
         )
 
 
@@ -235,8 +235,8 @@ class GroupReplica:
         self.env_steps_taken = {f: 0 for f in program.counted}
         #: per fragment, names of its state that do not pickle: snapshots leave them out
         self.left_out: dict[str, dict[str, str]] = {}
-        #: warnings for the driver, sent with the next task's report
-        self.notes: list[str] = []
+        #: warnings for the driver, sent with the next task's report: (event kind, message)
+        self.notes: list[tuple[str, str]] = []
         self._said_no_turn = False  # a cell ran without its turn (said once, in notes)
         #: the streams this replica saved, when it resumes in the layout that saved them
         #: (same group, same count): installed now, and again after any init cell runs
@@ -486,7 +486,7 @@ class GroupReplica:
 
     def _layout_tag(self) -> list:
         """Which replica of which layout saved a state: its streams continue only there."""
-        return [self.program.group, sorted(dict.fromkeys(f for f, _ in self.program.code)), self.index, self.count]
+        return [self.program.group, sorted({f for f, _ in self.program.code}), self.index, self.count]
 
     def _saved_streams(self, state: dict[str, Any]) -> dict[str, Any] | None:
         """The streams in a resumed state, if this replica's layout saved them."""
@@ -495,8 +495,6 @@ class GroupReplica:
             if saved is None:
                 continue
             if isinstance(values, PortableState):  # a checkpoint's: encoded
-                from workbench.runtime.portable import decode_value
-
                 saved = decode_value(saved)
             if list(saved.get("layout", ())) == self._layout_tag():
                 return saved["streams"]
@@ -506,12 +504,12 @@ class GroupReplica:
         """Say once that a cell of this replica ran beside another replica's long cell."""
         if not self._said_no_turn:
             self._said_no_turn = True
-            self.notes.append(
+            self.notes.append(("random streams shared",
                 f"the {frag} {rate} cell of replica {self.index} of {self.program.group} (on {self.worker}) "
-                f"waited over {PATIENCE_S:g} s for another replica's cell in its process and {NO_TURN_MARK}: "
+                f"waited over {PATIENCE_S:g} s for another replica's cell in its process and ran beside it: "
                 "from here its random numbers (torch, np.random, random) may differ from run to run. "
                 "Give each replica its own worker, or keep cells from waiting on other replicas "
-                "(or run with own_random=False, --no-own-random, to let them share streams).")
+                "(or run with own_random=False, --no-own-random, to let them share streams)."))
 
     def _stopped(self) -> bool:
         """The run's stop flag (False before a loop lends this replica its channels)."""
@@ -575,7 +573,7 @@ class GroupReplica:
             for frag, names in found.items():
                 self.left_out.setdefault(frag, {}).update(
                     (n, type_label(states[frag][n])) for n in names)
-                self.notes.extend(left_out_note(frag, n, what) for n, what in names.items())
+                self.notes.extend(("state left out", left_out_note(frag, n, what)) for n, what in names.items())
             return self.state_bytes(fragments, streams)
 
     def _send_step_values(self, frag: str, ns: dict, sends, iteration) -> None:

@@ -14,7 +14,6 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from workbench.runtime.driver import IterationRecord
-from workbench.runtime.randomness import NO_TURN_MARK
 
 __all__ = ["Run", "RunEvent", "RunStatus", "EventKind", "RETURN_METRIC"]
 
@@ -88,8 +87,7 @@ class Run:
             self.env_steps_base = rec.env_steps_base
             self.env_steps += rec.env_steps_base
         self.env_steps += rec.env_steps
-        for message in rec.notes:
-            kind = "random streams shared" if NO_TURN_MARK in message else "state left out"
+        for kind, message in rec.notes:
             self.note_once(kind, message, rec.iteration)
         self.episode_returns.extend(rec.metrics.get(RETURN_METRIC, []))
         for who, n in rec.replica_env_steps.items():
