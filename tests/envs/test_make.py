@@ -13,7 +13,7 @@ def test_make_dispatch():
     assert isinstance(make("CartPole-v1", 2), CartPole)
     assert isinstance(make("CartPole-v1", 2, backend="numpy"), CartPole)
     assert isinstance(make("CartPole-v1", 2, backend="gymnasium"), GymVectorEnv)
-    acrobot = make("Acrobot-v1", 2, seed=0)
+    acrobot = make("Acrobot-v1", 2, seed=0, backend="gymnasium")  # auto: EnvPool when installed
     assert isinstance(acrobot, GymVectorEnv) and isinstance(acrobot, VectorEnv)
     assert acrobot.observation_shape == (6,)
     threaded = make(lambda: gymnasium.make("Acrobot-v1"), 3, threads=2)

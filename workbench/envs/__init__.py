@@ -2,8 +2,9 @@
 
 ``make("CartPole-v1", N)`` gives the vectorised array CartPole (NumPy, or CuPy
 on request), ``make("simple_spread_v3", N)`` the multi-agent MPE simple_spread
-(`SimpleSpread`); any other gymnasium id, or a factory, gives gymnasium envs behind
-the same protocol (threaded when ``threads > 1``).
+(`SimpleSpread`); an id EnvPool has (``HalfCheetah-v5``…) gives EnvPool's C++ pool
+(`EnvPoolVectorEnv`) when EnvPool is installed; any other gymnasium id, or a factory,
+gives gymnasium envs behind the same protocol (threaded when ``threads > 1``).
 """
 
 from __future__ import annotations
@@ -14,6 +15,8 @@ from typing import Any, Callable
 
 from workbench.envs.base import EpisodeTracker, StepResult, VectorEnv
 from workbench.envs.cartpole import CartPole
+from workbench.envs import envpool_env
+from workbench.envs.envpool_env import EnvPoolVectorEnv, envpool_available, envpool_has
 from workbench.envs.gym_vector import GymVectorEnv
 from workbench.envs.simple_spread import SimpleSpread
 from workbench.envs.threaded import ThreadedVectorEnv
@@ -21,6 +24,7 @@ from workbench.envs.threaded import ThreadedVectorEnv
 __all__ = [
     "ARRAY_ENVS",
     "CartPole",
+    "EnvPoolVectorEnv",
     "EpisodeTracker",
     "GymVectorEnv",
     "SimpleSpread",
@@ -36,7 +40,7 @@ ARRAY_ENVS: dict[str, Callable[..., Any]] = {
     "simple_spread_v3": SimpleSpread,  # multi-agent: reward [N, agents]
 }
 
-_BACKENDS = ("auto", "numpy", "cpu", "cupy", "gpu", "gymnasium")
+_BACKENDS = ("auto", "numpy", "cpu", "cupy", "gpu", "envpool", "gymnasium")
 
 
 def make(
@@ -55,20 +59,24 @@ def make(
             ``gymnasium.Env``.
         num_envs: number of envs ``N``.
         seed: seeds the envs (used by the first ``reset()`` given no seed).
-        backend: ``"auto"`` — the NumPy array env for ids in `ARRAY_ENVS`,
-            gymnasium otherwise; ``"numpy"``/``"cpu"`` or ``"cupy"``/``"gpu"`` —
+        backend: ``"auto"`` — the NumPy array env for ids in `ARRAY_ENVS`, else
+            EnvPool for the ids it has when it is installed (`EnvPoolVectorEnv`),
+            else gymnasium; ``"envpool"`` — always EnvPool (error if it is not
+            installed or lacks the id); ``"numpy"``/``"cpu"`` or ``"cupy"``/``"gpu"`` —
             the array env on that module (error if the id has none, or no GPU);
             ``"cuda:K"`` — the CuPy array env on GPU ``K`` (so
             ``backend=replica.device`` puts a replica's env where the replica runs);
             ``"gymnasium"`` — always the gymnasium-backed env.
         threads: for gymnasium-backed envs, step ``threads`` slices
             concurrently (`ThreadedVectorEnv`); ``None``/1 steps them in the
-            calling thread. Ignored by array envs, which are vectorised already.
+            calling thread. For EnvPool, its C++ threads (``None``: EnvPool's
+            choice, one per core). Ignored by array envs, vectorised already.
 
     Example::
 
         env = make("CartPole-v1", num_envs=1024, seed=0)       # NumPy array env
-        env = make("HalfCheetah-v5", num_envs=8, threads=2)    # gymnasium, 2 threads
+        env = make("HalfCheetah-v5", num_envs=8)               # EnvPool when installed
+        env = make("HalfCheetah-v5", num_envs=8, threads=2, backend="gymnasium")
         env = make(lambda: MyEnv(), num_envs=4)                # any gymnasium.Env
     """
     if backend not in _BACKENDS and not str(backend).startswith("cuda:"):
@@ -93,8 +101,10 @@ def make(
         )
 
     env_id = id_or_factory
-    if backend != "gymnasium" and env_id in ARRAY_ENVS:
+    if backend not in ("gymnasium", "envpool") and env_id in ARRAY_ENVS:
         return ARRAY_ENVS[env_id](int(num_envs), seed=seed, xp=_array_module(backend))
+    if backend == "envpool" or (backend == "auto" and envpool_has(env_id)):
+        return _envpool_env(env_id, int(num_envs), seed, threads)
     if backend not in ("auto", "gymnasium"):
         raise ValueError(
             f"{env_id!r} has no array implementation for backend={backend!r} "
@@ -113,6 +123,13 @@ def _array_module(backend: str) -> Any:
     # "auto" means NumPy here: the GPU is used only when asked for, since a
     # CuPy env hands back device arrays the caller must be ready for.
     return get_xp("cpu" if backend == "auto" else backend)
+
+
+def _envpool_env(env_id: str, num_envs: int, seed: int | None, threads: int | None) -> VectorEnv:
+    if not envpool_available():
+        raise ValueError(f"backend='envpool' needs EnvPool, which is not installed: "
+                         f"{envpool_env.INSTALL_HINT}; or use backend='auto' (gymnasium for {env_id!r})")
+    return EnvPoolVectorEnv(env_id, num_envs, seed=seed, threads=threads)
 
 
 def _gymnasium_env(
