@@ -1,0 +1,196 @@
+"""Continuous PPO on HalfCheetah-v5: workbench vs CleanRL's ``ppo_continuous_action.py``, same run.
+
+Both at CleanRL's settings (1M env steps, batch 2048, 32 minibatches × 10 epochs, lr 3e-4
+annealed, γ 0.99, λ 0.95, clip 0.2 with value clipping, observation and reward normalisation,
+state-independent log-std, 64-64 tanh MLPs, Adam eps 1e-5, grad norm 0.5). workbench
+collects the 2048 with ``--wb-envs`` envs (default 8 × 256 steps, EnvPool's pool when
+installed; ``--wb-envs 1`` is CleanRL's 1 × 2048). Seeds are interleaved: for each seed every
+contender runs, in a fresh process, before the next seed starts, and the order alternates,
+so the shared machine's noise hits both alike.
+
+Reported per contender (medians over seeds): the final return (mean of the last 10 finished
+episodes' raw returns), the process's wall time start to exit, env-steps/s; and the ratios
+the goal is judged on: final return ≥ CleanRL's, wall time ≤ 0.5 × CleanRL's.
+
+CleanRL's script is not part of workbench; download it (and what it imports):
+
+    pip install tyro tensorboard
+    curl -LO https://raw.githubusercontent.com/vwxyzjn/cleanrl/master/cleanrl/ppo_continuous_action.py
+    python benchmarks/bench_continuous.py --cleanrl ppo_continuous_action.py           # 1M, 3 seeds
+    python benchmarks/bench_continuous.py --cleanrl ppo_continuous_action.py --steps 100000 --seeds 1
+
+CleanRL pins gymnasium 0.29, which has no HalfCheetah-v5; its script runs here unmodified on
+gymnasium 1.x through `gymnasium_029_shim` (two API changes of 1.0 undone: the
+``TransformObservation`` without an observation space, and the 0.29 ``final_info`` list of
+per-env dicts, with 0.29's same-step autoreset). Without ``--cleanrl`` only workbench runs.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import runpy
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+MARK = "BENCH_CONTINUOUS "
+ENV_ID = "HalfCheetah-v5"
+BATCH = 2048
+LAST_EPISODES = 10
+RETURN_RE = re.compile(r"episodic_return=\[?(-?[\d.]+(?:e[-+]?\d+)?)")
+
+
+# ============================================================================ children
+def child_workbench(seed: int, steps: int, num_envs: int) -> dict:
+    """workbench's continuous PPO FDG, inline, CleanRL's hyperparameters and budget."""
+    import dataclasses
+
+    from workbench.algorithms import ppo_continuous
+
+    iterations = steps // BATCH
+    cfg = dataclasses.replace(ppo_continuous.cfg, env_id=ENV_ID, seed=seed, num_envs=num_envs,
+                              num_steps=BATCH // num_envs, iterations=iterations)
+    fdg = ppo_continuous.build_fdg({**vars(ppo_continuous), "cfg": cfg})
+    run = fdg.run(iterations=iterations, steps=cfg.num_steps, progress=False)
+    returns = run.episode_returns
+    return {"final_return": statistics.fmean(returns[-LAST_EPISODES:]) if returns else float("nan"),
+            "episodes": len(returns), "env_steps": run.env_steps, "sps": run.steps_per_second}
+
+
+def gymnasium_029_shim() -> None:
+    """Let a gymnasium-0.29 script (CleanRL's) run on gymnasium 1.x, behaviour unchanged."""
+    import gymnasium as gym
+    import numpy as np
+    from gymnasium.vector import AutoresetMode
+
+    transform = gym.wrappers.TransformObservation
+
+    class TransformObservation(transform):  # 0.29: func only, the space unchanged
+        def __init__(self, env, func, observation_space=None):
+            super().__init__(env, func, observation_space or env.observation_space)
+
+    class SyncVectorEnv(gym.vector.SyncVectorEnv):
+        """0.29's same-step autoreset, ``final_info`` an array of per-env dicts (None where
+        the env did not end)."""
+
+        def __init__(self, env_fns, **kwargs):
+            super().__init__(env_fns, autoreset_mode=AutoresetMode.SAME_STEP, **kwargs)
+
+        def step(self, actions):
+            obs, reward, terminated, truncated, infos = super().step(actions)
+            if "final_info" in infos:
+                ended = infos["final_info"].get("_episode", terminated | truncated)
+                per_env = np.full(self.num_envs, None, dtype=object)
+                for i in np.flatnonzero(ended):
+                    per_env[i] = {"episode": {k: v[i] for k, v in infos["final_info"]["episode"].items()}}
+                infos["final_info"] = per_env
+            return obs, reward, terminated, truncated, infos
+
+    gym.wrappers.TransformObservation = TransformObservation
+    gym.vector.SyncVectorEnv = SyncVectorEnv
+
+
+def child_cleanrl(script: str, argv: list[str]) -> None:
+    gymnasium_029_shim()
+    sys.argv = [script, *argv]
+    runpy.run_path(script, run_name="__main__")
+
+
+# ============================================================================ the parent
+def spawn(cmd: list[str], cwd: str, timeout: float) -> tuple[str, float, int]:
+    started = time.perf_counter()
+    try:
+        proc = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, timeout=timeout,
+                              env={**os.environ, "PYTHONUNBUFFERED": "1"})
+        out, rc = proc.stdout + proc.stderr, proc.returncode
+    except subprocess.TimeoutExpired as exc:
+        out, rc = str(exc.stdout or "") + f"\n[timed out after {timeout:.0f} s]", -9
+    return out, time.perf_counter() - started, rc
+
+
+def run_one(contender: str, seed: int, args: argparse.Namespace, tmp: str) -> dict | None:
+    if contender == "cleanrl":
+        cmd = [sys.executable, __file__, "--child-cleanrl", os.path.abspath(args.cleanrl), "--",
+               "--env-id", ENV_ID, "--seed", str(seed), "--total-timesteps", str(args.steps), "--no-cuda"]
+    else:
+        cmd = [sys.executable, __file__, "--child-workbench", "--seed", str(seed),
+               "--steps", str(args.steps), "--wb-envs", str(args.wb_envs)]
+    out, wall, rc = spawn(cmd, tmp, args.timeout)
+    if contender == "cleanrl":
+        returns = [float(r) for r in RETURN_RE.findall(out)]
+        sps = re.findall(r"^SPS: (\d+)", out, re.M)
+        result = {"final_return": statistics.fmean(returns[-LAST_EPISODES:]), "episodes": len(returns),
+                  "sps": float(sps[-1])} if rc == 0 and returns and sps else None
+    else:
+        lines = [line for line in out.splitlines() if line.startswith(MARK)]
+        result = json.loads(lines[-1][len(MARK):]) if rc == 0 and lines else None
+    if result is None:
+        tail = "\n    ".join(out.strip().splitlines()[-8:])
+        print(f"  {contender} seed {seed}: FAILED (exit {rc}); last lines:\n    {tail}", flush=True)
+        return None
+    result["wall_s"] = wall
+    print(f"  seed {seed} {contender:8s}: final return {result['final_return']:8.1f} "
+          f"({result['episodes']} episodes), {wall:7.1f} s wall, {result['sps']:,.0f} env-steps/s",
+          flush=True)
+    return result
+
+
+def report(results: dict[str, list[dict]], args: argparse.Namespace) -> None:
+    med = {name: {key: statistics.median(r[key] for r in rows) for key in ("final_return", "wall_s", "sps")}
+           for name, rows in results.items() if rows}
+    print(f"\n### HalfCheetah-v5, {args.steps:,} env steps, seeds {args.seeds_list} "
+          f"(medians; workbench {args.wb_envs} envs x {BATCH // args.wb_envs} steps)\n")
+    print("| contender | final return | wall time (s) | env-steps/s |")
+    print("|---|---:|---:|---:|")
+    for name, m in med.items():
+        print(f"| {name} | {m['final_return']:.1f} | {m['wall_s']:.1f} | {m['sps']:,.0f} |")
+    if "workbench" in med and "cleanrl" in med:
+        wb, cl = med["workbench"], med["cleanrl"]
+        print(f"\nwall time workbench / CleanRL: {wb['wall_s'] / cl['wall_s']:.2f}x (goal ≤ 0.5x); "
+              f"env-steps/s {wb['sps'] / cl['sps']:.2f}x; final return {wb['final_return']:.1f} vs "
+              f"{cl['final_return']:.1f} (goal ≥)")
+        if args.steps < 1_000_000:
+            print(f"(a SHORT run: {args.steps:,} steps of the 1M the goal is judged on; early returns "
+                  "say little about final ones)")
+
+
+def main() -> None:
+    if len(sys.argv) > 2 and sys.argv[1] == "--child-cleanrl":
+        rest = sys.argv[3:]
+        return child_cleanrl(sys.argv[2], rest[1:] if rest[:1] == ["--"] else rest)
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--cleanrl", help="path to CleanRL's ppo_continuous_action.py (see above)")
+    parser.add_argument("--steps", type=int, default=1_000_000, help="env steps per run (default 1M)")
+    parser.add_argument("--seeds", type=int, default=3, help="seeds 1..K (default 3)")
+    parser.add_argument("--wb-envs", type=int, default=8, help="workbench's envs (2048 / envs steps each)")
+    parser.add_argument("--timeout", type=float, default=4 * 3600, help="seconds per process")
+    parser.add_argument("--child-workbench", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--seed", type=int, default=1, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if BATCH % args.wb_envs:
+        parser.error(f"--wb-envs must divide the batch of {BATCH}")
+    if args.child_workbench:
+        print(MARK + json.dumps(child_workbench(args.seed, args.steps, args.wb_envs)), flush=True)
+        return
+    contenders = ["workbench"] + (["cleanrl"] if args.cleanrl else [])
+    if not args.cleanrl:
+        print("(no --cleanrl: workbench alone; see the module docstring for CleanRL's script)")
+    args.seeds_list = list(range(1, args.seeds + 1))
+    results: dict[str, list[dict]] = {name: [] for name in contenders}
+    with tempfile.TemporaryDirectory() as tmp:  # CleanRL's runs/ (TensorBoard) land here
+        for k, seed in enumerate(args.seeds_list):
+            for name in (contenders if k % 2 == 0 else contenders[::-1]):
+                result = run_one(name, seed, args, tmp)
+                if result:
+                    results[name].append(result)
+    report(results, args)
+
+
+if __name__ == "__main__":
+    main()
