@@ -8,7 +8,9 @@ host. For the site this hook
   without running them: ``execute: false`` in ``mkdocs.yml``);
 - mounts every other repository file a page links to, as a static file at its repository path;
 - rewrites those links (``../tests/x.py`` → ``tests/x.py``) so that ``--strict`` checks them
-  like any other link: a link to a file that does not exist stays as written and fails the build.
+  like any other link: a link to a file that does not exist stays as written and fails the build;
+- writes the table of run options where a page says ``{{ run_options_table }}``, from
+  ``RunConfig``'s fields, so the reference cannot drift from the code.
 
 Example: a page ``docs/errors.md`` with ``[test](../tests/test_bad_input.py#L3)`` builds to a
 link to ``tests/test_bad_input.py#L3`` in the site, which holds that file.
@@ -62,7 +64,36 @@ def on_files(files, config):
     return files
 
 
+def run_options_table() -> str:
+    """Every RunConfig field: its keyword, its flag (``%fdg run`` and ``workbench run``), its
+    default and its help, as a Markdown table."""
+    import dataclasses
+
+    from workbench.config import RunConfig
+
+    rows = ["| `fdg.run(...)` keyword | `%fdg run` / `workbench run` flag | default | what it does |",
+            "| --- | --- | --- | --- |"]
+    for field in dataclasses.fields(RunConfig):
+        meta = field.metadata
+        flag = "--" + field.name.replace("_", "-")
+        if "cli" not in meta["surfaces"] and "magic" not in meta["surfaces"]:
+            flags = "— (Python only)"
+        elif meta["boolean"]:
+            flags = f"`{flag}` / `--no-{flag[2:]}`"
+        else:
+            flags = f"`{flag} {meta['metavar']}`" if meta["metavar"] else f"`{flag}`"
+        flags += "".join(f", `{alias}`" for alias in meta["aliases"])
+        if len(set(meta["surfaces"]) & {"cli", "magic"}) == 1:
+            flags += " (`workbench run` only)" if "cli" in meta["surfaces"] else " (`%fdg run` only)"
+        default = "—" if field.default in (None, ()) else f"`{field.default!r}`"
+        help_text = meta["help"].replace("|", "\\|")  # a | inside a cell would end it
+        rows.append(f"| `{field.name}` | {flags} | {default} | {help_text} |")
+    return "\n".join(rows)
+
+
 def on_page_markdown(markdown, page, config, files):
+    if "{{ run_options_table }}" in markdown:
+        markdown = markdown.replace("{{ run_options_table }}", run_options_table())
     docs_dir = Path(config["docs_dir"]).resolve()
     page_dir = posixpath.dirname(page.file.src_uri)
 

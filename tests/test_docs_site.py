@@ -7,6 +7,7 @@ mode fails on a broken link or anchor; a small second build shows that it does.
 """
 from __future__ import annotations
 
+import dataclasses
 import os
 import re
 import subprocess
@@ -85,6 +86,15 @@ def test_api_reference_is_built_from_the_docstrings(site):
         html = page.read_text()
         assert "<blockquote" not in html and "```" not in html, page
     assert ">>> fdg = wb.FDG()" in _text(_page(site, "api/workbench.md"))
+
+
+def test_run_options_table_has_every_option(site):
+    # the docs hook writes it from RunConfig's fields: an option added to the code is in the docs
+    text = _text(_page(site, "api/workbench.md"))
+    for field in dataclasses.fields(RunConfig):
+        flag = "--" + field.name.replace("_", "-")
+        shown = flag if {"cli", "magic"} & set(field.metadata["surfaces"]) else "— (Python only)"
+        assert f"{field.name} {shown}" in text, field.name
 
 
 def test_notebooks_are_rendered_as_stored_not_run(site):
