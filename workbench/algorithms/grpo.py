@@ -1,0 +1,268 @@
+"""GRPO with verifiable rewards for a causal language model, written as workbench fragments.
+
+Read it top to bottom: the hyperparameters, the task and tokenizer, the pieces of the update
+(group-normalised advantages, the clipped token-level loss with a KL term), then the fragment
+cells. ``notebooks/grpo.ipynb`` holds the same cells, byte for byte, and builds the same FDG.
+
+The fragments: ``prompts`` draws training prompts (each repeated ``group_size`` times);
+``generate`` samples one completion per copy with a KV cache; ``reward`` scores each
+``(prompt, completion)`` with ``reward_fn``, a plain function of the notebook; ``reference``
+gives each completion token's log-probability under the frozen starting model (the KL term);
+``learner`` takes one GRPO step on everything the step cells produced and publishes
+``weights``, which the generate replicas load at the iteration boundary. A run's *steps* are
+generation batches: each iteration learns from ``steps × prompts_per_step × group_size``
+completions.
+
+Example:
+    >>> from workbench.algorithms import grpo
+    >>> fdg = grpo.build_fdg()
+    >>> sorted(fdg.fragments)
+    ['generate', 'learner', 'prompts', 'reference', 'reward']
+    >>> run = fdg.run(iterations=10, steps=1, progress=False)   # doctest: +SKIP
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+
+import workbench as wb
+from workbench.algorithms.config_docs import documented
+from workbench.algorithms.ppo import _sync_and_clip
+from workbench.llm.generation import sample, sequence_logp
+from workbench.llm.models import context_length, frozen_copy, load_causal_lm
+from workbench.llm.tasks import (AdditionTask, decode_completions, encode_prompts, exact_answer_reward,
+                                 heldout_accuracy, score_completions)
+from workbench.llm.tokenizers import char_tokenizer
+
+__all__ = ["GRPOConfig", "group_advantages", "grpo_loss", "grpo_update", "make_model", "prompt_batch",
+           "generate_completions", "reference_logp", "FRAGMENT_CELLS", "build_fdg", "cfg", "task",
+           "tokenizer", "reward_fn"]
+
+
+# ----------------------------------------------------------------------------- hyperparameters
+@documented
+@dataclass
+class GRPOConfig:
+    """Every GRPO hyperparameter, in one place. The defaults learn 2-operand addition on two
+    CPU cores in about a minute after the notebook's supervised warm start."""
+
+    seed: int = 1
+    """seeds the model, the data split and the sampling (prompt replica ``i`` draws with ``seed + i``)"""
+    max_operand: int = 19
+    """prompts are ``a+b=`` with ``a, b`` in ``0 … max_operand``"""
+    heldout_fraction: float = 0.2
+    """the pairs never trained on, for held-out accuracy"""
+    model: Any = None
+    """a transformers causal LM object, a local directory, or None for a small Llama built from the sizes below"""
+    hidden: int = 64
+    """width of the model built from a config"""
+    layers: int = 2
+    """its transformer blocks"""
+    heads: int = 4
+    """its attention heads"""
+    context: int = 16
+    """its positions: prompt width + max_new_tokens must fit"""
+    prompts_per_step: int = 16
+    """distinct prompts per step, split across the prompt replicas (keep it divisible by their count)"""
+    group_size: int = 8
+    """completions sampled per prompt (G); advantages are normalised within each group"""
+    max_new_tokens: int = 4
+    """the longest completion, ``<eos>`` included"""
+    temperature: float = 1.0
+    """sampling temperature (the learner scores tokens at the same one)"""
+    top_p: float = 1.0
+    """nucleus sampling: keep the most likely tokens whose mass reaches this"""
+    learning_rate: float = 1e-4
+    """Adam step size (read every iteration: ``%fdg update cfg`` changes it live)"""
+    clip_coef: float = 0.2
+    """the ratio's clipping, as PPO's"""
+    kl_coef: float = 0.02
+    """weight of the KL to the frozen reference (0 skips the reference's forward pass)"""
+    max_grad_norm: float = 1.0
+    """global gradient-norm clipping"""
+    iterations: int = 40
+    """iterations a run takes (the notebook's budget knob; CI runs fewer)"""
+    eval_every: int = 5
+    """iterations between held-out accuracy measurements (greedy, on the whole held-out set)"""
+    warm_start_steps: int = 150
+    """supervised steps before RL in the notebook (0 skips it)"""
+
+
+cfg = GRPOConfig()
+tokenizer = char_tokenizer()
+task = AdditionTask(cfg.max_operand, heldout_fraction=cfg.heldout_fraction, seed=cfg.seed)
+
+
+def reward_fn(prompt: str, completion: str) -> float:
+    """1 for the exact sum, else 0 (the notebook's reward cell; edit it while training)."""
+    return exact_answer_reward(prompt, completion)
+
+
+# ----------------------------------------------------------------------------- the model
+def make_model(cfg: GRPOConfig, tokenizer, weights: dict | None = None):
+    """The model every fragment holds a copy of: ``cfg.model`` (or a small Llama built from
+    ``cfg``'s sizes, seeded by ``cfg.seed``), with ``weights`` loaded when given."""
+    model = load_causal_lm(cfg.model, tokenizer, hidden=cfg.hidden, layers=cfg.layers, heads=cfg.heads,
+                           context=cfg.context, seed=cfg.seed)
+    if weights is not None:
+        model.load_state_dict(weights)
+    return model
+
+
+# ----------------------------------------------------------------------------- acting
+def prompt_batch(task: AdditionTask, rng: np.random.Generator, cfg: GRPOConfig, replicas: int = 1) -> list[str]:
+    """This replica's share of ``cfg.prompts_per_step`` training prompts, each repeated
+    ``group_size`` times in a row (a group stays whole on every replica)."""
+    count = max(1, cfg.prompts_per_step // replicas)
+    return [p for p in task.sample(rng, count) for _ in range(cfg.group_size)]
+
+
+def generate_completions(policy, tokenizer, prompt_ids, prompt_mask, cfg: GRPOConfig):
+    """``(tokens, completion_mask, logp)`` sampled by ``policy`` at ``cfg``'s temperature and
+    top-p; logs the generated tokens per second."""
+    started = time.perf_counter()
+    out = sample(policy, prompt_ids, prompt_mask, max_new_tokens=cfg.max_new_tokens,
+                 temperature=cfg.temperature, top_p=cfg.top_p, eos_id=tokenizer.eos_token_id,
+                 pad_id=tokenizer.pad_token_id)
+    generated = float(out.completion_mask.sum())
+    wb.log("perf/generated_tokens", generated)
+    wb.log("perf/generate_tokens_per_s", generated / max(time.perf_counter() - started, 1e-9))
+    return out.tokens, out.completion_mask, out.logp
+
+
+def reference_logp(reference, prompt_ids, prompt_mask, tokens, completion_mask, cfg: GRPOConfig):
+    """The frozen reference's log-probabilities of the completion tokens ``[B, C]`` (zeros,
+    with no forward pass, while ``cfg.kl_coef`` is 0)."""
+    if not cfg.kl_coef:
+        return torch.zeros(tokens.shape, dtype=torch.float32)
+    with torch.no_grad():
+        return sequence_logp(reference, prompt_ids, prompt_mask, tokens, completion_mask, cfg.temperature)
+
+
+# ----------------------------------------------------------------------------- the update
+def group_advantages(rewards: torch.Tensor, group_size: int, eps: float = 1e-4) -> torch.Tensor:
+    """Each reward minus its group's mean, over the group's standard deviation (unbiased, as
+    TRL's) plus ``eps``: a group whose completions all scored the same has advantage 0.
+
+    >>> group_advantages(torch.tensor([1., 0., 0., 0., 1., 1.]), 3).round(decimals=3).tolist()
+    [1.155, -0.577, -0.577, -1.155, 0.577, 0.577]
+    """
+    groups = rewards.reshape(-1, group_size)
+    mean, std = groups.mean(1, keepdim=True), groups.std(1, keepdim=True)
+    return ((groups - mean) / (std + eps)).reshape(-1)
+
+
+def grpo_loss(logp, old_logp, ref_logp, advantages, mask, *, clip_coef: float, kl_coef: float):
+    """GRPO's loss on ``[B, C]`` token log-probabilities: the clipped surrogate of PPO with the
+    sequence's advantage on every token, plus ``kl_coef`` × the k3 estimate of the KL to the
+    reference, averaged over the completion tokens of the whole batch (``mask`` 1: prompt and
+    padding tokens carry no loss). Returns ``(loss, stats)``."""
+    ratio = (logp - old_logp).exp()
+    adv = advantages[:, None]
+    per_token = -torch.min(ratio * adv, ratio.clamp(1 - clip_coef, 1 + clip_coef) * adv)
+    log_ref_ratio = ref_logp - logp
+    kl = log_ref_ratio.exp() - log_ref_ratio - 1
+    if kl_coef:
+        per_token = per_token + kl_coef * kl
+    tokens = mask.sum().clamp(min=1)
+    loss = (per_token * mask).sum() / tokens
+    with torch.no_grad():
+        clipped = ((ratio - 1).abs() > clip_coef).float()
+        stats = {"losses/kl": float((kl * mask).sum() / tokens),
+                 "losses/clip_fraction": float((clipped * mask).sum() / tokens)}
+    return loss, stats
+
+
+def _flat(x) -> torch.Tensor:
+    """``[T, N, …]`` (as step values reach the learner) → ``[T·N, …]``, a torch tensor."""
+    x = torch.as_tensor(x)
+    return x.reshape(-1, *x.shape[2:])
+
+
+def grpo_update(model, optimizer, cfg: GRPOConfig, prompt_ids, prompt_mask, tokens, completion_mask,
+                logp, ref_logp, rewards) -> dict[str, float]:
+    """One GRPO step on a ``[T, N, …]`` batch of completions (groups of ``group_size`` in a
+    row); logs and returns the metrics. The learning rate is read from ``cfg`` each time."""
+    started = time.perf_counter()
+    prompt_ids, prompt_mask, tokens = _flat(prompt_ids), _flat(prompt_mask), _flat(tokens)
+    mask, old_logp, ref_logp = _flat(completion_mask), _flat(logp), _flat(ref_logp)
+    rewards = torch.as_tensor(np.asarray(rewards, dtype=np.float32)).reshape(-1)
+    advantages = group_advantages(rewards, cfg.group_size)
+    optimizer.param_groups[0]["lr"] = cfg.learning_rate
+    model.train()
+    new_logp = sequence_logp(model, prompt_ids, prompt_mask, tokens, mask, cfg.temperature)
+    loss, stats = grpo_loss(new_logp, old_logp, ref_logp, advantages, mask,
+                            clip_coef=cfg.clip_coef, kl_coef=cfg.kl_coef)
+    optimizer.zero_grad()
+    loss.backward()
+    _sync_and_clip([p for p in model.parameters() if p.requires_grad], cfg.max_grad_norm)
+    optimizer.step()
+    model.eval()
+    trained = float(mask.sum())
+    stats.update({"losses/loss": loss.item(), "charts/reward_mean": rewards.mean().item(),
+                  "charts/reward_std": rewards.std().item() if rewards.numel() > 1 else 0.0,
+                  "charts/completion_length": trained / mask.shape[0],
+                  "charts/learning_rate": cfg.learning_rate,
+                  "perf/trained_tokens_per_s": trained / max(time.perf_counter() - started, 1e-9)})
+    for name, number in stats.items():
+        wb.log(name, number)
+    return stats
+
+
+# ----------------------------------------------------------------------------- the fragments
+# Each entry is one notebook cell: (magic line, body). The notebook holds them verbatim.
+FRAGMENT_CELLS: list[tuple[str, str]] = [
+    ("%%fragment prompts --init", """\
+rng = np.random.default_rng(cfg.seed + replica.index)   # this replica's draws of training prompts
+"""),
+    ("%%fragment learner --init", """\
+model = make_model(cfg, tokenizer)
+optimizer = torch.optim.Adam(model.parameters(), lr=cfg.learning_rate)
+update = 0
+weights = model.state_dict()
+"""),
+    ("%%fragment generate --init", """\
+policy = make_model(cfg, tokenizer, weights)
+"""),
+    ("%%fragment reference --init", """\
+reference = frozen_copy(make_model(cfg, tokenizer, weights))   # the starting weights, frozen
+"""),
+    ("%%fragment prompts", """\
+prompt_texts = prompt_batch(task, rng, cfg, replica.count)
+"""),
+    ("%%fragment generate", """\
+prompt_ids, prompt_mask = encode_prompts(tokenizer, prompt_texts, task.prompt_width,
+                                         max_new_tokens=cfg.max_new_tokens, context=context_length(policy))
+tokens, completion_mask, logp = generate_completions(policy, tokenizer, prompt_ids, prompt_mask, cfg)
+"""),
+    ("%%fragment reward", """\
+rewards = score_completions(reward_fn, prompt_texts, decode_completions(tokenizer, tokens))
+"""),
+    ("%%fragment reference", """\
+ref_logp = reference_logp(reference, prompt_ids, prompt_mask, tokens, completion_mask, cfg)
+"""),
+    ("%%fragment learner", """\
+grpo_update(model, optimizer, cfg, prompt_ids, prompt_mask, tokens, completion_mask, logp, ref_logp, rewards)
+update += 1
+if update % cfg.eval_every == 0:
+    wb.log("charts/heldout_accuracy", heldout_accuracy(model, tokenizer, task))
+weights = model.state_dict()
+"""),
+    ("%%fragment generate --every iteration", """\
+policy.load_state_dict(weights)
+"""),
+]
+
+
+def build_fdg(namespace: dict | None = None):
+    """The GRPO FDG from :data:`FRAGMENT_CELLS`, reading names from ``namespace`` (default:
+    this module, so ``cfg``, ``task``, ``tokenizer``, ``reward_fn`` and the helpers come
+    from here)."""
+    fdg = wb.FDG(namespace=namespace if namespace is not None else globals())
+    for line, body in FRAGMENT_CELLS:
+        fdg.add_cell(line, body)
+    return fdg

@@ -1,0 +1,21 @@
+"""Language models as RL fragments: a tokenizer built from code, small causal LMs built from a
+``transformers`` config, batched sampling with a KV cache, and the arithmetic task GRPO learns
+(``workbench.algorithms.grpo``). Needs ``pip install 'workbench-rl[llm]'`` (transformers, peft).
+
+Example:
+    >>> from workbench.llm import char_tokenizer, tiny_causal_lm, AdditionTask
+    >>> tok = char_tokenizer()
+    >>> AdditionTask(max_operand=9, seed=0).answer("3+4=")
+    '7'
+"""
+from workbench.llm.errors import LLMInputError, RewardError
+from workbench.llm.generation import Completions, sample, sequence_logp
+from workbench.llm.models import (check_vocabulary, context_length, count_parameters, frozen_copy,
+                                  load_causal_lm, tiny_causal_lm, with_lora)
+from workbench.llm.tasks import AdditionTask, exact_answer_reward, score_completions, warm_start
+from workbench.llm.tokenizers import ARITHMETIC_ALPHABET, char_tokenizer
+
+__all__ = ["LLMInputError", "RewardError", "Completions", "sample", "sequence_logp",
+           "check_vocabulary", "context_length", "count_parameters", "frozen_copy", "load_causal_lm",
+           "tiny_causal_lm", "with_lora", "AdditionTask", "exact_answer_reward", "score_completions",
+           "warm_start", "ARITHMETIC_ALPHABET", "char_tokenizer"]

@@ -1,0 +1,113 @@
+"""Batched sampling from a causal LM with a KV cache, and the log-probabilities GRPO trains on.
+
+Prompts are left-padded to one width ``P``; completions are written into a fixed width
+``C = max_new_tokens`` (right-padded with the pad id after ``<eos>``), so every replica's
+batch has the same shape and gathers along the batch axis. ``completion_mask`` marks the
+tokens a completion really has, ``<eos>`` included: only they carry loss.
+
+Example:
+    >>> from workbench.llm.tokenizers import char_tokenizer
+    >>> from workbench.llm.models import tiny_causal_lm
+    >>> tok = char_tokenizer()
+    >>> model = tiny_causal_lm(tok, context=32, seed=0)
+    >>> batch = tok(["1+2=", "10+20="], padding=True, return_tensors="pt")
+    >>> out = sample(model, batch["input_ids"], batch["attention_mask"], max_new_tokens=4,
+    ...              eos_id=tok.eos_token_id, pad_id=tok.pad_token_id, seed=0)
+    >>> tuple(out.tokens.shape), tuple(out.completion_mask.shape), tuple(out.logp.shape)
+    ((2, 4), (2, 4), (2, 4))
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+__all__ = ["Completions", "sample", "sequence_logp", "positions"]
+
+
+@dataclass
+class Completions:
+    """What :func:`sample` returns: ``tokens`` ``[B, C]`` (pad after ``<eos>``),
+    ``completion_mask`` ``[B, C]`` (1 on real completion tokens, ``<eos>`` included) and
+    ``logp`` ``[B, C]``: each sampled token's log-probability under the sampling
+    distribution (``logits / temperature``, before top-p), 0 where the mask is 0."""
+
+    tokens: torch.Tensor
+    completion_mask: torch.Tensor
+    logp: torch.Tensor
+
+
+def positions(attention_mask: torch.Tensor) -> torch.Tensor:
+    """Position ids that start at 0 on each row's first real token (left padding skipped)."""
+    return (attention_mask.long().cumsum(-1) - 1).clamp(min=0)
+
+
+def _pick(logits: torch.Tensor, temperature: float, top_p: float, generator) -> tuple[torch.Tensor, torch.Tensor]:
+    """Sample one token per row; return it and its log-probability at ``temperature``."""
+    if temperature == 0:  # greedy: evaluation
+        token = logits.argmax(-1)
+        return token, torch.zeros(token.shape, dtype=torch.float32)
+    logp_all = torch.log_softmax(logits.float() / temperature, -1)
+    probs = logp_all.exp()
+    if top_p < 1.0:
+        # the nucleus: the most likely tokens whose mass reaches top_p (the top one always)
+        sorted_p, order = probs.sort(-1, descending=True)
+        outside = sorted_p.cumsum(-1) - sorted_p > top_p
+        sorted_p = sorted_p.masked_fill(outside, 0.0)
+        probs = torch.zeros_like(probs).scatter(-1, order, sorted_p)
+    token = torch.multinomial(probs, 1, generator=generator).squeeze(-1)
+    return token, logp_all.gather(-1, token[:, None]).squeeze(-1)
+
+
+@torch.no_grad()
+def sample(model, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, *, max_new_tokens: int,
+           eos_id: int, pad_id: int, temperature: float = 1.0, top_p: float = 1.0,
+           seed: int | None = None) -> Completions:
+    """Continue each left-padded prompt by up to ``max_new_tokens`` sampled tokens, stopping
+    a row at ``<eos>`` and the batch once every row has stopped. One forward over the
+    prompts fills the KV cache; each new token is one forward of width 1. ``temperature``
+    0 is greedy. ``seed`` draws from a private generator (else torch's global one)."""
+    device = prompt_ids.device
+    generator = None
+    if seed is not None:
+        generator = torch.Generator(device=device).manual_seed(seed)
+    batch = prompt_ids.shape[0]
+    mask = prompt_mask.to(device).long()
+    pos = positions(mask)
+    out = model(input_ids=prompt_ids, attention_mask=mask, position_ids=pos, use_cache=True)
+    cache, logits = out.cache, out.logits[:, -1]
+    next_pos = pos[:, -1] + 1
+    tokens = torch.full((batch, max_new_tokens), pad_id, dtype=torch.long, device=device)
+    logps = torch.zeros((batch, max_new_tokens), dtype=torch.float32, device=device)
+    live = torch.zeros((batch, max_new_tokens), dtype=torch.bool, device=device)
+    finished = torch.zeros(batch, dtype=torch.bool, device=device)
+    for t in range(max_new_tokens):
+        token, logp = _pick(logits, temperature, top_p, generator)
+        token = token.masked_fill(finished, pad_id)
+        tokens[:, t], live[:, t] = token, ~finished
+        logps[:, t] = logp.masked_fill(finished, 0.0)
+        finished = finished | (token == eos_id)
+        if bool(finished.all()) or t == max_new_tokens - 1:
+            break
+        mask = torch.cat([mask, torch.ones((batch, 1), dtype=mask.dtype, device=device)], 1)
+        out = model(input_ids=token[:, None], attention_mask=mask, position_ids=next_pos[:, None],
+                    cache=cache, use_cache=True)
+        cache, logits = out.cache, out.logits[:, -1]
+        next_pos = next_pos + 1
+    return Completions(tokens, live.to(torch.float32), logps)
+
+
+def sequence_logp(model, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, tokens: torch.Tensor,
+                  completion_mask: torch.Tensor, temperature: float = 1.0) -> torch.Tensor:
+    """Each completion token's log-probability under ``model`` at ``temperature``: ``[B, C]``,
+    one full forward over prompt + completion (with gradients unless the caller turns them
+    off). The same numbers, up to rounding, as :func:`sample` recorded with a KV cache."""
+    width = prompt_ids.shape[1]
+    attention = torch.cat([prompt_mask.long(), completion_mask.long()], 1)
+    logits = model(input_ids=torch.cat([prompt_ids, tokens], 1), attention_mask=attention,
+                   position_ids=positions(attention)).logits
+    # the logits at position i predict token i + 1: the completion's come from P-1 … P+C-2
+    logits = logits[:, width - 1:-1].float()
+    if temperature not in (0, 1):
+        logits = logits / temperature
+    return torch.log_softmax(logits, -1).gather(-1, tokens[..., None]).squeeze(-1)

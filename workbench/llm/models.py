@@ -1,0 +1,108 @@
+"""Causal language models for GRPO: a small one built from a ``transformers`` config, or any
+causal LM the user passes (an object or a local directory), checked against its tokenizer.
+
+Example:
+    >>> from workbench.llm.tokenizers import char_tokenizer
+    >>> tok = char_tokenizer()
+    >>> model = tiny_causal_lm(tok, hidden=64, layers=2, context=32, seed=0)
+    >>> model.config.vocab_size == len(tok), model.config.num_hidden_layers
+    (True, 2)
+    >>> count_parameters(model) < 200_000
+    True
+"""
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+
+import torch
+
+from workbench.llm.errors import LLMInputError
+
+__all__ = ["tiny_causal_lm", "load_causal_lm", "check_vocabulary", "context_length",
+           "frozen_copy", "count_parameters", "with_lora"]
+
+
+def tiny_causal_lm(tokenizer, *, hidden: int = 64, layers: int = 2, heads: int = 4, context: int = 64,
+                   seed: int | None = None):
+    """A Llama-architecture causal LM of the given sizes, randomly initialised (``seed`` fixes
+    the draw), its vocabulary the tokenizer's. Builds in milliseconds at these sizes."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    config = LlamaConfig(vocab_size=len(tokenizer), hidden_size=hidden, intermediate_size=4 * hidden,
+                         num_hidden_layers=layers, num_attention_heads=heads, num_key_value_heads=heads,
+                         max_position_embeddings=context, pad_token_id=tokenizer.pad_token_id,
+                         eos_token_id=tokenizer.eos_token_id, bos_token_id=None,
+                         tie_word_embeddings=True, attn_implementation="eager")
+    if seed is not None:
+        torch.manual_seed(seed)
+    model = LlamaForCausalLM(config)
+    model.generation_config.pad_token_id = tokenizer.pad_token_id
+    return model.eval()
+
+
+def load_causal_lm(spec, tokenizer, *, hidden: int = 64, layers: int = 2, heads: int = 4,
+                   context: int = 64, seed: int | None = None):
+    """The model GRPO trains, from ``spec``: ``None`` builds :func:`tiny_causal_lm`; a model
+    object is copied (the caller's stays as it was); a string or path is a local directory
+    ``from_pretrained`` reads (no downloads). The tokenizer must fit it (see
+    :func:`check_vocabulary`)."""
+    if spec is None:
+        model = tiny_causal_lm(tokenizer, hidden=hidden, layers=layers, heads=heads, context=context,
+                               seed=seed)
+    elif isinstance(spec, (str, Path)):
+        from transformers import AutoModelForCausalLM
+
+        if not Path(spec).is_dir():
+            raise LLMInputError(f"model {str(spec)!r} is not a local directory: workbench loads models "
+                                "from disk only (there is no model hub here); pass a model object, "
+                                "a directory written by save_pretrained, or None for a small model "
+                                "built from a config.")
+        model = AutoModelForCausalLM.from_pretrained(spec)
+    elif isinstance(spec, torch.nn.Module):
+        model = copy.deepcopy(spec)
+    else:
+        raise LLMInputError(f"model must be a transformers causal LM, a local directory or None, "
+                            f"not {type(spec).__name__}.")
+    check_vocabulary(model, tokenizer)
+    return model
+
+
+def check_vocabulary(model, tokenizer) -> None:
+    """Raise :class:`LLMInputError` when a token id of ``tokenizer`` has no row in the model's
+    embedding (the model would index out of range, or sample ids the tokenizer cannot read)."""
+    rows = model.get_input_embeddings().weight.shape[0]
+    size = len(tokenizer)
+    if size > rows or model.get_output_embeddings().weight.shape[0] != rows:
+        raise LLMInputError(
+            f"the tokenizer has {size} tokens but the model's embedding has {rows} rows: they were "
+            "not made for each other. Build the model with vocab_size=len(tokenizer) "
+            "(tiny_causal_lm does) or pass the tokenizer the model was trained with.")
+
+
+def context_length(model) -> int:
+    """The most positions the model was built for (``max_position_embeddings``)."""
+    return int(getattr(model.config, "max_position_embeddings", None) or getattr(model.config, "n_positions"))
+
+
+def frozen_copy(model):
+    """A copy of ``model`` with gradients off, in eval mode: GRPO's reference for the KL term."""
+    ref = copy.deepcopy(model).eval()
+    for p in ref.parameters():
+        p.requires_grad_(False)
+    return ref
+
+
+def count_parameters(model) -> int:
+    """Parameters in ``model`` (trainable or not)."""
+    return sum(p.numel() for p in model.parameters())
+
+
+def with_lora(model, *, rank: int = 8, alpha: int = 16, targets=("q_proj", "v_proj")):
+    """``model`` wrapped by ``peft`` with LoRA adapters of ``rank`` on ``targets``: only the
+    adapters train, and the weights that travel to generate replicas are the whole state
+    (adapters included). Needs ``pip install 'workbench-rl[llm]'``."""
+    from peft import LoraConfig, get_peft_model
+
+    return get_peft_model(model, LoraConfig(r=rank, lora_alpha=alpha, target_modules=list(targets),
+                                            lora_dropout=0.0, task_type="CAUSAL_LM"))

@@ -1,0 +1,171 @@
+"""The arithmetic task GRPO learns on a CPU in minutes: ``a+b=`` → the exact sum.
+
+:class:`AdditionTask` splits every pair of operands into a training set and a held-out set
+(fixed by ``seed``), encodes prompts to one left-padded width, and grades completions.
+:func:`score_completions` runs the user's reward function with the checks that name the
+prompt when it misbehaves; :func:`warm_start` is the short supervised phase that gives RL
+something to sharpen; :func:`heldout_accuracy` measures greedy exact answers.
+
+Example:
+    >>> task = AdditionTask(max_operand=9, seed=0)
+    >>> task.answer("3+4="), exact_answer_reward("3+4=", "7"), exact_answer_reward("3+4=", "8")
+    ('7', 1.0, 0.0)
+    >>> len(task.train) + len(task.heldout) == 100, task.prompt_width
+    (True, 4)
+    >>> score_completions(exact_answer_reward, ["1+1=", "2+2="], ["2", "5"]).tolist()
+    [1.0, 0.0]
+"""
+from __future__ import annotations
+
+import math
+import numbers
+
+import numpy as np
+import torch
+
+from workbench.llm.errors import LLMInputError, RewardError
+from workbench.llm.generation import sample, sequence_logp
+
+__all__ = ["AdditionTask", "exact_answer_reward", "batched_reward", "score_completions",
+           "encode_prompts", "decode_completions", "warm_start", "heldout_accuracy"]
+
+
+class AdditionTask:
+    """Sums of two operands in ``0 … max_operand``; ``heldout`` (a ``heldout_fraction`` of the
+    pairs) is never trained on. ``prompt_width`` fits the longest prompt; ``answer_width``
+    the longest answer plus ``<eos>``."""
+
+    def __init__(self, max_operand: int = 49, *, heldout_fraction: float = 0.2, seed: int = 0) -> None:
+        pairs = [(a, b) for a in range(max_operand + 1) for b in range(max_operand + 1)]
+        order = np.random.default_rng(seed).permutation(len(pairs))
+        cut = int(round(len(pairs) * heldout_fraction))
+        self.heldout = [self.prompt(*pairs[i]) for i in order[:cut]]
+        self.train = [self.prompt(*pairs[i]) for i in order[cut:]]
+        self.prompt_width = len(self.prompt(max_operand, max_operand))
+        self.answer_width = len(str(2 * max_operand)) + 1
+
+    @staticmethod
+    def prompt(a: int, b: int) -> str:
+        return f"{a}+{b}="
+
+    @staticmethod
+    def answer(prompt: str) -> str:
+        """The exact sum a prompt asks for, as text."""
+        left, right = prompt.rstrip("=").split("+")
+        return str(int(left) + int(right))
+
+    def sample(self, rng: np.random.Generator, count: int) -> list[str]:
+        """``count`` training prompts drawn with replacement by ``rng``."""
+        return [self.train[i] for i in rng.integers(0, len(self.train), count)]
+
+
+def exact_answer_reward(prompt: str, completion: str) -> float:
+    """1 when the completion is exactly the sum (surrounding spaces ignored), else 0."""
+    return 1.0 if completion.strip() == AdditionTask.answer(prompt) else 0.0
+
+
+def batched_reward(fn):
+    """Mark ``fn(prompts, completions) -> list of floats`` as a batched reward function
+    (called once per batch rather than once per completion)."""
+    fn.batched = True
+    return fn
+
+
+def _describe(value) -> str:
+    text = repr(value)
+    return (text[:60] + "…") if len(text) > 60 else text
+
+
+def score_completions(reward_fn, prompts: list[str], completions: list[str]) -> np.ndarray:
+    """One finite float per completion from ``reward_fn``: ``(prompt, completion) -> float``,
+    or a :func:`batched_reward` taking the lists. Anything else is a :class:`RewardError`
+    naming the function, the prompt and the completion."""
+    name = getattr(reward_fn, "__name__", type(reward_fn).__name__)
+    if getattr(reward_fn, "batched", False):
+        try:
+            values = list(reward_fn(prompts, completions))
+        except Exception as exc:
+            raise RewardError(f"the reward function {name} raised {type(exc).__name__}: {exc} on a batch "
+                              f"of {len(prompts)} completions (first prompt {prompts[0]!r}).") from exc
+        if len(values) != len(completions):
+            raise RewardError(f"the reward function {name} returned {len(values)} rewards for "
+                              f"{len(completions)} completions (first prompt {prompts[0]!r}): a "
+                              "batched reward gives one number per completion, in order.")
+    else:
+        values = []
+        for prompt, completion in zip(prompts, completions):
+            try:
+                values.append(reward_fn(prompt, completion))
+            except Exception as exc:
+                raise RewardError(f"the reward function {name} raised {type(exc).__name__}: {exc} for "
+                                  f"prompt {prompt!r}, completion {completion!r}.") from exc
+    for value, prompt, completion in zip(values, prompts, completions):
+        if not isinstance(value, numbers.Real):
+            raise RewardError(f"the reward function {name} returned {_describe(value)} (a "
+                              f"{type(value).__name__}) for prompt {prompt!r}, completion "
+                              f"{completion!r}: it must return a float.")
+        if not math.isfinite(value):
+            raise RewardError(f"the reward function {name} returned {value} for prompt {prompt!r}, "
+                              f"completion {completion!r}: rewards must be finite numbers.")
+    return np.asarray(values, dtype=np.float32)
+
+
+def encode_prompts(tokenizer, prompts: list[str], width: int, *, max_new_tokens: int = 0,
+                   context: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """Token ids and attention mask ``[B, width]``, left-padded. A prompt longer than
+    ``width``, or a ``width + max_new_tokens`` past the model's ``context``, is an
+    :class:`LLMInputError` naming the prompt and the sizes."""
+    encoded = tokenizer(prompts, padding="max_length", max_length=width, return_tensors="pt")
+    ids, mask = encoded["input_ids"], encoded["attention_mask"]
+    if ids.shape[1] > width:
+        longest = max(range(len(prompts)), key=lambda i: int(mask[i].sum()))
+        raise LLMInputError(f"prompt {prompts[longest]!r} is {int(mask[longest].sum())} tokens, longer "
+                            f"than the prompt width {width}: raise the width or shorten the prompt.")
+    if context is not None and width + max_new_tokens > context:
+        longest = max(range(len(prompts)), key=lambda i: int(mask[i].sum()))
+        raise LLMInputError(f"prompt {prompts[longest]!r}: {width} prompt positions + {max_new_tokens} "
+                            f"new tokens need {width + max_new_tokens} positions but the model's "
+                            f"context is {context}: lower max_new_tokens or build the model with a "
+                            "longer context.")
+    return ids, mask
+
+
+def decode_completions(tokenizer, tokens: torch.Tensor) -> list[str]:
+    """Completion texts: ``<eos>`` and padding dropped."""
+    return tokenizer.batch_decode(tokens, skip_special_tokens=True)
+
+
+def warm_start(model, tokenizer, task: AdditionTask, *, steps: int = 300, batch: int = 64,
+               lr: float = 3e-3, seed: int = 0) -> list[float]:
+    """Supervised next-token training on ``prompt → answer<eos>`` (loss on the answer only)
+    for ``steps`` Adam steps, so that RL starts with a reward that is sometimes 1. Trains
+    ``model`` in place; returns the losses."""
+    rng = np.random.default_rng(seed)
+    torch.manual_seed(seed)
+    optimizer = torch.optim.Adam(model.parameters(), lr=lr)
+    eos = tokenizer.eos_token
+    losses = []
+    model.train()
+    for _ in range(steps):
+        prompts = task.sample(rng, batch)
+        ids, mask = encode_prompts(tokenizer, prompts, task.prompt_width)
+        targets = tokenizer([task.answer(p) + eos for p in prompts], padding="max_length",
+                            max_length=task.answer_width, padding_side="right", return_tensors="pt")
+        logp = sequence_logp(model, ids, mask, targets["input_ids"], targets["attention_mask"])
+        loss = -(logp * targets["attention_mask"]).sum() / targets["attention_mask"].sum()
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        losses.append(loss.item())
+    model.eval()
+    return losses
+
+
+def heldout_accuracy(model, tokenizer, task: AdditionTask, prompts: list[str] | None = None) -> float:
+    """Greedy exact-answer accuracy on ``prompts`` (default: the task's held-out set)."""
+    prompts = task.heldout if prompts is None else prompts
+    ids, mask = encode_prompts(tokenizer, prompts, task.prompt_width)
+    out = sample(model, ids, mask, max_new_tokens=task.answer_width, temperature=0,
+                 eos_id=tokenizer.eos_token_id, pad_id=tokenizer.pad_token_id)
+    texts = decode_completions(tokenizer, out.tokens)
+    return float(np.mean([exact_answer_reward(p, c) for p, c in zip(prompts, texts)]))
