@@ -130,7 +130,7 @@ def test_the_dataflow_is_ppo_s():
 @pytest.mark.parametrize("threads", [1, 2])
 def test_a_short_inline_halfcheetah_run_logs_finite_losses(threads):
     cfg = dataclasses.replace(PPOContinuousConfig(), num_envs=2, threads=threads, num_minibatches=4,
-                              update_epochs=2, iterations=2)
+                              update_epochs=2, iterations=2, env_backend="gymnasium")
     run = build_fdg({**vars(ppo_continuous), "cfg": cfg}).run(iterations=2, steps=16, progress=False,
                                                               keep_state=True)
     assert run.status == "finished" and run.env_steps == 2 * 16 * 2
@@ -142,6 +142,81 @@ def test_a_short_inline_halfcheetah_run_logs_finite_losses(threads):
     assert env["obs"].shape == (2, 17) and env["obs"].dtype == np.float32
     assert np.abs(env["obs"]).max() <= 10.0                        # normalised and clipped
     env["envs"].close()
+
+
+def test_the_env_fragment_steps_envpool_and_counts_what_it_stepped():
+    """With EnvPool installed the env fragment's pool is EnvPool's (make's auto choice), and the
+    run's env-step count is the one EnvPool's own counters give."""
+    pytest.importorskip("envpool", reason="EnvPool is optional: pip install 'workbench-rl[envpool]'")
+    cfg = dataclasses.replace(PPOContinuousConfig(), num_envs=4, num_minibatches=4, update_epochs=1,
+                              iterations=2)
+    run = build_fdg({**vars(ppo_continuous), "cfg": cfg}).run(iterations=2, steps=16, progress=False,
+                                                              keep_state=True)
+    envs = run.state.fragments["env"][0]["envs"]
+    assert type(envs).__name__ == "EnvPoolVectorEnv"
+    assert run.status == "finished" and run.env_steps == envs.steps_taken == 2 * 16 * 4
+    assert np.isfinite(run.metrics["losses/value_loss"]).all()
+    envs.close()
+
+
+def _cleanrl_update(agent, optimizer, cfg, b_obs, b_act, b_logp, b_adv, b_ret, b_val):
+    """CleanRL's ``ppo_continuous_action.py`` update loop as it is written there (per-minibatch
+    indexing, ``torch.distributions.Normal``, ``nn.utils.clip_grad_norm_``, a plain Adam)."""
+    batch = b_obs.shape[0]
+    mb_size = batch // cfg.num_minibatches
+    for _ in range(cfg.update_epochs):
+        b_inds = torch.randperm(batch)
+        for start in range(0, batch, mb_size):
+            mb = b_inds[start:start + mb_size]
+            mean = agent.actor_mean(b_obs[mb])
+            dist = torch.distributions.Normal(mean, agent.actor_logstd.expand_as(mean).exp())
+            newlogprob, entropy = dist.log_prob(b_act[mb]).sum(1), dist.entropy().sum(1)
+            newvalue = agent.critic(b_obs[mb]).view(-1)
+            ratio = (newlogprob - b_logp[mb]).exp()
+            adv = b_adv[mb]
+            adv = (adv - adv.mean()) / (adv.std() + 1e-8)
+            pg_loss = torch.max(-adv * ratio, -adv * torch.clamp(ratio, 1 - cfg.clip_coef, 1 + cfg.clip_coef)).mean()
+            v_clipped = b_val[mb] + torch.clamp(newvalue - b_val[mb], -cfg.clip_coef, cfg.clip_coef)
+            v_loss = 0.5 * torch.max((newvalue - b_ret[mb]) ** 2, (v_clipped - b_ret[mb]) ** 2).mean()
+            loss = pg_loss - cfg.ent_coef * entropy.mean() + v_loss * cfg.vf_coef
+            optimizer.zero_grad()
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(agent.parameters(), cfg.max_grad_norm)
+            optimizer.step()
+
+
+def test_the_update_is_cleanrl_s():
+    """Same start, same batch, same permutation draws: one workbench update (one gather per
+    epoch, contiguous minibatch views, fused Adam, the flat-gradient clip) leaves the weights
+    CleanRL's update leaves, so every sample is visited once per epoch as CleanRL visits it."""
+    from workbench.kernels import gae
+
+    cfg = PPOContinuousConfig(num_minibatches=4, update_epochs=3, anneal_lr=False)
+    T, N = 16, 4
+    torch.manual_seed(0)
+    ours = GaussianActorCritic(5, 2)
+    theirs = GaussianActorCritic(5, 2)
+    theirs.load_state_dict(ours.state_dict())
+    rng = np.random.default_rng(0)
+    state = rng.normal(size=(T, N, 5)).astype(np.float32)
+    action, logp, value = (np.stack(x) for x in zip(*(ours.act(s) for s in state)))
+    reward = rng.normal(size=(T, N)).astype(np.float32)
+    starts = rng.random((T, N)) < 0.1
+    last_obs, last_done = state[-1], np.zeros(N, bool)
+    with torch.no_grad():
+        last_value = theirs.value(torch.from_numpy(last_obs)).numpy()
+    adv, ret = gae(reward, value, starts, last_value, last_done, cfg.gamma, cfg.gae_lambda)
+
+    torch.manual_seed(7)
+    ppo_continuous_update(ours, ppo_continuous.adam(ours.parameters(), cfg.learning_rate), cfg, 0,
+                          state, action, logp, value, reward, starts, last_obs, last_done)
+    torch.manual_seed(7)
+    flat = lambda x, *shape: torch.from_numpy(np.ascontiguousarray(x, np.float32).reshape(-1, *shape))  # noqa: E731
+    _cleanrl_update(theirs, torch.optim.Adam(theirs.parameters(), lr=cfg.learning_rate, eps=1e-5), cfg,
+                    flat(state, 5), flat(action, 2), flat(logp), flat(adv), flat(ret), flat(value))
+    for (name, a), b in zip(ours.named_parameters(), theirs.parameters()):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5, msg=name)
+    assert not torch.equal(ours.actor_logstd, torch.zeros(1, 2))   # the update moved it
 
 
 def test_the_cells_run_under_the_coarse_policy(client):
