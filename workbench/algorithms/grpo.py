@@ -33,7 +33,8 @@ import workbench as wb
 from workbench.algorithms.config_docs import documented
 from workbench.algorithms.ppo import _sync_and_clip
 from workbench.llm.generation import sample, sequence_logp
-from workbench.llm.models import context_length, frozen_copy, load_causal_lm
+from workbench.llm.errors import LLMInputError
+from workbench.llm.models import context_length, count_parameters, frozen_copy, load_causal_lm
 from workbench.llm.tasks import (AdditionTask, decode_completions, encode_prompts, exact_answer_reward,
                                  heldout_accuracy, score_completions)
 from workbench.llm.tokenizers import char_tokenizer
@@ -123,11 +124,20 @@ def prompt_batch(task: AdditionTask, rng: np.random.Generator, cfg: GRPOConfig, 
 
 def generate_completions(policy, tokenizer, prompt_ids, prompt_mask, cfg: GRPOConfig):
     """``(tokens, completion_mask, logp)`` sampled by ``policy`` at ``cfg``'s temperature and
-    top-p; logs the generated tokens per second."""
+    top-p; logs the generated tokens per second. Out of memory, an :class:`LLMInputError`
+    says the sizes and what to lower."""
     started = time.perf_counter()
-    out = sample(policy, prompt_ids, prompt_mask, max_new_tokens=cfg.max_new_tokens,
-                 temperature=cfg.temperature, top_p=cfg.top_p, eos_id=tokenizer.eos_token_id,
-                 pad_id=tokenizer.pad_token_id)
+    try:
+        out = sample(policy, prompt_ids, prompt_mask, max_new_tokens=cfg.max_new_tokens,
+                     temperature=cfg.temperature, top_p=cfg.top_p, eos_id=tokenizer.eos_token_id,
+                     pad_id=tokenizer.pad_token_id)
+    except torch.OutOfMemoryError as exc:
+        raise LLMInputError(
+            f"generate ran out of memory sampling {prompt_ids.shape[0]} completions ({cfg.prompts_per_step} "
+            f"prompts × group_size {cfg.group_size}, split over the replicas) of up to "
+            f"{prompt_ids.shape[1]} + {cfg.max_new_tokens} tokens with a {count_parameters(policy):,}-"
+            "parameter model: lower prompts_per_step, group_size or max_new_tokens, or use more "
+            "generate replicas.") from exc
     generated = float(out.completion_mask.sum())
     wb.log("perf/generated_tokens", generated)
     wb.log("perf/generate_tokens_per_s", generated / max(time.perf_counter() - started, 1e-9))

@@ -115,18 +115,18 @@ def encode_prompts(tokenizer, prompts: list[str], width: int, *, max_new_tokens:
     """Token ids and attention mask ``[B, width]``, left-padded. A prompt longer than
     ``width``, or a ``width + max_new_tokens`` past the model's ``context``, is an
     :class:`LLMInputError` naming the prompt and the sizes."""
-    encoded = tokenizer(prompts, padding="max_length", max_length=width, return_tensors="pt")
-    ids, mask = encoded["input_ids"], encoded["attention_mask"]
-    if ids.shape[1] > width:
-        longest = max(range(len(prompts)), key=lambda i: int(mask[i].sum()))
-        raise LLMInputError(f"prompt {prompts[longest]!r} is {int(mask[longest].sum())} tokens, longer "
-                            f"than the prompt width {width}: raise the width or shorten the prompt.")
+    lengths = [len(ids) for ids in tokenizer(prompts)["input_ids"]]
+    longest = max(range(len(prompts)), key=lengths.__getitem__)
+    if lengths[longest] > width:
+        raise LLMInputError(f"prompt {prompts[longest]!r} is {lengths[longest]} tokens, longer than the "
+                            f"prompt width {width}: raise the width or shorten the prompt.")
     if context is not None and width + max_new_tokens > context:
-        longest = max(range(len(prompts)), key=lambda i: int(mask[i].sum()))
         raise LLMInputError(f"prompt {prompts[longest]!r}: {width} prompt positions + {max_new_tokens} "
                             f"new tokens need {width + max_new_tokens} positions but the model's "
                             f"context is {context}: lower max_new_tokens or build the model with a "
                             "longer context.")
+    encoded = tokenizer(prompts, padding="max_length", max_length=width, return_tensors="pt")
+    ids, mask = encoded["input_ids"], encoded["attention_mask"]
     return ids, mask
 
 
