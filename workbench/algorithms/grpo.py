@@ -158,7 +158,7 @@ def group_advantages(rewards: torch.Tensor, group_size: int, eps: float = 1e-4) 
     """Each reward minus its group's mean, over the group's standard deviation (unbiased, as
     TRL's) plus ``eps``: a group whose completions all scored the same has advantage 0.
 
-    >>> group_advantages(torch.tensor([1., 0., 0., 0., 1., 1.]), 3).round(decimals=3).tolist()
+    >>> [round(a, 3) for a in group_advantages(torch.tensor([1., 0., 0., 0., 1., 1.]), 3).tolist()]
     [1.155, -0.577, -0.577, -1.155, 0.577, 0.577]
     """
     groups = rewards.reshape(-1, group_size)
