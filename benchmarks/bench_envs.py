@@ -4,6 +4,15 @@
     python benchmarks/bench_envs.py --quick    # fewer steps and repeats, smaller N
     python benchmarks/bench_envs.py --mujoco   # also HalfCheetah-v5, 1 vs 2 threads
     python benchmarks/bench_envs.py --spread   # also MPE simple_spread_v3 (array env vs mpe2)
+    python benchmarks/bench_envs.py --pools    # CartPole-v1 and HalfCheetah-v5: EnvPool (sync,
+                                               # async) vs SyncVectorEnv vs threads vs NumPy
+
+``--pools`` measures every backend of one env id in one table, the backends of a row one
+after another (rotating which goes first), so a busy machine's noise hits them alike.
+EnvPool sync is `workbench.envs.EnvPoolVectorEnv` (send all N, recv all N, same-step
+autoreset); EnvPool async is EnvPool's own loop, ``batch_size = N/2``: each ``recv`` returns
+the first half of the envs to finish and the next ``send`` acts for exactly those, so the C++
+threads step one half while Python handles the other (next-step autoreset, EnvPool's).
 
 Every number is env-steps/s (N x steps / wall time) of the step loop alone,
 actions drawn beforehand; the median of the repeats is reported.
@@ -120,16 +129,88 @@ def bench_spread(sizes: list[int], repeats: int, budget: int) -> None:
     print(f"\nmpe2 simple_spread_v3.parallel_env, one env: {rate:,.0f} env-steps/s")
 
 
+def envpool_async_rate(env_id: str, num_envs: int, actions: np.ndarray, repeats: int,
+                       threads: int) -> float:
+    """env-steps/s of EnvPool's asynchronous loop: ``batch_size = N/2``, recv a batch, send
+    that batch's actions; ``actions`` is ``[steps, N/2, ...]``."""
+    import envpool
+
+    pool = envpool.make(env_id, env_type="gymnasium", num_envs=num_envs,
+                        batch_size=max(1, num_envs // 2), seed=0, num_threads=threads)
+    rates = []
+    for _ in range(repeats):
+        pool.async_reset()
+        start = time.perf_counter()
+        for a in actions:
+            *_, info = pool.recv()
+            pool.send(a, info["env_id"])
+        pool.recv()  # the last send's results: every action sent was stepped
+        rates.append(actions.shape[0] * actions.shape[1] / (time.perf_counter() - start))
+    pool.close()
+    return statistics.median(rates)
+
+
+def bench_pools(env_id: str, sizes: list[int], repeats: int, budget: int, threads: int) -> None:
+    """Every backend of ``env_id`` side by side, env-steps/s (median of ``repeats``)."""
+    from workbench.envs import EnvPoolVectorEnv, make
+    from workbench.envs.envpool_env import envpool_has
+
+    rng = np.random.default_rng(0)
+    space = gymnasium.make(env_id).action_space
+
+    def draw(steps: int, n: int) -> np.ndarray:
+        if isinstance(space, gymnasium.spaces.Discrete):
+            return rng.integers(0, space.n, size=(steps, n))
+        return rng.uniform(-1, 1, size=(steps, n, *space.shape)).astype(np.float32)
+
+    backends: dict[str, Callable[[int], object] | None] = {
+        "SyncVectorEnv": lambda n: SyncVectorEnv([lambda: gymnasium.make(env_id)] * n,
+                                                 autoreset_mode=AutoresetMode.SAME_STEP),
+        f"threads ({threads})": lambda n: make(env_id, n, seed=0, backend="gymnasium", threads=threads),
+        f"EnvPool sync ({threads} thr)": (lambda n: EnvPoolVectorEnv(env_id, n, seed=0, threads=threads))
+        if envpool_has(env_id) else None,
+        f"EnvPool async ({threads} thr)": None,  # its own loop, below
+        "NumPy array env": (lambda n: make(env_id, n, seed=0, backend="numpy"))
+        if env_id == "CartPole-v1" else None,
+    }
+    shown = [name for name, b in backends.items() if b is not None or
+             (name.startswith("EnvPool async") and envpool_has(env_id))]
+    print(f"\n### {env_id}: env-steps/s by backend (median of {repeats}; {threads} thread(s) where "
+          "a backend has threads)\n")
+    print("| N | " + " | ".join(shown) + " |")
+    print("|---:|" + "---:|" * len(shown))
+    for row, n in enumerate(sizes):
+        rates: dict[str, str] = {}
+        names = shown[row % len(shown):] + shown[:row % len(shown)]
+        for name in names:
+            per_env_python = name in ("SyncVectorEnv",) or name.startswith("threads")
+            steps = steps_for(n, budget if per_env_python else budget * 10)
+            if per_env_python and n > SYNC_MAX_ENVS:
+                rates[name] = "(skipped)"
+            elif name.startswith("EnvPool async"):
+                rates[name] = f"{envpool_async_rate(env_id, n, draw(2 * steps, max(1, n // 2)), repeats, threads):,.0f}"
+            else:
+                rates[name] = f"{median_rate(lambda: backends[name](n), draw(steps, n), repeats):,.0f}"
+        print(f"| {n} | " + " | ".join(rates[name] for name in shown) + " |", flush=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="fewer steps/repeats, N up to 1024")
     parser.add_argument("--mujoco", action="store_true", help="also HalfCheetah-v5 threads")
     parser.add_argument("--spread", action="store_true", help="also MPE simple_spread_v3")
+    parser.add_argument("--pools", action="store_true",
+                        help="CartPole-v1 and HalfCheetah-v5 by backend, EnvPool included")
+    parser.add_argument("--threads", type=int, default=2, help="threads of the pools (--pools)")
     args = parser.parse_args()
     repeats = 3 if args.quick else 5
     budget = 20_000 if args.quick else 100_000  # env-steps per SyncVectorEnv repeat
     sizes = [1, 16, 256, 1024] if args.quick else [1, 16, 256, 1024, 4096]
     print(f"median of {repeats} repeats; numpy {np.__version__}, gymnasium {gymnasium.__version__}")
+    if args.pools:
+        bench_pools("CartPole-v1", sizes, repeats, budget, args.threads)
+        bench_pools("HalfCheetah-v5", [n for n in sizes if n <= 256], repeats, budget // 10, args.threads)
+        return
     bench_cartpole(sizes, repeats, budget)
     if args.mujoco:
         bench_mujoco(num_envs=8, steps=100 if args.quick else 300, repeats=repeats)

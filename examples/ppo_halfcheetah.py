@@ -1,8 +1,9 @@
 """Train continuous-action PPO on MuJoCo HalfCheetah-v5 with workbench fragments.
 
 The cells are ``workbench.algorithms.ppo_continuous.FRAGMENT_CELLS`` (CleanRL's
-``ppo_continuous_action.py`` as fragments): the env fragment steps a pool of gymnasium
-HalfCheetah envs with ``--threads`` threads and keeps the observation/reward normalisers, the
+``ppo_continuous_action.py`` as fragments): the env fragment steps a pool of HalfCheetah envs
+(EnvPool's C++ pool where EnvPool is installed, else gymnasium's; ``--env-backend``) with
+``--threads`` threads and keeps the observation/reward normalisers, the
 actor samples from a Gaussian policy, the learner runs the PPO update each iteration. One
 iteration is ``num_envs × num_steps`` = 8 × 256 = 2048 env steps (CleanRL's batch), so
 ``--iterations 50`` is about 100k env steps; CleanRL's 1M-step budget is ``--iterations 488``.
@@ -10,12 +11,15 @@ iteration is ``num_envs × num_steps`` = 8 × 256 = 2048 env steps (CleanRL's ba
     python examples/ppo_halfcheetah.py                        # 50 iterations, inline
     python examples/ppo_halfcheetah.py --iterations 100 --threads 2
     python examples/ppo_halfcheetah.py --policy coarse        # env+actor on 2 Dask workers
+    python examples/ppo_halfcheetah.py --env-backend gymnasium   # gymnasium's envs, not EnvPool's
 
 Needs MuJoCo: ``pip install "mujoco>=3" "gymnasium[mujoco]"``. Prints the mean episode return
 at the start and at the end (a random policy scores about -300; CleanRL reaches ~1000-1500
 after 1M steps), a short learning curve, and the throughput.
 
-Measured on the 2-core dev machine (shared, torch 2.13 CPU, MuJoCo 4.0, seed 1), inline:
+``benchmarks/bench_continuous.py`` runs it against CleanRL's script at CleanRL's settings (see
+docs/envpool.md). Measured earlier, before EnvPool and the fused learner, on the 2-core dev
+machine (shared, torch 2.13 CPU, MuJoCo 4.0, seed 1, gymnasium's envs), inline:
 ``--iterations 150`` (307k env steps) took 115 s at ~2,700 env-steps/s; the mean return went
 from -302 (first 8 episodes) to 1117 (last 20); curve -284 (32k steps), 37 (96k), 602 (161k),
 940 (225k), 1123 (305k). ``--threads 2`` gives the identical run (threaded pools are seeded as
@@ -43,6 +47,9 @@ def parse_args(argv=None) -> argparse.Namespace:
                              "over an embedded 2-worker Dask cluster, one learner")
     parser.add_argument("--threads", type=int, default=ppo_continuous.cfg.threads,
                         help="threads stepping each env replica's pool of envs (default %(default)s)")
+    parser.add_argument("--env-backend", default=ppo_continuous.cfg.env_backend,
+                        choices=["auto", "envpool", "gymnasium"],
+                        help="auto: EnvPool where installed and it has the id (default %(default)s)")
     parser.add_argument("--seed", type=int, default=ppo_continuous.cfg.seed)
     parser.add_argument("--env-id", default=ppo_continuous.cfg.env_id,
                         help="any gymnasium id with a Box action space (default %(default)s)")
@@ -100,11 +107,12 @@ def summary(run, cfg) -> str:
 def main(argv=None):
     args = parse_args(argv)
     cfg = dataclasses.replace(ppo_continuous.cfg, env_id=args.env_id, seed=args.seed,
-                              threads=args.threads, iterations=args.iterations)  # lr anneals over the run
+                              threads=args.threads, iterations=args.iterations,
+                              env_backend=args.env_backend)  # lr anneals over the run
     fdg = ppo_continuous.build_fdg({**vars(ppo_continuous), "cfg": cfg})
     print(f"PPO ({cfg.env_id}): {args.iterations} iterations x {cfg.num_envs} envs x {cfg.num_steps} "
           f"steps = {args.iterations * cfg.num_envs * cfg.num_steps:,} env steps, policy {args.policy}, "
-          f"{cfg.threads} env thread(s)", flush=True)
+          f"{cfg.threads} env thread(s), env backend {cfg.env_backend}", flush=True)
     run = fdg.run(iterations=args.iterations, steps=cfg.num_steps, policy=POLICIES[args.policy],
                   progress=not args.no_progress)
     print(summary(run, cfg))

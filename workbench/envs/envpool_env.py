@@ -32,8 +32,10 @@ Example::
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
-from typing import Any
+import warnings
+from typing import Any, Iterator
 
 import numpy as np
 
@@ -66,6 +68,14 @@ def envpool_has(env_id: str) -> bool:
     import envpool
 
     return env_id in envpool.list_all_envs()
+
+
+@contextlib.contextmanager
+def _float64_boxes_quiet() -> Iterator[None]:
+    """EnvPool builds float64 Boxes with float32 bounds, and gymnasium warns at every one."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=".*precision lowered", category=UserWarning)
+        yield
 
 
 class EnvPoolVectorEnv:
@@ -125,10 +135,13 @@ class EnvPoolVectorEnv:
     def _make_pool(self, seed: int) -> Any:
         import envpool
 
-        return envpool.make(self.env_id, env_type="gymnasium", num_envs=self.num_envs,
-                            batch_size=self.num_envs, seed=seed,
-                            num_threads=0 if self._threads is None else int(self._threads),
-                            **self._options)
+        with _float64_boxes_quiet():
+            pool = envpool.make(self.env_id, env_type="gymnasium", num_envs=self.num_envs,
+                                batch_size=self.num_envs, seed=seed,
+                                num_threads=0 if self._threads is None else int(self._threads),
+                                **self._options)
+            pool.observation_space, pool.action_space  # built (and cached) on first use
+        return pool
 
     def reset(self, seed: int | None = None) -> np.ndarray:
         """Reset every env; ``seed`` rebuilds the pool with that seed (``None``: the stream
