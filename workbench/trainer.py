@@ -36,6 +36,7 @@ from workbench.fdg.policy import IN_PROCESS, Policy, as_policy_spec, needs_clust
 from workbench.progress import make_progress
 from workbench.runtime.checkpoint_writer import CheckpointWriter
 from workbench.runtime.driver import InlineBackend, IterationRecord, drive
+from workbench.runtime.faults import announce, fault_line
 from workbench.runtime.interrupts import shielded
 from workbench.runtime.notebook_values import taken_at_deploy
 from workbench.runtime.replica import group_program
@@ -178,6 +179,7 @@ class Trainer:
         writer = CheckpointWriter(run, config.checkpoint_dir, config.checkpoint_every)
         stretch = _Stretch(config, cluster, self.namespace, config.keep_state or writer.enabled, writer)
         self._loggers, self._bar = loggers, bar
+        self._fault = None  # a lost worker's line, said when the next stretch is placed
         try:
             try:
                 if policy == "auto":
@@ -267,9 +269,8 @@ class Trainer:
         if sum(e.kind == "worker lost" for e in run.events) >= MAX_RECOVERIES:
             raise RunConfigError(f"{MAX_RECOVERIES} workers were lost in this run; giving up. "
                                  "Check the cluster (memory, crashes) before running again.") from lost
-        run.note("worker lost", f"{lost}; re-placing its fragments on the workers left and "
-                 f"continuing from iteration {resume_at} ({dropped} finished iteration"
-                 f"{'s' if dropped != 1 else ''} run again)", resume_at)
+        # said once the next stretch is placed: the line names where the fragments went
+        self._fault = (lost, run.policy, resume_at, dropped)
         return state
 
     def _run_one(self, run: Run, iterations: int, policy, stretch: _Stretch,
@@ -298,6 +299,11 @@ class Trainer:
             from workbench.cluster.backend import DaskBackend
 
             backend = DaskBackend(client, inventory)
+        fault, self._fault = getattr(self, "_fault", None), None
+        if fault is not None:
+            lost, before, resume_at, dropped = fault
+            line = fault_line(lost, getattr(before, "groups", ()), resolved.groups, resume_at=resume_at, redone=dropped)
+            announce(run, line, resume_at, self._loggers, backend)
         if run.auto_table is None:  # under auto the name says which preset auto chose
             run.policy_name = resolved.name
         run.policy = resolved

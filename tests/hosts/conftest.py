@@ -61,7 +61,7 @@ class HostCluster:
         line = next((l for l in done.stdout.splitlines() if l.startswith("RESULT ")), None)
         if line is None:
             pytest.fail(f"the run failed (exit {done.returncode}):\n{done.stdout[-3000:]}\n{done.stderr[-5000:]}\n{self.logs()}")
-        return json.loads(line[len("RESULT "):])
+        return {**json.loads(line[len("RESULT "):]), "rc": done.returncode, "stdout": done.stdout}
 
     def logs(self) -> str:
         return "\n".join(f"--- {p.name}\n{p.read_text()[-2000:]}" for p in sorted(self.log_dir.glob("*.log")))

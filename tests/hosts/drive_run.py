@@ -52,7 +52,8 @@ def main(spec: dict) -> dict:
             names = {str(w["name"]): a for a, w in info.items()}
             name = learner_home if spec["target"] == "learner" else next(n for n in sorted(names) if n != learner_home)
             address = names[name]
-            fault.update(worker=name, address=address, at=time.time())
+            fault.update(worker=name, address=address, at=time.time(),
+                         placement={g.name: list(g.workers) for g in run.policy.groups})
             if spec["fault"] == "kill":
                 os.kill(pids[address], signal.SIGKILL)
             elif spec["fault"] == "stop":
@@ -72,9 +73,16 @@ def main(spec: dict) -> dict:
         def close(self) -> None:
             pass
 
+    loggers: list = [Inject()]
+    if spec.get("log_dir"):  # the fault line goes to the metric loggers too
+        from workbench.profiling import CSVLogger, TensorBoardLogger, tensorboard_available
+
+        loggers.append(CSVLogger(os.path.join(spec["log_dir"], "metrics.csv")))
+        if tensorboard_available():
+            loggers.append(TensorBoardLogger(os.path.join(spec["log_dir"], "tb")))
+    topics_before = set(client.run_on_scheduler(_workbench_topics))
     run = fdg.run(iterations=spec["iterations"], steps=4, policy=spec.get("policy", "coarse"), cluster=client,
-                  progress=False,
-                  loggers=[Inject()])
+                  progress=False, loggers=loggers)
     lost = [e for e in run.events if e.kind == "worker lost"]
     result = {
         "status": run.status, "completed": run.completed_iterations, "wall_s": run.wall_time,
@@ -85,6 +93,11 @@ def main(spec: dict) -> dict:
         "placed_on": sorted({w for g in run.policy.groups for w in g.workers}),
         "scale": run.state.fragments["learner"][0]["scale"] if run.state is not None else None,
     }
+    if spec.get("log_dir"):
+        result["report"] = run.report(os.path.join(spec["log_dir"], "report.html"))
+        # what the dashboard page reads: run events on the scheduler topics of this run's stretches
+        result["dashboard_events"] = client.run_on_scheduler(_run_events, sorted(topics_before))
+        result["placement_before_fault"] = fault.get("placement")
     if "pid" in fault:
         try:  # thaw it, if its nanny has not killed it: it finds itself removed and closes
             os.kill(fault["pid"], signal.SIGCONT)
@@ -92,6 +105,25 @@ def main(spec: dict) -> dict:
             pass
     client.close()
     return result
+
+
+def _workbench_topics(dask_scheduler=None) -> list[str]:
+    from workbench.cluster._dask_compat import workbench_topic_names
+
+    return list(workbench_topic_names(dask_scheduler))
+
+
+def _run_events(skip: list[str], dask_scheduler=None) -> list[dict]:
+    """The run events (a lost worker's line) on the workbench topics not in ``skip``."""
+    from workbench.cluster.dashboard_model import RunState
+
+    said = []
+    for topic in _workbench_topics(dask_scheduler):
+        if topic not in skip:
+            state = RunState(topic)
+            state.absorb(dask_scheduler.get_events(topic))
+            said += [{"kind": k, "message": m, "iteration": i} for k, m, i in state.run_events]
+    return said
 
 
 if __name__ == "__main__":

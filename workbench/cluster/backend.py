@@ -24,6 +24,7 @@ from distributed.utils import get_ip
 from workbench.cluster._dask_compat import forget_topic_handler, prune_topics, topic_name
 from workbench.cluster import liveness, restarts, worker_logs, worker_setup
 from workbench.cluster.channel_security import channel_tls, cluster_uses_tls, worker_channel_tls
+from workbench.cluster.dashboard_model import RUN_EVENT
 from workbench.cluster.report_events import report_event
 from workbench.cluster.report_relay import REPORT_KEY, DriverInbox, ReportRelay
 from workbench.errors import FragmentRuntimeError, PlacementError, WorkbenchError, WorkerLostError, WorkerUnreachableError
@@ -278,6 +279,15 @@ class DaskBackend:
         worker_setup.ensure_worker_setup(client)
         # a fragment's error is reported once, by the run: not also as Dask's "Compute Failed"
         worker_logs.ensure_quiet_task_logs(client)
+
+    def announce(self, kind: str, message: str, iteration: int) -> None:
+        """Put what happened to the run (a lost worker's line) on this stretch's topic, where
+        the dashboard page shows it above the plots. Best effort, as every page update."""
+        try:
+            self.client.log_event(self._topic, {RUN_EVENT: {"kind": kind, "message": message,
+                                                            "iteration": iteration}})
+        except Exception:  # the page is a view: a scheduler that cannot take it costs the line there
+            pass
 
     def deploy(self, plan: Plan, programs: dict[str, GroupProgram], notebook: dict[str, Any],
                states: dict[tuple[str, int], dict] | None = None) -> None:

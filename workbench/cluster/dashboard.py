@@ -26,16 +26,14 @@ BokehJS comes from the scheduler's own Bokeh server: nothing is fetched from a C
 """
 from __future__ import annotations
 
+import html
 import logging
 import math
 import time
-from bisect import bisect_right
-from dataclasses import dataclass, field
-from typing import Any, Iterable, Sequence
 
-from workbench.cluster._dask_compat import TOPIC_PREFIX, workbench_topic_names
-from workbench.cluster.report_events import report_fields
-from workbench.cluster.report_relay import batch_items
+from workbench.cluster._dask_compat import TOPIC_PREFIX
+from workbench.cluster.dashboard_model import (BYTES_COLOR, EventCursor, ReplicaStats, RunState,  # noqa: F401
+                                               log_length, workbench_topics)
 from workbench.fdg.plan import human_bytes
 from workbench.runtime.run import RETURN_METRIC
 
@@ -47,229 +45,6 @@ logger = logging.getLogger(__name__)
 ROUTE = "/workbench"
 INDIVIDUAL_ROUTE = "/individual-workbench"
 UPDATE_MS = 500
-
-# Category10 without its grey (kept for waiting) — one colour per fragment
-FRAGMENT_COLORS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b",
-                   "#e377c2", "#bcbd22", "#17becf", "#aec7e8", "#ffbb78", "#98df8a")
-WAIT_COLOR = "#c7c7c7"
-SEND_COLOR = "#525252"
-BYTES_COLOR = "#6b6ecf"
-
-
-# ---------------------------------------------------------------------------------------
-# The model: plain Python, no Bokeh (testable without a browser)
-# ---------------------------------------------------------------------------------------
-
-class EventCursor:
-    """Picks the events of one topic not seen yet.
-
-    The scheduler keeps a bounded deque per topic (``distributed.admin.low-level-log-length``),
-    so positions shift once it is full; the timestamps (non-decreasing) are the cursor.
-    """
-
-    def __init__(self) -> None:
-        self.last_ts = -math.inf
-        self.seen_at_last = 0  # how many events stamped exactly last_ts were read
-
-    def new(self, events: Sequence[tuple[float, Any]]) -> Sequence[tuple[float, Any]]:
-        i = len(events)
-        while i > 0 and events[i - 1][0] > self.last_ts:
-            i -= 1
-        j = i
-        while j > 0 and events[j - 1][0] == self.last_ts:
-            j -= 1
-        start = j + self.seen_at_last if i - j > self.seen_at_last else i
-        fresh = events[start:]
-        if fresh:
-            last = events[-1][0]
-            tied = 0
-            for ts, _ in reversed(events):
-                if ts != last:
-                    break
-                tied += 1
-            self.last_ts, self.seen_at_last = last, tied
-        return fresh
-
-
-@dataclass
-class ReplicaStats:
-    group: str
-    replica: int
-    worker: str = ""
-    address: str = ""
-    tasks: int = 0
-    compute: dict[str, float] = field(default_factory=dict)
-    wait: float = 0.0
-    send: float = 0.0
-    sent_bytes: int = 0
-    last_iteration: int = -1
-    env_steps: int = 0
-    last_seen: float = 0.0
-
-    @property
-    def label(self) -> str:
-        return f"{self.group} [{self.replica}] · worker {self.worker}"
-
-    @property
-    def compute_total(self) -> float:
-        return sum(self.compute.values())
-
-
-class RunState:
-    """Everything the page shows for one run, accumulated from its events."""
-
-    def __init__(self, run_id: str) -> None:
-        self.run_id = run_id
-        self.t0: float | None = None
-        self.t_last: float | None = None
-        self.replicas: dict[tuple[str, int], ReplicaStats] = {}
-        self.fragments: set[str] = set()
-        self.returns: dict[int, list[float]] = {}
-        self.step_times: list[float] = []   # event time (s since t0) of each report with env steps
-        self.step_cumsum: list[int] = []     # env steps done up to and including that report
-        self.events = 0
-        #: the scheduler had already dropped this run's oldest events when the page first read it
-        self.truncated = False
-
-    # -- absorbing -----------------------------------------------------------------------
-    def absorb(self, events: Iterable[tuple[float, Any]]) -> int:
-        n = 0
-        for stamped, message in events:
-            for ts, msg in batch_items(stamped, message):  # the driver relays reports in batches
-                rep = report_fields(msg)
-                if rep is not None:
-                    self._absorb_one(float(ts), msg, rep)
-                    n += 1
-        return n
-
-    def _absorb_one(self, ts: float, msg: dict, rep: dict) -> None:
-        if self.t0 is None:
-            self.t0 = ts
-        self.t_last = ts if self.t_last is None else max(self.t_last, ts)
-        self.events += 1
-        key = (str(rep.get("group", "?")), int(rep.get("replica", 0)))
-        stats = self.replicas.get(key)
-        if stats is None:
-            stats = self.replicas[key] = ReplicaStats(*key)
-        stats.worker = str(rep.get("worker", stats.worker))
-        stats.address = str(msg.get("worker", stats.address))
-        stats.tasks += 1
-        stats.last_seen = ts
-        for frag, seconds in (rep.get("compute_seconds") or {}).items():
-            stats.compute[frag] = stats.compute.get(frag, 0.0) + float(seconds)
-            self.fragments.add(frag)
-        stats.wait += float(rep.get("wait_seconds") or 0.0)
-        stats.send += float(rep.get("send_seconds") or 0.0)
-        stats.sent_bytes += int(rep.get("sent_bytes") or 0)
-        if rep.get("iterations"):
-            stats.last_iteration = max(stats.last_iteration, max(int(i) for i in rep["iterations"]))
-        steps = sum(int(n) for n in (rep.get("env_steps") or {}).values())
-        if steps:
-            stats.env_steps += steps
-            self.step_times.append(ts - self.t0)
-            self.step_cumsum.append((self.step_cumsum[-1] if self.step_cumsum else 0) + steps)
-        for it, metrics in (rep.get("metrics") or {}).items():
-            values = (metrics or {}).get(RETURN_METRIC)
-            if values:
-                self.returns.setdefault(int(it), []).extend(float(v) for v in values)
-
-    # -- views ---------------------------------------------------------------------------
-    @property
-    def elapsed(self) -> float:
-        return 0.0 if self.t0 is None or self.t_last is None else self.t_last - self.t0
-
-    @property
-    def env_steps(self) -> int:
-        return self.step_cumsum[-1] if self.step_cumsum else 0
-
-    @property
-    def iterations_done(self) -> int:
-        """Iterations every group has finished (the slowest group's count)."""
-        by_group: dict[str, int] = {}
-        for s in self.replicas.values():
-            if s.last_iteration >= 0 or s.group not in by_group:
-                by_group[s.group] = max(by_group.get(s.group, -1), s.last_iteration)
-        done = [v for v in by_group.values() if v >= 0]
-        return (min(done) + 1) if done else 0
-
-    def fragment_colors(self) -> dict[str, str]:
-        return {f: FRAGMENT_COLORS[i % len(FRAGMENT_COLORS)] for i, f in enumerate(sorted(self.fragments))}
-
-    def ordered_replicas(self) -> list[ReplicaStats]:
-        return [self.replicas[k] for k in sorted(self.replicas)]
-
-    def time_segments(self) -> dict[str, list]:
-        """One horizontal bar segment per (replica, compute-per-fragment | waiting | sending)."""
-        colors = self.fragment_colors()
-        out: dict[str, list] = {k: [] for k in ("replica", "segment", "left", "right", "seconds", "share", "color")}
-        for s in self.ordered_replicas():
-            parts = [(f, s.compute.get(f, 0.0), colors[f]) for f in sorted(s.compute)]
-            parts += [("waiting", s.wait, WAIT_COLOR), ("sending", s.send, SEND_COLOR)]
-            total = sum(p[1] for p in parts) or 1.0
-            left = 0.0
-            for name, seconds, color in parts:
-                out["replica"].append(s.label)
-                out["segment"].append(name if name in ("waiting", "sending") else f"compute: {name}")
-                out["left"].append(left)
-                out["right"].append(left + seconds)
-                out["seconds"].append(seconds)
-                out["share"].append(seconds / total)
-                out["color"].append(color)
-                left += seconds
-        return out
-
-    def step_rate(self, points: int = 120) -> tuple[list[float], list[float], float]:
-        """env-steps/s on a regular time grid, over a sliding window; returns (t, rate, window)."""
-        if not self.step_times:
-            return [], [], 0.0
-        end = max(self.elapsed, self.step_times[-1])
-        window = min(10.0, max(0.05, end / 10)) if end > 0 else 0.05
-        n = max(2, min(points, int(end / (window / 4)) + 2))
-        ts, rates = [], []
-        for k in range(n):
-            t = end * k / (n - 1)
-            lo = max(0.0, t - window)
-            span = t - lo
-            if span <= 0:
-                continue
-            done_t = self._steps_at(t)
-            done_lo = self._steps_at(lo)
-            ts.append(t)
-            rates.append((done_t - done_lo) / span)
-        return ts, rates, window
-
-    def _steps_at(self, t: float) -> int:
-        i = bisect_right(self.step_times, t)
-        return self.step_cumsum[i - 1] if i else 0
-
-    def return_curve(self, max_points: int = 5000) -> tuple[dict[str, list], dict[str, list]]:
-        """(per-iteration mean, min, max) and the individual episodes (the latest max_points)."""
-        its = sorted(self.returns)
-        curve = {"iteration": its,
-                 "mean": [sum(self.returns[i]) / len(self.returns[i]) for i in its],
-                 "low": [min(self.returns[i]) for i in its],
-                 "high": [max(self.returns[i]) for i in its],
-                 "episodes": [len(self.returns[i]) for i in its]}
-        xs, ys = [], []
-        for i in reversed(its):
-            vals = self.returns[i]
-            xs.extend([i] * len(vals))
-            ys.extend(vals)
-            if len(xs) >= max_points:
-                break
-        return curve, {"iteration": xs, "value": ys}
-
-
-def workbench_topics(scheduler) -> list[str]:
-    """The scheduler's event topics of workbench runs (without copying their events)."""
-    return workbench_topic_names(scheduler)
-
-
-def _log_length() -> int:
-    import dask
-
-    return int(dask.config.get("distributed.admin.low-level-log-length", 1000) or 1000)
-
 
 # ---------------------------------------------------------------------------------------
 # The Bokeh page
@@ -407,7 +182,7 @@ class WorkbenchPage:
             fresh = cursor.new(self.scheduler.get_events(topic))
             if fresh:
                 state = self.states[topic]
-                if first_read and len(fresh) >= _log_length():
+                if first_read and len(fresh) >= log_length():
                     state.truncated = True
                 state.absorb(fresh)
                 if state.t0 is not None:
@@ -465,9 +240,12 @@ class WorkbenchPage:
             f"<div>last return <b>{last_return}</b></div>"
             f"<div><b>{len(state.replicas)}</b> replicas in {len(groups)} groups: {', '.join(groups)}</div>"
             f"</div><div style='margin-top:4px'>fragments: {chips}</div>"
+            + "".join(f"<div style='color:#c62828;margin-top:4px'>⚠ {html.escape(kind)} "
+                      f"(iteration {iteration}): {html.escape(message)}</div>"
+                      for kind, message, iteration in state.run_events)
             + ("<div style='color:#b35900;margin-top:4px'>⚠ opened late: totals cover only the tasks "
                "after the scheduler's oldest kept event (it keeps the last "
-               f"{_log_length():,} per run: <code>distributed.admin.low-level-log-length</code>)</div>"
+               f"{log_length():,} per run: <code>distributed.admin.low-level-log-length</code>)</div>"
                if state.truncated else ""))
 
     def _refresh(self, state: RunState) -> None:

@@ -1,5 +1,7 @@
 """Per-iteration metric loggers: ``log(row)`` with the run's flat row (CleanRL names),
-``close()`` at the end. Pass them to ``fdg.run(..., loggers=[...])``.
+``close()`` at the end. Pass them to ``fdg.run(..., loggers=[...])``. A logger may also
+have ``event(kind, message, iteration, env_steps)``: the run calls it with what happened
+to it (a lost worker's line, :mod:`workbench.runtime.faults`).
 
     >>> import os, tempfile
     >>> path = os.path.join(tempfile.mkdtemp(), "m.csv")
@@ -14,6 +16,7 @@ import csv
 import math
 import numbers
 import os
+import time
 from typing import Any
 
 __all__ = ["CSVLogger", "TensorBoardLogger", "tensorboard_available"]
@@ -22,6 +25,9 @@ __all__ = ["CSVLogger", "TensorBoardLogger", "tensorboard_available"]
 class _Logger:
     def log(self, row: dict[str, Any]) -> None:  # pragma: no cover - interface
         raise NotImplementedError
+
+    def event(self, kind: str, message: str, iteration: int, env_steps: int) -> None:
+        """Something that happened to the run (not a metric): ignored unless overridden."""
 
     def close(self) -> None:
         pass
@@ -60,6 +66,22 @@ class CSVLogger(_Logger):
             self._writer.writerow(row)
         self._file.flush()
 
+    @property
+    def events_path(self) -> str:
+        """Where :meth:`event` writes: ``metrics.csv`` → ``metrics.events.csv``."""
+        root, ext = os.path.splitext(self.path)
+        return f"{root}.events{ext or '.csv'}"
+
+    def event(self, kind: str, message: str, iteration: int, env_steps: int) -> None:
+        """One line of ``events_path`` (time, iteration, env_steps, kind, message): events
+        are text, so they get a file of their own beside the metrics' numbers."""
+        fresh = not os.path.exists(self.events_path)
+        with open(self.events_path, "a", newline="") as fh:
+            writer = csv.writer(fh)
+            if fresh:
+                writer.writerow(["time", "iteration", "env_steps", "kind", "message"])
+            writer.writerow([f"{time.time():.3f}", iteration, env_steps, kind, message])
+
     def close(self) -> None:
         if not self._file.closed:
             self._file.close()
@@ -94,6 +116,13 @@ class TensorBoardLogger(_Logger):
                 continue
             if isinstance(value, numbers.Real) and not isinstance(value, bool) and math.isfinite(value):
                 self.writer.add_scalar(name, float(value), step)
+        self.writer.flush()
+
+    def event(self, kind: str, message: str, iteration: int, env_steps: int) -> None:
+        """A text entry under tag ``events/<kind>`` (TensorBoard's Text tab), at the step the
+        rows use."""
+        step = iteration if self.step == "iteration" else env_steps
+        self.writer.add_text(f"events/{kind.replace(' ', '_')}", f"iteration {iteration}: {message}", step)
         self.writer.flush()
 
     def close(self) -> None:

@@ -103,6 +103,18 @@ def _plots(run):
     return plots
 
 
+def _events_html(run) -> str:
+    """What happened to the run (lost workers, re-placements, edits), each event's line as
+    the run said it; nothing when nothing happened."""
+    events = getattr(run, "events", ())
+    if not events:
+        return ""
+    items = "".join(f"<li><b>{html.escape(e.kind)}</b>"
+                    + (f" (iteration {e.iteration})" if e.iteration is not None else "")
+                    + f": {html.escape(e.message)}</li>" for e in events)
+    return f'<h2>events</h2><ul class="events">{items}</ul>\n'
+
+
 def write_report(run, path: str | os.PathLike = "profile.html") -> str:
     """Write ``run``'s report to ``path``; return the path."""
     from bokeh.embed import components
@@ -129,7 +141,7 @@ tr:nth-child(even){{background:#f4f4f4}}</style>
 </head><body>
 <h1>workbench run</h1>
 <p>{html.escape(run.summary())}</p>
-<h2>plan</h2><pre>{html.escape(run.plan_text or "(no plan)")}</pre>
+{_events_html(run)}<h2>plan</h2><pre>{html.escape(run.plan_text or "(no plan)")}</pre>
 {''.join(body)}
 </body></html>
 """
