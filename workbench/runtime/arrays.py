@@ -250,8 +250,50 @@ def gather(values: list[Any], axis: int = 0, part: str = "") -> Any:
         return np.concatenate(values, axis=axis)
     for r, v in enumerate(values[1:], start=1):
         if not _same(first, v):
-            raise ReplicasDisagree(part, (0, _show(first)), (r, _show(v)))
+            said_first, said_other = _contrast(first, v)
+            raise ReplicasDisagree(part, (0, said_first), (r, said_other))
     return first
+
+
+def _contrast(a: Any, b: Any) -> tuple[str, str]:
+    """How two unequal values differ, in words that differ: :func:`_show`'s, unless those
+    are the same (two 0-d arrays, two long strings with one prefix, two objects of one
+    type), then the part of their text where they first differ; and where even their full
+    text is the same, that they compare unequal by ``==`` (an object without ``__eq__``).
+
+    >>> _contrast(np.array(1.0), np.array(2.0))
+    ('a float64 array of shape () holding 1.0', 'a float64 array of shape () holding 2.0')
+    >>> _contrast("x" * 50 + "a", "x" * 50 + "b")
+    ("a str …xxxxxxxxxxxxxxxxxxxxa'", "a str …xxxxxxxxxxxxxxxxxxxxb'")
+    """
+    shown = _show(a), _show(b)
+    if shown[0] != shown[1]:
+        return shown
+    texts = [_text(v) for v in (a, b)]
+    if texts[0] == texts[1] or type(b).__eq__ is object.__eq__:
+        return (f"{shown[0]} ({texts[0][:40]})",
+                f"another {type(b).__name__}, unequal to it by == (a {type(b).__name__} without "
+                "__eq__ compares by identity: define __eq__, or write a plain value)")
+    at = next((i for i, (x, y) in enumerate(zip(*texts)) if x != y), min(map(len, texts)))
+    start = max(0, at - 20)
+    window = [("…" if start else "") + t[start:at + 20] + ("…" if len(t) > at + 20 else "") for t in texts]
+    if shown[0].startswith("a ") and not shown[0].startswith(("a dict", "a tuple", "a list")):
+        holds = " holding " if start == 0 and len(window[0]) < 60 else " "
+        return shown[0] + holds + window[0], shown[1] + holds + window[1]
+    return f"a {type(a).__name__} {window[0]}", f"a {type(b).__name__} {window[1]}"
+
+
+def _text(value: Any) -> str:
+    """A value's full text: an array's (or tensor's) values, anything else's repr."""
+    if hasattr(value, "tolist") and hasattr(value, "shape"):
+        try:
+            return repr(value.tolist())
+        except Exception:  # a device tensor that cannot be read here: its repr
+            pass
+    try:
+        return repr(value)
+    except Exception:  # a repr that raises: the type is all there is
+        return f"<{type(value).__name__}>"
 
 
 def _same(a: Any, b: Any) -> bool:

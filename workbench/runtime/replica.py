@@ -1,7 +1,7 @@
 """One replica of a group of fused fragments: their namespaces and the loop that runs them.
 
-A :class:`GroupProgram` is the plain-data part (code per fragment and rate, where each
-input comes from); a :class:`GroupReplica` holds the live state (namespaces, step
+A :class:`GroupProgram` (:mod:`workbench.runtime.program`) is the plain-data part (code
+per fragment and rate, where each input comes from); a :class:`GroupReplica` holds the live state (namespaces, step
 buffers) in whichever process it was deployed to — the notebook kernel for the inline
 policy, a Dask worker otherwise. Fragments in one group hand values to each other by
 reference: no serialisation inside a process.
@@ -11,200 +11,29 @@ from __future__ import annotations
 import linecache
 import time
 import traceback
-from dataclasses import dataclass, field
 from typing import Any
 
 from workbench.context import ReplicaContext, ReplicaInfo, activate, deactivate
 from workbench.errors import FragmentRuntimeError
-from workbench.fdg.plan import Item, Plan
-from workbench.runtime.arrays import ReplicasDisagree, ReplicasMisfit, StepMismatch, gather, handed_over, stack
+from workbench.fdg.plan import Item
+from workbench.runtime.arrays import ReplicasDisagree, gather, handed_over
 from workbench.runtime.cell_exit import describe as describe_error, install as catch_process_exits, is_cell_error
 from workbench.runtime.channels import Stopped, dumps_state
-from workbench.runtime.counting import ENV_STEPS_KEY, RANDOM_KEY, REBUILT_KEY, batch_of, counter_of, env_fragments, explicit, without_counters
+from workbench.runtime.counting import ENV_STEPS_KEY, RANDOM_KEY, REBUILT_KEY, batch_of, counter_of, explicit, without_counters
 from workbench.runtime.portable import PortableState, decode_value, restore_into, type_label
+from workbench.runtime.program import Binding, Emit, GroupProgram, StepSend, TaskReport, group_program
 from workbench.runtime.randomness import PATIENCE_S, SHARED_STREAMS, Turns
+from workbench.runtime.replica_errors import CellErrors
 
-__all__ = ["GroupProgram", "GroupReplica", "TaskReport", "group_program"]
+# the program's types are imported from here too (their home before the split)
+__all__ = ["GroupProgram", "GroupReplica", "TaskReport", "group_program", "Binding", "Emit", "StepSend"]
 
 #: time each cell's execution (``compute_seconds``); False skips the per-cell clock reads
 #: (per process: set it on the workers too for a Dask policy). Used to measure its cost.
 TIMING = True
 
 
-@dataclass(frozen=True)
-class Binding:
-    """Where one input of a cell comes from.
-
-    ``source`` is ``"local"`` (another fragment of this group; ``stacked`` takes its step
-    buffer), ``"inbox"`` (delivered from another group under ``key`` at the task's start)
-    or ``"step"`` (received from another group's step loop, every step).
-    """
-
-    name: str
-    source: str
-    producer: str = ""
-    stacked: bool = False
-    key: str = ""
-    #: for ``source == "step"``: the producer's group, how replicas combine, and which of
-    #: the producer's messages the consumer's k-th read is (k + offset)
-    producer_group: str = ""
-    spatial: str = ""
-    offset: int = 0
-
-
-@dataclass(frozen=True)
-class Emit:
-    """A value this group sends to another group at the end of a task."""
-
-    key: str
-    producer: str
-    name: str
-    stacked: bool
-
-
-@dataclass(frozen=True)
-class StepSend:
-    """A value this group sends to another group's step loop after every step (and after
-    init, when the producer gives it a first value there)."""
-
-    key: str
-    producer: str
-    name: str
-    consumer_group: str
-    spatial: str
-    at_init: bool
-
-
-@dataclass(frozen=True)
-class GroupProgram:
-    """Everything a replica of ``group`` needs to run, as plain picklable data."""
-
-    group: str
-    code: dict[tuple[str, str], str]
-    bindings: dict[tuple[str, str], tuple[Binding, ...]]
-    recorded: dict[str, tuple[str, ...]]
-    emits: tuple[Emit, ...]
-    steps: int
-    step_sends: tuple[StepSend, ...] = ()
-    #: env fragments in this group (see :mod:`workbench.runtime.counting`), each with the
-    #: names its step cell writes (where its batch is read): each env step is counted
-    #: once, by the replica that takes it
-    counted: dict[str, tuple[str, ...]] = field(default_factory=dict)
-    #: groups that hold env fragments (they tell every replica their counts, for
-    #: ``wb.env_steps()``)
-    env_groups: tuple[str, ...] = ()
-    #: keys this group takes as they arrive (an asynchronous policy)
-    arrival_keys: tuple[str, ...] = ()
-    #: per fragment, the names that are its state (what it binds), for export/restore
-    state_names: dict[str, tuple[str, ...]] = field(default_factory=dict)
-    #: whether each replica draws from its own random streams (RunConfig.own_random)
-    own_random: bool = True
-
-
-@dataclass
-class TaskReport:
-    """What a task tells the driver (small: it goes to the notebook)."""
-
-    group: str
-    replica: int
-    worker: str
-    metrics: dict[int, dict[str, list[float]]] = field(default_factory=dict)
-    env_steps: dict[int, int] = field(default_factory=dict)
-    compute_seconds: dict[str, float] = field(default_factory=dict)
-    #: time the task spent waiting for its inputs, and sending its outputs
-    wait_seconds: float = 0.0
-    send_seconds: float = 0.0
-    #: the rest of the task's time: binding inputs, stacking step buffers, emitting
-    other_seconds: float = 0.0
-    #: the iterations whose items this task ran
-    iterations: list[int] = field(default_factory=list)
-    #: bytes this task sent to other processes (in-process hand-offs cost none)
-    sent_bytes: int = 0
-    #: env steps this replica's env fragments had counted before this stretch (a resumed
-    #: run's, from their state); sent once, with the stretch's first counted steps
-    env_steps_base: int = 0
-    #: warnings for the notebook, each sent once: (the run's event kind, the message)
-    notes: list[tuple[str, str]] = field(default_factory=list)
-
-    def to_message(self) -> dict:
-        """Plain msgpack-able form (string keys only), for Dask events."""
-        return {
-            "group": self.group, "replica": self.replica, "worker": self.worker,
-            "metrics": {str(k): v for k, v in self.metrics.items()},
-            "env_steps": {str(k): v for k, v in self.env_steps.items()},
-            "compute_seconds": self.compute_seconds,
-            "wait_seconds": self.wait_seconds, "send_seconds": self.send_seconds,
-            "other_seconds": self.other_seconds, "iterations": self.iterations, "sent_bytes": self.sent_bytes,
-            "env_steps_base": self.env_steps_base, "notes": self.notes,
-        }
-
-    @classmethod
-    def from_message(cls, msg: dict) -> "TaskReport":
-        return cls(
-            msg["group"], msg["replica"], msg["worker"],
-            metrics={int(k): v for k, v in msg["metrics"].items()},
-            env_steps={int(k): v for k, v in msg["env_steps"].items()},
-            compute_seconds=dict(msg["compute_seconds"]),
-            wait_seconds=msg["wait_seconds"], send_seconds=msg["send_seconds"],
-            other_seconds=msg.get("other_seconds", 0.0), iterations=list(msg["iterations"]), sent_bytes=msg["sent_bytes"],
-            env_steps_base=msg.get("env_steps_base", 0), notes=[tuple(n) for n in msg.get("notes", ())],
-        )
-
-
-def group_program(plan: Plan, group: str, steps: int, own_random: bool = True) -> GroupProgram:
-    """Compile the plan's view of one group into a :class:`GroupProgram`."""
-    members = plan.groups[group].fragments
-    code, bindings = {}, {}
-    for name in members:
-        frag = plan.fdg[name]
-        for rate, cell in frag.cells.items():
-            code[(name, rate)] = cell.code
-            bindings[(name, rate)] = _bindings_for(plan, group, name, rate)
-    recorded = {name: plan.stacked_names(name) for name in members}
-    outgoing = plan.routes_out_of(group)
-    emits = tuple(
-        Emit(r.key, r.interface.producer, r.interface.name, r.interface.timing == "stacked")
-        for r in {r.key: r for r in outgoing if not r.per_step}.values()
-    )
-    step_sends = tuple(
-        StepSend(r.key, r.interface.producer, r.interface.name, r.consumer_group, r.spatial,
-                 "init" in r.interface.producer_rates)
-        for r in {(r.key, r.consumer_group): r for r in outgoing if r.per_step}.values()
-    )
-    envs = env_fragments(plan.fdg)
-    counted = {f: plan.fdg[f].writes_at("step") for f in envs if f in members}
-    env_groups = tuple(g for g, grp in plan.groups.items() if any(f in envs for f in grp.fragments))
-    arrival_keys = tuple(dict.fromkeys(r.key for r in plan.routes_into(group) if r.arrival))
-    state_names = {name: tuple(n for n in plan.fdg[name].writes if n != "replica") for name in members}
-    return GroupProgram(group, code, bindings, recorded, emits, steps, step_sends, counted=counted,
-                        env_groups=env_groups, arrival_keys=arrival_keys, state_names=state_names,
-                        own_random=own_random)
-
-
-def _bindings_for(plan: Plan, group: str, fragment: str, rate: str) -> tuple[Binding, ...]:
-    out = []
-    local = {(e.name, e.consumer, e.consumer_rate): e for e in plan.local_interfaces(group)}
-    remote = {(r.interface.name, r.interface.consumer, r.interface.consumer_rate): r
-              for r in plan.routes_into(group)}
-    for name in plan.fdg[fragment].external_inputs(rate):
-        edge = local.get((name, fragment, rate))
-        if edge is not None:
-            out.append(Binding(name, "local", edge.producer, edge.timing == "stacked"))
-        elif (name, fragment, rate) in remote:
-            route = remote[(name, fragment, rate)]
-            if route.per_step:
-                order = plan.schedule.step_order
-                forward = order.index(route.interface.producer) < order.index(fragment)
-                offset = 1 if forward and "init" in route.interface.producer_rates else 0
-                out.append(Binding(name, "step", route.interface.producer, key=route.key,
-                                   producer_group=route.producer_group, spatial=route.spatial,
-                                   offset=offset))
-            else:
-                out.append(Binding(name, "inbox", key=route.key))
-    return tuple(out)
-
-
-class GroupReplica:
+class GroupReplica(CellErrors):
     """The live state of one replica of a group, and the loop that runs its items."""
 
     def __init__(self, program: GroupProgram, index: int, count: int, worker: str,
@@ -625,83 +454,12 @@ class GroupReplica:
         except KeyError:
             raise self._unbound(frag, rate, name, "other fragments", iteration) from None
 
-    def _unbound(self, frag, rate, name, reader, iteration) -> FragmentRuntimeError:
-        readers = reader if reader == "other fragments" else repr(reader)
-        return FragmentRuntimeError(
-            fragment=frag, rate=rate, replica=self.index, worker=self.worker, line=None,
-            source_line=None, iteration=iteration,
-            error=f"the {rate} cell did not bind {name!r} this time, but {readers} read"
-                  f"{'' if reader == 'other fragments' else 's'} it. Bind it on every path through "
-                  "the cell.",
-            traceback_text="",
-        )
-
     def _emit(self, e: Emit, iteration=None) -> Any:
         if e.stacked:
             return self._stack(e.producer, e.name, self.buffers[e.producer][e.name], iteration)
         # a copy: in one process the reader gets this object, and the producer's next
         # iteration may write into its own before the reader binds it
         return handed_over(self.namespaces[e.producer][e.name])
-
-    def _stack(self, producer: str, name: str, values: list, iteration) -> Any:
-        """The ``[T, …]`` stack of a step value; a step that wrote another shape or type is
-        the producing step cell's error, named with the value and the steps."""
-        try:
-            return stack(values)
-        except StepMismatch as exc:
-            line = _line_writing(self.program.code.get((producer, "step"), ""), name)
-            source = self.program.code[(producer, "step")].splitlines()[line - 1] if line else None
-            raise FragmentRuntimeError(
-                fragment=producer, rate="step", replica=self.index, worker=self.worker, line=line,
-                source_line=source, iteration=iteration,
-                error=f"{name!r}{f' (its part {exc.part})' if exc.part else ''} changes shape or type between steps: {exc}. "
-                      f"Its {len(values)} per-step values are stacked into one [T, …] value for the "
-                      "cells that read it once per iteration, so every step must write the same shape "
-                      "and type: pad to a fixed size (np.zeros(MAX)), and write an empty or NaN array "
-                      "rather than None.",
-                traceback_text="",
-            ) from None
-
-    # -- errors ------------------------------------------------------------------------
-    def _disagree(self, key: str, exc: ReplicasDisagree, items, frag: str | None = None,
-                  rate: str | None = None, iteration=None) -> FragmentRuntimeError:
-        """Replicas of a producer wrote different values that have no batch axis: the
-        reading cell's error, naming the value, both fragments and the two ways out."""
-        if frag is None:  # a task's input: blame the first of its cells that binds it
-            frag, rate, iteration = next(
-                ((f, item.rate, item.iteration) for item in items for f in item.fragments
-                 for b in self.program.bindings.get((f, item.rate), ()) if b.key == key),
-                (self.program.group, "iteration", None))
-        producer, _, name = key.rpartition(":")[2].partition(".")  # "stacked:env.obs" → env, obs
-        what = f"{name!r}{f' (its part {exc.part})' if exc.part else ''}"
-        if isinstance(exc, ReplicasMisfit):
-            rule = ("Arrays read from several replicas are joined along their batch axis, so "
-                    "every other axis (and the kind: NumPy array or torch tensor) must be the "
-                    f"same on every replica. Give {name} the same shape on each (pad to a fixed "
-                    "size), or keep it inside the fragment (docs/boundaries.md).")
-        else:
-            rule = ("A value read from several replicas is joined along its batch axis "
-                    "when it has one; one without (a number, a bool, None, a 0-d array) reaches "
-                    "the reader only when every replica wrote the same, so that it means the "
-                    "same under every placement. Give it a batch axis — one row per replica, "
-                    f"{name} = np.array([{name}]) — to read every replica's, or compute it where "
-                    "it is the same on every replica (docs/boundaries.md).")
-        return FragmentRuntimeError(
-            fragment=frag, rate=rate, replica=self.index, worker=self.worker, line=None,
-            source_line=None, iteration=iteration,
-            error=f"it reads {what} from the replicas of fragment {producer!r}, and they differ "
-                  f"({exc}). {rule}",
-            traceback_text="",
-        )
-
-    def _missing(self, frag, rate, b: Binding, iteration, why: str) -> FragmentRuntimeError:
-        return FragmentRuntimeError(
-            fragment=frag, rate=rate, replica=self.index, worker=self.worker, line=None,
-            source_line=None, iteration=iteration,
-            error=f"it reads {b.name!r} from fragment {b.producer!r}, which {why}. Give "
-                  f"{b.name!r} a first value in {b.producer!r}'s --init cell.",
-            traceback_text="",
-        )
 
     def _error(self, frag: str, rate: str, exc: BaseException, iteration) -> FragmentRuntimeError:
         filename = f"<fragment {frag}:{rate}>"
@@ -718,14 +476,3 @@ class GroupReplica:
             source_line=source, error=describe_error(exc), traceback_text=text,
             iteration=iteration,
         )
-
-
-
-def _line_writing(code: str, name: str) -> int | None:
-    """The last cell line that binds ``name`` (``name = …``, ``a, name = …``, ``name +=``),
-    to point at the line whose per-step value is stacked; None if no line does."""
-    import ast
-
-    lines = [node.lineno for node in ast.walk(ast.parse(code))
-             if isinstance(node, ast.Name) and node.id == name and isinstance(node.ctx, ast.Store)]
-    return max(lines) if lines else None

@@ -1,0 +1,41 @@
+"""Replicas that wrote different values with no batch axis: the error's two descriptions
+always differ, whatever the values (issue 30: two 0-d arrays read "replica 0 wrote a
+float64 array of shape (), replica 1 a float64 array of shape ()")."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from workbench.runtime.arrays import ReplicasDisagree, gather
+
+
+class Opaque:
+    """An object without __eq__: two of them are unequal however alike."""
+
+
+class Same:
+    def __eq__(self, other):
+        return False
+
+    def __repr__(self):
+        return "Same()"
+
+
+PAIRS = {
+    "0-d arrays": (np.array(1.0), np.array(2.0)),
+    "0-d tensors": (torch.tensor(3), torch.tensor(4)),
+    "long strings, one prefix": ("p" * 60 + "a", "p" * 60 + "b"),
+    "objects without __eq__": (Opaque(), Opaque()),
+    "objects that read the same": (Same(), Same()),
+    "one float in a dict": ({"lr": np.array(0.1)}, {"lr": np.array(0.2)}),
+}
+
+
+@pytest.mark.parametrize("pair", PAIRS.values(), ids=PAIRS.keys())
+def test_the_two_replicas_are_described_differently(pair):
+    with pytest.raises(ReplicasDisagree) as info:
+        gather(list(pair))
+    (r0, said0), (r1, said1) = info.value.first, info.value.other
+    assert (r0, r1) == (0, 1)
+    assert said0 != said1, str(info.value)

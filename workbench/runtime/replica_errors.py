@@ -1,0 +1,107 @@
+"""The errors a replica's cells get for what they read and write, each naming the cell,
+the value and the way out: a value not bound on some path through a cell
+(:meth:`CellErrors._unbound`), a step value whose shape changes between steps
+(``_stack``), replicas of a producer that wrote values that cannot be joined
+(``_disagree``), an input nobody has written yet (``_missing``).
+
+They are a mixin of :class:`~workbench.runtime.replica.GroupReplica` (they read its
+``index``, ``worker`` and ``program``); the error for a cell that raised is the replica's
+own (``_error``), since it tells the replica's frames from the user's.
+
+Example:
+    >>> _line_writing("a = 1\\nb, c = 2, 3\\nc += 1", "c")
+    3
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from workbench.errors import FragmentRuntimeError
+from workbench.runtime.arrays import ReplicasDisagree, ReplicasMisfit, StepMismatch, stack
+from workbench.runtime.program import Binding
+
+__all__ = ["CellErrors"]
+
+
+class CellErrors:
+    """Builders of a replica's cell errors (see the module docstring)."""
+
+    def _unbound(self, frag, rate, name, reader, iteration) -> FragmentRuntimeError:
+        readers = reader if reader == "other fragments" else repr(reader)
+        return FragmentRuntimeError(
+            fragment=frag, rate=rate, replica=self.index, worker=self.worker, line=None,
+            source_line=None, iteration=iteration,
+            error=f"the {rate} cell did not bind {name!r} this time, but {readers} read"
+                  f"{'' if reader == 'other fragments' else 's'} it. Bind it on every path through "
+                  "the cell.",
+            traceback_text="",
+        )
+
+    def _stack(self, producer: str, name: str, values: list, iteration) -> Any:
+        """The ``[T, …]`` stack of a step value; a step that wrote another shape or type is
+        the producing step cell's error, named with the value and the steps."""
+        try:
+            return stack(values)
+        except StepMismatch as exc:
+            line = _line_writing(self.program.code.get((producer, "step"), ""), name)
+            source = self.program.code[(producer, "step")].splitlines()[line - 1] if line else None
+            raise FragmentRuntimeError(
+                fragment=producer, rate="step", replica=self.index, worker=self.worker, line=line,
+                source_line=source, iteration=iteration,
+                error=f"{name!r}{f' (its part {exc.part})' if exc.part else ''} changes shape or type between steps: {exc}. "
+                      f"Its {len(values)} per-step values are stacked into one [T, …] value for the "
+                      "cells that read it once per iteration, so every step must write the same shape "
+                      "and type: pad to a fixed size (np.zeros(MAX)), and write an empty or NaN array "
+                      "rather than None.",
+                traceback_text="",
+            ) from None
+
+    def _disagree(self, key: str, exc: ReplicasDisagree, items, frag: str | None = None,
+                  rate: str | None = None, iteration=None) -> FragmentRuntimeError:
+        """Replicas of a producer wrote different values that have no batch axis: the
+        reading cell's error, naming the value, both fragments and the two ways out."""
+        if frag is None:  # a task's input: blame the first of its cells that binds it
+            frag, rate, iteration = next(
+                ((f, item.rate, item.iteration) for item in items for f in item.fragments
+                 for b in self.program.bindings.get((f, item.rate), ()) if b.key == key),
+                (self.program.group, "iteration", None))
+        producer, _, name = key.rpartition(":")[2].partition(".")  # "stacked:env.obs" → env, obs
+        what = f"{name!r}{f' (its part {exc.part})' if exc.part else ''}"
+        if isinstance(exc, ReplicasMisfit):
+            rule = ("Arrays read from several replicas are joined along their batch axis, so "
+                    "every other axis (and the kind: NumPy array or torch tensor) must be the "
+                    f"same on every replica. Give {name} the same shape on each (pad to a fixed "
+                    "size), or keep it inside the fragment (docs/boundaries.md).")
+        else:
+            rule = ("A value read from several replicas is joined along its batch axis "
+                    "when it has one; one without (a number, a bool, None, a 0-d array) reaches "
+                    "the reader only when every replica wrote the same, so that it means the "
+                    "same under every placement. Give it a batch axis — one row per replica, "
+                    f"{name} = np.array([{name}]) — to read every replica's, or compute it where "
+                    "it is the same on every replica (docs/boundaries.md).")
+        return FragmentRuntimeError(
+            fragment=frag, rate=rate, replica=self.index, worker=self.worker, line=None,
+            source_line=None, iteration=iteration,
+            error=f"it reads {what} from the replicas of fragment {producer!r}, and they differ "
+                  f"({exc}). {rule}",
+            traceback_text="",
+        )
+
+    def _missing(self, frag, rate, b: Binding, iteration, why: str) -> FragmentRuntimeError:
+        return FragmentRuntimeError(
+            fragment=frag, rate=rate, replica=self.index, worker=self.worker, line=None,
+            source_line=None, iteration=iteration,
+            error=f"it reads {b.name!r} from fragment {b.producer!r}, which {why}. Give "
+                  f"{b.name!r} a first value in {b.producer!r}'s --init cell.",
+            traceback_text="",
+        )
+
+
+def _line_writing(code: str, name: str) -> int | None:
+    """The last cell line that binds ``name`` (``name = …``, ``a, name = …``, ``name +=``),
+    to point at the line whose per-step value is stacked; None if no line does."""
+    import ast
+
+    lines = [node.lineno for node in ast.walk(ast.parse(code))
+             if isinstance(node, ast.Name) and node.id == name and isinstance(node.ctx, ast.Store)]
+    return max(lines) if lines else None
