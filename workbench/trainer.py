@@ -149,7 +149,7 @@ class Trainer:
         handle = None
         try:
             cluster = None
-            if needs_cluster(policy):
+            if needs_cluster(policy) or config.cluster is not None:  # (given: a re-placement may use it)
                 # connect once, before any progress display: the embedded cluster prints its
                 # dashboard link, and every stretch of this run (auto tries several) shares it
                 from workbench.cluster.connect import connect
@@ -286,6 +286,10 @@ class Trainer:
             wait_for_restarts(client)  # a worker a stuck cell's stop restarted: place on it again
             inventory = inventory_of(client)
         resolved = _fit_to_cluster(resolve_policy(policy, self.fdg, inventory), inventory, run)
+        if resolved.in_process and stretch.cluster is not None:  # asked for, not used: say so
+            run.note_once("not applied", f"policy {resolved.name} runs every fragment in this process, so the "
+                          "cluster given is not used (until the run is re-placed onto it, fdg.replace('coarse')); "
+                          "pick a cluster policy (coarse, fine, …) to train on it")
         plan = make_plan(self.fdg, resolved)
         run.fdg = self.fdg.copy()  # the cells this stretch runs (hot edits change them)
         ns = stretch.namespace
