@@ -16,10 +16,16 @@ from workbench.llm import sample, sequence_logp  # noqa: E402
 from workbench.llm.tasks import encode_prompts  # noqa: E402
 
 
+def shorter_is_better(prompt: str, completion: str) -> float:
+    """A reward that differs within the groups of an untrained model: learning signal every step."""
+    return -float(len(completion))
+
+
 def small_fdg(**changes):
-    """The shipped GRPO FDG with a smaller batch (4 prompts × 4 completions per step)."""
+    """The shipped GRPO FDG with a smaller batch (4 prompts × 4 completions per step) and a
+    reward that always gives signal."""
     cfg = dataclasses.replace(grpo.GRPOConfig(), prompts_per_step=4, group_size=4, **changes)
-    return grpo.build_fdg(dict(vars(grpo), cfg=cfg)), cfg
+    return grpo.build_fdg(dict(vars(grpo), cfg=cfg, reward_fn=shorter_is_better)), cfg
 
 
 def learner_and_generate(run):

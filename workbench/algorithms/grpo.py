@@ -34,7 +34,7 @@ from workbench.algorithms.config_docs import documented
 from workbench.algorithms.ppo import _sync_and_clip
 from workbench.llm.generation import sample, sequence_logp
 from workbench.llm.errors import LLMInputError
-from workbench.llm.models import context_length, count_parameters, frozen_copy, load_causal_lm
+from workbench.llm.models import context_length, count_parameters, frozen_copy, load_causal_lm, weights_copy
 from workbench.llm.tasks import (AdditionTask, decode_completions, encode_prompts, exact_answer_reward,
                                  heldout_accuracy, score_completions)
 from workbench.llm.tokenizers import char_tokenizer
@@ -182,8 +182,9 @@ def grpo_loss(logp, old_logp, ref_logp, advantages, mask, *, clip_coef: float, k
     loss = (per_token * mask).sum() / tokens
     with torch.no_grad():
         clipped = ((ratio - 1).abs() > clip_coef).float()
-        stats = {"losses/kl": float((kl * mask).sum() / tokens),
-                 "losses/clip_fraction": float((clipped * mask).sum() / tokens)}
+        stats = {"losses/clip_fraction": float((clipped * mask).sum() / tokens)}
+        if kl_coef:  # with the reference skipped there is no KL to measure
+            stats["losses/kl"] = float((kl * mask).sum() / tokens)
     return loss, stats
 
 
@@ -234,12 +235,14 @@ model = make_model(cfg, tokenizer)
 optimizer = torch.optim.Adam(model.parameters(), lr=cfg.learning_rate)
 update = 0
 weights = model.state_dict()
+reference_weights = weights_copy(model)   # the learner keeps them: checkpoints and re-placements carry them
 """),
     ("%%fragment generate --init", """\
 policy = make_model(cfg, tokenizer, weights)
+policy_version = update                # the learner's update count these weights come from
 """),
     ("%%fragment reference --init", """\
-reference = frozen_copy(make_model(cfg, tokenizer, weights))   # the starting weights, frozen
+reference = frozen_copy(make_model(cfg, tokenizer, reference_weights))   # the starting weights, frozen
 """),
     ("%%fragment prompts", """\
 prompt_texts = prompt_batch(task, rng, cfg, replica.count)
@@ -248,6 +251,7 @@ prompt_texts = prompt_batch(task, rng, cfg, replica.count)
 prompt_ids, prompt_mask = encode_prompts(tokenizer, prompt_texts, task.prompt_width,
                                          max_new_tokens=cfg.max_new_tokens, context=context_length(policy))
 tokens, completion_mask, logp = generate_completions(policy, tokenizer, prompt_ids, prompt_mask, cfg)
+sampled_by = np.full(len(prompt_texts), policy_version)
 """),
     ("%%fragment reward", """\
 rewards = score_completions(reward_fn, prompt_texts, decode_completions(tokenizer, tokens))
@@ -256,6 +260,7 @@ rewards = score_completions(reward_fn, prompt_texts, decode_completions(tokenize
 ref_logp = reference_logp(reference, prompt_ids, prompt_mask, tokens, completion_mask, cfg)
 """),
     ("%%fragment learner", """\
+wb.log("charts/staleness", update - sampled_by.min())   # updates since the oldest sampling weights
 grpo_update(model, optimizer, cfg, prompt_ids, prompt_mask, tokens, completion_mask, logp, ref_logp, rewards)
 update += 1
 if update % cfg.eval_every == 0:
@@ -264,6 +269,7 @@ weights = model.state_dict()
 """),
     ("%%fragment generate --every iteration", """\
 policy.load_state_dict(weights)
+policy_version = update
 """),
 ]
 

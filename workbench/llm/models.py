@@ -20,7 +20,7 @@ import torch
 from workbench.llm.errors import LLMInputError
 
 __all__ = ["tiny_causal_lm", "load_causal_lm", "check_vocabulary", "context_length",
-           "frozen_copy", "count_parameters", "with_lora"]
+           "frozen_copy", "weights_copy", "count_parameters", "with_lora"]
 
 
 def tiny_causal_lm(tokenizer, *, hidden: int = 64, layers: int = 2, heads: int = 4, context: int = 64,
@@ -91,6 +91,11 @@ def frozen_copy(model):
     for p in ref.parameters():
         p.requires_grad_(False)
     return ref
+
+
+def weights_copy(model) -> dict[str, torch.Tensor]:
+    """A copy of ``model``'s state dict that later training does not change."""
+    return {name: tensor.detach().clone() for name, tensor in model.state_dict().items()}
 
 
 def count_parameters(model) -> int:

@@ -1,0 +1,99 @@
+"""GRPO's cells unchanged under the other policies, changed while running, and resumed from a
+checkpoint under another policy."""
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+import torch
+
+pytest.importorskip("transformers")
+
+from tests.live.test_live_changes import At, _landed  # noqa: E402
+from tests.llm.test_grpo import shorter_is_better  # noqa: E402
+from workbench.algorithms import grpo  # noqa: E402
+
+
+def small(**changes):
+    cfg = dataclasses.replace(grpo.GRPOConfig(), prompts_per_step=4, group_size=4, learning_rate=1e-3, **changes)
+    namespace = dict(vars(grpo), cfg=cfg, reward_fn=shorter_is_better)
+    return grpo.build_fdg(namespace), cfg
+
+
+def same_weights(a, b) -> bool:
+    return all(torch.equal(a.state_dict()[k], b.state_dict()[k]) for k in a.state_dict())
+
+
+def test_multilearner_learners_stay_identical_through_the_allreduce(client):
+    fdg, _ = small()
+    run = fdg.run(iterations=2, steps=1, policy="multilearner", cluster=client, progress=False)
+    first, second = (replica["model"] for replica in run.state.fragments["learner"])
+    start = grpo.make_model(grpo.GRPOConfig(), grpo.tokenizer)
+    # each learner saw its own prompts; the averaged gradient keeps them equal, and moved
+    assert same_weights(first, second) and not same_weights(first, start)
+    assert run.metrics["charts/staleness"].tolist() == [0, 0]
+
+
+def test_async_learns_once_per_arrival_within_the_stated_staleness_bound(client):
+    fdg, _ = small()
+    run = fdg.run(iterations=3, steps=1, policy="async", cluster=client, progress=False)
+    generate = run.state.fragments["generate"]
+    assert run.state.fragments["learner"][0]["update"] == 3 * len(generate) == 6
+    # a replica samples with the weights it got back for its last batch: at most one update
+    # per other generate replica behind the learner
+    assert run.metrics["charts/staleness"].max() <= len(generate) - 1
+
+
+def test_gpuonly_falls_back_to_the_cpu_twin_without_a_gpu(client):
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a GPU: tests/gpu covers it")
+    fdg, _ = small()
+    run = fdg.run(iterations=2, steps=1, policy="gpuonly", cluster=client, progress=False)
+    assert run.status == "finished" and run.policy.groups[0].device == "cpu"
+    assert next(run.state.fragments["learner"][0]["model"].parameters()).device.type == "cpu"
+
+
+def always_five(prompt: str, completion: str) -> float:
+    return 5.0
+
+
+def test_a_hot_reward_edit_reaches_the_next_iteration():
+    fdg, _ = small()
+    edit = At(1, lambda: fdg.update(reward_fn=always_five))
+    run = fdg.run(iterations=5, steps=1, progress=False, loggers=[edit])
+    rewards = run.metrics["charts/reward_mean"].tolist()
+    applied = _landed(run, "updated")  # the exact boundary (update() said the earliest)
+    assert edit.result <= applied < 5
+    assert all(r <= 0 for r in rewards[:applied]) and all(r == 5.0 for r in rewards[applied:])
+
+
+def test_an_updated_cfg_changes_lr_temperature_and_kl_from_the_next_iteration():
+    fdg, cfg = small()
+    changed = dataclasses.replace(cfg, learning_rate=0.0, temperature=0.5, kl_coef=0.0)
+    edit = At(1, lambda: fdg.update(cfg=changed))
+    run = fdg.run(iterations=5, steps=1, progress=False, loggers=[edit])
+    applied, metrics = _landed(run, "updated"), run.metrics
+    assert applied < 5
+    assert metrics["charts/learning_rate"].tolist() == [1e-3] * applied + [0.0] * (5 - applied)
+    kl = metrics["losses/kl"]
+    assert kl.iloc[:applied].notna().all() and kl.iloc[applied:].isna().all()  # no reference pass at 0
+    model = run.state.fragments["learner"][0]["model"]
+    policy = run.state.fragments["generate"][0]["policy"]
+    assert same_weights(model, policy)
+
+
+def test_a_checkpoint_holds_model_optimiser_and_reference_and_resumes_under_another_policy(tmp_path, client):
+    fdg, _ = small()
+    first = fdg.run(iterations=2, steps=1, policy="coarse", cluster=client, progress=False,
+                    checkpoint_dir=str(tmp_path))
+    learner = first.state.fragments["learner"][0]
+    resumed = fdg.run(iterations=2, steps=1, policy="inline", progress=False, resume=str(tmp_path))
+    again = resumed.state.fragments["learner"][0]
+    assert again["update"] == 4 and learner["update"] == 2
+    # the optimiser went on from its saved moments (Adam's step count), the reference stayed frozen
+    assert next(iter(again["optimizer"].state.values()))["step"] == 4
+    start = grpo.make_model(grpo.GRPOConfig(), grpo.tokenizer)
+    # the generate and reference replicas were re-made for the new count: the reference from the
+    # starting weights the learner carried, generate from the learner's latest
+    assert same_weights(resumed.state.fragments["reference"][0]["reference"], start)
+    assert same_weights(resumed.state.fragments["generate"][0]["policy"], again["model"])
