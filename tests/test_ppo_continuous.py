@@ -87,13 +87,44 @@ def test_obs_normalizer_and_reward_scaler():
     np.testing.assert_allclose(np.sqrt(norm.rms.var), [10.0, 0.1], rtol=0.1)
     raw = np.ones((3, 2), np.float32)
     assert ObsNormalizer((2,), enabled=False)(raw) is raw
-    # rewards: divided by the std of the discounted return, which resets where done
+    # rewards: divided by the std of the discounted return G ← G·γ·(1 - terminated) + r, the
+    # formula of gymnasium's NormalizeReward (CleanRL's wrapper), checked against it below
     scale = RewardScaler(2, gamma=0.5)
+    scale(np.array([4.0, 4.0], np.float32), np.array([False, False]))
     r = scale(np.array([1.0, 2.0], np.float32), np.array([False, True]))
-    np.testing.assert_array_equal(scale.returns, [1.0, 0.0])
+    np.testing.assert_array_equal(scale.returns, [4.0 * 0.5 + 1.0, 2.0])
     np.testing.assert_allclose(r, np.array([1.0, 2.0]) / np.sqrt(scale.rms.var + 1e-8), rtol=1e-6)
     rewards = raw[0].copy()
     assert RewardScaler(2, 0.9, enabled=False)(rewards, rewards > 0) is rewards
+
+
+def test_the_normalisers_are_cleanrl_s_gymnasium_wrappers():
+    """One env through CleanRL's wrappers (NormalizeObservation, clip, NormalizeReward, clip) and
+    through ObsNormalizer/RewardScaler: the same numbers, step for step, across an episode's end
+    (Pendulum truncates at 200 steps; gymnasium's wrappers carry G over a truncation)."""
+    import gymnasium
+
+    wrapped = gymnasium.make("Pendulum-v1")
+    wrapped = gymnasium.wrappers.NormalizeObservation(wrapped)
+    wrapped = gymnasium.wrappers.NormalizeReward(wrapped, gamma=0.99)
+    raw = gymnasium.make("Pendulum-v1")
+    obs_norm, reward_scale = ObsNormalizer((3,)), RewardScaler(1, gamma=0.99)
+    want, _ = wrapped.reset(seed=3)
+    got = obs_norm(raw.reset(seed=3)[0][None])
+    np.testing.assert_allclose(got[0], want, rtol=1e-3, atol=1e-4)  # float32 obs, float64 stats
+    rng = np.random.default_rng(0)
+    for t in range(260):
+        action = rng.uniform(-2, 2, size=1).astype(np.float32)
+        want_obs, want_r, term, trunc, _ = wrapped.step(action)
+        obs, r, term_raw, trunc_raw, _ = raw.step(action)
+        got_r = reward_scale(np.array([r], np.float32), np.array([term_raw]))
+        got_obs = obs_norm(np.asarray(obs, np.float32)[None])
+        np.testing.assert_allclose(got_r[0], np.clip(want_r, -10, 10), rtol=1e-4, atol=1e-6)
+        np.testing.assert_allclose(got_obs[0], np.clip(want_obs, -10, 10), rtol=1e-3, atol=1e-4)
+        if term or trunc:
+            assert t == 199   # truncation: the wrapped env resets, G carries on
+            want, _ = wrapped.reset()
+            got = obs_norm(raw.reset()[0][None])
 
 
 def test_update_returns_finite_losses_and_moves_the_policy():

@@ -145,8 +145,10 @@ class ObsNormalizer:
 
 class RewardScaler:
     """``reward → clip(reward / sqrt(var(G) + eps), ±clip)`` where ``G`` is each env's running
-    discounted return (reset where an episode ends), as CleanRL's ``NormalizeReward`` +
-    clipping. Disabled, it passes rewards through unchanged."""
+    discounted return, as CleanRL's ``NormalizeReward`` + clipping, to the letter of gymnasium's
+    (0.29 and 1.x): ``G ← G·γ·(1 - terminated) + reward``, so a terminal step starts ``G``
+    afresh and a truncated episode (HalfCheetah's, at 1000 steps) carries it on. Disabled, it
+    passes rewards through unchanged."""
 
     def __init__(self, num_envs: int, gamma: float, *, enabled: bool = True, clip: float = 10.0,
                  epsilon: float = 1e-8) -> None:
@@ -154,12 +156,11 @@ class RewardScaler:
         self.returns = np.zeros(num_envs, dtype=np.float64)
         self.gamma, self.enabled, self.clip, self.epsilon = gamma, enabled, clip, epsilon
 
-    def __call__(self, reward: np.ndarray, done: np.ndarray) -> np.ndarray:
+    def __call__(self, reward: np.ndarray, terminated: np.ndarray) -> np.ndarray:
         if not self.enabled:
             return reward
-        self.returns = self.returns * self.gamma + reward
+        self.returns = self.returns * self.gamma * (1.0 - terminated) + reward
         self.rms.update(self.returns)
-        self.returns[done] = 0.0
         out = reward / np.sqrt(self.rms.var + self.epsilon)
         return np.clip(out, -self.clip, self.clip).astype(np.float32)
 
@@ -344,7 +345,7 @@ action, logp, value = policy.act(obs)
     ("%%fragment env", """\
 obs, reward, terminated, truncated, info = envs.step(np.clip(action, low, high))
 done = terminated | truncated
-obs, reward = obs_norm(obs), reward_scale(reward, done)
+obs, reward = obs_norm(obs), reward_scale(reward, terminated)
 wb.log("charts/episodic_return", info["episode_return"])
 """),
     ("%%fragment learner", """\
