@@ -26,16 +26,19 @@ __all__ = ["CellErrors"]
 class CellErrors:
     """Builders of a replica's cell errors (see the module docstring)."""
 
+    def _cell_error(self, frag: str, rate: str, iteration, error: str) -> FragmentRuntimeError:
+        """The error of a cell of this replica about what it reads or writes (no line of
+        its own raised: no traceback)."""
+        return FragmentRuntimeError(fragment=frag, rate=rate, replica=self.index, worker=self.worker, line=None,
+                                    source_line=None, iteration=iteration, error=error, traceback_text="")
+
     def _unbound(self, frag, rate, name, reader, iteration) -> FragmentRuntimeError:
         readers = reader if reader == "other fragments" else repr(reader)
-        return FragmentRuntimeError(
-            fragment=frag, rate=rate, replica=self.index, worker=self.worker, line=None,
-            source_line=None, iteration=iteration,
-            error=f"the {rate} cell did not bind {name!r} this time, but {readers} read"
+        return self._cell_error(
+            frag, rate, iteration,
+            f"the {rate} cell did not bind {name!r} this time, but {readers} read"
                   f"{'' if reader == 'other fragments' else 's'} it. Bind it on every path through "
-                  "the cell.",
-            traceback_text="",
-        )
+                  "the cell.")
 
     def _stack(self, producer: str, name: str, values: list, iteration) -> Any:
         """The ``[T, …]`` stack of a step value; a step that wrote another shape or type is
@@ -79,22 +82,12 @@ class CellErrors:
                     "same under every placement. Give it a batch axis — one row per replica, "
                     f"{name} = np.array([{name}]) — to read every replica's, or compute it where "
                     "it is the same on every replica (docs/boundaries.md).")
-        return FragmentRuntimeError(
-            fragment=frag, rate=rate, replica=self.index, worker=self.worker, line=None,
-            source_line=None, iteration=iteration,
-            error=f"it reads {what} from the replicas of fragment {producer!r}, and they differ "
-                  f"({exc}). {rule}",
-            traceback_text="",
-        )
+        return self._cell_error(frag, rate, iteration, f"it reads {what} from the replicas of fragment "
+                                f"{producer!r}, and they differ ({exc}). {rule}")
 
     def _missing(self, frag, rate, b: Binding, iteration, why: str) -> FragmentRuntimeError:
-        return FragmentRuntimeError(
-            fragment=frag, rate=rate, replica=self.index, worker=self.worker, line=None,
-            source_line=None, iteration=iteration,
-            error=f"it reads {b.name!r} from fragment {b.producer!r}, which {why}. Give "
-                  f"{b.name!r} a first value in {b.producer!r}'s --init cell.",
-            traceback_text="",
-        )
+        return self._cell_error(frag, rate, iteration, f"it reads {b.name!r} from fragment {b.producer!r}, "
+                                f"which {why}. Give {b.name!r} a first value in {b.producer!r}'s --init cell.")
 
 
 def _line_writing(code: str, name: str) -> int | None:
