@@ -43,6 +43,7 @@ MARK = "BENCH_CONTINUOUS "
 ENV_ID = "HalfCheetah-v5"
 BATCH = 2048
 LAST_EPISODES = 10
+THREADS_VAR = "BENCH_CLEANRL_TORCH_THREADS"
 RETURN_RE = re.compile(r"episodic_return=\[?(-?[\d.]+(?:e[-+]?\d+)?)")
 
 
@@ -98,16 +99,20 @@ def gymnasium_029_shim() -> None:
 
 def child_cleanrl(script: str, argv: list[str]) -> None:
     gymnasium_029_shim()
+    if os.environ.get(THREADS_VAR):  # --cleanrl-threads: as workbench's run does for itself
+        import torch
+
+        torch.set_num_threads(int(os.environ[THREADS_VAR]))
     sys.argv = [script, *argv]
     runpy.run_path(script, run_name="__main__")
 
 
 # ============================================================================ the parent
-def spawn(cmd: list[str], cwd: str, timeout: float) -> tuple[str, float, int]:
+def spawn(cmd: list[str], cwd: str, timeout: float, env: dict[str, str]) -> tuple[str, float, int]:
     started = time.perf_counter()
     try:
         proc = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, timeout=timeout,
-                              env={**os.environ, "PYTHONUNBUFFERED": "1"})
+                              env={**os.environ, "PYTHONUNBUFFERED": "1", **env})
         out, rc = proc.stdout + proc.stderr, proc.returncode
     except subprocess.TimeoutExpired as exc:
         out, rc = str(exc.stdout or "") + f"\n[timed out after {timeout:.0f} s]", -9
@@ -121,7 +126,9 @@ def run_one(contender: str, seed: int, args: argparse.Namespace, tmp: str) -> di
     else:
         cmd = [sys.executable, __file__, "--child-workbench", "--seed", str(seed),
                "--steps", str(args.steps), "--wb-envs", str(args.wb_envs)]
-    out, wall, rc = spawn(cmd, tmp, args.timeout)
+    threads = getattr(args, "cleanrl_threads", None)
+    env = {THREADS_VAR: str(threads)} if contender == "cleanrl" and threads else {}
+    out, wall, rc = spawn(cmd, tmp, args.timeout, env)
     if contender == "cleanrl":
         returns = [float(r) for r in RETURN_RE.findall(out)]
         sps = re.findall(r"^SPS: (\d+)", out, re.M)
@@ -145,7 +152,8 @@ def report(results: dict[str, list[dict]], args: argparse.Namespace) -> None:
     med = {name: {key: statistics.median(r[key] for r in rows) for key in ("final_return", "wall_s", "sps")}
            for name, rows in results.items() if rows}
     print(f"\n### HalfCheetah-v5, {args.steps:,} env steps, seeds {args.seeds_list} "
-          f"(medians; workbench {args.wb_envs} envs x {BATCH // args.wb_envs} steps)\n")
+          f"(medians; workbench {args.wb_envs} envs x {BATCH // args.wb_envs} steps; CleanRL torch "
+          f"threads: {args.cleanrl_threads or 'its default'})\n")
     print("| contender | final return | wall time (s) | env-steps/s |")
     print("|---|---:|---:|---:|")
     for name, m in med.items():
@@ -169,6 +177,9 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=1_000_000, help="env steps per run (default 1M)")
     parser.add_argument("--seeds", type=int, default=3, help="seeds 1..K (default 3)")
     parser.add_argument("--wb-envs", type=int, default=8, help="workbench's envs (2048 / envs steps each)")
+    parser.add_argument("--cleanrl-threads", type=int,
+                        help="torch threads for CleanRL (default: torch's, one per core; workbench's "
+                             "run uses 1 for its small networks, and so does CleanRL with 1)")
     parser.add_argument("--timeout", type=float, default=4 * 3600, help="seconds per process")
     parser.add_argument("--child-workbench", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--seed", type=int, default=1, help=argparse.SUPPRESS)

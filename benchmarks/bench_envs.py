@@ -135,8 +135,9 @@ def envpool_async_rate(env_id: str, num_envs: int, actions: np.ndarray, repeats:
     that batch's actions; ``actions`` is ``[steps, N/2, ...]``."""
     import envpool
 
-    pool = envpool.make(env_id, env_type="gymnasium", num_envs=num_envs,
-                        batch_size=max(1, num_envs // 2), seed=0, num_threads=threads)
+    batch = max(1, num_envs // 2)
+    pool = envpool.make(env_id, env_type="gymnasium", num_envs=num_envs, batch_size=batch, seed=0,
+                        num_threads=threads)
     rates = []
     for _ in range(repeats):
         pool.async_reset()
@@ -144,7 +145,8 @@ def envpool_async_rate(env_id: str, num_envs: int, actions: np.ndarray, repeats:
         for a in actions:
             *_, info = pool.recv()
             pool.send(a, info["env_id"])
-        pool.recv()  # the last send's results: every action sent was stepped
+        for _ in range(num_envs // batch):  # every env still in flight: each sent action stepped,
+            pool.recv()                     # and none left running into the next async_reset
         rates.append(actions.shape[0] * actions.shape[1] / (time.perf_counter() - start))
     pool.close()
     return statistics.median(rates)
