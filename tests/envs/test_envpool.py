@@ -31,6 +31,8 @@ def test_make_picks_envpool_for_the_ids_it_has():
     assert isinstance(make(lambda: gymnasium.make("Pendulum-v1"), 2), GymVectorEnv)
     with pytest.raises(ValueError, match="EnvPool has no environment 'simple_spread_v3'"):
         make("simple_spread_v3", 2, backend="envpool")
+    with pytest.raises(ValueError, match="a factory is Python code"):
+        make(lambda: gymnasium.make("Pendulum-v1"), 2, backend="envpool")
 
 
 def test_cartpole_dynamics_are_gymnasium_s():

@@ -88,6 +88,10 @@ def make(
         raise ValueError(f"threads must be a positive int or None, got {threads!r}")
 
     if callable(id_or_factory):
+        if backend == "envpool":
+            raise ValueError("backend='envpool' needs an id EnvPool has (envpool.list_all_envs()); "
+                             "a factory is Python code EnvPool's C++ pool cannot run: pass the id, "
+                             "or use backend='auto' for gymnasium's envs")
         if backend not in ("auto", "gymnasium"):
             raise ValueError(
                 f"backend={backend!r} needs an id with an array implementation "

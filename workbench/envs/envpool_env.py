@@ -33,6 +33,7 @@ Example::
 from __future__ import annotations
 
 import contextlib
+import functools
 import importlib.util
 import warnings
 from typing import Any, Iterator
@@ -63,11 +64,14 @@ def envpool_has(env_id: str) -> bool:
     >>> envpool_has("No-Such-Env-v0")
     False
     """
-    if not envpool_available():
-        return False
-    import envpool
+    return envpool_available() and env_id in _envpool_ids()
 
-    return env_id in envpool.list_all_envs()
+
+@functools.cache
+def _envpool_ids() -> frozenset[str]:
+    import envpool  # about a second, once
+
+    return frozenset(envpool.list_all_envs())
 
 
 @contextlib.contextmanager
