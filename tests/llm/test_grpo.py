@@ -170,3 +170,20 @@ def test_same_seed_same_weights_inline_and_coarse_with_one_generate_replica(clie
                      progress=False)
     assert _weights_equal(learner_and_generate(inline)[0]["model"], learner_and_generate(coarse)[0]["model"])
     assert inline.metrics["charts/reward_mean"].tolist() == coarse.metrics["charts/reward_mean"].tolist()
+
+
+def test_lora_trains_only_the_adapters():
+    pytest.importorskip("peft")
+    from workbench.llm import with_lora
+
+    base = grpo.make_model(grpo.GRPOConfig(), grpo.tokenizer)
+    wrapped = with_lora(base, rank=4)  # every fragment copies it: it stays the starting point
+    fdg, _ = small_fdg(learning_rate=1e-2, model=wrapped)
+    run = fdg.run(iterations=2, steps=1, progress=False)
+    learner, (policy,) = learner_and_generate(run)
+    after = learner["model"].state_dict()
+    changed = {k for k, v in after.items() if not torch.equal(v, policy.state_dict()[k])}
+    assert not changed  # the generate replica holds the adapters too
+    start = wrapped.state_dict()
+    moved = {k for k in after if not torch.equal(after[k], start[k])}
+    assert moved and all("lora_" in k for k in moved)

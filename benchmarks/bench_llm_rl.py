@@ -1,0 +1,147 @@
+"""GRPO against TRL's ``GRPOTrainer``, same run: held-out accuracy, wall time and tokens/s.
+
+Both start from the same supervised warm start (one per seed) of the same small Llama built
+from a config, with the same character tokenizer, training prompts, exact-answer reward,
+group size, batch (prompts × group per update), completion length, temperature, lr
+(constant), Adam, KL coefficient, clipping, token-level loss ("dapo") and number of updates.
+Then workbench runs the same GRPO inline and coarse (a 2-worker LocalCluster, started
+before the clock). For each: the final held-out accuracy (greedy, on prompts never trained
+on), the wall time of training, completion tokens generated per second, and the time
+workbench took to first reach TRL's final held-out accuracy (measured every ``eval_every``
+updates). Medians over seeds.
+
+    pip install -e ".[bench]"          # trl
+    python benchmarks/bench_llm_rl.py --seeds 1 2 3 --updates 40
+
+The goal on a 2-core CPU: workbench reaches TRL's final held-out accuracy in ≤ 0.5× TRL's
+wall time.
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import logging
+import statistics
+import tempfile
+import time
+
+import torch
+
+from workbench.algorithms import grpo
+from workbench.llm import heldout_accuracy, warm_start
+
+
+def warm_model(cfg, seed: int):
+    model = grpo.make_model(cfg, grpo.tokenizer)
+    warm_start(model, grpo.tokenizer, grpo.task, steps=cfg.warm_start_steps, seed=seed)
+    return model
+
+
+def run_trl(cfg, model, seed: int) -> dict:
+    """TRL's GRPOTrainer with cfg's settings; returns accuracy, wall time, tokens."""
+    from datasets import Dataset
+    from trl import GRPOConfig as TRLConfig, GRPOTrainer
+
+    generated = [0]
+
+    def exact_answer(prompts, completions, completion_ids=None, **_):
+        generated[0] += sum(len(ids) for ids in completion_ids)
+        return [grpo.reward_fn(p, c) for p, c in zip(prompts, completions)]
+
+    batch = cfg.prompts_per_step * cfg.group_size
+    with tempfile.TemporaryDirectory() as out:
+        # a directory, not the object: with a KL term TRL loads its reference from the path
+        model.save_pretrained(f"{out}/start")
+        args = TRLConfig(
+            output_dir=out, per_device_train_batch_size=batch, num_generations=cfg.group_size,
+            steps_per_generation=1, num_iterations=1, max_completion_length=cfg.max_new_tokens,
+            temperature=cfg.temperature, top_p=cfg.top_p, learning_rate=cfg.learning_rate,
+            lr_scheduler_type="constant", optim="adamw_torch", weight_decay=0.0, adam_epsilon=1e-8,
+            beta=cfg.kl_coef, epsilon=cfg.clip_coef, loss_type="dapo", scale_rewards="group",
+            max_grad_norm=cfg.max_grad_norm, max_steps=cfg.iterations, seed=seed, use_cpu=True,
+            bf16=False, gradient_checkpointing=False, report_to="none", save_strategy="no",
+            logging_steps=cfg.iterations, disable_tqdm=True)
+        trainer = GRPOTrainer(model=f"{out}/start", reward_funcs=[exact_answer], args=args,
+                              train_dataset=Dataset.from_dict({"prompt": grpo.task.train}),
+                              processing_class=grpo.tokenizer)
+        started = time.perf_counter()
+        trainer.train()
+        wall = time.perf_counter() - started
+    trained = trainer.model.eval()
+    return {"accuracy": heldout_accuracy(trained, grpo.tokenizer, grpo.task), "wall_s": wall,
+            "tokens_per_s": generated[0] / wall, "reach_s": wall}
+
+
+def run_workbench(cfg, model, policy: str, client) -> dict:
+    fdg = grpo.build_fdg(dict(vars(grpo), cfg=dataclasses.replace(cfg, model=model)))
+    started = time.perf_counter()
+    run = fdg.run(iterations=cfg.iterations, steps=1, policy=policy, progress=False,
+                  cluster=client if policy != "inline" else None)
+    wall = time.perf_counter() - started
+    final = heldout_accuracy(run.state.fragments["learner"][0]["model"], grpo.tokenizer, grpo.task)
+    metrics = run.metrics
+    return {"accuracy": final, "wall_s": wall, "run": metrics,
+            "tokens_per_s": metrics["perf/generated_tokens"].sum() / wall}
+
+
+def time_to_reach(metrics, target: float, final_accuracy: float, wall: float) -> float | None:
+    """Seconds into the run at the first measurement at or above ``target`` (the final
+    accuracy, at the end of the run, counts too); None if never reached."""
+    measured = metrics["charts/heldout_accuracy"].dropna()
+    hits = measured[measured >= target]
+    if len(hits):
+        return float(metrics.loc[hits.index[0], "time_s"])
+    return wall if final_accuracy >= target else None
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3])
+    parser.add_argument("--updates", type=int, default=grpo.GRPOConfig.iterations)
+    parser.add_argument("--warm-start-steps", type=int, default=grpo.GRPOConfig.warm_start_steps)
+    options = parser.parse_args()
+    from distributed import Client
+
+    from workbench.cluster.patient import PatientLocalCluster
+
+    rows: dict[str, list[dict]] = {"TRL GRPOTrainer": [], "workbench inline": [], "workbench coarse": []}
+    with PatientLocalCluster(n_workers=2, threads_per_worker=1, processes=True, host="127.0.0.1",
+                             dashboard_address="127.0.0.1:0", silence_logs=logging.ERROR) as cluster, \
+            Client(cluster, set_as_default=False) as client:
+        # warm-up: the workers import transformers and torch once (about 10 s here), as a
+        # notebook's cluster would have done before the run that matters
+        warm_cfg = dataclasses.replace(grpo.GRPOConfig(), iterations=1)
+        run_workbench(warm_cfg, grpo.make_model(warm_cfg, grpo.tokenizer), "coarse", client)
+        for seed in options.seeds:
+            cfg = dataclasses.replace(grpo.GRPOConfig(), seed=seed, iterations=options.updates,
+                                      warm_start_steps=options.warm_start_steps)
+            start = warm_model(cfg, seed)
+            before = heldout_accuracy(start, grpo.tokenizer, grpo.task)
+            torch.manual_seed(seed)
+            trl = run_trl(cfg, start, seed)
+            rows["TRL GRPOTrainer"].append(trl)
+            for policy in ("inline", "coarse"):
+                result = run_workbench(cfg, start, policy, client)
+                result["reach_s"] = time_to_reach(result.pop("run"), trl["accuracy"], result["accuracy"],
+                                                  result["wall_s"])
+                rows[f"workbench {policy}"].append(result)
+            print(f"seed {seed}: warm start {before:.3f}; " + "; ".join(
+                f"{name} {r[-1]['accuracy']:.3f} in {r[-1]['wall_s']:.1f} s" for name, r in rows.items()),
+                flush=True)
+
+    trl_wall = statistics.median(r["wall_s"] for r in rows["TRL GRPOTrainer"])
+    print(f"\nGRPO, {options.updates} updates of {grpo.GRPOConfig.prompts_per_step} prompts × "
+          f"{grpo.GRPOConfig.group_size} completions, medians over seeds {options.seeds}:")
+    print(f"{'':18} {'held-out acc':>12} {'wall s':>8} {'gen tok/s':>10} {'reach TRL acc s':>16} {'÷ TRL wall':>10}")
+    for name, results in rows.items():
+        reach = [r["reach_s"] for r in results]
+        reached = None if any(x is None for x in reach) else statistics.median(reach)
+        print(f"{name:18} {statistics.median(r['accuracy'] for r in results):>12.3f} "
+              f"{statistics.median(r['wall_s'] for r in results):>8.1f} "
+              f"{statistics.median(r['tokens_per_s'] for r in results):>10.0f} "
+              f"{('—' if reached is None else f'{reached:.1f}'):>16} "
+              f"{('—' if reached is None else f'{reached / trl_wall:.2f}×'):>10}")
+
+
+if __name__ == "__main__":
+    main()
