@@ -428,7 +428,7 @@ class DaskBackend:
         servers: dict[str, tuple[str, int]] = {}
         for key, address in self._workers.items():
             servers.setdefault(address, self._addresses[key])
-        silent = liveness.confirmed_silent(servers, tls=self._driver_tls())
+        silent = liveness.lost_among(self.client, servers, tls=self._driver_tls())
         if not silent:
             return
         try:

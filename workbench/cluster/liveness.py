@@ -23,9 +23,10 @@ import uuid
 from concurrent.futures import ThreadPoolExecutor
 
 from distributed.core import rpc
+from distributed.metrics import time as dask_time
 
-__all__ = ["PROBE_TIMEOUT_SECONDS", "CONFIRM_TIMEOUT_SECONDS", "answers", "unanswered", "confirmed_silent",
-           "retire"]
+__all__ = ["PROBE_TIMEOUT_SECONDS", "CONFIRM_TIMEOUT_SECONDS", "HEARD_WITHIN_SECONDS", "answers", "unanswered",
+           "confirmed_silent", "lost_among", "retire"]
 
 #: how long a probed channel server has to answer (generous: a busy 2-core CI box)
 PROBE_TIMEOUT_SECONDS = 5.0
@@ -70,6 +71,37 @@ def confirmed_silent(servers: dict[str, tuple[str, int]], tls=None) -> list[str]
     if not silent:
         return []
     return unanswered({w: servers[w] for w in silent}, timeout=CONFIRM_TIMEOUT_SECONDS, tls=tls)
+
+
+#: a worker the scheduler heard from (a heartbeat, any message) this recently is alive and
+#: reachable, however late its channel server answers: its process is busy, not lost.
+#: Below the two probes' time (every lost worker has been silent longer by then), above a
+#: starved worker's heartbeat delay (100 actor replicas on 2 cores: seconds)
+HEARD_WITHIN_SECONDS = CONFIRM_TIMEOUT_SECONDS
+
+
+def _heard_from(addresses: list[str], within: float, dask_scheduler=None) -> list[str]:
+    """On the scheduler: those of ``addresses`` it heard from in the last ``within`` s."""
+    now = dask_time()  # the clock the scheduler stamps last_seen with
+    return [a for a in addresses if (ws := dask_scheduler.workers.get(a)) is not None
+            and now - ws.last_seen < within]
+
+
+def lost_among(client, servers: dict[str, tuple[str, int]], tls=None,
+               within: float = HEARD_WITHIN_SECONDS) -> list[str]:
+    """The workers of ``servers`` (worker address → a channel server there) that are lost:
+    they miss both probes (:func:`confirmed_silent`) and the scheduler has not heard from
+    them for ``within`` seconds either. A worker so busy that its channel server answers
+    late (many replicas per core) still heartbeats, so it is not taken for a lost one;
+    a frozen, cut-off or dead one does neither."""
+    silent = confirmed_silent(servers, tls=tls)
+    if not silent:
+        return []
+    try:
+        heard = set(client.run_on_scheduler(_heard_from, silent, within))
+    except Exception:  # the scheduler is unreachable: the probes are all there is to go by
+        heard = set()
+    return [w for w in silent if w not in heard]
 
 
 #: how long a retired worker's nanny gets to kill its process (it asks first, then kills:

@@ -242,6 +242,8 @@ class GroupReplica(CellErrors):
                 if frag in counting:  # an env fragment: count its envs where they step
                     writes, by_hand = counting[frag]
                     n = (ctx.counted or 0) if by_hand else batch_of(ns, writes)
+                    if n == 0 and not by_hand:  # an empty batch: this replica has no envs to step
+                        raise self._no_envs(frag, item.iteration)
                     self.env_steps_taken[frag] += n
                     taken += n
                 self._ran.add((frag, "step"))

@@ -85,6 +85,16 @@ class CellErrors:
         return self._cell_error(frag, rate, iteration, f"it reads {what} from the replicas of fragment "
                                 f"{producer!r}, and they differ ({exc}). {rule}")
 
+    def _no_envs(self, frag: str, iteration) -> FragmentRuntimeError:
+        """An env fragment's step wrote an empty batch: the replica steps no envs, and the
+        run would finish counting nothing."""
+        return self._cell_error(
+            frag, "step", iteration,
+            "its step wrote an empty batch (its reward, or else the first array it writes, has 0 rows): "
+            f"replica {self.index} of {self.count} has no envs to step. If each replica makes "
+            "num_envs // replica.count envs, there are fewer envs than replicas: give at least "
+            f"{self.count} envs, or place fewer replicas of {frag!r}.")
+
     def _missing(self, frag, rate, b: Binding, iteration, why: str) -> FragmentRuntimeError:
         return self._cell_error(frag, rate, iteration, f"it reads {b.name!r} from fragment {b.producer!r}, "
                                 f"which {why}. Give {b.name!r} a first value in {b.producer!r}'s --init cell.")
