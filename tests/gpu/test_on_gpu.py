@@ -115,3 +115,21 @@ def test_cuda_values_on_the_wire_keep_their_device():
 
     back = pickle.loads(dumps({"t": torch.arange(4.0, device="cuda:0"), "c": cupy.arange(3)}))
     assert back["t"].device.type == "cuda" and isinstance(back["c"], cupy.ndarray)
+
+
+def test_detection_and_the_inventory_find_this_hosts_gpus():
+    """What test_placement_cpu.py's real-detection tests stand in for on a GPU host: detection
+    finds the host's GPUs (as torch counts them), and a worker reports them to the inventory
+    with no ``--resources GPU=N``."""
+    import torch
+    from distributed import Client, LocalCluster
+
+    from workbench.cluster.connect import inventory_of
+    from workbench.cluster.gpus import detect_worker_gpus
+
+    count = torch.cuda.device_count()
+    assert detect_worker_gpus({}, {}) == count
+    with LocalCluster(n_workers=1, threads_per_worker=1, processes=True, host="127.0.0.1",
+                      dashboard_address="127.0.0.1:0", silence_logs=logging.ERROR) as cluster, \
+            Client(cluster, set_as_default=False) as client:
+        assert [w.gpus for w in inventory_of(client).workers] == [count]

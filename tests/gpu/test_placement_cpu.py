@@ -68,6 +68,21 @@ def test_detection_rules():
         detect_worker_gpus({"WORKBENCH_WORKER_GPUS": "two"}, {}, probe=lambda: 4)
 
 
+def host_gpus() -> int:
+    """The GPUs this host has, asked of torch rather than of the code under test."""
+    import torch
+
+    return torch.cuda.device_count() if torch.cuda.is_available() else 0
+
+
+# These two check real detection where the answer is "none"; on a GPU host that answer is
+# wrong by design, and tests/gpu/test_on_gpu.py checks that detection finds the GPUs there.
+cpu_host_only = pytest.mark.skipif(host_gpus() > 0, reason="this host has a GPU: "
+                                   "test_on_gpu.py::test_detection_and_the_inventory_find_this_hosts_gpus "
+                                   "checks real detection here")
+
+
+@cpu_host_only
 def test_detection_on_this_cpu_host_finds_none():
     assert detect_worker_gpus({}, {}) == 0
 
@@ -81,6 +96,7 @@ def cluster():
         yield c
 
 
+@cpu_host_only
 def test_workers_report_their_gpus_to_the_inventory(cluster, fdg):
     from distributed import Client
 
