@@ -39,3 +39,18 @@ def test_workers_started_under_the_lean_config_do_less_in_the_background():
     assert "profile" in default["periodic"] and "profile" not in lean["periodic"]
     assert lean["profile"] is False and lean["monitor"] == "5s"
     assert lean["tick_s"] == pytest.approx(1.0) and default["tick_s"] < lean["tick_s"]
+
+
+@pytest.mark.parametrize("value", ["0", "-3", "two", "1.5"])
+def test_a_worker_count_override_that_is_not_a_positive_whole_number_is_refused(value):
+    from workbench.cluster.lean import embedded_worker_count
+
+    with pytest.raises(ValueError, match="WORKBENCH_WORKERS.*whole number"):
+        embedded_worker_count({"WORKBENCH_WORKERS": value}, cores=8)
+
+
+def test_the_embedded_cluster_is_sized_to_the_usable_cores_at_least_two():
+    from workbench.cluster.lean import embedded_worker_count, usable_cores
+
+    assert embedded_worker_count({}) == max(2, usable_cores())
+    assert embedded_worker_count({}, cores=32) == 32

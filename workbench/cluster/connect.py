@@ -30,7 +30,7 @@ from distributed.comm.core import CommClosedError
 from distributed.security import Security
 
 from workbench.cluster._dask_compat import workers_info
-from workbench.cluster.lean import LEAN_DASK_CONFIG, oversubscribed
+from workbench.cluster.lean import LEAN_DASK_CONFIG, embedded_worker_count, oversubscribed
 from workbench.cluster.patient import PatientLocalCluster
 from workbench.errors import RunConfigError
 from workbench.fdg.inventory import Inventory, WorkerInfo
@@ -66,9 +66,19 @@ EMBEDDED_HOST = "127.0.0.1"
 EMBEDDED_DASHBOARD_ADDRESS = "127.0.0.1:8787"
 
 
-def embedded_cluster(n_workers: int = 2, threads_per_worker: int = 1, *, quiet: bool = False) -> ClusterHandle:
-    """The process's embedded ``LocalCluster`` (started on first use, on loopback)."""
+def embedded_cluster(n_workers: int | None = None, threads_per_worker: int = 1, *,
+                     quiet: bool = False) -> ClusterHandle:
+    """The process's embedded ``LocalCluster`` (started on first use, on loopback).
+
+    ``n_workers`` None sizes it to the host: one single-thread worker per usable core, at
+    least 2, or ``WORKBENCH_WORKERS`` when set (``workbench.cluster.lean.embedded_worker_count``).
+    """
     global _embedded
+    if n_workers is None:
+        try:
+            n_workers = embedded_worker_count()
+        except ValueError as exc:
+            raise RunConfigError(f"{exc} (it sets how many workers the embedded Dask cluster starts).") from None
     with _embedded_lock:
         if _embedded is not None and _embedded.client.status == "running":
             return _embedded

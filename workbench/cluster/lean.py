@@ -61,6 +61,38 @@ def oversubscribed(n_workers: int, threads_per_worker: int = 1, cores: int | Non
     >>> oversubscribed(2, 1, cores=2), oversubscribed(32, 1, cores=2)
     (False, True)
     """
-    cores = cores if cores is not None else (len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity")
-                                             else os.cpu_count() or 1)
+    cores = cores if cores is not None else usable_cores()
     return n_workers * threads_per_worker > cores
+
+
+def usable_cores() -> int:
+    """The cores this process may run on (its CPU affinity, which containers and ``taskset``
+    narrow; ``os.cpu_count()`` would count the whole machine)."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
+#: Overrides the embedded cluster's worker count (``WORKBENCH_WORKERS=8 workbench run …``).
+WORKERS_OVERRIDE = "WORKBENCH_WORKERS"
+
+
+def embedded_worker_count(environ=None, cores: int | None = None) -> int:
+    """How many single-thread workers the embedded cluster starts: one per usable core (each
+    replica then has a core of its own, the shape the scaling benchmarks measure), at least 2
+    (so that the presets that replicate have two places), or ``WORKBENCH_WORKERS`` when set.
+
+    >>> embedded_worker_count({}, cores=16), embedded_worker_count({}, cores=1)
+    (16, 2)
+    >>> embedded_worker_count({"WORKBENCH_WORKERS": "4"}, cores=16)
+    4
+    """
+    environ = os.environ if environ is None else environ
+    override = environ.get(WORKERS_OVERRIDE, "").strip()
+    if override:
+        try:
+            count = int(override)
+        except ValueError:
+            count = 0
+        if count < 1:
+            raise ValueError(f"{WORKERS_OVERRIDE}={override!r} must be a whole number of workers, 1 or more")
+        return count
+    return max(2, cores if cores is not None else usable_cores())
