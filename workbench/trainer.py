@@ -28,6 +28,7 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
+from workbench.auto_trials import AUTO_TRIAL_ITERATIONS, auto_summary, check_budget, steady_rate, trial_length
 from workbench.config import RunConfig
 from workbench.errors import CellNotReturningError, ProcessDiedError, RunConfigError, WorkerLostError
 from workbench.fdg.graph import Graph
@@ -46,8 +47,6 @@ from workbench.runtime.state import RunState
 
 __all__ = ["Trainer", "AUTO_TRIAL_ITERATIONS", "MAX_RECOVERIES"]
 
-#: iterations each candidate policy runs under policy="auto" (the first is not timed)
-AUTO_TRIAL_ITERATIONS = 4
 #: a run gives up after this many lost workers (something is wrong with the cluster)
 MAX_RECOVERIES = 5
 
@@ -364,7 +363,8 @@ class Trainer:
         iterations = run.iterations
         wait_for_restarts(stretch.cluster)
         candidates = auto_candidates(self.fdg, inventory_of(stretch.cluster))
-        trial = max(2, min(AUTO_TRIAL_ITERATIONS, (iterations - 1) // max(1, len(candidates))))
+        trial = trial_length(iterations, len(candidates))
+        check_budget(iterations, candidates, trial, run.completed_iterations)
         state, table = resume, []
         run.auto_table = table
         trying = dataclasses.replace(stretch, keep_state=True)
@@ -374,13 +374,13 @@ class Trainer:
             first = len(run.rows)
             self._run_one(run, trial, preset, trying, state)
             state = run.state
-            table.append({"policy": name, "env-steps/s": _steady_rate(run.rows[first:])})
+            table.append({"policy": name, "env-steps/s": steady_rate(run.rows[first:])})
         if not table:
             raise RunConfigError(f"--iterations {iterations} is too few for policy auto: it needs "
                                  f"more than {trial} per candidate policy.")
         best = max(table, key=lambda row: row["env-steps/s"])
         run.policy_name = f"auto → {best['policy']}"
-        print(_auto_summary(table, best["policy"]))
+        print(auto_summary(table, best["policy"]))
         if not run.is_solved() and not self._stop.is_set():
             self._run_stretches(run, dict(candidates)[best["policy"]], stretch, state)
 
@@ -468,22 +468,6 @@ def _say_left_out(run: Run) -> None:
                     run.note("state left out", f"{said}, which cannot be pickled ({label}): the run's final "
                              "state leaves it out, and a resume runs the fragment's init cell to build it "
                              "again.", run.state.iteration)
-
-
-def _steady_rate(rows: list[dict]) -> float:
-    """env-steps/s over a stretch of iterations, leaving out the first (deploy, warm-up)."""
-    if len(rows) < 2:
-        return 0.0
-    steps = rows[-1]["env_steps"] - rows[0]["env_steps"]
-    seconds = rows[-1]["time_s"] - rows[0]["time_s"]
-    return steps / seconds if seconds > 0 else 0.0
-
-
-def _auto_summary(table: list[dict], best: str) -> str:
-    lines = ["policy auto measured (env-steps/s, first iteration of each left out):"]
-    lines += [f"  {row['policy']:<22} {row['env-steps/s']:>12,.0f}" + ("   ← continuing with this" if row["policy"] == best else "")
-              for row in table]
-    return "\n".join(lines)
 
 
 def _loggers(loggers, log_dir: str | None) -> list:

@@ -133,3 +133,14 @@ def test_auto_tries_presets_and_keeps_learning(client, capsys):
     assert min(totals[1:]) > totals[0]
     assert "continuing with this" in capsys.readouterr().out
     assert _replicas_left(client) == 0
+
+
+@pytest.mark.parametrize("iterations", [3, 8])
+def test_auto_refuses_a_run_too_short_to_try_every_candidate(client, iterations):
+    """auto measures every preset it may choose, or refuses before any runs: it never
+    'chooses' after trying one (a 3-iteration run used to try only the first)."""
+    fdg = toy_fdg()
+    with pytest.raises(wb.RunConfigError, match=r"too few for policy auto.*SingleLearnerFine.*needs at least 9"):
+        fdg.run(iterations=iterations, steps=2, policy="auto", cluster=client, progress=False)
+    assert _replicas_left(client) == 0
+    assert fdg.run(iterations=9, steps=2, policy="auto", cluster=client, progress=False).completed_iterations == 9
