@@ -156,3 +156,23 @@ def test_cli_ctrl_c_twice_exits_130_with_one_line_and_no_worker_left(tmp_path):
     assert "Traceback" not in err and "KeyboardInterrupt" not in err, err
     psutil.wait_procs(children, timeout=30)
     assert not [c for c in children if c.is_running() and c.status() != psutil.STATUS_ZOMBIE]
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--workers", "0"], "--workers must be a whole number ≥ 1, got 0"),
+    (["--workers", "2", "--cluster", "tcp://127.0.0.1:1"], "--workers sizes the embedded cluster"),
+])
+def test_cli_workers_errors_are_one_clear_line(capsys, argv, message):
+    assert main(["run", str(QUICKSTART), "--policy", "coarse", *argv]) == 2
+    assert message in capsys.readouterr().err
+
+
+def test_cli_workers_sizes_the_embedded_cluster(tmp_path):
+    """--workers N starts N workers (default: one per core, at least 2), in a process of its
+    own so that no cluster of this test session is reused."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "workbench.cli", "run", str(QUICKSTART), "--policy", "coarse", "--workers", "3",
+         "--iterations", "2", "--target-return", "1"],
+        capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "started a local Dask cluster (3 workers on 127.0.0.1" in proc.stdout

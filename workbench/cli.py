@@ -16,9 +16,11 @@ the FDG runs, so a seed sweep needs no copied notebooks.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 
+from workbench.cluster.lean import WORKERS_OVERRIDE
 from workbench.config import RunConfig, add_run_arguments, options_from
 from workbench.errors import RunConfigError, WorkbenchError
 from workbench.fdg.policy import needs_cluster
@@ -44,6 +46,9 @@ def _parser() -> argparse.ArgumentParser:
     tls.add_argument("--tls-key", metavar="FILE", help="its private key (if not in the --tls-cert file)")
     run.add_argument("--connect-timeout", type=float, default=10.0, metavar="SECONDS",
                      help="how long to try to reach --scheduler (default 10)")
+    run.add_argument("--workers", type=int, metavar="N",
+                     help="workers of the embedded cluster (default: one per core, at least 2; "
+                          "the same as WORKBENCH_WORKERS=N)")
     return parser
 
 
@@ -83,6 +88,11 @@ def _run(args) -> int:
     fdg, options = load_notebook(args.notebook, overrides=args.overrides)
     options.update(given)
     config = RunConfig.from_options(options)
+    if args.workers is not None and args.workers < 1:
+        raise RunConfigError(f"--workers must be a whole number ≥ 1, got {args.workers}.")
+    if args.workers is not None and config.cluster is not None:
+        raise RunConfigError("--workers sizes the embedded cluster; with --cluster the "
+                             "cluster's own workers are used (start more there).")
     if security is not None and not isinstance(config.cluster, str):
         raise RunConfigError("--tls-ca-file/--tls-cert/--tls-key secure the connection to a "
                              "scheduler: give its address with --cluster tls://HOST:PORT.")
@@ -94,9 +104,13 @@ def _run(args) -> int:
         # unreachable scheduler fails before any training output
         handle = connect(config.cluster, security=security, timeout=args.connect_timeout)
         config = config.replace(cluster=handle.client)
+    if args.workers is not None:
+        os.environ[WORKERS_OVERRIDE] = str(args.workers)  # read when the embedded cluster starts
     try:
         run = fdg.run(config)
     finally:
+        if args.workers is not None:
+            os.environ.pop(WORKERS_OVERRIDE, None)
         if handle is not None:
             handle.close()
     print(run.summary())
