@@ -8,7 +8,7 @@ Variants (what a change to the hot path is measured against):
 - ``module-act``: the actor's per-step forward through ``nn.Module.__call__`` (before
   ``ppo.forward``);
 - ``fused-adam`` / ``foreach-adam``: the learner's Adam with ``fused=True`` /
-  ``foreach=True`` (measured, not adopted: see the README's performance section);
+  ``foreach=True`` (measured, not adopted: see docs/performance.md);
 - ``shared-hand-over``: values handed between fragments in one process by reference, not
   copied (``runtime.arrays.handed_over``: the cost of the placement-independent rule);
 - ``current``: the code as it is.
