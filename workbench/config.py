@@ -90,6 +90,14 @@ def _policy(name: str, value) -> None:
         f"auto), a FILE.json, a preset object or a wb.Policy; got {type(value).__name__} {value!r}.")
 
 
+def _allreduce(name: str, value) -> None:
+    from workbench.runtime.process_group import BACKENDS
+
+    if value not in BACKENDS:
+        raise RunConfigError(f"{_flag(name)} must be one of {', '.join(BACKENDS)}, got {value!r} (torch uses "
+                             "NCCL for CUDA tensors and gloo for CPU ones).")
+
+
 def _cluster(name: str, value) -> None:
     if value is None or hasattr(value, "scheduler_info"):  # a distributed.Client
         return
@@ -174,6 +182,11 @@ class RunConfig:
                                          "process, which a lost worker's run continues from "
                                          "(default 1 on a cluster, 0 = off)", check=_whole(0), type=int,
                                          metavar="N")
+    allreduce: str = _option("auto", "how wb.allreduce averages across learner replicas: auto "
+                             "(torch.distributed with NCCL when every learner's tensors are on a GPU of "
+                             "its own, else the channels) | channels (workbench's own) | torch "
+                             "(torch.distributed: NCCL for CUDA tensors, gloo for CPU ones); the same "
+                             "numbers either way (docs/clusters.md)", check=_allreduce, metavar="HOW")
     own_random: bool = _option(True, "each replica draws from its own random streams (torch, "
                                "np.random, random): which replicas share a process never changes "
                                "the results; off, replicas of one process overlap their cells "

@@ -44,6 +44,7 @@ __all__ = [
     "WorkerUnreachableError",
     "FragmentRuntimeError",
     "CellNotReturningError",
+    "ProcessGroupError",
 ]
 
 
@@ -151,3 +152,10 @@ class CellNotReturningError(WorkbenchError):
                          "its replica is abandoned (a worker is restarted; a thread in this process "
                          "is left to finish on its own). Fix the cell so it returns, and run again.")
         self.cells = list(cells)
+
+
+class ProcessGroupError(WorkbenchError):
+    """``wb.allreduce`` over torch.distributed could not form its process group, or the
+    group broke while no worker was lost (``workbench.runtime.process_group``). Names the
+    learner replicas and their workers; the channels' all-reduce (``allreduce="channels"``)
+    does without one."""

@@ -295,7 +295,8 @@ class Trainer:
         notebook = {n: ns[n] for n in self.fdg.notebook_names() if n in ns}
         if resolved.in_process:  # as on a cluster: a notebook object changed mid-stretch waits for %fdg update
             notebook = taken_at_deploy(notebook)
-        programs = {g: group_program(plan, g, stretch.config.steps, stretch.config.own_random) for g in plan.groups}
+        programs = {g: group_program(plan, g, stretch.config.steps, stretch.config.own_random,
+                                     stretch.config.allreduce) for g in plan.groups}
         if resolved.in_process:
             backend = InlineBackend()
         else:

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 import dask
 from distributed import Client, LocalCluster, WorkerPlugin
 from distributed.comm.core import CommClosedError
+from distributed.deploy import Cluster
 from distributed.security import Security
 
 from workbench.cluster._dask_compat import workers_info
@@ -165,12 +166,14 @@ def connect(cluster: Client | str | None = None, *, quiet: bool = False, timeout
             security: Security | None = None) -> ClusterHandle:
     """A handle on the cluster to run on.
 
-    ``cluster`` may be a ``distributed.Client``, a scheduler address (``tcp://host:8786``,
-    or ``tls://host:8786`` for a scheduler started with TLS), or None: then the notebook's
-    default client if it has one, else the embedded cluster. ``security`` (a
-    ``distributed.security.Security`` with the CA, client certificate and key) is used
-    to connect to an address; without it a ``tls://`` address takes its certificates from
-    Dask's config (``distributed.comm.tls.*``). See docs/security.md.
+    ``cluster`` may be a ``distributed.Client``, a Dask cluster object (``LocalCluster``,
+    dask-cuda's ``LocalCUDACluster``: a client of it is opened, and closed after), a
+    scheduler address (``tcp://host:8786``, or ``tls://host:8786`` for a scheduler started
+    with TLS), or None: then the notebook's default client if it has one, else the
+    embedded cluster. ``security`` (a ``distributed.security.Security`` with the CA,
+    client certificate and key) is used to connect to an address; without it a
+    ``tls://`` address takes its certificates from Dask's config
+    (``distributed.comm.tls.*``). See docs/security.md.
     """
     if security is not None and not isinstance(security, Security):
         raise RunConfigError(
@@ -182,13 +185,20 @@ def connect(cluster: Client | str | None = None, *, quiet: bool = False, timeout
             raise RunConfigError("security= applies to a scheduler address; a Client already has "
                                  "its own (Client(address, security=...)).")
         return ClusterHandle(cluster)
+    if isinstance(cluster, Cluster):  # LocalCluster, dask-cuda's LocalCUDACluster, …: the user's
+        if security is not None:
+            raise RunConfigError("security= applies to a scheduler address; a cluster object has its own.")
+        client = Client(cluster, set_as_default=False)  # ours to close; the cluster stays theirs
+        client.run(_warm_up)
+        return ClusterHandle(client, owned=True)
     if isinstance(cluster, str):
         client = _open_client(cluster, timeout, security)
         client.run(_warm_up)
         return ClusterHandle(client, owned=True)
     if cluster is not None:
         raise RunConfigError(
-            f"cluster must be a distributed.Client, a scheduler address or None, not {type(cluster).__name__}."
+            f"cluster must be a distributed.Client, a Dask cluster object (LocalCluster, dask-cuda's "
+            f"LocalCUDACluster), a scheduler address or None, not {type(cluster).__name__}."
         )
     if security is not None:
         raise RunConfigError("security= needs a scheduler address (tls://HOST:PORT) to connect to.")

@@ -58,7 +58,7 @@ import numpy as np
 
 from workbench.runtime.arrays import _is_cupy, _is_torch
 
-__all__ = ["allreduce", "direct_allreduce", "scatter_allreduce", "ring_allreduce",
+__all__ = ["allreduce", "direct_allreduce", "scatter_allreduce", "ring_allreduce", "torch_allreduce",
            "tags_per_reduction", "CHUNKED_MIN_BYTES", "CHUNKED_MIN_REPLICAS"]
 
 #: the smallest array (in bytes) that is sent in chunks. Chosen so the quickstart PPO's
@@ -236,3 +236,113 @@ def beside(part: Any, like: Any) -> Any:
     if device is not None and hasattr(part, "to") and getattr(part, "device", device) != device:
         return part.to(device)
     return part
+
+
+# -- over torch.distributed ---------------------------------------------------------------
+# The same mean, bit for bit, with a torch.distributed backend (gloo or NCCL) as transport
+# instead of mailboxes. Not the library's own allreduce: its ring sums each chunk in an
+# order that depends on the chunk's position, so the last bits would differ from the
+# channels' sum in replica order, and switching the transport would change results
+# (contract 1). Instead every element is summed in replica order here too: the value's
+# bytes are all-gathered (small values: one collective), or cut into N equal chunks that an
+# all-to-all sends to their owners, who sum and divide and all-gather the finished chunks
+# (big values on 3+ replicas: 2·(N−1)/N·B bytes per replica, as the ring). Bytes go as
+# uint8, so any dtype travels, and a header all-gathered first checks that every replica
+# passes the same shape and dtype: gloo *aborts the process* when sizes disagree.
+
+Wait = Callable[[Any], None]  # blocks until a torch.distributed Work is done (or raises)
+
+
+def torch_allreduce(value: Any, index: int, count: int, backend: Any, wait: Wait, *,
+                    host_copy: bool = False, chunked_min_bytes: int = CHUNKED_MIN_BYTES,
+                    chunked_min_replicas: int = CHUNKED_MIN_REPLICAS) -> Any:
+    """The mean of the torch tensor ``value`` over ``count`` replicas through ``backend``
+    (a ``torch.distributed`` ``ProcessGroupGloo`` or ``ProcessGroupNCCL``; this replica is
+    its rank ``index``), identical bit for bit to :func:`allreduce`'s. ``wait(work)``
+    waits for each collective; ``host_copy`` reduces on the CPU (gloo given CUDA tensors)
+    and puts the result back on ``value``'s device. The result has no autograd history.
+
+    Example, two ranks of gloo in threads of one process:
+        >>> import datetime, threading, torch, torch.distributed as dist
+        >>> master = dist.TCPStore("127.0.0.1", 0, 2, True, wait_for_workers=False)
+        >>> def rank(r, out):
+        ...     store = master if r == 0 else dist.TCPStore("127.0.0.1", master.port, 2, False)
+        ...     pg = dist.ProcessGroupGloo(store, r, 2, datetime.timedelta(seconds=30))
+        ...     out[r] = torch_allreduce(torch.full((3,), float(r)), r, 2, pg, lambda w: w.wait())
+        >>> out = {}
+        >>> threads = [threading.Thread(target=rank, args=(r, out)) for r in range(2)]
+        >>> for t in threads: t.start()
+        >>> for t in threads: t.join()
+        >>> out[0].tolist(), torch.equal(out[0], out[1])
+        ([0.5, 0.5, 0.5], True)
+    """
+    import torch
+
+    flat = value.detach().reshape(-1)
+    if host_copy:
+        flat = flat.cpu()
+    flat = flat.contiguous()
+    _agree_on_shape(value, flat, index, count, backend, wait)
+    size = flat.numel()
+    if size == 0:  # nothing to send (every replica agreed on the shape)
+        result = flat / count
+    elif size * flat.element_size() >= chunked_min_bytes and count >= chunked_min_replicas:
+        result = _scattered_mean(flat, count, backend, wait)
+    else:
+        out = torch.empty(count * size, dtype=flat.dtype, device=flat.device)
+        wait(backend._allgather_base(_as_bytes(out), _as_bytes(flat)))
+        result = _mean_in_order(out.view(count, size))
+    return result.reshape(value.shape).to(value.device)
+
+
+def _scattered_mean(flat: Any, count: int, backend: Any, wait: Wait) -> Any:
+    """Reduce-scatter by an all-to-all of N equal chunks (the last one padded), each
+    owner's ordered sum, then an all-gather of the finished chunks."""
+    import torch
+
+    size = flat.numel()
+    chunk = -(-size // count)
+    padded = flat.new_zeros(count * chunk)
+    padded[:size] = flat
+    shares = torch.empty_like(padded)
+    wait(backend.alltoall_base(_as_bytes(shares), _as_bytes(padded), [], []))
+    mine = _mean_in_order(shares.view(count, chunk)).contiguous()
+    out = torch.empty(count * chunk, dtype=mine.dtype, device=mine.device)
+    wait(backend._allgather_base(_as_bytes(out), _as_bytes(mine)))
+    return out[:size]
+
+
+def _mean_in_order(rows: Any) -> Any:
+    """Row 0 + row 1 + … in replica order, divided by N: the channels' arithmetic."""
+    total = rows[0]
+    for r in range(1, rows.shape[0]):
+        total = total + rows[r]
+    return total / rows.shape[0]
+
+
+def _as_bytes(tensor: Any) -> Any:
+    import torch
+
+    return tensor.view(torch.uint8)
+
+
+def _agree_on_shape(value: Any, flat: Any, index: int, count: int, backend: Any, wait: Wait) -> None:
+    """All-gather (elements, dtype, shape) from every replica and raise the channels'
+    ``ValueError`` on every replica alike when one differs (so none goes on to a
+    collective of another size)."""
+    import zlib
+
+    import torch
+
+    mine = [flat.numel(), zlib.crc32(str(value.dtype).encode()), zlib.crc32(repr(tuple(value.shape)).encode())]
+    out = torch.empty(3 * count, dtype=torch.int64, device=flat.device)
+    wait(backend._allgather_base(out, torch.tensor(mine, dtype=torch.int64, device=flat.device)))
+    headers = out.view(count, 3).tolist()
+    other = next((r for r in range(count) if headers[r] != mine), None)
+    if other is not None:
+        raise ValueError(
+            f"wb.allreduce: replica {index} holds a value of shape {tuple(value.shape)} and dtype "
+            f"{value.dtype}, but replica {other} passed one of {headers[other][0]} elements"
+            + (" of another dtype" if headers[other][1] != mine[1] else "")
+            + ". Every replica of a group must pass a value of the same shape and dtype (the same "
+            "network's gradients); check that no cell sizes its network by the replica.")

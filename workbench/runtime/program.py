@@ -88,6 +88,9 @@ class GroupProgram:
     state_names: dict[str, tuple[str, ...]] = field(default_factory=dict)
     #: whether each replica draws from its own random streams (RunConfig.own_random)
     own_random: bool = True
+    #: how ``wb.allreduce`` travels: auto, channels or torch (RunConfig.allreduce;
+    #: workbench.runtime.process_group)
+    allreduce: str = "auto"
 
 
 @dataclass
@@ -140,7 +143,8 @@ class TaskReport:
         )
 
 
-def group_program(plan: Plan, group: str, steps: int, own_random: bool = True) -> GroupProgram:
+def group_program(plan: Plan, group: str, steps: int, own_random: bool = True,
+                  allreduce: str = "auto") -> GroupProgram:
     """Compile the plan's view of one group into a :class:`GroupProgram`."""
     members = plan.groups[group].fragments
     code, bindings = {}, {}
@@ -167,7 +171,7 @@ def group_program(plan: Plan, group: str, steps: int, own_random: bool = True) -
     state_names = {name: tuple(n for n in plan.fdg[name].writes if n != "replica") for name in members}
     return GroupProgram(group, code, bindings, recorded, emits, steps, step_sends, counted=counted,
                         env_groups=env_groups, arrival_keys=arrival_keys, state_names=state_names,
-                        own_random=own_random)
+                        own_random=own_random, allreduce=allreduce)
 
 
 def _bindings_for(plan: Plan, group: str, fragment: str, rate: str) -> tuple[Binding, ...]:

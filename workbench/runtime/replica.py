@@ -20,6 +20,7 @@ from workbench.runtime.arrays import ReplicasDisagree, gather, handed_over
 from workbench.runtime.cell_exit import describe as describe_error, install as catch_process_exits, is_cell_error
 from workbench.runtime.channels import Stopped, dumps_state
 from workbench.runtime.counting import ENV_STEPS_KEY, RANDOM_KEY, REBUILT_KEY, batch_of, counter_of, explicit, without_counters
+from workbench.runtime.process_group import allreduce_for
 from workbench.runtime.portable import PortableState, decode_value, restore_into, type_label
 from workbench.runtime.program import Binding, Emit, GroupProgram, StepSend, TaskReport, group_program
 from workbench.runtime.randomness import PATIENCE_S, SHARED_STREAMS, Turns
@@ -183,7 +184,7 @@ class GroupReplica(CellErrors):
         ctx = ReplicaContext(ReplicaInfo(self.program.group, self.index, self.count, self.worker,
                                          self.device))
         if self.peers is not None and self.count > 1:  # waits for the others: not in a turn
-            ctx.reducer = self.turns.released(self.streams, self.peers.allreduce, self._stopped)
+            ctx.reducer = self.turns.released(self.streams, allreduce_for(self), self._stopped)
         ctx.env_steps = self.turns.released(self.streams, lambda: self._env_steps_now(ctx), self._stopped)
         token = activate(ctx)
         try:
