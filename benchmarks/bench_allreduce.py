@@ -1,18 +1,24 @@
-"""All-reduce cost: all-to-all against chunked (scatter, ring), and MultiLearner at 2/4/8.
+"""All-reduce cost: the channels' algorithms (all-to-all, scatter, ring) beside
+torch.distributed's gloo, and MultiLearner at 2/4/8 under each.
 
 Part 1 (``--collective``): N replica processes (spawned, one torch thread each), each with
 its own mailbox, ``SocketServer`` and ``SocketPostman`` over localhost — the transport a
-MultiLearner run uses between workers — average a float32 tensor with
-``workbench.runtime.collectives.allreduce`` forced to one algorithm: ``direct`` (every
-replica sends its whole value to every other), ``scatter`` (reduce-scatter + all-gather
-in direct messages, the default for arrays ≥ 16 KB) or ``ring`` (the same around a ring).
-Per N and size: bytes each replica sent per reduction, and seconds per reduction (the
-slowest replica; median of the trials, which interleave the two algorithms).
+MultiLearner run uses between workers — and one gloo process group between them (a
+``TCPStore`` hosted by replica 0, as ``allreduce="torch"`` forms it), average a float32
+tensor by each way in turn: ``direct`` (every replica sends its whole value to every
+other), ``scatter`` (reduce-scatter + all-gather in direct messages, the channels' default
+for arrays ≥ 16 KB) or ``ring`` (the same around a ring), all forced through
+``workbench.runtime.collectives.allreduce``; ``gloo`` (``TorchGroup.allreduce``: what
+``allreduce="torch"`` runs, the channels' bits) and ``gloo-native`` (gloo's own
+``allreduce`` then ÷N: faster perhaps, but other bits — what the bit-identity costs).
+Per N and size: bytes each replica sent per reduction (channels only: gloo's sockets are
+not counted), and seconds per reduction (the slowest replica; median of the trials, which
+interleave the ways).
 
 Part 2 (``--multilearner``): the quickstart PPO under ``wb.MultiLearner(learners=N)`` on a
-LocalCluster of N single-thread workers, with the default choice (the 37 KB gradient in
-chunks) and with the all-to-all forced in every worker: steady env-steps/s and bytes on
-the wire per iteration.
+LocalCluster of N single-thread workers, with the channels' default (the 37 KB gradient in
+chunks), the all-to-all forced in every worker, and ``allreduce="torch"`` (gloo): steady
+env-steps/s and bytes on the channels per iteration.
 
     python benchmarks/bench_allreduce.py                       # both parts, N = 2 4 8
     python benchmarks/bench_allreduce.py --collective --counts 2 4 8 --trials 3
@@ -33,7 +39,8 @@ import time
 
 #: float32 elements: 1 KB, 4 KB, 16 KB, the quickstart PPO gradient (36.6 KB), 128 KB, 1 MB, 10 MB
 SIZES = (256, 1024, 4096, 9155, 32768, 262144, 2_621_440)
-ALGORITHMS = ("direct", "scatter", "ring")
+ALGORITHMS = ("direct", "scatter", "ring", "gloo", "gloo-native")
+CHANNEL_ALGORITHMS = ALGORITHMS[:3]
 
 
 def _repeats(size: int) -> int:
@@ -67,14 +74,18 @@ def _replica(index: int, count: int, key: bytes, sizes, trials: int, addresses_o
 
     from workbench.runtime import collectives
     from workbench.runtime.channels import Mailbox, SocketPostman, SocketServer
+    from workbench.runtime.process_group import TorchGroup, host_store
 
     torch.set_num_threads(1)
     if nagle:
         _nagle()
     box = Mailbox()
     server = SocketServer(box, "127.0.0.1", key)
-    addresses_out.put((index, server.address))
-    postman = SocketPostman(addresses_in.recv(), key)
+    store, port = host_store("127.0.0.1", count) if index == 0 else (None, None)
+    addresses_out.put((index, server.address, port))
+    told = addresses_in.recv()
+    postman = SocketPostman(told["addresses"], key)
+    group = TorchGroup.form("gloo", index, count, "127.0.0.1", "127.0.0.1", told["port"], "bench", store=store)
     reductions = itertools.count()
 
     def send(to: int, tag: int, value) -> None:
@@ -86,16 +97,27 @@ def _replica(index: int, count: int, key: bytes, sizes, trials: int, addresses_o
     forced = {"direct": dict(chunked_min_bytes=1 << 62),
               "scatter": dict(chunked_min_bytes=0, chunked_min_replicas=2, algorithm="scatter"),
               "ring": dict(chunked_min_bytes=0, chunked_min_replicas=2, algorithm="ring")}
+
+    def by(algorithm: str, value):
+        if algorithm == "gloo":
+            return lambda: group.allreduce(value, lambda: False)
+        if algorithm == "gloo-native":
+            def native():
+                out = value.clone()
+                group.backend.allreduce([out]).wait()
+                return out / count
+            return native
+        return lambda: collectives.allreduce(value, index, count, next(reductions), send, take,
+                                             **forced[algorithm])
+
     try:
         for trial in range(trials):
             for size in sizes:
                 value = torch.from_numpy(np.random.default_rng(index).standard_normal(size).astype(np.float32))
-                shift = trial % len(ALGORITHMS)  # each algorithm first in turn
+                shift = trial % len(ALGORITHMS)  # each way first in turn
                 order = ALGORITHMS[shift:] + ALGORITHMS[:shift]
                 for algorithm in order:
-                    def reduce():
-                        return collectives.allreduce(value, index, count, next(reductions), send, take,
-                                                     **forced[algorithm])
+                    reduce = by(algorithm, value)
                     reduce()  # connections opened, pages touched
                     barrier.wait()
                     sent, start = postman.bytes_sent, time.perf_counter()
@@ -106,6 +128,7 @@ def _replica(index: int, count: int, key: bytes, sizes, trials: int, addresses_o
                     results.put((algorithm, size, trial, index, seconds, (postman.bytes_sent - sent) / repeats))
         barrier.wait()  # nobody closes while another still sends
     finally:
+        group.close()
         postman.close()
         server.close()
 
@@ -123,9 +146,11 @@ def collective(counts, sizes=SIZES, trials: int = 3, nagle: bool = False) -> lis
                  for r in range(count)]
         for p in procs:
             p.start()
-        addresses = dict(addresses_out.get(timeout=120) for _ in range(count))
+        said = [addresses_out.get(timeout=120) for _ in range(count)]
+        addresses = {r: address for r, address, _ in said}
+        port = next(p for r, _, p in said if r == 0)
         for _, sender in pipes:
-            sender.send({r: addresses[r] for r in range(count)})
+            sender.send({"addresses": {r: addresses[r] for r in range(count)}, "port": port})
         expected = count * trials * len(sizes) * len(ALGORITHMS)
         got = [results.get(timeout=600) for _ in range(expected)]
         for p in procs:
@@ -142,13 +167,13 @@ def collective(counts, sizes=SIZES, trials: int = 3, nagle: bool = False) -> lis
                 row[f"{algorithm}_bytes"] = max(slowest[(algorithm, size, 0)][1])
             rows.append(row)
             print(f"N={count} {_kb(size * 4)}: " + ", ".join(
-                f"{a} {_kb(row[a + '_bytes'])}/replica {row[a + '_s'] * 1e3:.2f} ms" for a in ALGORITHMS), flush=True)
-    print("\n| N | value | " + " | ".join(f"bytes/replica {a}" for a in ALGORITHMS) + " | "
+                f"{a} {row[a + '_s'] * 1e3:.2f} ms" for a in ALGORITHMS), flush=True)
+    print("\n| N | value | " + " | ".join(f"bytes/replica {a}" for a in CHANNEL_ALGORITHMS) + " | "
           + " | ".join(f"ms/reduction {a}" for a in ALGORITHMS) + " |")
-    print("|---|---|" + "---|" * 2 * len(ALGORITHMS))
+    print("|---|---|" + "---|" * (len(CHANNEL_ALGORITHMS) + len(ALGORITHMS)))
     for r in rows:
         print(f"| {r['replicas']} | {_kb(r['size_bytes'])} | "
-              + " | ".join(f"{r[a + '_bytes']:,.0f}" for a in ALGORITHMS) + " | "
+              + " | ".join(f"{r[a + '_bytes']:,.0f}" for a in CHANNEL_ALGORITHMS) + " | "
               + " | ".join(f"{r[a + '_s'] * 1e3:.2f}" for a in ALGORITHMS) + " |")
     return rows
 
@@ -166,26 +191,28 @@ def _force_direct(on: bool) -> None:
 
 
 def multilearner(counts, iterations: int = 12, skip: int = 4) -> None:
-    """Part 2: MultiLearner PPO on N single-thread workers, the default (the 37 KB gradient
-    in chunks, by scatter) against the all-to-all, alternated, twice each."""
+    """Part 2: MultiLearner PPO on N single-thread workers: the channels' default (the
+    37 KB gradient in chunks, by scatter), the all-to-all, and gloo, alternated, twice each."""
     from distributed import Client, LocalCluster
 
     import workbench as wb
     from workbench.algorithms import ppo
 
-    print("\n| learners | all-reduce | env-steps/s (steady) | wire bytes / iteration | per learner per reduction |")
+    ways = [("channels, chunked (default)", "channels", False), ("channels, all-to-all", "channels", True),
+            ("torch.distributed (gloo)", "torch", False)]
+    print("\n| learners | all-reduce | env-steps/s (steady) | channel bytes / iteration | per learner per reduction |")
     print("|---|---|---|---|---|")
     for count in counts:
         with LocalCluster(n_workers=count, threads_per_worker=1, host="127.0.0.1",
                           dashboard_address="127.0.0.1:0", silence_logs=logging.ERROR) as cluster, \
                 Client(cluster) as client:
             client.wait_for_workers(count, timeout=300)
-            for name, direct in [("chunked (default)", False), ("all-to-all", True)] * 2:
+            for name, allreduce, direct in ways * 2:
                 client.run(_force_direct, direct)
                 cfg = ppo.PPOConfig()
                 fdg = ppo.build_fdg({**vars(ppo), "cfg": cfg})
                 run = fdg.run(iterations=iterations, steps=cfg.num_steps, policy=wb.MultiLearner(learners=count),
-                              cluster=client, progress=False)
+                              cluster=client, progress=False, allreduce=allreduce)
                 rows = run.rows[skip:]
                 rate = (rows[-1]["env_steps"] - rows[0]["env_steps"]) / (rows[-1]["time_s"] - rows[0]["time_s"])
                 wire = statistics.median(r["wire/bytes"] for r in rows)

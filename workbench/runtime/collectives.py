@@ -24,7 +24,11 @@ ring's sequential latencies cost more than a mesh of connections does. Every rep
 from its own value, so a group's replicas must pass values of one shape and dtype, as
 one network's gradients are; a shape that differs raises ``ValueError``.
 
-The transport is two callables, so this module knows nothing of mailboxes or sockets:
+:func:`torch_allreduce` computes the same mean, bit for bit, with a torch.distributed
+process group (gloo, NCCL) as the transport instead of mailboxes: what
+``allreduce="torch"`` runs (:mod:`workbench.runtime.process_group` forms the group).
+
+The channels' transport is two callables, so this module knows nothing of mailboxes or sockets:
 ``send(to, tag, value)`` delivers a value to replica ``to``, and ``take(sender, tag)``
 blocks for the one ``sender`` sent under ``tag`` (raising ``Stopped`` if the run stops).
 A reduction uses the :func:`tags_per_reduction` tags from ``reduction ×
@@ -59,7 +63,7 @@ import numpy as np
 from workbench.runtime.arrays import _is_cupy, _is_torch
 
 __all__ = ["allreduce", "direct_allreduce", "scatter_allreduce", "ring_allreduce", "torch_allreduce",
-           "tags_per_reduction", "CHUNKED_MIN_BYTES", "CHUNKED_MIN_REPLICAS"]
+           "torch_payload_bytes", "tags_per_reduction", "CHUNKED_MIN_BYTES", "CHUNKED_MIN_REPLICAS"]
 
 #: the smallest array (in bytes) that is sent in chunks. Chosen so the quickstart PPO's
 #: 37 KB gradient is (flat bytes per learner, issue 15), and so a chunk's ~220-byte
@@ -293,6 +297,26 @@ def torch_allreduce(value: Any, index: int, count: int, backend: Any, wait: Wait
         wait(backend._allgather_base(_as_bytes(out), _as_bytes(flat)))
         result = _mean_in_order(out.view(count, size))
     return result.reshape(value.shape).to(value.device)
+
+
+def torch_payload_bytes(value: Any, count: int, chunked_min_bytes: int = CHUNKED_MIN_BYTES,
+                        chunked_min_replicas: int = CHUNKED_MIN_REPLICAS) -> int:
+    """The bytes one replica sends in :func:`torch_allreduce` of ``value`` (the header and
+    the data; gloo's and NCCL's own framing not counted): what a run reports as sent.
+
+    >>> import torch
+    >>> torch_payload_bytes(torch.zeros(256), 2), torch_payload_bytes(torch.zeros(9155), 4)
+    (1048, 55008)
+    """
+    if count == 1:
+        return 0
+    header = 3 * 8 * (count - 1)
+    size, item = value.numel(), value.element_size()
+    if size * item >= chunked_min_bytes and count >= chunked_min_replicas:
+        chunk = -(-size // count)
+        finished = item if value.is_floating_point() else 4  # integers average to float32
+        return header + (count - 1) * chunk * (item + finished)
+    return header + (count - 1) * size * item  # gloo's all-gather passes N−1 values on
 
 
 def _scattered_mean(flat: Any, count: int, backend: Any, wait: Wait) -> Any:

@@ -50,8 +50,8 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from workbench.errors import ProcessGroupError
-from workbench.runtime.channels import Stopped
-from workbench.runtime.collectives import torch_allreduce
+from workbench.runtime.channels import LocalPostman, Stopped
+from workbench.runtime.collectives import torch_allreduce, torch_payload_bytes
 
 __all__ = ["BACKENDS", "Hello", "choose", "TorchGroup", "host_store", "Reducer", "allreduce_for",
            "open_groups"]
@@ -69,6 +69,8 @@ COLLECTIVE_TIMEOUT_S = 1800.0
 BROKEN_GRACE_S = 15.0
 POLL_S = 0.05
 WATCH_S = 0.2
+_SLICE = datetime.timedelta(seconds=POLL_S)
+_SLICE_OVER = "Operation timed out!"  # what a sliced Work.wait says when the slice ends
 _KEY = "wb:allreduce-group"
 
 _open: set = set()  # the TorchGroups open in this process
@@ -170,7 +172,8 @@ class TorchGroup:
             if device is not None:
                 backend.eager_connect_single_device(device)
         # connecting had the rendezvous timeout; a collective waits for peers far longer
-        backend._set_default_timeout(datetime.timedelta(seconds=COLLECTIVE_TIMEOUT_S))
+        if hasattr(backend, "_set_default_timeout"):
+            backend._set_default_timeout(datetime.timedelta(seconds=COLLECTIVE_TIMEOUT_S))
         return cls(kind, backend, store, index, count)
 
     def allreduce(self, value: Any, stopped: Callable[[], bool]) -> Any:
@@ -180,12 +183,27 @@ class TorchGroup:
             raise RuntimeError("this process group was closed or interrupted")
 
         def wait(work) -> None:
-            done = threading.Event()
-            work.get_future().add_done_callback(lambda _: done.set())
-            while not done.wait(POLL_S):
+            # a stop must end a wait for a peer that never comes, and gloo cannot be
+            # interrupted: so wait in slices (gloo's op goes on after a sliced wait times
+            # out); NCCL's wait with a timeout would abort its communicator, so it polls
+            if self.kind == "gloo":
+                while True:
+                    try:
+                        work.wait(_SLICE)
+                        return
+                    except RuntimeError as exc:
+                        if not str(exc).startswith(_SLICE_OVER):
+                            raise  # the collective's own error (a peer gone, its timeout)
+                    if stopped():
+                        self.broken = True
+                        raise Stopped()
+            pause = 0.0
+            while not work.is_completed():
                 if stopped():
                     self.broken = True
                     raise Stopped()
+                time.sleep(pause)
+                pause = min(POLL_S, pause * 2 or 1e-5)
             work.wait()  # raises the collective's error, if it failed
 
         import torch
@@ -217,10 +235,11 @@ class TorchGroup:
         self._store = None  # replica 0's: its server stops
 
 
-def open_groups() -> int:
-    """How many process groups this process holds open (0 between runs)."""
+def open_groups(kind: str | None = None) -> int:
+    """How many process groups (of ``kind``, "gloo" or "nccl") this process holds open:
+    0 between runs."""
     with _open_lock:
-        return len(_open)
+        return sum(1 for g in _open if kind in (None, g.kind))
 
 
 def allreduce_for(replica) -> Callable[[Any], Any]:
@@ -328,7 +347,12 @@ class Reducer:
             if group is None or self._closed:
                 raise Stopped()  # closed by the watcher: the run stopped or the loop ended
             try:
-                return group.allreduce(value, self.stopped)
+                result = group.allreduce(value, self.stopped)
+                if not isinstance(self.postman, LocalPostman):
+                    # the run's "bytes sent to other processes" (wire/bytes) counts the
+                    # channels' postman: add what went through the group instead
+                    self.postman.bytes_sent += torch_payload_bytes(value, self.count)
+                return result
             except (Stopped, ValueError):
                 raise
             except Exception as exc:
