@@ -13,10 +13,11 @@ Example (inside a fragment cell):
 from __future__ import annotations
 
 import contextvars
-import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
+
+from workbench.metric_values import as_floats, check_finite, metric_values
 
 __all__ = ["ReplicaInfo", "ReplicaContext", "log", "allreduce", "current", "env_steps", "count_env_steps"]
 
@@ -78,11 +79,28 @@ class ReplicaContext:
     env_steps: Callable[[], int] | None = None
 
     def record(self, name: str, value: Any) -> None:
-        self.add(name, _as_floats(value))
+        self.add(name, as_floats(value))
 
-    def add(self, name: str, values: list[float]) -> None:
+    def add(self, name: str, values: list) -> None:
         bucket = self.metrics.setdefault(self.iteration if self.iteration is not None else -1, {})
         bucket.setdefault(name, []).extend(values)
+        if values and not isinstance(values[0], float):
+            self.deferred = True
+
+    #: some values were logged from a device and are read by `read_deferred`
+    deferred: bool = False
+
+    def read_deferred(self) -> None:
+        """Read the device values logged during this task (see `log`): one copy per
+        metric. Raises `DeferredMetricError` for a NaN/inf, naming where it was logged."""
+        if not self.deferred:
+            return
+        from workbench.runtime.deferred_metrics import read_metric
+
+        for bucket in self.metrics.values():
+            for name, values in bucket.items():
+                values[:] = read_metric(name, values)
+        self.deferred = False
 
 
 _current: contextvars.ContextVar[ReplicaContext | None] = contextvars.ContextVar(
@@ -113,7 +131,10 @@ def deactivate(token: contextvars.Token) -> None:
 def log(name: str, value: Any, *, allow_nan: bool = False) -> None:
     """Record a metric for this iteration: a number, or an array of numbers (each kept).
 
-    Use flat names such as ``charts/episodic_return`` or ``losses/policy_loss``. A value
+    Use flat names such as ``charts/episodic_return`` or ``losses/policy_loss``. A device
+    value (a CuPy array, a CUDA tensor, a GPU env's ``info["episode_return"]``) is read at
+    the end of the iteration, not here, so a step cell that logs it never makes the GPU
+    wait (`workbench.runtime.deferred_metrics`). A value
     that is NaN or infinite raises :class:`~workbench.errors.MetricError` naming the
     metric, so a diverging loss stops the run at the line that logged it instead of
     training on garbage; ``allow_nan=True`` records such a value anyway (for a metric that
@@ -126,9 +147,16 @@ def log(name: str, value: Any, *, allow_nan: bool = False) -> None:
         raise MetricError(f"wb.log needs a metric name (a non-empty string such as "
                           f"'losses/loss') first, got {type(name).__name__} {name!r:.40}: "
                           f"wb.log('name', value).")
-    values = _metric_values(name, value)
+    from workbench.runtime.deferred_metrics import Deferred, is_deferred, where_logged
+
+    if is_deferred(value):
+        ctx = _current.get()
+        if ctx is not None:
+            ctx.add(name, [Deferred(value, allow_nan, where_logged())])
+        return
+    values = metric_values(name, value)
     if not allow_nan:
-        _check_finite(name, values)
+        check_finite(name, values)
     ctx = _current.get()
     if ctx is not None:
         ctx.add(name, values)
@@ -170,50 +198,3 @@ def count_env_steps(n: int) -> None:
     ctx = _current.get()
     if ctx is not None:
         ctx.counted = (ctx.counted or 0) + int(n)
-
-
-def _metric_values(name: str, value: Any) -> list[float]:
-    try:
-        return _as_floats(value)
-    except (TypeError, ValueError):
-        from workbench.errors import MetricError
-
-        raise MetricError(
-            f"wb.log({name!r}, …) needs a number or an array of numbers, got "
-            f"{type(value).__name__} {_short(value)}. Log each number under its own name "
-            "(e.g. for name, number in losses.items(): wb.log(name, number))."
-        ) from None
-
-
-def _check_finite(name: str, values: list[float]) -> None:
-    bad = [v for v in values if not math.isfinite(v)]
-    if not bad:
-        return
-    from workbench.errors import MetricError
-
-    kinds = ", ".join(sorted({str(v) for v in bad}))
-    what = f"is {kinds}" if len(values) == 1 else f"has {len(bad)} of {len(values)} values not finite ({kinds})"
-    raise MetricError(
-        f"metric {name!r} {what}. A NaN or infinite loss usually means training diverged: "
-        "lower the learning rate, clip gradients, and check the inputs for NaN or inf (e.g. "
-        "a normalisation dividing by a zero standard deviation). To record such a value "
-        f"anyway: wb.log({name!r}, value, allow_nan=True)."
-    )
-
-
-def _short(value: Any) -> str:
-    text = repr(value)
-    return text if len(text) <= 60 else text[:57] + "..."
-
-
-def _as_floats(value: Any) -> list[float]:
-    if hasattr(value, "detach"):  # torch tensor
-        value = value.detach().cpu().numpy()
-    if hasattr(value, "tolist"):
-        value = value.tolist()
-    if isinstance(value, (list, tuple)):
-        out: list[float] = []
-        for v in value:
-            out.extend(_as_floats(v))
-        return out
-    return [float(value)]

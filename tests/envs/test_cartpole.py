@@ -158,7 +158,8 @@ def test_cupy_cartpole_matches_numpy_twin():
         pytest.skip("no usable CUDA GPU with CuPy")
     import cupy
 
-    numpy_env, cupy_env = CartPole(256, seed=0), make("CartPole-v1", 256, backend="cupy", seed=0)
+    numpy_env, cupy_env = CartPole(256, seed=0), CartPole(256, seed=0, xp=cupy)
+    assert type(make("CartPole-v1", 4, backend="cupy")).__name__ == "FusedCartPole"  # make's GPU CartPole
     assert cupy_env.xp is cupy
     numpy_env.reset()
     cupy_env.reset()

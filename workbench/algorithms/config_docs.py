@@ -46,6 +46,8 @@ def documented(cls):
     docs = field_docs(cls)
     lines = []
     for f in dataclasses.fields(cls):
+        if f.name.startswith("_"):  # bookkeeping, not a setting (e.g. which fields follow a rule)
+            continue
         doc = docs.get(f.name, "")
         if doc:
             f.metadata = types.MappingProxyType({**f.metadata, "doc": doc})

@@ -13,7 +13,7 @@ Example:
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import torch
@@ -21,8 +21,11 @@ import torch.nn.functional as F
 from torch import nn
 
 import workbench as wb
+from workbench.algorithms.batch_rule import ScalesWithBatch
 from workbench.algorithms.config_docs import documented
-from workbench.kernels import gae, normalize_advantages, to_torch
+from workbench.algorithms.ppo_graphs import graphed_act, graphed_update
+from workbench.context import current
+from workbench.kernels import array_module_of, from_torch, gae, normalize_advantages, to_torch
 
 __all__ = ["PPOConfig", "ActorCritic", "ppo_update", "FRAGMENT_CELLS", "build_fdg", "cfg"]
 
@@ -30,13 +33,19 @@ __all__ = ["PPOConfig", "ActorCritic", "ppo_update", "FRAGMENT_CELLS", "build_fd
 # ----------------------------------------------------------------------------- hyperparameters
 @documented
 @dataclass
-class PPOConfig:
+class PPOConfig(ScalesWithBatch):
     """Every PPO hyperparameter, in one place.
 
     The defaults are tuned for wall time to solve CartPole-v1 on a CPU (see
     ``benchmarks/ppo_sweep.py``): a large batch (32 envs × 32 steps) and few, full-batch
     gradient steps (10 per iteration), since one Adam step of this small MLP costs about as
-    much at batch 1024 as at 256."""
+    much at batch 1024 as at 256. ``num_steps``, ``update_epochs`` and ``num_minibatches``
+    left None follow the number of envs (`workbench.algorithms.batch_rule`): with 4,096
+    envs, 16 steps and 2 epochs of 8 minibatches, so the learner keeps pace with the envs.
+
+    >>> PPOConfig().num_steps, PPOConfig(num_envs=4096).num_steps, PPOConfig(num_steps=64).num_steps
+    (32, 16, 64)
+    """
 
     env_id: str = "CartPole-v1"
     """the environment (a NumPy array env for CartPole-v1)"""
@@ -44,8 +53,9 @@ class PPOConfig:
     """seeds torch and the envs (replica ``i`` uses ``seed + i``)"""
     num_envs: int = 32
     """environments in total, split across the env replicas (keep it even: 2 replicas must split it)"""
-    num_steps: int = 32
-    """steps per iteration (``T``): each iteration learns from ``num_envs × num_steps``"""
+    num_steps: int | None = None
+    """steps per iteration (``T``): each iteration learns from ``num_envs × num_steps``
+    (None: 1024 // num_envs within [16, 128], the batch rule)"""
     iterations: int = 200
     """the most iterations a run takes (it stops early once solved)"""
     learning_rate: float = 3e-3
@@ -55,10 +65,10 @@ class PPOConfig:
     """discount"""
     gae_lambda: float = 0.95
     """GAE's lambda"""
-    num_minibatches: int = 1
-    """minibatches per epoch"""
-    update_epochs: int = 10
-    """passes over each iteration's batch"""
+    num_minibatches: int | None = None
+    """minibatches per epoch (None: 1 up to a 1,024-sample batch, else 8)"""
+    update_epochs: int | None = None
+    """passes over each iteration's batch (None: 10 up to a 1,024-sample batch, else 2)"""
     clip_coef: float = 0.2
     """surrogate clipping"""
     ent_coef: float = 0.0
@@ -68,6 +78,10 @@ class PPOConfig:
     """width of both hidden layers"""
     target_return: float = 475.0
     """solved: the mean of the last 20 episode returns reaches this"""
+    cuda_graphs: bool = True
+    """on a GPU, replay each iteration's update as one CUDA graph (same numbers, ~1 launch
+    instead of ~1,700; a single learner only: `workbench.algorithms.ppo_graphs`)"""
+    _auto: tuple = field(default=(), repr=False, compare=False)
 
 
 cfg = PPOConfig()
@@ -106,14 +120,27 @@ class ActorCritic(nn.Module):
 
     @torch.inference_mode()
     def act(self, obs: np.ndarray):
-        """Sample actions for a batch of observations: (action, log-prob, value) as NumPy.
+        """Sample actions for a batch of observations: (action, log-prob, value) in the
+        observations' kind of array.
 
-        ``obs`` (NumPy, or CuPy from a GPU env) goes to the network's device first."""
+        NumPy observations give NumPy back (a device→host copy if the network is on a GPU);
+        CuPy observations from a GPU env give CuPy back through DLPack, so with the env and
+        the network on one GPU nothing crosses to the host."""
         x = on_device(obs, device_of(self))
-        logp_all = torch.log_softmax(forward(self.actor, x), -1)
-        action = torch.multinomial(logp_all.exp(), 1)
-        logp = logp_all.gather(-1, action).squeeze(-1)
-        return host(action.squeeze(-1)), host(logp), host(forward(self.critic, x).squeeze(-1))
+        out = graphed_act(self, _sample, x) if x.is_cuda and self.cuda_graphs else None
+        action, logp, value = out if out is not None else _sample(self, x)
+        return like(obs, action), like(obs, logp), like(obs, value)
+
+    #: on a GPU, replay ``act``'s kernels as one CUDA graph (`workbench.algorithms.ppo_graphs`)
+    cuda_graphs = True
+
+
+def _sample(agent: ActorCritic, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(action, log-prob, value) tensors for observations ``x``: what ``act`` computes."""
+    logp_all = torch.log_softmax(forward(agent.actor, x), -1)
+    action = torch.multinomial(logp_all.exp(), 1)
+    logp = logp_all.gather(-1, action).squeeze(-1)
+    return action.squeeze(-1), logp, forward(agent.critic, x).squeeze(-1)
 
 
 def forward(seq: nn.Sequential, x: torch.Tensor) -> torch.Tensor:
@@ -157,6 +184,24 @@ def host(tensor: torch.Tensor) -> np.ndarray:
     return tensor.numpy() if tensor.device.type == "cpu" else tensor.cpu().numpy()
 
 
+def like(array, tensor: torch.Tensor):
+    """``tensor`` as the kind of array ``array`` is: CuPy through DLPack (no copy) when
+    ``array`` is CuPy and ``tensor`` on a GPU, else NumPy (`host`)."""
+    if tensor.device.type == "cuda" and type(array).__module__.startswith("cupy"):
+        return from_torch(tensor)
+    return host(tensor)
+
+
+def flat_batch(array, device: torch.device, dtype=None) -> torch.Tensor:
+    """A ``[T, N, …]`` rollout array as one ``[T·N, …]`` tensor on ``device`` (NumPy or
+    CuPy; no copy where the memory is already there and contiguous)."""
+    xp = array_module_of(array)
+    array = array.reshape(-1, *array.shape[2:])
+    if dtype is not None and array.dtype != dtype:
+        array = array.astype(dtype)
+    return on_device(xp.ascontiguousarray(array), device)
+
+
 # ----------------------------------------------------------------------------- the update
 def _sync_and_clip(params: list[torch.Tensor], max_grad_norm: float | None) -> None:
     """The gradient sync point, then global-norm clipping, on one flat gradient vector.
@@ -182,46 +227,65 @@ def ppo_update(agent, optimizer, cfg, update, state, action, logp, value, reward
         frac = max(0.0, 1.0 - update / cfg.iterations)
         optimizer.param_groups[0]["lr"] = frac * cfg.learning_rate
     device = device_of(agent)  # the batch goes where the network is (replica.device)
-    with torch.no_grad():
-        last_value = host(agent.value(on_device(last_obs, device)))
+    with torch.no_grad():  # in the rollout's kind of array: GAE runs where the rollout is
+        last_value = like(reward, agent.value(on_device(last_obs, device)))
     advantages, returns = gae(reward, value, starts, last_value, last_done, cfg.gamma, cfg.gae_lambda)
 
-    b_obs = on_device(state.reshape(-1, state.shape[-1]), device)
-    b_act = on_device(action.reshape(-1), device)
-    b_logp = on_device(logp.reshape(-1), device)
-    b_adv = on_device(np.ascontiguousarray(advantages.reshape(-1), dtype=np.float32), device)
-    b_ret = on_device(np.ascontiguousarray(returns.reshape(-1), dtype=np.float32), device)
-    batch = b_obs.shape[0]
+    batch = (flat_batch(state, device), flat_batch(action, device), flat_batch(logp, device),
+             flat_batch(advantages, device, np.float32), flat_batch(returns, device, np.float32))
     params = [p for p in agent.parameters() if p.requires_grad]
-    mb_size = batch // cfg.num_minibatches
-    for _ in range(cfg.update_epochs):
-        # drawn on the CPU generator on every device: the same minibatches as on a CPU run
-        order = torch.randperm(batch).to(device)
-        for start in range(0, batch, mb_size):
-            mb = order[start:start + mb_size]
-            new_logp, entropy, new_value = agent.evaluate(b_obs[mb], b_act[mb])
-            ratio = (new_logp - b_logp[mb]).exp()
-            adv = normalize_advantages(b_adv[mb])
-            pg_loss = torch.max(-adv * ratio,
-                                -adv * ratio.clamp(1 - cfg.clip_coef, 1 + cfg.clip_coef)).mean()
-            v_loss = 0.5 * ((new_value - b_ret[mb]) ** 2).mean()
-            loss = pg_loss - cfg.ent_coef * entropy.mean() + cfg.vf_coef * v_loss
-            optimizer.zero_grad()
-            loss.backward()
-            _sync_and_clip(params, cfg.max_grad_norm)
-            optimizer.step()
+    mb_size = batch[0].shape[0] // cfg.num_minibatches
+
+    def step(mb: torch.Tensor, batch: tuple) -> tuple:
+        return _minibatch_step(agent, optimizer, cfg, params, batch, mb)
+
+    out = None
+    if device.type == "cuda" and getattr(cfg, "cuda_graphs", True) and _one_learner():  # one graph per iteration
+        out = graphed_update(agent, optimizer, (cfg.clip_coef, cfg.ent_coef, cfg.vf_coef, cfg.max_grad_norm),
+                             batch, cfg.update_epochs, mb_size, step)
+    if out is None:
+        size = batch[0].shape[0]
+        for _ in range(cfg.update_epochs):
+            # on the CPU: the CPU generator, as always; on a GPU: its own (no host copy)
+            order = torch.randperm(size) if device.type == "cpu" else torch.randperm(size, device=device)
+            for start in range(0, size, mb_size):
+                out = step(order[start:start + mb_size], batch)
+    pg_loss, v_loss, entropy = out
     return {"losses/policy_loss": pg_loss.item(), "losses/value_loss": v_loss.item(),
-            "losses/entropy": entropy.mean().item(),
-            "charts/learning_rate": optimizer.param_groups[0]["lr"]}
+            "losses/entropy": entropy.item(), "charts/learning_rate": optimizer.param_groups[0]["lr"]}
+
+
+def _minibatch_step(agent, optimizer, cfg, params, batch: tuple, mb: torch.Tensor) -> tuple:
+    """One Adam step on the minibatch ``mb`` (indices into ``batch``); returns the policy
+    loss, value loss and mean entropy as tensors (read once, after the last step)."""
+    b_obs, b_act, b_logp, b_adv, b_ret = batch
+    new_logp, entropy, new_value = agent.evaluate(b_obs[mb], b_act[mb])
+    ratio = (new_logp - b_logp[mb]).exp()
+    adv = normalize_advantages(b_adv[mb])
+    pg_loss = torch.max(-adv * ratio, -adv * ratio.clamp(1 - cfg.clip_coef, 1 + cfg.clip_coef)).mean()
+    v_loss = 0.5 * ((new_value - b_ret[mb]) ** 2).mean()
+    loss = pg_loss - cfg.ent_coef * entropy.mean() + cfg.vf_coef * v_loss
+    optimizer.zero_grad()
+    loss.backward()
+    _sync_and_clip(params, cfg.max_grad_norm)
+    optimizer.step()
+    return pg_loss, v_loss, entropy.mean()
+
+
+def _one_learner() -> bool:
+    """No all-reduce across learners (``wb.allreduce`` is the identity here)."""
+    ctx = current()
+    return ctx is None or ctx.reducer is None
 
 
 # ----------------------------------------------------------------------------- the fragments
 # Each entry is one notebook cell: (magic line, body). The notebook holds them verbatim.
 FRAGMENT_CELLS: list[tuple[str, str]] = [
     ("%%fragment env --init", """\
-envs = wb.envs.make(cfg.env_id, num_envs=cfg.num_envs // replica.count, seed=cfg.seed + replica.index)
+envs = wb.envs.make(cfg.env_id, num_envs=cfg.num_envs // replica.count, seed=cfg.seed + replica.index,
+                    device=replica.device)
 obs = envs.reset()
-done = np.zeros(envs.num_envs, dtype=bool)
+done = envs.xp.zeros(envs.num_envs, dtype=bool)  # on the env's device, as its steps' dones
 """),
     ("%%fragment learner --init", """\
 torch.manual_seed(cfg.seed)

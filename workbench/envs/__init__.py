@@ -13,8 +13,11 @@ import difflib
 import numbers
 from typing import Any, Callable
 
+import numpy as np
+
 from workbench.envs.base import EpisodeTracker, StepResult, VectorEnv
 from workbench.envs.cartpole import CartPole
+from workbench.envs.cartpole_device import FusedCartPole
 from workbench.envs import envpool_env
 from workbench.envs.envpool_env import EnvPoolVectorEnv, envpool_available, envpool_has
 from workbench.envs.gym_vector import GymVectorEnv
@@ -26,6 +29,7 @@ __all__ = [
     "CartPole",
     "EnvPoolVectorEnv",
     "EpisodeTracker",
+    "FusedCartPole",
     "GymVectorEnv",
     "SimpleSpread",
     "StepResult",
@@ -40,6 +44,10 @@ ARRAY_ENVS: dict[str, Callable[..., Any]] = {
     "simple_spread_v3": SimpleSpread,  # multi-agent: reward [N, agents]
 }
 
+#: ids whose GPU version is another class than the NumPy one (taking the same arguments):
+#: one fused kernel per step instead of the NumPy code run through CuPy
+GPU_ENVS: dict[str, Callable[..., Any]] = {"CartPole-v1": FusedCartPole}
+
 _BACKENDS = ("auto", "numpy", "cpu", "cupy", "gpu", "envpool", "gymnasium")
 
 
@@ -50,6 +58,7 @@ def make(
     seed: int | None = None,
     backend: str = "auto",
     threads: int | None = None,
+    device: str = "cpu",
 ) -> VectorEnv:
     """Build ``num_envs`` environments behind the `VectorEnv` protocol.
 
@@ -67,6 +76,11 @@ def make(
             ``"cuda:K"`` — the CuPy array env on GPU ``K`` (so
             ``backend=replica.device`` puts a replica's env where the replica runs);
             ``"gymnasium"`` — always the gymnasium-backed env.
+        device: where the fragment that steps the env runs (``replica.device``). With
+            ``backend="auto"`` and a GPU (``"cuda:K"``), an id with a GPU version
+            (`GPU_ENVS`, e.g. CartPole-v1's fused kernel) or an array version runs there,
+            and its arrays stay on that GPU; any other env stays on the host (its NumPy
+            arrays go to the GPU where the actor puts them). ``"cpu"`` changes nothing.
         threads: for gymnasium-backed envs, step ``threads`` slices
             concurrently (`ThreadedVectorEnv`); ``None``/1 steps them in the
             calling thread. For EnvPool, its C++ threads (``None``: EnvPool's
@@ -75,6 +89,7 @@ def make(
     Example::
 
         env = make("CartPole-v1", num_envs=1024, seed=0)       # NumPy array env
+        env = make("CartPole-v1", 4096, device="cuda:0")     # one fused kernel per step
         env = make("HalfCheetah-v5", num_envs=8)               # EnvPool when installed
         env = make("HalfCheetah-v5", num_envs=8, threads=2, backend="gymnasium")
         env = make(lambda: MyEnv(), num_envs=4)                # any gymnasium.Env
@@ -84,6 +99,8 @@ def make(
                          "or a device: 'cuda:K' (a replica's device, replica.device)")
     if not isinstance(num_envs, numbers.Integral) or isinstance(num_envs, bool) or num_envs < 1:
         raise ValueError(f"num_envs must be a positive int, got {num_envs!r}")
+    if str(device) != "cpu" and not str(device).startswith("cuda:"):
+        raise ValueError(f"device must be 'cpu' or 'cuda:K' (replica.device), got {device!r}")
     if threads is not None and (not isinstance(threads, numbers.Integral) or threads < 1):
         raise ValueError(f"threads must be a positive int or None, got {threads!r}")
 
@@ -105,8 +122,12 @@ def make(
         )
 
     env_id = id_or_factory
+    if str(device).startswith("cuda:") and backend == "auto" and env_id in ARRAY_ENVS:
+        backend = str(device)  # the array env on the replica's GPU
     if backend not in ("gymnasium", "envpool") and env_id in ARRAY_ENVS:
-        return ARRAY_ENVS[env_id](int(num_envs), seed=seed, xp=_array_module(backend))
+        xp = _array_module(backend)
+        kind = GPU_ENVS.get(env_id, ARRAY_ENVS[env_id]) if xp is not np else ARRAY_ENVS[env_id]
+        return kind(int(num_envs), seed=seed, xp=xp)
     if backend == "envpool" or (backend == "auto" and envpool_has(env_id)):
         return _envpool_env(env_id, int(num_envs), seed, threads)
     if backend not in ("auto", "gymnasium"):

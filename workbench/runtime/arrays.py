@@ -154,7 +154,7 @@ def _describe(value: Any) -> str:
     shape = getattr(value, "shape", None)
     if shape is not None:
         dtype = str(getattr(value, "dtype", "")).removeprefix("torch.")
-        kind = "tensor" if _is_torch(value) else "array"
+        kind = "tensor" if _is_torch(value) else "CuPy array" if _is_cupy(value) else "array"
         return f"a {dtype} {kind} of shape {tuple(shape)}"
     return f"a {type(value).__name__}"
 

@@ -1,0 +1,391 @@
+"""The accelerator host's check, in one command: GPU tests, the raw CuPy kernel, GPU PPO end
+to end, and the Coarse/Fine scaling sweep, printed as one table.
+
+Run it whenever a GPU host is lent (the issue-27 goals are read off its table). Each part runs
+in its own process with its own time limit, so one that crashes or hangs shows as a failed row
+and the others still run.
+
+On a host with no route to a package registry, carry the dependencies as wheels built here for
+the host's Python (the host already has torch, CuPy and NumPy)::
+
+    python benchmarks/device_check.py --download-wheels .whl --python-version 3.12   # here
+    python benchmarks/device_check.py --wheels .whl                                  # there
+
+``--wheels DIR`` installs every wheel in ``DIR`` (no index, no dependency resolution) into a
+private folder and puts it on the path of every part; nothing is installed into the host's
+Python. Without ``--wheels`` the parts use the current environment (``pip install -e
+".[gpu,test]"`` on a host with a registry).
+
+    python benchmarks/device_check.py                       # every part
+    python benchmarks/device_check.py --parts kernel ppo    # some parts
+    python benchmarks/device_check.py --json out.json       # the rows as JSON too
+
+Parts: ``facts`` (GPU, versions, cores), ``tests`` (``pytest -m gpu``), ``kernel`` (CartPole
+env-steps/s, CuPy against NumPy, by number of envs), ``ppo`` (the quickstart's PPO on the
+GPU: env-steps/s and wall seconds to solve per seed), ``scaling`` (``bench_policies.py
+--scaling``: Coarse and Fine from 1 to 32 workers beside bare processes).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+#: where each part's whole output goes (--logs)
+LOGS: str | None = None
+PARTS = ("facts", "tests", "kernel", "ppo", "scaling")
+#: what an accelerator image is expected to have already (never carried as wheels)
+HOST_HAS = {"torch", "numpy", "cupy", "triton", "pandas", "psutil", "msgpack", "pyyaml", "jinja2",
+            "markupsafe", "cloudpickle", "toolz", "sortedcontainers", "tqdm", "packaging", "pytest",
+            "contourpy", "pillow", "typing-extensions", "urllib3", "pygments", "python-dateutil", "six",
+            "tzdata", "pytz", "filelock", "fsspec", "sympy", "mpmath", "networkx", "setuptools", "click",
+            "zipp", "pluggy", "iniconfig", "attrs", "certifi", "idna", "requests", "charset-normalizer"}
+#: workbench's requirements the check leaves out: it runs no notebook server
+NOT_NEEDED = {"jupyterlab"}
+
+
+# ----------------------------------------------------------------------------- wheels
+def _closure(names) -> set[str]:
+    """The installed distributions ``names`` need, transitively (extras left out)."""
+    import re
+    from importlib import metadata
+
+    seen, todo = set(), [n.lower() for n in names]
+    while todo:
+        name = todo.pop()
+        if name in seen:
+            continue
+        seen.add(name)
+        try:
+            requires = metadata.distribution(name).requires or []
+        except metadata.PackageNotFoundError:
+            continue
+        for req in requires:
+            if "extra ==" in req:
+                continue
+            if ";" in req and not _marker_holds(req.split(";", 1)[1]):
+                continue
+            todo.append(re.split(r"[\s;<>=!~\[(]", req, maxsplit=1)[0].lower().replace("_", "-"))
+    return seen
+
+
+def _marker_holds(marker: str) -> bool:
+    try:
+        from packaging.markers import Marker
+
+        return Marker(marker).evaluate()
+    except Exception:  # noqa: BLE001  (an unreadable marker: keep the requirement)
+        return True
+
+
+def download_wheels(directory: str, python_version: str) -> None:
+    """Download, as wheels for ``python_version`` on manylinux x86-64, every installed
+    distribution the check needs that an accelerator image does not have (`HOST_HAS`), at
+    the versions installed here."""
+    import re
+    from importlib import metadata
+
+    core = [re.split(r"[\s;<>=!~\[(]", r, maxsplit=1)[0] for r in metadata.requires("workbench-rl") or []
+            if "extra ==" not in r]
+    names = sorted(n for n in _closure([c for c in core if c.lower() not in NOT_NEEDED])
+                   if n not in HOST_HAS and not n.startswith(("nvidia-", "cupy")))
+    pins = []
+    for name in names:
+        try:
+            pins.append(f"{name}=={metadata.version(name)}")
+        except metadata.PackageNotFoundError:
+            pins.append(name)
+    platforms = [f"--platform={p}" for p in ("manylinux_2_28_x86_64", "manylinux_2_27_x86_64",
+                                             "manylinux_2_17_x86_64", "manylinux2014_x86_64",
+                                             "manylinux1_x86_64", "any")]
+    command = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
+               f"--python-version={python_version}", "--implementation=cp", *platforms, "-d", directory]
+    print(f"downloading {len(pins)} wheels for Python {python_version} into {directory}", flush=True)
+    for pin in pins:  # one at a time: a version with no wheel for that Python falls back to the newest
+        if subprocess.run(command + [pin], capture_output=True).returncode != 0:
+            subprocess.run(command + [pin.split("==")[0]], check=True, capture_output=True)
+    print(f"done: {', '.join(pins)}")
+
+
+def install_wheels(directory: str) -> str:
+    """Install every wheel in ``directory`` into a private folder; returns the folder."""
+    target = tempfile.mkdtemp(prefix="workbench-site-")
+    wheels = sorted(str(p) for p in Path(directory).glob("*.whl"))
+    if not wheels:
+        raise SystemExit(f"--wheels {directory}: no .whl files there (build them with --download-wheels)")
+    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-index", "--no-deps", "--no-compile",
+                    "--disable-pip-version-check", "--target", target, *wheels], check=True)
+    return target
+
+
+# ----------------------------------------------------------------------------- the parts
+def part_facts() -> list[dict]:
+    import torch
+
+    rows = [{"part": "facts", "what": "cores", "value": os.cpu_count()},
+            {"part": "facts", "what": "python", "value": sys.version.split()[0]},
+            {"part": "facts", "what": "torch", "value": torch.__version__}]
+    if torch.cuda.is_available():
+        props = torch.cuda.get_device_properties(0)
+        rows.append({"part": "facts", "what": "gpu",
+                     "value": f"{torch.cuda.device_count()} × {props.name}, {props.total_memory / 2**30:.0f} GiB"})
+    else:
+        rows.append({"part": "facts", "what": "gpu", "value": "none usable by torch"})
+    try:
+        import cupy
+
+        rows.append({"part": "facts", "what": "cupy", "value": cupy.__version__})
+    except Exception as exc:  # noqa: BLE001
+        rows.append({"part": "facts", "what": "cupy", "value": f"not importable: {exc}"})
+    return rows
+
+
+def part_tests() -> list[dict]:
+    """``pytest -m gpu``: passed / failed / skipped, and what failed."""
+    # the files that hold gpu-marked tests (collecting the whole suite would need its every extra)
+    files = sorted(str(p.relative_to(ROOT)) for p in (ROOT / "tests").rglob("test_*.py")
+                   if "mark.gpu" in p.read_text())
+    out = subprocess.run([sys.executable, "-m", "pytest", "-m", "gpu", "-q", "-rfEs", "-p", "no:cacheprovider",
+                          "--tb=short",
+                          "-o", "addopts=", *files], cwd=ROOT, capture_output=True, text=True)
+    print(out.stdout, out.stderr, sep="\n", file=sys.stderr)  # the whole report: into the part's log
+    lines = out.stdout.strip().splitlines()
+    summary = lines[-1] if lines else out.stderr.strip()[-300:]
+    rows = [{"part": "tests", "what": "pytest -m gpu", "value": summary.strip("= ")}]
+    rows += [{"part": "tests", "what": "failed", "value": line[:200]}
+             for line in lines if line.startswith(("FAILED", "ERROR"))]
+    return rows
+
+
+def _rate(env, actions, steps: int, sync) -> float:
+    for _ in range(3):
+        env.step(actions)
+    sync()
+    start = time.perf_counter()
+    for _ in range(steps):
+        env.step(actions)
+    sync()
+    return env.num_envs * steps / (time.perf_counter() - start)
+
+
+def part_kernel(sizes=(1024, 65536, 1 << 20)) -> list[dict]:
+    """CartPole env-steps/s by number of envs: the CuPy env on the GPU, the NumPy env here."""
+    import numpy as np
+
+    from workbench.envs import CartPole
+
+    rows = []
+    for n in sizes:
+        steps = max(20, min(500, 2_000_000 // n))
+        row = {"part": "kernel", "what": f"CartPole × {n:,}"}
+        env = CartPole(n, seed=0)
+        env.reset()
+        row["numpy env-steps/s"] = _rate(env, np.zeros(n, np.int64), max(10, steps // 4), lambda: None)
+        try:
+            import cupy
+
+            from workbench.envs import FusedCartPole
+
+            sync = cupy.cuda.get_current_stream().synchronize
+            env = CartPole(n, seed=0, xp=cupy)
+            env.reset()
+            row["cupy CartPole env-steps/s"] = _rate(env, cupy.zeros(n, cupy.int64), steps, sync)
+            env = FusedCartPole(n, seed=0, xp=cupy)
+            env.reset()
+            row["fused kernel env-steps/s"] = _rate(env, cupy.zeros(n, cupy.int64), steps * 4, sync)
+            row["fused / numpy"] = row["fused kernel env-steps/s"] / row["numpy env-steps/s"]
+        except Exception as exc:  # noqa: BLE001
+            row["cupy"] = f"failed: {type(exc).__name__}: {str(exc)[:120]}"
+        rows.append(row)
+    return rows
+
+
+def _ppo_run(client, num_envs: int, seed: int, env_on_gpu: bool, policy: str, graphs: bool = True):
+    """The quickstart's PPO cells; ``env_on_gpu`` False keeps the env on the host, ``graphs``
+    False runs the actor and the update without CUDA graphs."""
+    import workbench as wb
+    from workbench.algorithms import ppo
+
+    cfg = ppo.PPOConfig(num_envs=num_envs, seed=seed, cuda_graphs=graphs)
+    eager = type("ActorCritic", (ppo.ActorCritic,), {"cuda_graphs": False})
+    fdg = wb.FDG(namespace={**vars(ppo), "cfg": cfg, **({} if graphs else {"ActorCritic": eager})})
+    for line, body in ppo.FRAGMENT_CELLS:
+        if not env_on_gpu:
+            body = body.replace("device=replica.device)", 'device="cpu")')
+        fdg.add_cell(line, body)
+    return fdg.run(iterations=cfg.iterations, steps=cfg.num_steps, policy=policy, cluster=client,
+                   target_return=cfg.target_return, progress=False)
+
+
+def _iteration_seconds(row: dict) -> float:
+    """An iteration's own time: its replica's compute, wait, send and other (one replica:
+    GPUOnly's; with several groups running side by side this would count them all)."""
+    return sum(v for k, v in row.items() if k.startswith("time/") and " " in k and k.endswith("_s"))
+
+
+def training_seconds(run, upto: int | None = None) -> float:
+    """Seconds of the run's iterations up to iteration ``upto``: the run's time without
+    deploying and starting its replicas."""
+    return sum(_iteration_seconds(r) for r in run.rows if upto is None or r["iteration"] <= upto)
+
+
+def steady_rate(run, skip: int = 3) -> float:
+    """env-steps/s over the iterations after the first ``skip``, by their own time."""
+    skip = skip if len(run.rows) > skip + 2 else 1
+    steps = run.rows[-1]["env_steps"] - run.rows[skip - 1]["env_steps"]
+    seconds = sum(_iteration_seconds(r) for r in run.rows[skip:])
+    return steps / seconds if seconds else float("nan")
+
+
+def part_ppo(seeds=(1, 2, 3, 4, 5), env_counts=(32, 4096, 16384, 65536)) -> list[dict]:
+    """The quickstart's PPO under GPUOnly, by number of envs: the env on the GPU (the
+    fused kernel) and, for the smallest count, on the host; env-steps/s (steady, iterations'
+    own time), training seconds to solve (iterations only) and whole-run seconds to solve."""
+    import logging
+    import statistics
+
+    from distributed import Client, LocalCluster
+
+    rows = []
+    inf = float("inf")
+    with LocalCluster(n_workers=1, threads_per_worker=2, processes=True, host="127.0.0.1",
+                      dashboard_address="127.0.0.1:0", silence_logs=logging.ERROR) as cluster, \
+            Client(cluster, set_as_default=False) as client:
+        _ppo_run(client, 32, 0, True, "gpuonly")  # warm: imports, CUDA context, kernels
+        middle = sorted(env_counts)[len(env_counts) // 2]
+        for env_on_gpu, n, graphs in [(False, min(env_counts), True), (True, middle, False),
+                                      *((True, n, True) for n in env_counts)]:
+            row = {"part": "ppo", "what": f"gpuonly, env on {'GPU' if env_on_gpu else 'host'}, {n} envs"
+                                          f"{'' if graphs else ', no CUDA graphs'}"}
+            rates, train_s, total_s, steps, split = [], [], [], [], []
+            try:
+                for seed in seeds:
+                    run = _ppo_run(client, n, seed, env_on_gpu, "gpuonly", graphs)
+                    rates.append(steady_rate(run))
+                    split.append({k[5:-10]: v for k, v in run.rows[-1].items()
+                                  if k.startswith("time/") and k.endswith("_compute_s") and " " not in k})
+                    solved = run.solved_at
+                    train_s.append(training_seconds(run, solved["iteration"]) if solved else inf)
+                    total_s.append(solved["time_s"] if solved else inf)
+                    steps.append(solved["env_steps"] if solved else inf)
+                row.update({"env-steps/s (median)": statistics.median(rates),
+                            "training s to solve (median)": statistics.median(train_s),
+                            "training s to solve (worst)": max(train_s),
+                            "whole run s to solve (median)": statistics.median(total_s),
+                            "env steps to solve (median)": statistics.median(steps),
+                            "solved": f"{sum(s != inf for s in train_s)}/{len(seeds)}",
+                            "ms per iteration (last, by fragment)": ", ".join(
+                                f"{k} {v * 1e3:.1f}" for k, v in split[-1].items())})
+            except Exception as exc:  # noqa: BLE001
+                row["error"] = f"{type(exc).__name__}: {str(exc).splitlines()[0][:300]}"
+            rows.append(row)
+            print(json.dumps(row), file=sys.stderr, flush=True)
+    return rows
+
+
+def part_scaling(sizes=(1, 2, 4, 8, 16, 32)) -> list[dict]:
+    """bench_policies.py's scaling sweep, its table kept as printed."""
+    out = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "bench_policies.py"), "--scaling",
+                          "--pairs", "1", "--sizes", *map(str, sizes)], cwd=ROOT, capture_output=True,
+                         text=True)
+    table = [line for line in out.stdout.splitlines() if line.startswith("|")]
+    if out.returncode or not table:
+        return [{"part": "scaling", "what": "bench_policies --scaling",
+                 "error": (out.stderr.strip().splitlines() or ["no output"])[-1][:200]}]
+    return [{"part": "scaling", "what": "table", "value": "\n".join(table)}]
+
+
+# ----------------------------------------------------------------------------- the driver
+def run_part(name: str, env: dict, timeout: float, kwargs: dict) -> list[dict]:
+    """One part in its own process; a crash or a timeout is a row that says so."""
+    start = time.perf_counter()
+    try:
+        out = subprocess.run([sys.executable, __file__, "--one-part", name, "--kwargs", json.dumps(kwargs)],
+                             cwd=ROOT, env=env,
+                             capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return [{"part": name, "what": "timed out", "value": f"after {timeout:.0f} s"}]
+    if LOGS:
+        Path(LOGS, f"{name}.log").write_text(out.stdout + "\n--- stderr ---\n" + out.stderr)
+    marker = [line for line in out.stdout.splitlines() if line.startswith("ROWS ")]
+    if not marker:
+        tail = (out.stderr.strip().splitlines() or ["no output"])[-1]
+        return [{"part": name, "what": f"crashed (rc {out.returncode})", "value": tail[:240]}]
+    rows = json.loads(marker[-1][5:])
+    rows.append({"part": name, "what": "wall seconds", "value": round(time.perf_counter() - start, 1)})
+    return rows
+
+
+def format_rows(rows: list[dict]) -> str:
+    def cell(value) -> str:
+        if isinstance(value, float):
+            return f"{value:,.3g}" if value < 100 else f"{value:,.0f}"
+        return str(value)
+
+    lines = []
+    for part in dict.fromkeys(r["part"] for r in rows):
+        lines.append(f"\n### {part}")
+        for row in (r for r in rows if r["part"] == part):
+            extras = {k: v for k, v in row.items() if k not in ("part", "what", "value")}
+            if "value" in row and str(row["value"]).startswith("|"):
+                lines.append(row["value"])
+                continue
+            text = cell(row["value"]) if "value" in row else ""
+            text += "; ".join(f"{k}: {cell(v)}" for k, v in extras.items())
+            lines.append(f"- {row['what']}: {text}")
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--parts", nargs="+", choices=PARTS, default=list(PARTS))
+    parser.add_argument("--wheels", help="a folder of wheels to install privately first (see above)")
+    parser.add_argument("--download-wheels", metavar="DIR", help="download the wheels a GPU host needs, then stop")
+    parser.add_argument("--python-version", default="3.12", help="the GPU host's Python (with --download-wheels)")
+    parser.add_argument("--timeout", type=float, default=900, help="seconds each part may take")
+    parser.add_argument("--json", help="also write the rows to this file")
+    parser.add_argument("--logs", help="write each part's whole output to DIR/PART.log")
+    parser.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3, 4, 5], help="ppo: seeds")
+    parser.add_argument("--envs", type=int, nargs="+", default=[32, 4096, 16384, 65536],
+                        help="ppo: numbers of envs")
+    parser.add_argument("--sizes", type=int, nargs="+", default=[1, 2, 4, 8, 16, 32], help="scaling: workers")
+    parser.add_argument("--one-part", help=argparse.SUPPRESS)
+    parser.add_argument("--kwargs", default="{}", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.one_part:
+        rows = globals()[f"part_{args.one_part}"](**json.loads(args.kwargs))
+        print("ROWS " + json.dumps(rows, default=str), flush=True)
+        return
+    if args.download_wheels:
+        download_wheels(args.download_wheels, args.python_version)
+        return
+    global LOGS
+    LOGS = args.logs
+    if LOGS:
+        Path(LOGS).mkdir(parents=True, exist_ok=True)
+    env = dict(os.environ, PYTHONUNBUFFERED="1")
+    paths = [str(ROOT)]
+    if args.wheels:
+        paths.insert(0, install_wheels(args.wheels))
+    env["PYTHONPATH"] = os.pathsep.join(paths + [p for p in [env.get("PYTHONPATH")] if p])
+    rows = []
+    print(f"workbench device check ({time.strftime('%Y-%m-%d %H:%M')}): {' '.join(args.parts)}", flush=True)
+    for name in args.parts:
+        kwargs = {"ppo": {"seeds": args.seeds, "env_counts": args.envs},
+                  "scaling": {"sizes": args.sizes}}.get(name, {})
+        got = run_part(name, env, args.timeout, kwargs)
+        print(format_rows(got), flush=True)
+        rows += got
+    if args.json:
+        Path(args.json).write_text(json.dumps(rows, indent=1, default=str))
+    print("\n## device check\n" + format_rows(rows))
+
+
+if __name__ == "__main__":
+    main()

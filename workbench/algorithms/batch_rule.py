@@ -1,0 +1,89 @@
+"""How PPO's rollout and update follow the number of envs (issue 27 item 3).
+
+With a few envs, the best wall time on CartPole came from a 1,024-sample batch and 10
+full-batch Adam steps per iteration (``benchmarks/ppo_sweep.py``). Kept as they are with
+thousands of envs, those defaults make the learner the bound (10 passes over 32k+ samples
+per iteration) and need ever more env steps. The rule:
+
+- ``num_steps`` (T) = 1024 // num_envs, within [16, 128]: a batch of ~1,024 samples while
+  the envs are few; with many envs, a short rollout (16 steps), so the learner sees fresh
+  data often;
+- up to 1,024 samples per iteration: 10 epochs of one full-batch minibatch (the tuned
+  small-batch setting);
+- above: 2 epochs of 8 minibatches — 16 Adam steps per iteration, as many as the small
+  batch takes, while the learner's cost per sample stays at 2 passes, so it keeps pace
+  with the envs however many there are. Measured on CartPole (2-core CPU, 1,024 envs,
+  T = 16, seeds 1–2): 2 × 8 solved in 51–52 iterations like 4 × 4 and 10 × 1 at 1.5–2.5×
+  their env-steps/s; 2 × 2 and 1 × 8 (4 and 8 Adam steps) needed 2–3× the env steps.
+
+A field given a value keeps it; one left ``None`` follows the rule, also when
+``num_envs`` changes later (``cfg.num_envs = 4096`` in a cell, ``--set cfg.num_envs=…``).
+
+Example:
+    >>> batch_rule(32)
+    {'num_steps': 32, 'update_epochs': 10, 'num_minibatches': 1}
+    >>> batch_rule(8)
+    {'num_steps': 128, 'update_epochs': 10, 'num_minibatches': 1}
+    >>> batch_rule(4096)
+    {'num_steps': 16, 'update_epochs': 2, 'num_minibatches': 8}
+"""
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = ["batch_rule", "ScalesWithBatch", "RULED"]
+
+#: the fields the rule sets (when left None)
+RULED = ("num_steps", "update_epochs", "num_minibatches")
+#: the batch up to which full-batch epochs win (the small-batch tuning's batch)
+SMALL_BATCH = 1024
+
+
+def batch_rule(num_envs: int, num_steps: int | None = None) -> dict[str, int]:
+    """``num_steps``, ``update_epochs`` and ``num_minibatches`` for ``num_envs`` envs (the
+    epochs and minibatches for ``num_steps`` steps when it is given).
+
+    >>> batch_rule(32, num_steps=128)["update_epochs"]
+    2
+    """
+    steps = num_steps or max(16, min(128, SMALL_BATCH // max(1, int(num_envs))))
+    if int(num_envs) * steps <= SMALL_BATCH:
+        return {"num_steps": steps, "update_epochs": 10, "num_minibatches": 1}
+    return {"num_steps": steps, "update_epochs": 2, "num_minibatches": 8}
+
+
+class ScalesWithBatch:
+    """Mixin for a config dataclass with ``num_envs``, the `RULED` fields (default None)
+    and an ``_auto`` field (default ``()``): the fields left None follow `batch_rule`, now
+    and whenever ``num_envs`` changes. ``_auto`` records (field, value the rule gave), so
+    ``dataclasses.replace`` keeps a field following the rule unless the replace gives it
+    another value, and pickles keep it too."""
+
+    def __post_init__(self) -> None:
+        given = dict(getattr(self, "_auto", ()))
+        # a field follows the rule if left None, or if it still holds what the rule gave it
+        auto = [f for f in RULED if getattr(self, f) is None or (f in given and getattr(self, f) == given[f])]
+        object.__setattr__(self, "_auto", tuple((f, None) for f in auto))
+        self._follow_rule()
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        object.__setattr__(self, name, value)
+        if "_auto" not in self.__dict__:  # still in __init__: __post_init__ applies the rule
+            return
+        if name in RULED:
+            auto = dict(self._auto)
+            if value is None:
+                auto[name] = None
+            else:
+                auto.pop(name, None)  # given a value: it keeps it
+            object.__setattr__(self, "_auto", tuple(auto.items()))
+        if name in ("num_envs", "num_steps") or (name in RULED and value is None):
+            self._follow_rule()
+
+    def _follow_rule(self) -> None:
+        if self._auto:
+            auto = dict(self._auto)
+            ruled = batch_rule(self.num_envs, None if "num_steps" in auto else self.num_steps)
+            object.__setattr__(self, "_auto", tuple((f, ruled[f]) for f, _ in self._auto))
+            for name, value in self._auto:
+                object.__setattr__(self, name, value)
