@@ -645,3 +645,24 @@ def test_a_value_first_written_after_warm_up_is_not_shown_as_0_bytes(ppo_fdg):
     assert "weights (every iteration) [broadcast, size not measured: not written in the first iteration]" in text
     assert "on the wire per iteration: at least" in text and "(plus weights, written only after" in text
     assert "weights (every iteration) [broadcast, 0 B" not in text
+
+
+@pytest.mark.parametrize("workers", [1, 2, 3, 4, 8, 16, 32])
+@pytest.mark.parametrize("per_worker", [None, 1, 2])
+def test_fine_never_doubles_env_replicas_on_a_worker_while_another_has_fewer(ppo_fdg, workers, per_worker):
+    """Env replicas of one process take turns (one cell at a time), so a worker with two
+    makes every step last two env steps: envs=W on W workers put two on one worker (and
+    none beside the learner) and ran at 52 % of W × the 1-worker rate, at every W ≥ 2."""
+    from collections import Counter
+
+    inv = make_inventory(workers)
+    envs = None if per_worker is None else per_worker * workers
+    policy = SingleLearnerFine(envs=envs).place(ppo_fdg, inv)
+    learner, env = policy.groups
+    home = learner.workers[0]
+    load = Counter(env.workers)
+    assert max(load.values()) - min(load[w] for w in inv.names) <= 1  # as even as it gets
+    if env.replicas < workers:  # up to one per other worker: the other workers alone
+        assert home not in load and max(load.values()) == 1
+    if env.replicas == workers:  # one each, one beside the learner
+        assert set(load.values()) == {1} and load[home] == 1

@@ -280,6 +280,7 @@ class SingleLearnerFine:
 
     ``envs`` is the number of environment replicas (default: one per other worker);
     ``env_fragments`` names the environment fragments (default: those named ``env…``).
+    Env replicas go to the other workers first, the learner's last (:func:`_env_workers`).
     """
 
     name = "SingleLearnerFine"
@@ -320,8 +321,28 @@ class SingleLearnerFine:
         count = self.envs or len(others)
         groups = [Group(rest, 1, (home.name,), "gpu" if home.gpus else "cpu")] if rest else []
         groups.append(Group(tuple(n for n in stepping if n in envs) + tuple(
-            n for n in envs if n not in stepping), count, _spread(others, count)))
+            n for n in envs if n not in stepping), count, _env_workers(inventory, home, count)))
         return Policy(self.name, tuple(groups))
+
+
+def _env_workers(inventory: Inventory, home: WorkerInfo, count: int) -> tuple[str, ...]:
+    """Where SingleLearnerFine's ``count`` env replicas go: round-robin over the workers
+    other than ``home`` (the learner's), then ``home`` itself, so the replicas per worker
+    differ by at most one. Up to one per other worker, that is the other workers alone.
+
+    Why ``home`` takes a share rather than none: each step the actor waits for every env
+    replica, so it idles while they step; but two env replicas in one process take turns
+    (one cell at a time, for per-replica random streams: workbench.runtime.randomness), so
+    a worker holding two makes every step last two env steps. ``envs=W`` on W workers put
+    two on one worker and ran at 52 % of W × the 1-worker rate (docs/performance.md).
+
+        >>> from workbench.fdg.inventory import Inventory, WorkerInfo
+        >>> inv = Inventory(tuple(WorkerInfo(f"tcp://w{i}", str(i)) for i in range(3)))
+        >>> _env_workers(inv, inv.workers[0], 2), _env_workers(inv, inv.workers[0], 4)
+        (('1', '2'), ('1', '2', '0', '1'))
+    """
+    others = tuple(w.name for w in inventory.workers if w.name != home.name)
+    return _spread(others + (home.name,), count)
 
 
 class MultiLearner:

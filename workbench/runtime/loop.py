@@ -96,7 +96,7 @@ def _run_head(replica: GroupReplica, task: WiredTask, boundary: int, mailbox: Ma
         for wired in task.inputs:
             if wired.key in wanted and not wired.arrival:
                 senders = senders_for(wired.spatial, replica.index, counts[wired.producer_group])
-                values = [mailbox.take(wired.key, wired.producer_task, s, stopped) for s in senders]
+                values = mailbox.take_all(wired.key, wired.producer_task, senders, stopped)
                 inputs[wired.key] = (wired.spatial, wired.axis, values)
         replica.run(head, inputs, ())
     except Stopped:
@@ -120,7 +120,7 @@ def _run_task(replica, task, mailbox, postman, counts, report, stopped, arrivals
         if wired.arrival:
             continue
         senders = senders_for(wired.spatial, replica.index, counts[wired.producer_group])
-        values = [mailbox.take(wired.key, wired.producer_task, s, stopped) for s in senders]
+        values = mailbox.take_all(wired.key, wired.producer_task, senders, stopped)  # wakes once
         inputs[wired.key] = (wired.spatial, wired.axis, values)
     waited = time.perf_counter() - waited
     emit_keys = tuple(dict.fromkeys(e.key for e in task.emits))

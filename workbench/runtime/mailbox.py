@@ -1,0 +1,138 @@
+"""A replica's mailbox: the values other replicas sent it, and waits that wake only when done.
+
+Filled by postmen (:mod:`workbench.runtime.channels`: a local hand-over, or a socket's
+reader thread) and emptied by the replica's own thread. A wait names everything it needs —
+one value, or one per sending replica for a gather (:meth:`Mailbox.take_all`) — and its
+thread is woken once, when the last of them is in, not at every arrival: a single actor
+gathering observations from W env replicas each step was woken W times per step, each
+time taking the GIL from the reader threads still filing the others.
+
+Example:
+    >>> box = Mailbox()
+    >>> for sender in (1, 0):
+    ...     box.put("obs", 7, sender, f"from {sender}")
+    >>> box.take_all("obs", 7, (0, 1), stopped=lambda: False)
+    ['from 0', 'from 1']
+    >>> box.wakeups  # no thread waited: both values were in already
+    0
+"""
+from __future__ import annotations
+
+import threading
+from collections import deque
+from collections.abc import Callable, Iterable
+from typing import Any
+
+__all__ = ["Mailbox", "Stopped"]
+
+
+class Stopped(Exception):
+    """The run is stopping: a blocked receive gives up."""
+
+
+class _Wait:
+    """One blocked receive: ``key`` at ``task`` from the replicas in ``missing`` (``task``
+    None: the next arrival of ``key`` from anyone), with its own condition on the box's lock."""
+
+    __slots__ = ("key", "task", "missing", "cond")
+
+    def __init__(self, key: str, task: int | None, missing: set[int], lock: threading.Lock) -> None:
+        self.key, self.task, self.missing = key, task, missing
+        self.cond = threading.Condition(lock)
+
+
+class Mailbox:
+    """Inbound values of one replica: per (key, sending replica), the versions sent, by
+    producer task. A value stays until a newer version of it is taken, because "latest
+    value" interfaces read one emission many times."""
+
+    def __init__(self, arrival_keys: tuple[str, ...] = ()) -> None:
+        self._items: dict[tuple[str, int], dict[int, Any]] = {}
+        # arrival order, kept only for keys an asynchronous consumer takes as they come
+        self._arrivals: dict[str, deque[tuple[int, int]]] = {k: deque() for k in arrival_keys}
+        self._lock = threading.Lock()
+        self._waits: list[_Wait] = []
+        #: why values can no longer arrive (a message that did not unpickle): raised by
+        #: every wait, so the run fails with the cause instead of stalling
+        self._failure: BaseException | None = None
+        #: how many times a put or a failure woke a waiting thread (a gather of W values:
+        #: once, however they interleave; the polls for the stop flag are not counted)
+        self.wakeups = 0
+
+    def fail(self, error: BaseException) -> None:
+        """Make every current and later wait raise ``error``."""
+        with self._lock:
+            self._failure = error
+            for wait in self._waits:
+                wait.cond.notify()
+
+    def put(self, key: str, task: int, replica: int, value: Any) -> None:
+        with self._lock:
+            self._items.setdefault((key, replica), {})[task] = value
+            if key in self._arrivals:
+                self._arrivals[key].append((task, replica))
+            for wait in self._waits:
+                if wait.key != key:
+                    continue
+                if wait.task is None:  # take_next: any arrival of its key
+                    wait.cond.notify()
+                elif wait.task == task and replica in wait.missing:
+                    wait.missing.discard(replica)
+                    if not wait.missing:  # the last one it needed: wake it now, only now
+                        wait.cond.notify()
+
+    def _block(self, wait: _Wait, done: Callable[[], bool], stopped: Callable[[], bool], poll: float) -> None:
+        """Wait (holding the lock) until ``done()``; the poll only checks the stop flag."""
+        self._waits.append(wait)
+        try:
+            while not done():
+                if self._failure is not None:
+                    raise self._failure
+                if stopped():
+                    raise Stopped()
+                if wait.cond.wait(poll):  # notified, not a poll's timeout
+                    self.wakeups += 1
+        finally:
+            self._waits.remove(wait)
+
+    def take_next(self, key: str, stopped: Callable[[], bool], poll: float = 0.05) -> tuple[int, int, Any]:
+        """The oldest unclaimed value of ``key`` from any replica, as (task, replica, value):
+        an as-they-arrive queue for asynchronous consumers."""
+        with self._lock:
+            queue = self._arrivals.setdefault(key, deque())
+            self._block(_Wait(key, None, set(), self._lock), lambda: bool(queue), stopped, poll)
+            while True:
+                task, replica = queue.popleft()
+                versions = self._items.get((key, replica), {})
+                if task in versions:
+                    return task, replica, versions.pop(task)
+                if not queue:  # claimed already (a value read twice): wait for the next
+                    self._block(_Wait(key, None, set(), self._lock), lambda: bool(queue), stopped, poll)
+
+    def take(self, key: str, task: int, replica: int, stopped: Callable[[], bool],
+             poll: float = 0.05) -> Any:
+        """Wait for the version ``task`` of ``key`` from ``replica``; older versions are
+        dropped. Raises :class:`Stopped` if the run stops first."""
+        return self.take_all(key, task, (replica,), stopped, poll)[0]
+
+    def take_all(self, key: str, task: int, replicas: Iterable[int], stopped: Callable[[], bool],
+                 poll: float = 0.05) -> list[Any]:
+        """The version ``task`` of ``key`` from each of ``replicas``, in their order, once
+        all are in (older versions dropped); the waiting thread wakes once, when the last
+        arrives. Raises :class:`Stopped` if the run stops first."""
+        replicas = tuple(replicas)
+        with self._lock:
+            missing = {r for r in replicas if task not in self._items.get((key, r), ())}
+            if missing:
+                wait = _Wait(key, task, missing, self._lock)
+                self._block(wait, lambda: not wait.missing, stopped, poll)
+            out = []
+            for replica in replicas:
+                versions = self._items[(key, replica)]
+                for old in [t for t in versions if t < task]:
+                    del versions[old]
+                out.append(versions[task])
+            return out
+
+    def __len__(self) -> int:
+        return sum(len(v) for v in self._items.values())
