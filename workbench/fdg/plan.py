@@ -310,7 +310,8 @@ class OverriddenOptionWarning(UserWarning):
 def overridden_options(fdg: Graph, policy: Policy) -> list[str]:
     """What fragments asked for in their cells (``--replicas N``, ``--device gpu|cpu``) and
     this policy does not give them: presets place by their own rule, so an option there is
-    a wish that would otherwise be dropped without a word.
+    a wish that would otherwise be dropped without a word. (A fragment with no
+    ``--device`` is on "cpu" by default, so only a GPU wish that lands on a CPU is said.)
 
     >>> from workbench.fdg.policy import Group, Policy
     >>> g = Graph()
@@ -328,7 +329,8 @@ def overridden_options(fdg: Graph, policy: Policy) -> list[str]:
                     f"{policy.name} runs it as {group.replicas} (a preset places by its own rule). "
                     "To have it, place by hand: %fdg place, or a wb.Policy whose group gives "
                     f"{name!r} {frag.replicas} replicas.")
-            if frag.device is not None and group.device is not None and frag.device != group.device:
+            # a GPU wish only: "cpu" is every fragment's default, so it says nothing about a wish
+            if frag.device == "gpu" and group.device == "cpu":
                 out.append(
                     f"fragment {name!r} asks for --device {frag.device} in its cell, but policy "
                     f"{policy.name} runs it on {'a GPU' if group.device == 'gpu' else 'the CPU'} "
