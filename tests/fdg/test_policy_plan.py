@@ -666,3 +666,17 @@ def test_fine_never_doubles_env_replicas_on_a_worker_while_another_has_fewer(ppo
         assert home not in load and max(load.values()) == 1
     if env.replicas == workers:  # one each, one beside the learner
         assert set(load.values()) == {1} and load[home] == 1
+
+
+def test_fragments_without_a_device_option_are_not_warned_about_on_a_gpu(ppo_fdg):
+    """Every fragment is "cpu" unless its cell says --device gpu; GPUOnly on a GPU worker
+    used to warn that each of the quickstart's fragments 'asks for --device cpu'."""
+    import warnings
+
+    from workbench.fdg.plan import OverriddenOptionWarning
+
+    policy = resolve_policy("gpuonly", ppo_fdg, make_inventory(2, gpu_at=1))
+    assert policy.groups[0].device == "gpu"
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", OverriddenOptionWarning)
+        assert make_plan(ppo_fdg, policy).warnings == []
