@@ -11,8 +11,10 @@ import torch
 
 from workbench.algorithms import a3c
 from workbench.algorithms.a3c import (A3CConfig, ActorCritic, a3c_gradients,
-                                      apply_gradients, build_fdg)
+                                      apply_gradients, build_fdg, stack_steps)
 from workbench.algorithms.ppo import ActorCritic as PPOActorCritic
+from workbench.envs import FusedCartPole
+from workbench.kernels import gae, normalize_advantages
 from tests.conftest import assert_notebook_is_the_module
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -74,6 +76,36 @@ def test_gradient_is_flat_float32_and_matches_autograd_on_the_same_loss():
     np.testing.assert_array_equal(flat, again)
 
 
+def test_gradient_is_autograd_of_the_a3c_loss_bit_for_bit():
+    """The reference, written out on the host: GAE in NumPy on the network's values, the loss
+    in torch, its autograd gradient. The generic path (flat_batch, like) gives the same bits."""
+    torch.manual_seed(0)
+    cfg = A3CConfig()
+    policy = ActorCritic(4, 2, cfg.hidden)
+    state, action, reward, starts, last_obs, last_done = _rollout(T=6, N=3, seed=1)
+    flat = a3c_gradients(policy, cfg, state, action, reward, starts, last_obs, last_done)
+
+    logp, entropy, value = policy.evaluate(torch.from_numpy(state.reshape(-1, 4)), torch.from_numpy(action.reshape(-1)))
+    with torch.no_grad():
+        last_value = policy.value(torch.from_numpy(last_obs)).numpy()
+    adv, ret = gae(reward, value.detach().numpy().reshape(reward.shape), starts, last_value, last_done,
+                   cfg.gamma, cfg.gae_lambda)
+    adv = normalize_advantages(torch.from_numpy(adv.reshape(-1)))
+    loss = (-(adv * logp).mean() - cfg.ent_coef * entropy.mean()
+            + cfg.vf_coef * 0.5 * ((value - torch.from_numpy(ret.reshape(-1))) ** 2).mean())
+    expected = torch.cat([g.reshape(-1) for g in torch.autograd.grad(loss, list(policy.parameters()))])
+    np.testing.assert_array_equal(flat, expected.numpy())
+
+
+def test_stack_steps_stacks_each_field_as_np_stack_does():
+    state, action, reward, starts, *_ = _rollout(T=4, N=3)
+    rollout = [(state[t], starts[t], action[t]) for t in range(4)]
+    for mine, reference, field in zip(stack_steps(rollout), map(np.stack, zip(*rollout)), (state, starts, action)):
+        assert mine.dtype == reference.dtype
+        np.testing.assert_array_equal(mine, reference)
+        np.testing.assert_array_equal(mine, field)
+
+
 def test_apply_gradients_steps_the_learner_toward_lower_loss_and_clips():
     torch.manual_seed(0)
     cfg = A3CConfig(max_grad_norm=0.5)
@@ -102,6 +134,28 @@ def test_a_short_inline_run_learns_and_logs_losses():
     for name in ("losses/policy_loss", "losses/value_loss", "losses/entropy", "losses/grad_norm"):
         assert name in metrics and metrics[name].notna().all(), name
     assert (metrics["losses/entropy"] > 0).all()
+
+
+#: the env init cell with the GPU's CartPole in its NumPy twin: the device path of the cells
+#: (envs.xp, info's EndedEpisodes, the generic stacking) on the CPU
+TWIN_ENV_INIT = """\
+envs = FusedCartPole(cfg.num_envs // replica.count, seed=cfg.seed + replica.index)
+obs = envs.reset()
+done = envs.xp.zeros(envs.num_envs, dtype=bool)
+"""
+
+
+def test_runs_inline_with_the_device_shaped_cartpole():
+    import workbench as wb
+
+    namespace = {**_namespace(), "FusedCartPole": FusedCartPole}
+    fdg = wb.FDG(namespace=namespace)
+    for line, body in a3c.FRAGMENT_CELLS:
+        fdg.add_cell(line, TWIN_ENV_INIT if line == "%%fragment env --init" else body)
+    run = fdg.run(iterations=4, steps=8, progress=False)
+    assert run.completed_iterations == 4 and run.env_steps == 4 * 8 * A3CConfig().num_envs
+    assert np.isfinite(run.metrics["losses/value_loss"]).all()
+    assert len(run.episode_returns) > 0 and all(1 <= r <= 500 for r in run.episode_returns)
 
 
 @pytest.mark.slow  # a full training to a learning target

@@ -7,9 +7,12 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 
+import workbench as wb
 from tests.conftest import assert_notebook_is_the_module
 from workbench.algorithms import dqn
+from workbench.envs import FusedCartPole
 
 NOTEBOOK = Path(__file__).resolve().parents[1] / "notebooks" / "dqn.ipynb"
 
@@ -67,6 +70,52 @@ def test_the_buffer_as_its_own_fragment_does_the_same(policy, client):
     assert run.metrics["charts/epsilon"].tolist() == pytest.approx(
         [dqn.linear_schedule(1.0, 0.05, 80, (i + 1) * 8) for i in range(6)])
     assert "losses/td_loss" in run.metrics
+
+
+def host_act(q_network, obs, epsilon, rng):
+    """The reference: ``act`` as it was, all on the host."""
+    with torch.no_grad():
+        greedy = q_network(torch.as_tensor(obs, dtype=torch.float32)).argmax(dim=1).numpy()
+    explore = rng.random(len(obs)) < epsilon
+    return np.where(explore, rng.integers(0, q_network.net[-1].out_features, len(obs)), greedy)
+
+
+@pytest.mark.parametrize("epsilon", [0.0, 0.05, 0.5, 1.0])
+def test_act_is_the_host_epsilon_greedy_it_was(epsilon):
+    torch.manual_seed(0)
+    q = dqn.QNetwork(obs_dim=4, n_actions=3, hidden=16)
+    obs = np.random.default_rng(0).normal(size=(64, 4)).astype(np.float32)
+    mine, reference = np.random.default_rng(5), np.random.default_rng(5)
+    for _ in range(20):
+        action = dqn.act(q, obs, epsilon, mine)
+        expected = host_act(q, obs, epsilon, reference)
+        assert action.dtype == expected.dtype and isinstance(action, np.ndarray)
+        np.testing.assert_array_equal(action, expected)
+    assert mine.random() == reference.random()          # the generator drew the same numbers
+
+
+#: the env init cell with the GPU's CartPole in its NumPy twin: the device path of the cells
+#: (envs.xp.where on info's final_obs, EndedEpisodes, the buffer on replica.device) on the CPU
+TWIN_ENV_INIT = """\
+envs = FusedCartPole(cfg.num_envs // replica.count, seed=cfg.seed + replica.index)
+obs = envs.reset()
+"""
+
+
+@pytest.mark.parametrize("buffer", ["learner", "fragment"])
+def test_runs_inline_with_the_device_shaped_cartpole(buffer):
+    namespace = {**vars(dqn), "cfg": SMALL, "FusedCartPole": FusedCartPole}
+    fdg = wb.FDG(namespace=namespace)
+    cells = dqn.FRAGMENT_CELLS if buffer == "learner" else (
+        [c for c in dqn.FRAGMENT_CELLS if not c[0].startswith("%%fragment learner")] + dqn.BUFFER_FRAGMENT_CELLS)
+    for line, body in cells:
+        fdg.add_cell(line, TWIN_ENV_INIT if line == "%%fragment env --init" else body)
+    run = fdg.run(iterations=6, steps=4, progress=False, keep_state=True)
+    assert run.env_steps == 6 * 4 * 2
+    rb = run.state.fragments["learner" if buffer == "learner" else "buffer"][0]["rb"]
+    assert len(rb) == 6 * 4 * 2 and rb.xp is np
+    assert np.isfinite(run.metrics["losses/td_loss"].dropna()).all() and run.metrics["losses/td_loss"].notna().any()
+    assert all(1 <= r <= 500 for r in run.episode_returns)
 
 
 #: the step budget DQN is given to solve CartPole-v1 (docs/off_policy.md): cfg.iterations ×

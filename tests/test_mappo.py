@@ -52,6 +52,19 @@ def test_config_matches_the_env():
     assert cfg.num_envs % 2 == 0  # two env replicas can split it
 
 
+def test_the_env_cell_s_device_gives_the_env_backend_gave():
+    """The env init cell passes ``device=replica.device`` (was ``backend=replica.device``): on the
+    CPU the same NumPy env, the same episodes (on a GPU both give the CuPy env on that GPU)."""
+    by_device = wb.envs.make("simple_spread_v3", num_envs=4, seed=3, device="cpu")
+    by_backend = wb.envs.make("simple_spread_v3", num_envs=4, seed=3, backend="cpu")
+    assert type(by_device) is type(by_backend) and by_device.xp is np is by_backend.xp
+    np.testing.assert_array_equal(by_device.reset(), by_backend.reset())
+    actions = np.random.default_rng(0).integers(0, 5, size=(30, 4, 3))
+    for a in actions:
+        for mine, theirs in zip(by_device.step(a)[:4], by_backend.step(a)[:4]):
+            np.testing.assert_array_equal(mine, theirs)
+
+
 def test_global_state_is_all_observations_plus_agent_id():
     obs = torch.arange(2 * 3 * 4, dtype=torch.float32).reshape(2, 3, 4)   # [N, agents, obs_dim]
     g = global_state(obs)
@@ -68,6 +81,7 @@ def test_network_output_shapes():
     agent = MAPPOAgent(cfg.obs_dim, cfg.n_actions, cfg.num_agents, cfg.hidden)
     obs = np.random.default_rng(0).normal(size=(7, 3, cfg.obs_dim)).astype(np.float32)
     action, logp, value = agent.act(obs)
+    assert all(isinstance(x, np.ndarray) for x in (action, logp, value))   # NumPy in, NumPy out
     assert action.shape == logp.shape == value.shape == (7, 3)
     assert action.dtype == np.int64 and ((0 <= action) & (action < 5)).all()
     assert (logp <= 0).all() and np.isfinite(value).all()

@@ -32,11 +32,11 @@ import torch
 
 import workbench as wb
 from workbench.algorithms.config_docs import documented
-from workbench.algorithms.ppo import ActorCritic, device_of, host, on_device
-from workbench.kernels import gae, normalize_advantages
+from workbench.algorithms.ppo import ActorCritic, device_of, flat_batch, host, like, on_device
+from workbench.kernels import array_module_of, gae, normalize_advantages
 
-__all__ = ["A3CConfig", "ActorCritic", "a3c_gradients", "apply_gradients", "FRAGMENT_CELLS",
-           "build_fdg", "cfg"]
+__all__ = ["A3CConfig", "ActorCritic", "stack_steps", "a3c_gradients", "apply_gradients",
+           "FRAGMENT_CELLS", "build_fdg", "cfg"]
 
 
 # ----------------------------------------------------------------------------- hyperparameters
@@ -91,6 +91,17 @@ cfg = A3CConfig()
 
 
 # ----------------------------------------------------------------------------- the gradient
+def stack_steps(rollout: list[tuple]) -> tuple:
+    """The ``T`` per-step tuples an actor kept, as one ``[T, …]`` array per field, stacked in
+    the arrays' own module: NumPy stays on the host, CuPy (a GPU env's arrays) on its GPU.
+
+    >>> steps = [(np.zeros((2, 4)), np.array([True, False])) for _ in range(3)]
+    >>> [a.shape for a in stack_steps(steps)]
+    [(3, 2, 4), (3, 2)]
+    """
+    return tuple(array_module_of(field[0]).stack(field) for field in zip(*rollout))
+
+
 def _params(model: torch.nn.Module) -> list[torch.Tensor]:
     return [p for p in model.parameters() if p.requires_grad]
 
@@ -104,17 +115,21 @@ def a3c_gradients(policy, cfg, state, action, reward, starts, last_obs, last_don
     returns, minus ``ent_coef`` × entropy. ``starts[t]`` is 1 where ``state[t]`` begins an
     episode; ``last_obs`` / ``last_done`` are the observation and done flag after the final step
     (they bootstrap the returns). ``policy``'s own ``.grad`` fields are left untouched.
+
+    The rollout may be NumPy or CuPy (a GPU env's): GAE runs where the rollout is and the
+    batch goes to ``policy``'s device; only the flat gradient crosses to the host.
     """
     device = device_of(policy)  # the batch goes where the network is (replica.device)
-    b_obs = on_device(np.ascontiguousarray(state.reshape(-1, state.shape[-1]), dtype=np.float32), device)
-    b_act = on_device(np.ascontiguousarray(action.reshape(-1), dtype=np.int64), device)
+    xp = array_module_of(reward)
+    b_obs = flat_batch(state, device, np.float32)
+    b_act = flat_batch(action, device, np.int64)
     logp, entropy, value = policy.evaluate(b_obs, b_act)
-    with torch.no_grad():
-        last_value = host(policy.value(on_device(np.asarray(last_obs, dtype=np.float32), device)))
-    values = host(value.detach()).reshape(reward.shape)
+    with torch.no_grad():  # in the rollout's kind of array, as the values below
+        last_value = like(reward, policy.value(on_device(xp.asarray(last_obs, dtype=np.float32), device)))
+    values = like(reward, value.detach()).reshape(reward.shape)
     advantages, returns = gae(reward, values, starts, last_value, last_done, cfg.gamma, cfg.gae_lambda)
-    b_adv = on_device(np.ascontiguousarray(advantages.reshape(-1), dtype=np.float32), device)
-    b_ret = on_device(np.ascontiguousarray(returns.reshape(-1), dtype=np.float32), device)
+    b_adv = flat_batch(advantages, device, np.float32)
+    b_ret = flat_batch(returns, device, np.float32)
     if cfg.normalize_advantages:
         b_adv = normalize_advantages(b_adv)
 
@@ -126,6 +141,7 @@ def a3c_gradients(policy, cfg, state, action, reward, starts, last_obs, last_don
     wb.log("losses/policy_loss", pg_loss.item())
     wb.log("losses/value_loss", v_loss.item())
     wb.log("losses/entropy", ent.item())
+    # one device→host copy an iteration: the learner may be elsewhere (Async hands it over)
     return host(torch.cat([g.reshape(-1) for g in grads])).astype(np.float32, copy=False)
 
 
@@ -153,9 +169,10 @@ def apply_gradients(model, optimizer, flat_grads, cfg) -> float:
 # Each entry is one notebook cell: (magic line, body). The notebook holds them verbatim.
 FRAGMENT_CELLS: list[tuple[str, str]] = [
     ("%%fragment env --init", """\
-envs = wb.envs.make(cfg.env_id, num_envs=cfg.num_envs // replica.count, seed=cfg.seed + replica.index)
+envs = wb.envs.make(cfg.env_id, num_envs=cfg.num_envs // replica.count, seed=cfg.seed + replica.index,
+                    device=replica.device)
 obs = envs.reset()
-done = np.zeros(envs.num_envs, dtype=bool)
+done = envs.xp.zeros(envs.num_envs, dtype=bool)  # on the env's device, as its steps' dones
 """),
     ("%%fragment learner --init", """\
 torch.manual_seed(cfg.seed)
@@ -184,7 +201,7 @@ done = terminated | truncated
 wb.log("charts/episodic_return", info["episode_return"])
 """),
     ("%%fragment actor --every iteration", """\
-state_T, starts_T, action_T = map(np.stack, zip(*rollout))   # this iteration's T steps: [T, N, …]
+state_T, starts_T, action_T = stack_steps(rollout)   # this iteration's T steps: [T, N, …]
 rollout.clear()
 grads = a3c_gradients(policy, cfg, state_T, action_T, reward, starts_T,
                       last_obs=obs[-1], last_done=done[-1])
@@ -199,8 +216,8 @@ weights = model.state_dict()
 
 def build_fdg(namespace: dict | None = None):
     """The A3C FDG from :data:`FRAGMENT_CELLS`, reading names from ``namespace`` (default:
-    this module, so ``cfg``, ``ActorCritic``, ``a3c_gradients`` and ``apply_gradients`` come
-    from here)."""
+    this module, so ``cfg``, ``ActorCritic``, ``stack_steps``, ``a3c_gradients`` and
+    ``apply_gradients`` come from here)."""
     fdg = wb.FDG(namespace=namespace if namespace is not None else globals())
     for line, body in FRAGMENT_CELLS:
         fdg.add_cell(line, body)

@@ -32,6 +32,8 @@ from torch import nn
 
 import workbench as wb
 from workbench.algorithms.config_docs import documented
+from workbench.algorithms.ppo import device_of, like, on_device
+from workbench.kernels import array_module_of, get_xp, to_torch
 
 __all__ = ["DQNConfig", "QNetwork", "ReplayBuffer", "linear_schedule", "act", "dqn_update",
            "FRAGMENT_CELLS", "BUFFER_FRAGMENT_CELLS", "build_fdg", "cfg"]
@@ -104,66 +106,122 @@ def linear_schedule(start: float, end: float, duration: int, t: int) -> float:
     return max(slope * t + start, end)
 
 
-def act(q_network: QNetwork, obs: np.ndarray, epsilon: float, rng: np.random.Generator) -> np.ndarray:
-    """ε-greedy actions for a batch of observations."""
+def act(q_network: QNetwork, obs, epsilon: float, rng: np.random.Generator):
+    """ε-greedy actions for a batch of observations, in the observations' kind of array.
+
+    The greedy actions come from ``q_network`` on its device (CuPy observations reach a GPU
+    network through DLPack, and its actions come back as CuPy); which envs explore, and
+    their random actions, are drawn from the host generator ``rng`` — the same draws on
+    every device, so a CPU run is what it always was.
+
+    >>> q = QNetwork(obs_dim=4, n_actions=2, hidden=8)
+    >>> act(q, np.zeros((3, 4), np.float32), 1.0, np.random.default_rng(0)).shape
+    (3,)
+    """
+    xp = array_module_of(obs)
     with torch.no_grad():
-        greedy = q_network(torch.as_tensor(obs, dtype=torch.float32)).argmax(dim=1).numpy()
+        x = on_device(xp.asarray(obs, dtype=xp.float32), device_of(q_network))
+        greedy = like(obs, q_network(x).argmax(dim=1))
     explore = rng.random(len(obs)) < epsilon
-    return np.where(explore, rng.integers(0, q_network.net[-1].out_features, len(obs)), greedy)
+    random_actions = rng.integers(0, q_network.net[-1].out_features, len(obs))
+    if not explore.any():  # most steps once ε is small: nothing to send to the device
+        return greedy
+    # one small host→device copy: the random action where an env explores, -1 where not
+    forced = np.where(explore, random_actions, -1)
+    forced = forced if xp is np else xp.asarray(forced)
+    return xp.where(forced >= 0, forced, greedy)
 
 
 # ----------------------------------------------------------------------------- the replay buffer
 class ReplayBuffer:
-    """A ring of transitions in NumPy arrays. It has ``state_dict``/``load_state_dict``, so
-    checkpoints and re-placements carry its contents (not just the networks).
+    """A ring of transitions in arrays on a device: NumPy for ``device="cpu"``, CuPy on GPU
+    ``K`` for ``"cuda:K"`` (``replica.device``), so a GPU learner's buffer never leaves its
+    GPU. It has ``state_dict``/``load_state_dict``, so checkpoints and re-placements carry
+    its contents (not just the networks).
+
+    ``add`` writes a whole batch at once (two slices of the ring at most); ``sample`` draws
+    the indices from a host ``np.random.Generator`` (the same draws on every device) and
+    gathers the rows where the buffer is, as torch tensors on its device.
 
     >>> rb = ReplayBuffer(3, obs_dim=2)
     >>> rb.add(np.zeros((2, 2)), np.array([0, 1]), np.ones(2), np.ones((2, 2)), np.array([False, True]))
     >>> len(rb), tuple(rb.sample(4, np.random.default_rng(0))["obs"].shape)
     (2, (4, 2))
+    >>> rb.add(np.arange(8.0).reshape(4, 2), np.arange(4), np.ones(4), np.ones((4, 2)), np.zeros(4, bool))
+    >>> rb.action.tolist(), rb.pos, len(rb)    # 4 more from pos 2 wrap around: the last 3 stay
+    ([1, 2, 3], 0, 3)
     """
 
-    def __init__(self, capacity: int, obs_dim: int) -> None:
+    _ARRAYS = ("obs", "action", "reward", "next_obs", "terminated")
+
+    def __init__(self, capacity: int, obs_dim: int, device: str = "cpu") -> None:
+        xp = get_xp(device)  # "cuda:K" also makes GPU K current, so the arrays land there
         self.capacity, self.pos, self.size = capacity, 0, 0
-        self.obs = np.zeros((capacity, obs_dim), np.float32)
-        self.next_obs = np.zeros((capacity, obs_dim), np.float32)
-        self.action = np.zeros(capacity, np.int64)
-        self.reward = np.zeros(capacity, np.float32)
-        self.terminated = np.zeros(capacity, np.float32)
+        self.obs = xp.zeros((capacity, obs_dim), np.float32)
+        self.next_obs = xp.zeros((capacity, obs_dim), np.float32)
+        self.action = xp.zeros(capacity, np.int64)
+        self.reward = xp.zeros(capacity, np.float32)
+        self.terminated = xp.zeros(capacity, np.float32)
+
+    @property
+    def xp(self):
+        """The array module the transitions live in (``numpy`` or ``cupy``)."""
+        return array_module_of(self.obs)
 
     def __len__(self) -> int:
         return self.size
 
     def add(self, obs, action, reward, next_obs, terminated) -> None:
-        """Add a batch of transitions (leading axis: one per transition)."""
-        for i in range(len(action)):  # a ring: a batch may wrap around the end
-            p = self.pos
-            self.obs[p], self.action[p], self.reward[p] = obs[i], action[i], reward[i]
-            self.next_obs[p], self.terminated[p] = next_obs[i], terminated[i]
-            self.pos = (p + 1) % self.capacity
-        self.size = min(self.size + len(action), self.capacity)
+        """Add a batch of transitions (leading axis: one per transition; NumPy or CuPy).
+
+        The batch goes in order from ``pos``, wrapping around the end; of a batch longer
+        than the capacity only the last ``capacity`` transitions stay, where writing them
+        one by one would have left them."""
+        n = len(action)
+        keep = min(n, self.capacity)
+        start = (self.pos + n - keep) % self.capacity  # where the first kept transition lands
+        first = min(keep, self.capacity - start)        # how many fit before the end
+        for name, values in zip(self._ARRAYS, (obs, action, reward, next_obs, terminated)):
+            ring, values = getattr(self, name), _on(self.xp, values)[n - keep:]
+            ring[start:start + first] = values[:first]
+            ring[:keep - first] = values[first:]
+        self.pos = (self.pos + n) % self.capacity
+        self.size = min(self.size + n, self.capacity)
 
     def sample(self, batch_size: int, rng: np.random.Generator) -> dict[str, torch.Tensor]:
+        """``batch_size`` transitions drawn uniformly with replacement, as tensors on the
+        buffer's device."""
         idx = rng.integers(0, self.size, batch_size)
-        return {name: torch.as_tensor(getattr(self, name)[idx])
-                for name in ("obs", "action", "reward", "next_obs", "terminated")}
+        idx = idx if self.xp is np else self.xp.asarray(idx)  # one small host→device copy
+        return {name: to_torch(getattr(self, name)[idx]) for name in self._ARRAYS}
 
     def state_dict(self) -> dict:
         return {"pos": self.pos, "size": self.size, "obs": self.obs, "next_obs": self.next_obs,
                 "action": self.action, "reward": self.reward, "terminated": self.terminated}
 
     def load_state_dict(self, state: dict) -> None:
+        xp = self.xp  # the saved arrays go where this buffer is, whichever device saved them
         for name, value in state.items():
-            setattr(self, name, np.array(value, dtype=getattr(self, name).dtype) if name not in ("pos", "size")
-                    else int(value))
+            setattr(self, name, xp.array(_on(xp, value), dtype=getattr(self, name).dtype)
+                    if name not in ("pos", "size") else int(value))
+
+
+def _on(xp, values):
+    """``values`` (NumPy or CuPy) as an array of module ``xp``: a copy only across devices."""
+    if xp is np:
+        return values.get() if type(values).__module__.startswith("cupy") else np.asarray(values)
+    return xp.asarray(values)
 
 
 # ----------------------------------------------------------------------------- the update
 def dqn_update(q_network, target_network, optimizer, batches: list[dict], cfg) -> dict:
     """One gradient step of the TD loss per batch (from ``ReplayBuffer.sample``);
-    CleanRL-named losses of the last."""
+    CleanRL-named losses of the last. Batches from a buffer on another device (a buffer
+    fragment placed apart) are moved to the network's."""
+    device = device_of(q_network)
     loss = q_values = None
     for data in batches:
+        data = {name: tensor.to(device) for name, tensor in data.items()}  # no copy where it is
         with torch.no_grad():
             target_max = target_network(data["next_obs"]).max(dim=1).values
             td_target = data["reward"] + cfg.gamma * target_max * (1 - data["terminated"])
@@ -181,23 +239,24 @@ def dqn_update(q_network, target_network, optimizer, batches: list[dict], cfg) -
 # Each entry is one notebook cell: (magic line, body). The notebook holds them verbatim.
 FRAGMENT_CELLS: list[tuple[str, str]] = [
     ("%%fragment env --init", """\
-envs = wb.envs.make(cfg.env_id, num_envs=cfg.num_envs // replica.count, seed=cfg.seed + replica.index)
+envs = wb.envs.make(cfg.env_id, num_envs=cfg.num_envs // replica.count, seed=cfg.seed + replica.index,
+                    device=replica.device)
 obs = envs.reset()
 """),
     ("%%fragment learner --init", """\
 torch.manual_seed(cfg.seed)
-q_network = QNetwork(obs_dim=4, n_actions=2, hidden=cfg.hidden)
+q_network = QNetwork(obs_dim=4, n_actions=2, hidden=cfg.hidden).to(replica.device)
 optimizer = torch.optim.Adam(q_network.parameters(), lr=cfg.learning_rate)
-target_network = QNetwork(obs_dim=4, n_actions=2, hidden=cfg.hidden)
+target_network = QNetwork(obs_dim=4, n_actions=2, hidden=cfg.hidden).to(replica.device)
 target_network.load_state_dict(q_network.state_dict())
-rb = ReplayBuffer(cfg.buffer_size, obs_dim=4)
+rb = ReplayBuffer(cfg.buffer_size, obs_dim=4, device=replica.device)  # on the learner's device
 rng = np.random.default_rng(cfg.seed)
 target_syncs = 0
 weights = q_network.state_dict()
 """),
     ("%%fragment actor --init", """\
 explore = np.random.default_rng(cfg.seed + 1000 + replica.index)
-policy = QNetwork(obs_dim=4, n_actions=2, hidden=cfg.hidden)
+policy = QNetwork(obs_dim=4, n_actions=2, hidden=cfg.hidden).to(replica.device)
 policy.load_state_dict(weights)
 """),
     ("%%fragment actor", """\
@@ -208,7 +267,7 @@ action = act(policy, obs, epsilon, explore)
     ("%%fragment env", """\
 obs, reward, terminated, truncated, info = envs.step(action)
 # a truncated episode's real next observation (obs already holds the reset one)
-next_obs = np.where(truncated[:, None], info["final_obs"], obs)
+next_obs = envs.xp.where(truncated[:, None], info["final_obs"], obs)
 wb.log("charts/episodic_return", info["episode_return"])
 """),
     ("%%fragment learner", """\
@@ -238,7 +297,7 @@ policy.load_state_dict(weights)
 # of its own (docs/off_policy.md compares the traffic). These cells replace the learner's.
 BUFFER_FRAGMENT_CELLS: list[tuple[str, str]] = [
     ("%%fragment buffer --init", """\
-rb = ReplayBuffer(cfg.buffer_size, obs_dim=4)
+rb = ReplayBuffer(cfg.buffer_size, obs_dim=4, device=replica.device)
 rng = np.random.default_rng(cfg.seed)
 """),
     ("%%fragment buffer --every iteration", """\
@@ -250,9 +309,9 @@ taken = reward.size
 """),
     ("%%fragment learner --init", """\
 torch.manual_seed(cfg.seed)
-q_network = QNetwork(obs_dim=4, n_actions=2, hidden=cfg.hidden)
+q_network = QNetwork(obs_dim=4, n_actions=2, hidden=cfg.hidden).to(replica.device)
 optimizer = torch.optim.Adam(q_network.parameters(), lr=cfg.learning_rate)
-target_network = QNetwork(obs_dim=4, n_actions=2, hidden=cfg.hidden)
+target_network = QNetwork(obs_dim=4, n_actions=2, hidden=cfg.hidden).to(replica.device)
 target_network.load_state_dict(q_network.state_dict())
 target_syncs = 0
 weights = q_network.state_dict()

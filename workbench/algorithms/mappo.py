@@ -36,8 +36,8 @@ from torch import nn
 
 import workbench as wb
 from workbench.algorithms.config_docs import documented
-from workbench.algorithms.ppo import device_of, host, on_device
-from workbench.kernels import gae, normalize_advantages
+from workbench.algorithms.ppo import device_of, flat_batch, like, on_device
+from workbench.kernels import array_module_of, gae, normalize_advantages
 
 __all__ = ["MAPPOConfig", "MAPPOAgent", "global_state", "mappo_update", "to_numpy",
            "FRAGMENT_CELLS", "build_fdg", "cfg"]
@@ -113,8 +113,12 @@ def _layer(n_in: int, n_out: int, std: float = np.sqrt(2)) -> nn.Linear:
 
 
 def to_numpy(x) -> np.ndarray:
-    """A NumPy array from a NumPy or CuPy array (a device-to-host copy for CuPy), so the
-    networks run on the CPU whatever backend the env uses."""
+    """A NumPy array from a NumPy or CuPy array (a device-to-host copy for CuPy), for
+    reading a GPU env's values on the host (the networks and the update take either kind).
+
+    >>> to_numpy([1.0, 2.0]).tolist()
+    [1.0, 2.0]
+    """
     if type(x).__module__.startswith("cupy"):
         return x.get()
     return np.asarray(x)
@@ -157,15 +161,16 @@ class MAPPOAgent(nn.Module):
 
     @torch.inference_mode()
     def act(self, obs):
-        """Sample every agent's move for a batch ``[N, agents, obs_dim]`` (NumPy or CuPy):
-        (action, log-prob, value), each ``[N, agents]`` NumPy. CuPy observations reach a
-        network on the GPU through DLPack (no copy to the host and back)."""
+        """Sample every agent's move for a batch ``[N, agents, obs_dim]``: (action, log-prob,
+        value), each ``[N, agents]``, in the observations' kind of array (as ``ppo.py``'s):
+        NumPy in, NumPy out; CuPy observations from a GPU env reach a network on that GPU
+        through DLPack and the results go back as CuPy, so nothing crosses to the host."""
         x = on_device(obs if type(obs).__module__.startswith("cupy") else to_numpy(obs), device_of(self))
         logp_all = torch.log_softmax(self.actor(x), -1)
         action = torch.multinomial(logp_all.reshape(-1, logp_all.shape[-1]).exp(), 1)
         action = action.reshape(logp_all.shape[:-1])
         logp = logp_all.gather(-1, action[..., None]).squeeze(-1)
-        return host(action), host(logp), host(self.value(x))
+        return like(obs, action), like(obs, logp), like(obs, self.value(x))
 
 
 # ----------------------------------------------------------------------------- the update
@@ -194,29 +199,28 @@ def mappo_update(agent, optimizer, cfg, update, state, action, logp, value, rewa
     Shapes: ``state`` ``[T, N, agents, obs_dim]``; ``action``, ``logp``, ``value``,
     ``reward`` ``[T, N, agents]``; ``starts`` ``[T, N]`` (1 where ``state[t]`` begins an
     episode); ``last_obs`` ``[N, agents, obs_dim]`` and ``last_done`` ``[N]``, the observation
-    and done flag after the final step (they bootstrap the returns). NumPy or CuPy arrays.
+    and done flag after the final step (they bootstrap the returns). NumPy or CuPy arrays
+    (all of one kind): GAE runs where the rollout is, and the batch goes to ``agent``'s
+    device once (no copy where it is there already: a GPU env's rollout on its GPU).
     """
-    state, action, logp, value, reward, starts, last_obs, last_done = (
-        to_numpy(x) for x in (state, action, logp, value, reward, starts, last_obs, last_done))
+    xp = array_module_of(reward)
     if cfg.anneal_lr:
         frac = max(0.0, 1.0 - update / cfg.iterations)
         optimizer.param_groups[0]["lr"] = frac * cfg.learning_rate
     T, N, A = reward.shape
     device = device_of(agent)  # the batch goes where the network is (replica.device)
-    with torch.no_grad():
-        last_value = host(agent.value(on_device(last_obs, device)))
+    with torch.no_grad():  # in the rollout's kind of array: GAE runs where the rollout is
+        last_value = like(reward, agent.value(on_device(xp.asarray(last_obs), device)))
     # Every (env, agent) pair is one GAE stream: agents flattened into the batch axis.
     advantages, returns = gae(reward.reshape(T, N * A), value.reshape(T, N * A),
-                              np.repeat(starts, A, axis=1), last_value.reshape(N * A),
-                              np.repeat(last_done, A), cfg.gamma, cfg.gae_lambda)
+                              xp.repeat(starts, A, axis=1), last_value.reshape(N * A),
+                              xp.repeat(last_done, A), cfg.gamma, cfg.gae_lambda)
 
     # The batch is of (step, env) pairs, each carrying all agents: the critic needs them all.
-    b_obs = on_device(state.reshape(T * N, A, -1), device)
-    b_act = on_device(action.reshape(T * N, A).astype(np.int64), device)
-    b_logp = on_device(logp.reshape(T * N, A), device)
-    b_val = on_device(np.ascontiguousarray(value.reshape(T * N, A), dtype=np.float32), device)
-    b_adv = on_device(np.ascontiguousarray(advantages.reshape(T * N, A), dtype=np.float32), device)
-    b_ret = on_device(np.ascontiguousarray(returns.reshape(T * N, A), dtype=np.float32), device)
+    b_obs, b_act = flat_batch(state, device), flat_batch(action, device, np.int64)
+    b_logp, b_val = flat_batch(logp, device), flat_batch(value, device, np.float32)
+    b_adv = flat_batch(advantages.reshape(T, N, A), device, np.float32)
+    b_ret = flat_batch(returns.reshape(T, N, A), device, np.float32)
     batch = b_obs.shape[0]
     groups = [list(agent.actor.parameters()), list(agent.critic.parameters())]
     mb_size = batch // cfg.num_minibatches
@@ -247,11 +251,10 @@ def mappo_update(agent, optimizer, cfg, update, state, action, logp, value, rewa
 # Each entry is one notebook cell: (magic line, body). The notebook holds them verbatim.
 FRAGMENT_CELLS: list[tuple[str, str]] = [
     ("%%fragment env --init", """\
-backend = replica.device            # "cpu": the NumPy env; "cuda:K": the CuPy env on GPU K
 envs = wb.envs.make(cfg.env_id, num_envs=cfg.num_envs // replica.count, seed=cfg.seed + replica.index,
-                    backend=backend)
+                    device=replica.device)  # "cpu": the NumPy env; "cuda:K": the CuPy env on GPU K
 obs = envs.reset()
-done = envs.xp.zeros(envs.num_envs, dtype=bool)
+done = envs.xp.zeros(envs.num_envs, dtype=bool)  # on the env's device, as its steps' dones
 """),
     ("%%fragment learner --init", """\
 torch.manual_seed(cfg.seed)

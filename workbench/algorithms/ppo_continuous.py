@@ -324,7 +324,7 @@ low, high = envs.action_space.low, envs.action_space.high
 obs_norm = ObsNormalizer(envs.observation_shape, enabled=cfg.norm_obs)
 reward_scale = RewardScaler(envs.num_envs, cfg.gamma, enabled=cfg.norm_reward)
 obs = obs_norm(envs.reset())
-done = np.zeros(envs.num_envs, dtype=bool)
+done = envs.xp.zeros(envs.num_envs, dtype=bool)  # on the env's device, as its steps' dones
 """),
     ("%%fragment learner --init", """\
 torch.manual_seed(cfg.seed)
