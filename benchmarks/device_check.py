@@ -382,8 +382,8 @@ def main() -> None:
         got = run_part(name, env, args.timeout, kwargs)
         print(format_rows(got), flush=True)
         rows += got
-    if args.json:
-        Path(args.json).write_text(json.dumps(rows, indent=1, default=str))
+        if args.json:  # after every part: a run cut short still leaves what it measured
+            Path(args.json).write_text(json.dumps(rows, indent=1, default=str))
     print("\n## device check\n" + format_rows(rows))
 
 
