@@ -32,11 +32,12 @@ from workbench.auto_trials import AUTO_TRIAL_ITERATIONS, auto_summary, check_bud
 from workbench.config import RunConfig
 from workbench.errors import CellNotReturningError, ProcessDiedError, RunConfigError, WorkerLostError
 from workbench.fdg.graph import Graph
-from workbench.fdg.plan import Plan, make_plan
+from workbench.fdg.plan import make_plan
 from workbench.fdg.policy import IN_PROCESS, Policy, as_policy_spec, needs_cluster, rehome, resolve_policy
 from workbench.progress import make_progress
 from workbench.runtime.checkpoint_writer import CheckpointWriter
-from workbench.runtime.driver import InlineBackend, IterationRecord, drive
+from workbench.runtime.driver import IterationRecord, drive
+from workbench.runtime.inline import InlineBackend
 from workbench.runtime.faults import announce, fault_line
 from workbench.runtime.interrupts import shielded
 from workbench.runtime.notebook_values import taken_at_deploy
@@ -44,6 +45,7 @@ from workbench.runtime.replica import group_program
 from workbench.runtime.run import Run
 from workbench.runtime.serialisable import check_notebook, readers_of
 from workbench.runtime.state import RunState
+from workbench.stretch_state import collect_state, counts_in, say_left_out, settle_counts, snapshot_state, states_for
 
 __all__ = ["Trainer", "AUTO_TRIAL_ITERATIONS", "MAX_RECOVERIES"]
 
@@ -335,21 +337,27 @@ class Trainer:
                 run.started = time.perf_counter()  # the clock includes deploying the replicas
             if not resolved.in_process:  # a lock or a generator read from the notebook: say which, before sending
                 check_notebook(notebook, readers_of(self.fdg, notebook))
-            backend.deploy(plan, programs, notebook, _states_for(plan, resume))
+            states = states_for(plan, resume)
+            backend.deploy(plan, programs, notebook, states)
+            # the env replicas' own counts settle the stretch's: steps of iterations left unfinished count
+            at_start, recorded_before = counts_in(states), dict(run.replica_env_steps)
             try:
+                # lockstep with a target: the run stops at the iteration that met it (docs/counting.md)
                 drive(plan, backend, iterations, on_iteration, start=start, snapshot_every=every,
                       full_snapshot_every=full_every, on_snapshot=stretch.writer.stretch(plan, resolved),
-                      stopping=self._stop.is_set)
+                      stopping=self._stop.is_set, lockstep=run.target_return is not None)
             except CellNotReturningError:
+                settle_counts(run, backend, at_start, recorded_before)
                 backend.overdue = True  # its loops were given their grace already: don't wait again
                 raise
             except WorkerLostError as lost:
-                lost.state = _snapshot_state(plan, backend.snapshots)
+                lost.state = snapshot_state(plan, backend.snapshots)
                 lost.iteration = start + completed
                 raise
+            settle_counts(run, backend, at_start, recorded_before)
             if stretch.keep_state or self._pending is not None or self._changes:
-                run.state = _collect_state(plan, backend.export(), start + completed)
-                _say_left_out(run)
+                run.state = collect_state(plan, backend.export(), start + completed)
+                say_left_out(run)
         finally:
             with shielded("releasing the run's replicas"):  # a second Ctrl-C must not cut this short
                 backend.teardown()
@@ -420,55 +428,6 @@ def _check_not_repeating(run: Run, lost: WorkerLostError, last) -> None:
         "(a segfault, an abort), a thread or child process calling os._exit, or running out of "
         "memory. Run under policy inline to see where (the error names the cell), fix it, and run "
         "again.") from lost
-
-
-def _snapshot_state(plan: Plan, book) -> RunState | None:
-    if book is None:
-        return None
-    found = book.latest()
-    if found is None:
-        return None
-    from workbench.runtime.snapshots import state_from
-
-    return state_from(plan, found[0], found[1])
-
-
-def _states_for(plan: Plan, resume: RunState | None) -> dict[tuple[str, int], dict] | None:
-    """Lay a resumed state out over this plan's replicas: (group, index) → fragment states."""
-    if resume is None:
-        return None
-    counts = {f: g.replicas for g in plan.policy.groups for f in g.fragments}
-    layout = resume.layout(counts)
-    out: dict[tuple[str, int], dict] = {}
-    for group in plan.policy.groups:
-        for index in range(group.replicas):
-            out[(group.name, index)] = {f: layout[f][index] for f in group.fragments
-                                        if layout[f][index] is not None}
-    return out
-
-
-def _collect_state(plan: Plan, exported: dict, iteration: int) -> RunState:
-    fragments: dict[str, list] = {}
-    for group in plan.policy.groups:
-        for frag in group.fragments:
-            fragments[frag] = [exported[(group.name, i)][frag] for i in range(group.replicas)]
-    stepping = frozenset(n for n, f in plan.fdg.fragments.items() if "step" in f.cells)
-    return RunState(iteration, fragments, stepping)
-
-
-def _say_left_out(run: Run) -> None:
-    """Say (once per run) which state the final export left out because it does not
-    pickle — snapshots said it already when there were any."""
-    from workbench.runtime.counting import REBUILT_KEY
-
-    for frag, replicas in run.state.fragments.items():
-        for values in replicas:
-            for name, label in (values.get(REBUILT_KEY) or {}).items() if isinstance(values, dict) else ():
-                said = f"fragment {frag!r} keeps {name!r} in its state"
-                if not any(e.kind == "state left out" and e.message.startswith(said) for e in run.events):
-                    run.note("state left out", f"{said}, which cannot be pickled ({label}): the run's final "
-                             "state leaves it out, and a resume runs the fragment's init cell to build it "
-                             "again.", run.state.iteration)
 
 
 def _loggers(loggers, log_dir: str | None) -> list:

@@ -27,6 +27,8 @@ from workbench.cluster.channel_security import channel_tls, cluster_uses_tls, wo
 from workbench.cluster.dashboard_model import RUN_EVENT
 from workbench.cluster.report_events import report_event
 from workbench.cluster.report_relay import REPORT_KEY, DriverInbox, ReportRelay
+from workbench.cluster.worker_control import (PLUGIN_NAME, _busy_cells, _drop_run, _fence_close, _fence_of,
+                                              _fence_pause, _fence_release, _set_stopping)
 from workbench.errors import FragmentRuntimeError, PlacementError, WorkbenchError, WorkerLostError, WorkerUnreachableError
 from workbench.fdg.inventory import Inventory
 from workbench.fdg.plan import Plan
@@ -40,7 +42,6 @@ from workbench.runtime.snapshots import DRIVER, SnapshotBook, snapshot_key
 
 __all__ = ["DaskBackend", "WorkbenchPlugin"]
 
-PLUGIN_NAME = "workbench"
 #: after a loop fails, how long to wait for the scheduler to notice a dead worker
 LOSS_GRACE_SECONDS = 5.0
 #: finished runs whose events the scheduler keeps (the /workbench page can show them)
@@ -121,6 +122,8 @@ def _loop_task(run_id: str, authkey: bytes, group: str, index: int, plan: Plan, 
     failed: WorkbenchError | None = None
     try:
         fence = None if plan.policy.asynchronous else _fence_of(plugin, run_id)
+        if fence is not None and stream.lockstep:  # iterations wait for the driver's release
+            fence.gate(stream.start)
         return run_loop(deployed.replica, stream.tasks(plan), deployed.mailbox, postman, counts, report,
                         lambda: run_id in plugin.stopping, snapshot, stream.snapshot_every,
                         stream.full_snapshot_every, fence)
@@ -171,46 +174,6 @@ def _add_phases(phases: dict, task_report: TaskReport) -> None:
                        (("sending outputs", "seconds"), task_report.send_seconds),
                        (("sent to other processes", "bytes"), task_report.sent_bytes)):
         phases[key] = phases.get(key, 0) + value
-
-
-def _set_stopping(run_id: str, dask_worker=None) -> None:
-    plugin = dask_worker.plugins.get(PLUGIN_NAME)
-    if plugin is not None:
-        plugin.stopping.add(run_id)
-
-
-def _busy_cells(run_id: str, dask_worker=None) -> list[str]:
-    plugin = dask_worker.plugins.get(PLUGIN_NAME)
-    deployed = [] if plugin is None else [d for (r, _, _), d in plugin.deployed.items() if r == run_id]
-    return [text for d in deployed if (text := d.replica.describe_busy())]
-
-
-def _fence_of(plugin: WorkbenchPlugin, run_id: str) -> Fence:
-    return plugin.__dict__.setdefault("fences", {}).setdefault(run_id, Fence())
-
-
-def _fence_pause(run_id: str, dask_worker=None) -> int:
-    """Phase 1 of an exact boundary, on one worker: hold its replicas of the run before
-    their next iteration; the newest iteration they began (-1 for none)."""
-    return _fence_of(dask_worker.plugins[PLUGIN_NAME], run_id).pause()
-
-
-def _fence_close(run_id: str, boundary: int, dask_worker=None) -> None:
-    _fence_of(dask_worker.plugins[PLUGIN_NAME], run_id).close_at(boundary)
-
-
-def _drop_run(run_id: str, keep_stop: bool = False, dask_worker=None) -> int:
-    plugin = dask_worker.plugins.get(PLUGIN_NAME)
-    if plugin is None:
-        return 0
-    plugin.__dict__.get("fences", {}).pop(run_id, None)
-    plugin.__dict__.get("turns", {}).pop(run_id, None)
-    mine = [k for k in plugin.deployed if k[0] == run_id]
-    for key in mine:
-        plugin.deployed.pop(key).close()
-    if not keep_stop:  # a stuck cell that returns one day (no nanny to end it) must then see the stop
-        plugin.stopping.discard(run_id)
-    return len(mine)
 
 
 def _pickled(state: dict | None) -> bytes | None:
@@ -479,6 +442,23 @@ class DaskBackend:
         except Exception:  # a worker gone mid-fence: stop without one
             return None
         return boundary
+
+    def release(self, iteration: int) -> None:
+        """Lockstep: the replicas may begin ``iteration`` (one round trip to the workers)."""
+        try:
+            self.client.run(_fence_release, self.run_id, iteration, workers=sorted(set(self._workers.values())))
+        except Exception:  # a worker that is gone is found by check()
+            pass
+
+    def activity(self) -> dict[str, tuple[int, float | None]]:
+        """Per replica: steps finished, CPU seconds of its loop (workbench.runtime.stall)."""
+        loops = {future.key: key for key, future in zip(self._workers, self._loops)}
+        return liveness.loop_activity(self.client, self.run_id, loops, sorted(set(self._workers.values())),
+                                      PLUGIN_NAME)
+
+    def env_step_counts(self) -> dict[str, int]:
+        """Each replica's own env-step count (in the run), read from its worker."""
+        return liveness.env_step_counts(self.client, self.run_id, sorted(set(self._workers.values())), PLUGIN_NAME)
 
     def stop(self) -> None:
         if not self._stopped.is_set():

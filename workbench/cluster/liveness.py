@@ -11,6 +11,11 @@ first bytes, which only the live process sends. A slow iteration is not silence 
 fails a probe: a busy worker still answers within milliseconds. On a TLS cluster the probe
 speaks TLS first (the server's half of that handshake, too, comes only from a live process).
 
+A busy worker is not a stalled run either: when the run stays silent past its stall
+deadline, :func:`loop_activity` reads each replica's progress on its worker — the steps its
+step loop finished, and the CPU its loop's thread used — and the driver calls the run
+stalled only if no replica stepped or computed (:mod:`workbench.runtime.stall`).
+
 Example:
     >>> unanswered({"w1": ("127.0.0.1", 1)}, timeout=0.5)   # nothing listens on port 1
     ['w1']
@@ -19,14 +24,17 @@ from __future__ import annotations
 
 import asyncio
 import socket
+import threading
 import uuid
 from concurrent.futures import ThreadPoolExecutor
 
 from distributed.core import rpc
 from distributed.metrics import time as dask_time
 
+from workbench.runtime.stall import thread_cpu_seconds
+
 __all__ = ["PROBE_TIMEOUT_SECONDS", "CONFIRM_TIMEOUT_SECONDS", "HEARD_WITHIN_SECONDS", "answers", "unanswered",
-           "confirmed_silent", "lost_among", "retire"]
+           "confirmed_silent", "lost_among", "retire", "loop_activity", "env_step_counts"]
 
 #: how long a probed channel server has to answer (generous: a busy 2-core CI box)
 PROBE_TIMEOUT_SECONDS = 5.0
@@ -144,3 +152,41 @@ def retire(client, addresses: list[str]) -> None:
     close, and when it comes back it closes with its nanny: on your own hosts, restart that
     ``dask worker``."""
     client.run_on_scheduler(_retire_workers, list(addresses))
+
+
+
+def _replicas_progress(run_id: str, loops: dict, plugin_name: str, dask_worker=None) -> dict:
+    """On a worker: per replica of the run deployed there, (steps finished, CPU seconds of
+    the thread running its loop task — found by the task's key among Dask's active threads,
+    which a seceded long-running task stays in —, env steps its envs took in the run)."""
+    plugin = dask_worker.plugins.get(plugin_name)
+    if plugin is None:
+        return {}
+    threads = {t.ident: t for t in threading.enumerate()}
+    cpu = {tuple(loops[key]): thread_cpu_seconds(threads.get(ident))
+           for ident, key in dict(dask_worker.active_threads).items() if key in loops}
+    return {f"{group}[{index}]": (item.replica.steps_done, cpu.get((group, index)),
+                                  sum(item.replica.env_steps_taken.values()))
+            for (run, group, index), item in list(plugin.deployed.items()) if run == run_id}
+
+
+def _progress(client, run_id: str, loops: dict, workers: list[str], plugin_name: str) -> dict:
+    answers = client.run(_replicas_progress, run_id, loops, plugin_name, workers=workers)
+    merged: dict = {}
+    for part in answers.values():
+        merged.update(part)
+    return merged
+
+
+def loop_activity(client, run_id: str, loops: dict, workers: list[str], plugin_name: str = "workbench") -> dict:
+    """Every replica's progress so far, ``"group[index]"`` → (steps finished, CPU seconds of
+    its loop's thread or None), read on ``workers``; ``loops`` maps each loop task's key to
+    its (group, index)."""
+    return {label: (steps, cpu) for label, (steps, cpu, _) in
+            _progress(client, run_id, loops, workers, plugin_name).items()}
+
+
+def env_step_counts(client, run_id: str, workers: list[str], plugin_name: str = "workbench") -> dict[str, int]:
+    """Each replica's own count of the env steps its envs took in the whole run,
+    ``"group[index]"`` → steps (docs/counting.md), read on ``workers``."""
+    return {label: taken for label, (_, _, taken) in _progress(client, run_id, {}, workers, plugin_name).items()}

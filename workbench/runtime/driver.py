@@ -1,16 +1,14 @@
 """The driver: wires the plan, starts one loop per group replica on a backend, and turns
 the loops' task reports into finished iterations, in order.
 
-A :class:`Backend` decides where loops run — :class:`InlineBackend` in this process (a
-thread per replica), the Dask backend in ``workbench.cluster`` on workers. The driver only
-sees small :class:`TaskReport`s; bulk data moves replica to replica.
+A :class:`Backend` decides where loops run — ``InlineBackend`` in this process (a thread
+per replica, :mod:`workbench.runtime.inline`), the Dask backend in ``workbench.cluster`` on
+workers. The driver only sees small :class:`TaskReport`s; bulk data moves replica to
+replica.
 """
 from __future__ import annotations
 
-import pickle
 import queue
-import sys
-import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -20,16 +18,12 @@ from typing import Any, Protocol
 from workbench.errors import CellNotReturningError
 from workbench.fdg.plan import Plan
 from workbench.fdg.wiring import WiredTask, wire_stream
-from workbench.runtime.channels import LocalPostman, Mailbox, dumps_state
 from workbench.runtime.counting import RETURN_METRIC
-from workbench.runtime.fence import Fence, decide
 from workbench.runtime.interrupts import shielded
-from workbench.runtime.loop import run_loop
-from workbench.runtime.randomness import Turns
-from workbench.runtime.replica import GroupProgram, GroupReplica, TaskReport
-from workbench.runtime.snapshots import DRIVER, SnapshotBook, snapshot_key
+from workbench.runtime.replica import GroupProgram, TaskReport
+from workbench.runtime.stall import Watchdog
 
-__all__ = ["Backend", "InlineBackend", "IterationRecord", "StreamSpec", "drive", "Events", "close_envs"]
+__all__ = ["Backend", "IterationRecord", "StreamSpec", "drive", "Events", "close_envs"]
 
 #: how long a stop waits for the cells running to return before it names them and
 #: abandons their replicas
@@ -38,6 +32,10 @@ STOP_GRACE_S = 10.0
 #: they come over the driver's channel while exits come through Dask, and the two can
 #: arrive in either order on a busy machine
 TRAILING_REPORTS_S = 2.0
+#: how long no replica may report, nor make progress (finish a step, compute in its loop's
+#: thread), before the run is stalled; a run's deadline grows with its longest iteration
+#: (workbench.runtime.stall)
+STALL_TIMEOUT_S = 30.0
 
 
 class Events:
@@ -88,7 +86,11 @@ class Backend(Protocol):
         it came from a process that died."""
 
     # optional: ``probe(silent_for)``, called when no loop has reported for ``probe_after``
-    # seconds; raises WorkerLostError for workers that are alive but do not answer
+    # seconds; raises WorkerLostError for workers that are alive but do not answer.
+    # ``activity()``: per replica, (steps finished, CPU seconds of its loop's thread), read
+    # when the run falls silent (workbench.runtime.stall). ``fence(at_least)`` and, under
+    # lockstep, ``release(iteration)``: exact iteration boundaries (workbench.runtime.fence).
+    # ``env_step_counts()``: each replica's own env-step counter, read once the loops stopped.
 
 
 @dataclass(frozen=True)
@@ -103,6 +105,9 @@ class StreamSpec:
     #: and every fragment's every ``full_snapshot_every`` (0: never)
     snapshot_every: int = 0
     full_snapshot_every: int = 0
+    #: no replica begins an iteration before the driver has recorded the one before and
+    #: released it (``Backend.release``): a stop decided on an iteration lands right after it
+    lockstep: bool = False
 
     def tasks(self, plan: Plan) -> Iterator[WiredTask]:
         return wire_stream(plan, self.iterations, self.start, with_init=self.with_init)
@@ -128,16 +133,19 @@ class IterationRecord:
     #: warnings replicas sent with their reports: (the run's event kind, the message)
     notes: list[tuple[str, str]] = field(default_factory=list)
 
-    def absorb(self, report: TaskReport, *, with_timing: bool) -> None:
-        for name, values in report.metrics.get(self.iteration, {}).items():
+    def absorb(self, report: TaskReport, *, with_timing: bool, of: int | None = None) -> None:
+        """Add ``report``'s part of iteration ``of`` (default: this record's own)."""
+        of = self.iteration if of is None else of
+        for name, values in report.metrics.get(of, {}).items():
             self.metrics.setdefault(name, []).extend(values)
-        self.env_steps += report.env_steps.get(self.iteration, 0)
-        self.env_steps_base += report.env_steps_base
+        self.env_steps += report.env_steps.get(of, 0)
+        if of == max(report.iterations, default=of):  # once per report, however many iterations it spans
+            self.env_steps_base += report.env_steps_base
         self.notes.extend(n for n in report.notes if n not in self.notes)
         who = f"{report.group}[{report.replica}]"
-        if self.iteration in report.env_steps:
-            self.replica_env_steps[who] = self.replica_env_steps.get(who, 0) + report.env_steps[self.iteration]
-        finished = len(report.metrics.get(self.iteration, {}).get(RETURN_METRIC, ()))
+        if of in report.env_steps:
+            self.replica_env_steps[who] = self.replica_env_steps.get(who, 0) + report.env_steps[of]
+        finished = len(report.metrics.get(of, {}).get(RETURN_METRIC, ()))
         if finished:
             self.replica_episodes[who] = self.replica_episodes.get(who, 0) + finished
         if with_timing:
@@ -149,128 +157,6 @@ class IterationRecord:
                                   ("other", report.other_seconds)):
                 name = f"{report.group}[{report.replica}] {kind}"
                 self.comm_seconds[name] = self.comm_seconds.get(name, 0.0) + seconds
-
-
-class InlineBackend:
-    """Runs every replica in the calling process: one thread per replica loop, values
-    handed over by reference."""
-
-    def __init__(self) -> None:
-        self.replicas: dict[tuple[str, int], GroupReplica] = {}
-        self._stop = threading.Event()
-        self._threads: list[threading.Thread] = []
-        self.snapshots: SnapshotBook | None = None
-        self._fence = Fence()
-        self._asynchronous = False
-        #: set when a stop already waited its grace for a stuck cell (teardown then doesn't)
-        self.overdue = False
-
-    def deploy(self, plan: Plan, programs: dict[str, GroupProgram], notebook: dict[str, Any],
-               states: dict[tuple[str, int], dict] | None = None) -> None:
-        turns = Turns()  # every replica is in this process: they take turns with its RNGs
-        for name, group in plan.groups.items():
-            for index in range(group.replicas):
-                self.replicas[(name, index)] = GroupReplica(
-                    programs[name], index, group.replicas, "local", notebook, group.device,
-                    (states or {}).get((name, index)), turns)
-
-    def export(self) -> dict[tuple[str, int], dict[str, dict[str, Any]]]:
-        for thread in self._threads:
-            thread.join()
-        return {key: _detached(replica.export_state()) for key, replica in self.replicas.items()}
-
-    def check(self) -> None:
-        pass  # the calling process cannot lose itself
-
-    def failure(self, exc: BaseException) -> BaseException:
-        return exc
-
-    def start(self, plan: Plan, stream: StreamSpec, events: Events) -> None:
-        self._torch_threads = _limit_torch_threads(1)
-        self._asynchronous = plan.policy.asynchronous
-        boxes = {key: Mailbox(r.program.arrival_keys) for key, r in self.replicas.items()}
-        postman = LocalPostman(boxes)
-        counts = {name: g.replicas for name, g in plan.groups.items()}
-        if stream.snapshot_every or stream.full_snapshot_every:
-            self.snapshots = boxes[DRIVER] = SnapshotBook(counts, on_complete=events.on_snapshot)
-
-        def loop(key: tuple[str, int]) -> None:
-            replica = self.replicas[key]
-
-            def snapshot(iteration: int, full: bool) -> None:
-                postman.send(DRIVER, snapshot_key(key[0]), iteration, key[1], replica.snapshot_bytes(full))
-
-            try:
-                run_loop(replica, stream.tasks(plan), boxes[key], postman, counts, events.report,
-                         self._stop.is_set, snapshot, stream.snapshot_every, stream.full_snapshot_every,
-                         None if self._asynchronous else self._fence)
-            except BaseException as exc:  # reported to the driver, which re-raises it
-                self._stop.set()
-                events.error(exc)
-            finally:
-                events.exit(*key)
-
-        self._threads = [threading.Thread(target=loop, args=(key,), name=f"workbench-{key[0]}-{key[1]}",
-                                          daemon=True) for key in self.replicas]
-        for thread in self._threads:
-            thread.start()
-
-    def stop(self) -> None:
-        self._stop.set()
-
-    def fence(self, at_least: int) -> int | None:
-        """Close every replica at one exact iteration boundary ≥ ``at_least``; return it
-        (None under an asynchronous policy, whose replicas have no common iteration)."""
-        if self._asynchronous:
-            return None
-        return decide([self._fence], at_least)
-
-    def busy_cells(self) -> list[str]:
-        """What each replica's cell is doing when a stop is overdue."""
-        return [text for replica in self.replicas.values() if (text := replica.describe_busy())]
-
-    def teardown(self) -> None:
-        self._stop.set()
-        deadline = time.monotonic() + (1.0 if self.overdue else STOP_GRACE_S)
-        stuck = []
-        for key, thread in zip(list(self.replicas), self._threads):
-            thread.join(max(0.0, deadline - time.monotonic()))
-            if thread.is_alive():  # a cell that never returns: Python cannot kill a thread
-                stuck.append(key)
-        if stuck:
-            cells = [self.replicas[k].describe_busy() or f"replica {k[1]} of {k[0]}" for k in stuck]
-            print(f"workbench: {'; '.join(cells)}; its thread is abandoned (it finishes on its own, "
-                  "holding nothing of the run) and the FDG is free.", flush=True)
-        _limit_torch_threads(getattr(self, "_torch_threads", None))
-        for key, replica in self.replicas.items():
-            if key not in stuck:
-                for ns in replica.namespaces.values():
-                    close_envs(ns)
-        self.replicas.clear()
-
-
-def _limit_torch_threads(count: int | None) -> int | None:
-    """Set torch's intra-op threads (if torch is loaded) and return the previous count.
-
-    Small RL networks run fastest single-threaded, and a thread pool larger than the cores
-    left free (the cluster, other loops) makes torch's spinning workers fight for them:
-    we measured 40× slowdowns on a busy 2-core machine.
-    """
-    torch = sys.modules.get("torch")
-    if torch is None or count is None:
-        return None
-    previous = torch.get_num_threads()
-    torch.set_num_threads(count)
-    return previous
-
-
-def _detached(state: dict) -> dict:
-    """A copy of a replica's state that outlives the replica (teardown closes its envs):
-    a pickle round trip, or the objects themselves when something will not pickle."""
-    try:
-        return pickle.loads(dumps_state(state))
-    except Exception:
-        return state
 
 
 def close_envs(ns: dict) -> None:
@@ -292,25 +178,35 @@ def drive(
     *,
     start: int = 0,
     with_init: bool = True,
-    stall_timeout: float = 30.0,
+    stall_timeout: float | None = None,
     snapshot_every: int = 0,
     full_snapshot_every: int = 0,
     on_snapshot=None,
     check_every: float = 1.0,
     probe_after: float = 3.0,
     stopping: Callable[[], bool] | None = None,
+    lockstep: bool = False,
 ) -> int:
     """Run ``iterations`` iterations. ``on_iteration`` gets each finished iteration in
     order and returns True to stop early. Returns the number of iterations completed.
 
     When no loop has reported for ``probe_after`` seconds (and every ``probe_after`` after
     that), a backend with a ``probe`` method checks that its workers still answer: an
-    unreachable one ends the run with a WorkerLostError long before ``stall_timeout``.
+    unreachable one ends the run with a WorkerLostError long before it could stall. The run
+    is stalled when no loop has reported for ``stall_timeout`` seconds (default
+    ``STALL_TIMEOUT_S``, growing with the longest iteration) and none made progress in them
+    either: a long iteration steps or computes (:mod:`workbench.runtime.stall`).
 
     When ``on_iteration`` asks to stop and the backend has a ``fence``, the replicas are
     closed at one exact boundary first (:mod:`workbench.runtime.fence`): the iterations
     they had begun are finished and recorded too (``on_iteration``'s answer then no longer
     matters), so the state collected afterwards is the state at the last recorded one.
+    With ``lockstep`` no replica begins an iteration before the one before it is recorded,
+    so that boundary is right after the iteration whose record asked to stop (a run with a
+    ``target_return`` stops at the iteration that met it). Under an asynchronous policy
+    (no boundary) the loops stop after the task in hand, and ``drive`` returns once they
+    have: the env replicas' own counters are then final (the trainer counts from them the
+    steps of iterations left unfinished, docs/counting.md).
 
     ``stopping`` says a stop was asked for: if then no replica reports for
     ``STOP_GRACE_S``, a cell is stuck, and :class:`CellNotReturningError` names it.
@@ -318,11 +214,21 @@ def drive(
     Ctrl-C (KeyboardInterrupt) stops every loop before it propagates; a second one
     while they stop is held until they have (:mod:`workbench.runtime.interrupts`).
     """
-    stream = StreamSpec(iterations, start, with_init, snapshot_every, full_snapshot_every)
+    release = getattr(backend, "release", None)
+    gated = lockstep and release is not None and not plan.policy.asynchronous
+    stream = StreamSpec(iterations, start, with_init, snapshot_every, full_snapshot_every, gated)
     pending = stream.tasks(plan)  # the driver walks the stream too, a little ahead of the loops
     tasks: dict[int, WiredTask] = {}
     outstanding: dict[int, int] = {}
     horizon = start - 1  # every task touching iterations ≤ horizon has been counted
+
+    def counted(task: WiredTask) -> list[int]:
+        # gated, a task counts toward its own (last) iteration alone: one that opens with
+        # the closing cells of the iteration before (an actor loading new weights) waits at
+        # the gate, and the iteration before must be recordable without it
+        if gated:
+            return [task.iteration] if task.iteration is not None else []
+        return _iterations_of(task)
 
     def count_through(iteration: int) -> None:
         nonlocal horizon
@@ -332,7 +238,7 @@ def drive(
                 horizon = start + iterations  # past a fence's boundary nothing runs
                 return
             tasks[task.index] = task
-            for it in _iterations_of(task):
+            for it in counted(task):
                 outstanding[it] = outstanding.get(it, 0) + _reports_of(plan, task)
             if task.iteration is not None:
                 horizon = max(horizon, task.iteration - 1)
@@ -342,9 +248,12 @@ def drive(
     records: dict[int, IterationRecord] = {}
     events = Events(on_snapshot)
     next_iteration = start
-    last_event = last_check = last_probe = time.monotonic()
+    last_check = last_probe = time.monotonic()
+    watchdog = Watchdog(STALL_TIMEOUT_S if stall_timeout is None else stall_timeout,
+                        getattr(backend, "activity", None))
     probe = getattr(backend, "probe", None)
     end = start + iterations  # lowered to the fence's boundary when a stop is asked for
+    unbounded_stop = False  # a stop without a boundary (asynchronous): wait for the loops to end
     backend.start(plan, stream, events)
     if getattr(backend, "snapshots", None) is not None:
         backend.snapshots.settle(start)
@@ -357,21 +266,23 @@ def drive(
                 event = events.queue.get(timeout=0.1)
             except queue.Empty:
                 now = time.monotonic()
-                if stopping is not None and stopping() and now - last_event > STOP_GRACE_S:
+                silent = watchdog.silent_for(now)
+                if stopping is not None and stopping() and silent > STOP_GRACE_S:
                     busy = getattr(backend, "busy_cells", None)
                     raise CellNotReturningError(busy() if busy is not None else [], STOP_GRACE_S)
-                if probe is not None and loops_left and min(now - last_event, now - last_probe) > probe_after:
-                    probe(now - last_event)  # silence: is a worker cut off or frozen?
+                if probe is not None and loops_left and min(silent, now - last_probe) > probe_after:
+                    probe(silent)  # silence: is a worker cut off or frozen?
                     last_probe = time.monotonic()
-                silent = time.monotonic() - last_event
-                if (loops_left == 0 and silent > TRAILING_REPORTS_S) or silent > stall_timeout:
+                if loops_left == 0 and silent > TRAILING_REPORTS_S:
                     backend.check()
-                    why = (f"every loop has ended, and no report came in the {TRAILING_REPORTS_S:g} s "
-                           "after" if loops_left == 0 else
-                           f"no replica reported for {stall_timeout:g} s and {loops_left} loops are still alive")
-                    raise RuntimeError(f"the run stalled at iteration {next_iteration}: {why}.") from None
+                    raise RuntimeError(f"the run stalled at iteration {next_iteration}: every loop has "
+                                       f"ended, and no report came in the {TRAILING_REPORTS_S:g} s after.")
+                why = watchdog.stalled(time.monotonic()) if loops_left else None
+                if why is not None:
+                    backend.check()
+                    raise RuntimeError(_stalled(backend, next_iteration, silent, loops_left, why)) from None
                 continue
-            last_event = time.monotonic()
+            watchdog.heard(time.monotonic())
             if event[0] == "error":
                 raise backend.failure(event[1])
             if event[0] == "exit":
@@ -388,12 +299,16 @@ def drive(
             its = event[2].iterations  # an async answer counts toward its sender's iteration
             count_through(max(its, default=start))
             for it in its:
-                records.setdefault(it, IterationRecord(it)).absorb(event[2], with_timing=it == its[-1])
+                # gated, a task's head of an iteration already recorded lands in the next
+                into = max(it, next_iteration)
+                records.setdefault(into, IterationRecord(into)).absorb(event[2], with_timing=it == its[-1], of=it)
+            for it in counted(task) if gated else its:
                 outstanding[it] -= 1
             count_through(next_iteration + 1)
             while next_iteration < end and outstanding.get(next_iteration) == 0:
                 record = records.pop(next_iteration)
                 next_iteration += 1
+                watchdog.iteration_done(time.monotonic())
                 if getattr(backend, "snapshots", None) is not None:
                     backend.snapshots.settle(next_iteration)  # a resume starts no later
                 count_through(next_iteration + 1)
@@ -401,18 +316,56 @@ def drive(
                     fence = getattr(backend, "fence", None)
                     boundary = fence(next_iteration) if fence is not None else None
                     if boundary is None:
-                        return next_iteration - start
+                        unbounded_stop, end = True, next_iteration
+                        break
                     end = min(end, boundary)
                     for index, waiting in list(tasks.items()):  # tasks past the boundary never run
                         if waiting.iteration is not None and waiting.iteration >= end:
                             left = reports_left.pop(index, _reports_of(plan, waiting))
-                            for it in _iterations_of(waiting):
+                            for it in counted(waiting):
                                 outstanding[it] -= left
                             del tasks[index]
+                elif gated:
+                    release(next_iteration)  # decided: the replicas may begin it
+        if unbounded_stop:
+            _await_exits(backend, events, loops_left)
     finally:
         with shielded("stopping the run's replicas"):  # a second Ctrl-C must not cut this short
             backend.stop()
     return next_iteration - start
+
+
+def _stalled(backend: Backend, iteration: int, silent: float, loops: int, why: str) -> str:
+    """The stall's error: how long it has been silent, and what is known of why."""
+    text = (f"the run stalled at iteration {iteration}: no replica reported for {silent:.0f} s and {loops} "
+            "loops are still alive")
+    if not why:
+        return text + "."
+    busy = getattr(backend, "busy_cells", None)
+    cells = busy() if busy is not None else []
+    return (f"{text}, and {why}{' (' + '; '.join(cells) + ')' if cells else ''}. A cell that waits for "
+            "what never comes (an event, a lock, another process) holds every replica that needs its "
+            "values: fix the cell, or stop the run.")
+
+
+def _await_exits(backend: Backend, events: Events, loops_left: int) -> None:
+    """After a stop without a boundary: stop the loops and wait until every one has
+    exited, so that what their last tasks did is done (and counted in the env replicas'
+    own counters). A loop still busy after ``STOP_GRACE_S`` is left to the teardown, which
+    then does not wait again."""
+    backend.stop()
+    deadline = time.monotonic() + STOP_GRACE_S
+    while loops_left > 0:
+        try:
+            event = events.queue.get(timeout=0.05)
+        except queue.Empty:
+            if time.monotonic() > deadline:
+                backend.overdue = True
+                return
+            continue
+        if event[0] == "exit":
+            loops_left -= 1
+        # a report or an error after the stop (a loop cut short) changes nothing recorded
 
 
 def _reports_of(plan: Plan, task: WiredTask) -> int:

@@ -16,6 +16,12 @@ if nothing had happened (for synchronous policies).
 One fence serves the replicas of one process (the notebook's for inline runs, each
 worker's on a cluster); :func:`decide` closes several at one boundary.
 
+**Lockstep** (a run with a ``target_return``): a gated fence lets no replica begin an
+iteration until the driver has recorded the one before and released it
+(:meth:`Fence.release`), so a stop decided on iteration ``i`` closes at ``i + 1``
+exactly — no replica, however far it could run ahead (actors that read nothing from the
+learner), has begun ``i + 1``.
+
 Example:
     >>> fence = Fence()
     >>> fence.enter(("env", 0), 0, lambda: False), fence.enter(("env", 0), 1, lambda: False)
@@ -41,6 +47,8 @@ class Fence:
         self._paused = False
         self._boundary: int | None = None
         self._begun: dict = {}
+        #: gated: the newest iteration the driver lets begin (None: not gated)
+        self._released: int | None = None
 
     @property
     def boundary(self) -> int | None:
@@ -51,12 +59,30 @@ class Fence:
         """May ``replica`` begin ``iteration``? Waits while the fence is paused; False once
         the iteration is at or past the boundary (the replica's loop then ends)."""
         with self._cond:
-            while self._paused and not stopped():
+            while (self._paused or self._held(iteration)) and not stopped():
                 self._cond.wait(0.05)
             if self._boundary is not None and iteration >= self._boundary:
                 return False
             self._begun[replica] = iteration
             return True
+
+    def _held(self, iteration: int) -> bool:
+        """Gated, and ``iteration`` not released yet (nor past a boundary: that ends it)."""
+        return (self._released is not None and iteration > self._released
+                and (self._boundary is None or iteration < self._boundary))
+
+    def gate(self, first: int) -> None:
+        """Lockstep: from now on an iteration past ``first`` waits for :meth:`release`
+        (once per process: a later call, or one after a release, changes nothing)."""
+        with self._cond:
+            if self._released is None:
+                self._released = first
+
+    def release(self, iteration: int) -> None:
+        """Lockstep: the replicas may begin every iteration up to ``iteration``."""
+        with self._cond:
+            self._released = max(iteration, -1 if self._released is None else self._released)
+            self._cond.notify_all()
 
     def pause(self) -> int:
         """Phase 1: hold every replica before its next iteration; return the newest

@@ -37,6 +37,10 @@ TIMING = True
 class GroupReplica(CellErrors):
     """The live state of one replica of a group, and the loop that runs its items."""
 
+    #: steps its step loop has finished: progress the stall detector reads (a long
+    #: iteration steps, a stuck one does not; workbench.runtime.stall)
+    steps_done = 0
+
     def __init__(self, program: GroupProgram, index: int, count: int, worker: str,
                  notebook: dict[str, Any], device: str = "cpu",
                  state: dict[str, dict[str, Any]] | None = None, turns: Turns | None = None) -> None:
@@ -252,6 +256,7 @@ class GroupReplica(CellErrors):
                     buf.append(handed_over(self._written(frag, "step", ns, name, item.iteration)))
                 if sends:
                     self._send_step_values(frag, ns, sends, item.iteration)
+            self.steps_done += 1
             if t == 0 and counting and self._batch is None:
                 # envs per step, known after the stretch's first step: tell the others
                 self._batch = taken

@@ -77,6 +77,8 @@ class Run:
     checkpoints: list[str] = field(default_factory=list)
     #: finished iterations run again after lost workers (rewound to the newest snapshot)
     lost_iterations: int = 0
+    #: env steps taken in iterations a stop left unfinished (in ``env_steps``, in no row)
+    unfinished_env_steps: int = 0
 
     # -- recording ---------------------------------------------------------------------
     def record(self, rec: IterationRecord) -> None:
@@ -119,6 +121,28 @@ class Run:
         if self.solved_at is None and self.is_solved():
             self.solved_at = {"iteration": rec.iteration, "time_s": elapsed, "env_steps": self.env_steps,
                               "evidence": self.evidence()}
+
+    def record_unfinished(self, steps: dict[str, int], base: int = 0) -> None:
+        """Count ``steps`` ("group[replica]" → env steps) that the env replicas' own counters
+        hold beyond the recorded iterations: steps of iterations a stop left unfinished (an
+        asynchronous policy's actors ahead of the learner, a stuck cell's run). The envs took
+        them, so ``env_steps`` and ``replica_env_steps`` include them and stay equal to the
+        envs' own counts, which a resume continues from; no row shows them. ``base``: the
+        count the stretch started from, taken when no iteration was ever recorded.
+
+        >>> run = Run(policy_name="async", iterations=9, steps=5)
+        >>> run.record_unfinished({"env[0]": 40})
+        >>> run.env_steps, run.unfinished_env_steps, run.replica_env_steps
+        (40, 40, {'env[0]': 40})
+        """
+        if not self._base_taken:  # nothing recorded yet: the resumed count starts here
+            self._base_taken = True
+            self.env_steps_base = base
+            self.env_steps += base
+        for who, n in steps.items():
+            self.env_steps += n
+            self.unfinished_env_steps += n
+            self.replica_env_steps[who] = self.replica_env_steps.get(who, 0) + n
 
     def rewind(self, iteration: int) -> int:
         """Forget iterations ≥ ``iteration`` (they are run again after a lost worker);
@@ -250,8 +274,10 @@ class Run:
         window = ev["window"] if self.target_return is not None else self.window
         last = self.episode_returns[-window:]
         mean_text = f"{sum(last) / len(last):.1f}" if last else "n/a"
+        unfinished = (f" ({self.unfinished_env_steps:,} of them in iterations the stop left unfinished)"
+                      if self.unfinished_env_steps else "")
         text = (f"{self.status}: {self.completed_iterations}/{self.iterations} iterations under "
-                f"{self.policy_name}, {self.env_steps:,} env steps in {self.wall_time:.1f} s "
+                f"{self.policy_name}, {self.env_steps:,} env steps{unfinished} in {self.wall_time:.1f} s "
                 f"({self.steps_per_second:,.0f} env-steps/s); mean return of the last "
                 f"{window} episodes {mean_text}")
         if self.solved_at:

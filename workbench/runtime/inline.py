@@ -1,0 +1,181 @@
+"""The in-process backend: every replica of a run in the calling process, one thread each.
+
+The inline policy (and any policy that places every group here) runs on it. Values are
+handed over by reference; the :class:`~workbench.runtime.driver.Backend` protocol is the
+same as on a Dask cluster, so the driver cannot tell the two apart.
+
+Example:
+    >>> import workbench as wb
+    >>> fdg = wb.FDG()
+    >>> _ = fdg.add_fragment("counter", "n = 0", rate="init")
+    >>> _ = fdg.add_fragment("counter", "n += 1", rate="step")
+    >>> fdg.run(iterations=2, steps=3, policy="inline", progress=False).completed_iterations
+    2
+"""
+from __future__ import annotations
+
+import pickle
+import sys
+import threading
+import time
+from typing import Any
+
+from workbench.fdg.plan import Plan
+from workbench.runtime import exit_guard
+from workbench.runtime.channels import LocalPostman, Mailbox, dumps_state
+from workbench.runtime.driver import Events, StreamSpec, close_envs
+from workbench.runtime.fence import Fence, decide
+from workbench.runtime.loop import run_loop
+from workbench.runtime.randomness import Turns
+from workbench.runtime.replica import GroupProgram, GroupReplica
+from workbench.runtime.snapshots import DRIVER, SnapshotBook, snapshot_key
+from workbench.runtime.stall import thread_cpu_seconds
+
+__all__ = ["InlineBackend"]
+
+
+class InlineBackend:
+    """Runs every replica in the calling process: one thread per replica loop, values
+    handed over by reference."""
+
+    #: a loop's reports reach the driver before its exit (one queue, one thread)
+    reports_before_exits = True
+
+    def __init__(self) -> None:
+        self.replicas: dict[tuple[str, int], GroupReplica] = {}
+        self._stop = threading.Event()
+        self._threads: dict[tuple[str, int], threading.Thread] = {}
+        self.snapshots: SnapshotBook | None = None
+        self._fence = Fence()
+        self._asynchronous = False
+        #: set when a stop already waited its grace for a stuck cell (teardown then doesn't)
+        self.overdue = False
+
+    def deploy(self, plan: Plan, programs: dict[str, GroupProgram], notebook: dict[str, Any],
+               states: dict[tuple[str, int], dict] | None = None) -> None:
+        turns = Turns()  # every replica is in this process: they take turns with its RNGs
+        for name, group in plan.groups.items():
+            for index in range(group.replicas):
+                self.replicas[(name, index)] = GroupReplica(
+                    programs[name], index, group.replicas, "local", notebook, group.device,
+                    (states or {}).get((name, index)), turns)
+
+    def export(self) -> dict[tuple[str, int], dict[str, dict[str, Any]]]:
+        for thread in self._threads.values():
+            thread.join()
+        return {key: _detached(replica.export_state()) for key, replica in self.replicas.items()}
+
+    def check(self) -> None:
+        pass  # the calling process cannot lose itself
+
+    def failure(self, exc: BaseException) -> BaseException:
+        return exc
+
+    def start(self, plan: Plan, stream: StreamSpec, events: Events) -> None:
+        self._torch_threads = _limit_torch_threads(1)
+        self._asynchronous = plan.policy.asynchronous
+        if stream.lockstep:  # no replica begins an iteration before the driver released it
+            self._fence.gate(stream.start)
+        boxes = {key: Mailbox(r.program.arrival_keys) for key, r in self.replicas.items()}
+        postman = LocalPostman(boxes)
+        counts = {name: g.replicas for name, g in plan.groups.items()}
+        if stream.snapshot_every or stream.full_snapshot_every:
+            self.snapshots = boxes[DRIVER] = SnapshotBook(counts, on_complete=events.on_snapshot)
+
+        def loop(key: tuple[str, int]) -> None:
+            replica = self.replicas[key]
+
+            def snapshot(iteration: int, full: bool) -> None:
+                postman.send(DRIVER, snapshot_key(key[0]), iteration, key[1], replica.snapshot_bytes(full))
+
+            try:
+                run_loop(replica, stream.tasks(plan), boxes[key], postman, counts, events.report,
+                         self._stop.is_set, snapshot, stream.snapshot_every, stream.full_snapshot_every,
+                         None if self._asynchronous else self._fence)
+            except BaseException as exc:  # reported to the driver, which re-raises it
+                self._stop.set()
+                events.error(exc)
+            finally:
+                events.exit(*key)
+
+        self._threads = {key: threading.Thread(target=loop, args=(key,), name=f"workbench-{key[0]}-{key[1]}",
+                                               daemon=True) for key in self.replicas}
+        for thread in self._threads.values():
+            thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def fence(self, at_least: int) -> int | None:
+        """Close every replica at one exact iteration boundary ≥ ``at_least``; return it
+        (None under an asynchronous policy, whose replicas have no common iteration)."""
+        if self._asynchronous:
+            return None
+        return decide([self._fence], at_least)
+
+    def release(self, iteration: int) -> None:
+        """Under lockstep: the replicas may begin ``iteration`` (the driver decided the one
+        before it)."""
+        self._fence.release(iteration)
+
+    def activity(self) -> dict[str, tuple[int, float | None]]:
+        """Per replica: steps finished and its loop thread's CPU seconds
+        (:mod:`workbench.runtime.stall`)."""
+        return {f"{key[0]}[{key[1]}]": (replica.steps_done, thread_cpu_seconds(self._threads.get(key)))
+                for key, replica in list(self.replicas.items())}
+
+    def env_step_counts(self) -> dict[str, int]:
+        """Each replica's own count of the env steps its envs took in the run."""
+        return {f"{key[0]}[{key[1]}]": sum(replica.env_steps_taken.values())
+                for key, replica in list(self.replicas.items())}
+
+    def busy_cells(self) -> list[str]:
+        """What each replica's cell is doing when a stop is overdue."""
+        return [text for replica in self.replicas.values() if (text := replica.describe_busy())]
+
+    def teardown(self) -> None:
+        from workbench.runtime.driver import STOP_GRACE_S  # read now: tests shorten it
+
+        self._stop.set()
+        deadline = time.monotonic() + (1.0 if self.overdue else STOP_GRACE_S)
+        stuck = []
+        for key, thread in self._threads.items():
+            thread.join(max(0.0, deadline - time.monotonic()))
+            if thread.is_alive():  # a cell that never returns: Python cannot kill a thread
+                stuck.append(key)
+        if stuck:
+            cells = [self.replicas[k].describe_busy() or f"replica {k[1]} of {k[0]}" for k in stuck]
+            for key, cell in zip(stuck, cells):
+                exit_guard.abandon(self._threads[key], cell)  # the process's exit waits while it computes
+            print(f"workbench: {'; '.join(cells)}; its thread is abandoned (it finishes on its own, "
+                  "holding nothing of the run) and the FDG is free.", flush=True)
+        _limit_torch_threads(getattr(self, "_torch_threads", None))
+        for key, replica in self.replicas.items():
+            if key not in stuck:
+                for ns in replica.namespaces.values():
+                    close_envs(ns)
+        self.replicas.clear()
+
+
+def _limit_torch_threads(count: int | None) -> int | None:
+    """Set torch's intra-op threads (if torch is loaded) and return the previous count.
+
+    Small RL networks run fastest single-threaded, and a thread pool larger than the cores
+    left free (the cluster, other loops) makes torch's spinning workers fight for them:
+    we measured 40× slowdowns on a busy 2-core machine.
+    """
+    torch = sys.modules.get("torch")
+    if torch is None or count is None:
+        return None
+    previous = torch.get_num_threads()
+    torch.set_num_threads(count)
+    return previous
+
+
+def _detached(state: dict) -> dict:
+    """A copy of a replica's state that outlives the replica (teardown closes its envs):
+    a pickle round trip, or the objects themselves when something will not pickle."""
+    try:
+        return pickle.loads(dumps_state(state))
+    except Exception:
+        return state
