@@ -19,6 +19,7 @@ from workbench.fdg.plan import Item
 from workbench.runtime.arrays import ReplicasDisagree, gather, handed_over
 from workbench.runtime.cell_exit import describe as describe_error, install as catch_process_exits, is_cell_error
 from workbench.runtime.channels import Stopped, dumps_state
+from workbench.runtime.deferred_metrics import DeferredMetricError
 from workbench.runtime.counting import ENV_STEPS_KEY, RANDOM_KEY, REBUILT_KEY, batch_of, counter_of, explicit, without_counters
 from workbench.runtime.process_group import allreduce_for
 from workbench.runtime.portable import PortableState, decode_value, restore_into, type_label
@@ -202,6 +203,8 @@ class GroupReplica(CellErrors):
                 else:
                     for frag in item.fragments:
                         self._run_cell(frag, item.rate, inbox, report, item.iteration)
+            if ctx.deferred:  # device values logged in the cells: read them now, in one copy
+                self._read_deferred(ctx)
         finally:
             deactivate(token)
             self.running_cell = None
@@ -468,6 +471,12 @@ class GroupReplica(CellErrors):
         # a copy: in one process the reader gets this object, and the producer's next
         # iteration may write into its own before the reader binds it
         return handed_over(self.namespaces[e.producer][e.name])
+
+    def _read_deferred(self, ctx: ReplicaContext) -> None:
+        try:
+            ctx.read_deferred()
+        except DeferredMetricError as exc:
+            raise exc.as_fragment_error(self.program.group, self.index, self.worker, ctx.iteration) from None
 
     def _error(self, frag: str, rate: str, exc: BaseException, iteration) -> FragmentRuntimeError:
         filename = f"<fragment {frag}:{rate}>"
