@@ -73,7 +73,6 @@ def test_gpuonly_ppo_trains_on_a_local_cuda_cluster(as_client, cuda_cluster):
 
     from workbench.cluster.connect import inventory_of
 
-    cluster = request.getfixturevalue("cuda_cluster")
     with Client(cuda_cluster, set_as_default=False) as client:
         workers = inventory_of(client).workers
         # one worker per GPU, each a GPU worker with one GPU (its own, device 0 in its process)

@@ -75,11 +75,14 @@ def test_a_replayed_update_makes_the_eager_updates_weights():
     eager, eager_losses = _updates(False, cfg, batches)
     graphed, graphed_losses = _updates(True, cfg, batches)
     assert ppo_graphs._UPDATE[graphed].graph is not None and not ppo_graphs._UPDATE[graphed].failed
+    # not bit for bit: the graphed Adam is capturable, so its bias corrections are float32 on
+    # the GPU where the eager one computes them in Python floats (H100: 3.5e-5 apart at most
+    # after 80 Adam steps)
     for a, b in zip(eager.parameters(), graphed.parameters()):
-        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
+        torch.testing.assert_close(a, b, rtol=1e-3, atol=2e-4)
     for a, b in zip(eager_losses, graphed_losses):
         assert a["charts/learning_rate"] == b["charts/learning_rate"]  # the schedule reached Adam
-        assert abs(a["losses/value_loss"] - b["losses/value_loss"]) <= 1e-4 * max(1.0, abs(a["losses/value_loss"]))
+        assert abs(a["losses/value_loss"] - b["losses/value_loss"]) <= 1e-3 * max(1.0, abs(a["losses/value_loss"]))
 
 
 def test_new_constants_capture_again():

@@ -269,7 +269,9 @@ def _minibatch_step(agent, optimizer, cfg, params, batch: tuple, mb: torch.Tenso
     loss.backward()
     _sync_and_clip(params, cfg.max_grad_norm)
     optimizer.step()
-    return pg_loss, v_loss, entropy.mean()
+    # detached: a loss kept with its autograd graph would hold that graph alive into the next
+    # step (and, on a GPU, across the CUDA graph's capture)
+    return pg_loss.detach(), v_loss.detach(), entropy.mean().detach()
 
 
 def _one_learner() -> bool:
