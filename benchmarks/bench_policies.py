@@ -7,17 +7,20 @@ time to solve CartPole-v1 (mean of the last 20 returns ≥ 475), one run each.
 Part 2 (``--scaling``): an environment whose step waits 2 ms (``--latency-ms``; a remote
 simulator or game server answering) and steps 16 CartPoles, under SingleLearnerCoarse and
 SingleLearnerFine on 1, 2, 4, 8, 16 and 32 single-thread workers (weak scaling: one env
-replica per worker; ``--sizes`` to choose). Rates come from pairs of runs, 10 and 40
-iterations, by wall clock (median of ``--pairs``). Efficiency = throughput(W) / (W ×
-throughput(1)). "cores busy" says when the machine, not the framework, is the limit: each
-worker still spends CPU per step (CartPole, the cells, waking from the wait). Workers run
-with ``workbench.cluster.lean``'s settings unless ``--dask-defaults``. A size or policy that
-fails shows its error in the table; the rest still run.
+replica per worker, which each size's line checks; ``--sizes`` to choose). Rates come from
+pairs of runs, 10 and 40 iterations, by wall clock (median of ``--pairs``). Efficiency =
+throughput(W) / (W × throughput(1)). "cores busy" says when the machine, not the framework,
+is the limit: each worker still spends CPU per step (CartPole, the cells, waking from the
+wait). Workers run with ``workbench.cluster.lean``'s settings unless ``--dask-defaults``.
+A size or policy that fails shows its error in the table; the rest still run.
 
 The "bare processes" rows are the control: the same loop (the actor's expression, the wait,
 16 CartPoles) in W plain processes with no framework, no learner and no barrier between
 iterations, timed the same way. It is what this machine gives at each size, so the gap
 between it and a policy is the framework's, not the machine's (``--no-bare`` to skip).
+The "bare lockstep" rows are Fine's control: one actor process and W env processes over
+plain pipes, all observations in and one action batch out every step, no framework: what
+a per-step exchange that waits for the slowest env gives on this machine.
 
     python benchmarks/bench_policies.py             # both parts
     python benchmarks/bench_policies.py --presets   # part 1 only
@@ -136,6 +139,64 @@ def _bare(workers: int, latency_ms: float, pairs: int, steps: int = 32 * 40) -> 
     return {"rate": statistics.median(rates), "cores": statistics.median(cores), "driver_ms": float("nan")}
 
 
+def _lockstep_env(conn, latency_s: float, seed: int) -> None:
+    """One env process of the lockstep control: an action in, the wait, 16 CartPoles, the
+    observations out, over a plain pipe read by this loop itself (no threads)."""
+    import time
+
+    import numpy as np
+
+    import workbench as wb
+
+    envs = wb.envs.make("CartPole-v1", num_envs=16, seed=seed)
+    conn.send(envs.reset())
+    cpu = time.process_time()  # from here: the loop's CPU, not the imports'
+    while (action := conn.recv()) is not None:
+        time.sleep(latency_s)
+        obs, reward, terminated, truncated, info = envs.step(np.asarray(action))
+        conn.send(obs)
+    conn.send(time.process_time() - cpu)
+
+
+def _lockstep(workers: int, latency_ms: float, pairs: int, steps: int = 32 * 40) -> dict[str, float]:
+    """The control for Fine: one actor (this process) and ``workers`` env processes in
+    lockstep over pipes, every step (all observations in, one action batch out), with no
+    framework, learner or iteration barrier: what a per-step exchange with a wait on the
+    slowest env gives on this machine. Rate by wall clock (median of ``pairs``)."""
+    import multiprocessing
+    import time
+
+    import numpy as np
+
+    spawn = multiprocessing.get_context("spawn")
+    rates, cores = [], []
+    for _ in range(pairs):
+        ends = [spawn.Pipe() for _ in range(workers)]
+        procs = [spawn.Process(target=_lockstep_env, args=(child, latency_ms / 1e3, i))
+                 for i, (_, child) in enumerate(ends)]
+        for proc in procs:
+            proc.start()
+        conns = [mine for mine, _ in ends]
+        obs = [conn.recv() for conn in conns]  # every env built: start together
+        for step in range(20 + steps):  # 20 to warm up
+            if step == 20:
+                start, cpu = time.perf_counter(), time.process_time()
+            action = (np.concatenate(obs)[:, 2] > 0.0).astype(np.int64)
+            for i, conn in enumerate(conns):
+                conn.send(action[i * 16:(i + 1) * 16])
+            obs = [conn.recv() for conn in conns]
+        wall = time.perf_counter() - start
+        mine = time.process_time() - cpu
+        for conn in conns:
+            conn.send(None)
+        theirs = sum(conn.recv() for conn in conns)  # warm-up steps included: scaled below
+        for proc in procs:
+            proc.join()
+        rates.append(workers * steps * 16 / wall)
+        cores.append((mine + theirs * steps / (20 + steps)) / wall)
+    return {"rate": statistics.median(rates), "cores": statistics.median(cores), "driver_ms": float("nan")}
+
+
 def _cpu_seconds(pids) -> float:
     """User + system CPU seconds of these processes so far (those still alive)."""
     import psutil
@@ -199,13 +260,16 @@ def scaling(sizes: tuple[int, ...] = SIZES, latency_ms: float = 2.0, dask_defaul
           f"{os.cpu_count()} cores", flush=True)
     names = {"coarse": "SingleLearnerCoarse", "fine": "SingleLearnerFine"}
     results: dict[str, dict[int, dict | str]] = {names[p]: {} for p in policies}
-    if bare:
-        results["bare processes (control)"] = {}
+    controls = {"bare processes (control)": _bare, "bare lockstep (control)": _lockstep} if bare else {}
+    if "fine" not in policies:
+        controls.pop("bare lockstep (control)", None)
+    for name in controls:
+        results[name] = {}
     for workers in sizes:
-        if bare:
-            results["bare processes (control)"][workers] = got = _bare(workers, latency_ms, pairs)
-            print(f"  bare processes × {workers}: {got['rate']:,.0f} env-steps/s, {got['cores']:.2f} cores busy",
-                  flush=True)
+        for name, control in controls.items():
+            results[name][workers] = got = control(workers, latency_ms, pairs)
+            print(f"  {name.split(' (')[0]} × {workers}: {got['rate']:,.0f} env-steps/s, "
+                  f"{got['cores']:.2f} cores busy", flush=True)
         with dask.config.set({} if dask_defaults else LEAN_DASK_CONFIG), \
                 LocalCluster(n_workers=workers, threads_per_worker=1, host="127.0.0.1",
                              dashboard_address="127.0.0.1:0", silence_logs=logging.ERROR) as cluster, \
@@ -218,11 +282,22 @@ def scaling(sizes: tuple[int, ...] = SIZES, latency_ms: float = 2.0, dask_defaul
                     results[name][workers] = got = _steady(client, policy, worker_pids, latency_ms, pairs)
                     print(f"  {name} × {workers} workers: {got['rate']:,.0f} env-steps/s, "
                           f"{got['cores']:.2f} cores busy, driver+scheduler {got['driver_ms']:.1f} ms CPU "
-                          f"per iteration", flush=True)
+                          f"per iteration; {_env_replicas_per_worker(client, policy)}", flush=True)
                 except Exception as exc:  # noqa: BLE001  (the table must still be printed)
                     results[name][workers] = f"failed: {type(exc).__name__}: {str(exc).splitlines()[0][:80]}"
                     print(f"  {name} × {workers} workers: {results[name][workers]}", flush=True)
     print(_table(results, sizes))
+
+
+def _env_replicas_per_worker(client, policy) -> str:
+    """Where the env replicas went, as the most any one worker holds: replicas of one
+    process take turns, so a worker with two steps them one after the other (Fine once
+    put two on one worker at every size, and ran at 52 %)."""
+    from collections import Counter
+
+    plan = sleepy_fdg().plan(policy, cluster=client)
+    env = next(g for g in plan.policy.groups if "env" in g.fragments)
+    return f"at most {max(Counter(env.workers).values())} env replica(s) per worker"
 
 
 def _table(results: dict[str, dict[int, dict | str]], sizes: tuple[int, ...]) -> str:
