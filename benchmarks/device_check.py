@@ -150,7 +150,7 @@ def part_tests() -> list[dict]:
     """``pytest -m gpu``: passed / failed / skipped, and what failed."""
     # the files that hold gpu-marked tests (collecting the whole suite would need its every extra)
     files = sorted(str(p.relative_to(ROOT)) for p in (ROOT / "tests").rglob("test_*.py")
-                   if "mark.gpu" in p.read_text())
+                   if "mark.gpu" in p.read_text() or "ON_GPU" in p.read_text())
     out = subprocess.run([sys.executable, "-m", "pytest", "-m", "gpu", "-q", "-rfEs", "-p", "no:cacheprovider",
                           "--tb=short",
                           "-o", "addopts=", *files], cwd=ROOT, capture_output=True, text=True)

@@ -10,19 +10,10 @@ import pickle
 import numpy as np
 import pytest
 
-from workbench.kernels import gpu_available
+from tests.gpu import ON_GPU
 
 
-def _cuda() -> bool:
-    try:
-        import torch
-
-        return gpu_available() and torch.cuda.is_available()
-    except Exception:
-        return False
-
-
-pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not _cuda(), reason="needs CUDA with CuPy and torch")]
+pytestmark = ON_GPU
 
 
 def _balance(obs):
