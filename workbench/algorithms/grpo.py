@@ -89,6 +89,10 @@ class GRPOConfig:
     """iterations a run takes (the notebook's budget knob; CI runs fewer)"""
     eval_every: int = 5
     """iterations between held-out accuracy measurements (greedy, on the whole held-out set)"""
+    max_staleness: int = 2
+    """under async: the most updates a batch's sampling weights may lag the learner; a staler
+    batch is dropped (``charts/dropped_stale_batches`` counts them). Replicas at one pace lag by at most
+    generate replicas − 1: keep it at least that"""
     warm_start_steps: int = 150
     """supervised steps before RL in the notebook (0 skips it)"""
 
@@ -233,7 +237,7 @@ rng = np.random.default_rng(cfg.seed + replica.index)   # this replica's draws o
     ("%%fragment learner --init", """\
 model = make_model(cfg, tokenizer)
 optimizer = torch.optim.Adam(model.parameters(), lr=cfg.learning_rate)
-update = 0
+update, dropped = 0, 0
 weights = model.state_dict()
 reference_weights = weights_copy(model)   # the learner keeps them: checkpoints and re-placements carry them
 """),
@@ -260,11 +264,16 @@ rewards = score_completions(reward_fn, prompt_texts, decode_completions(tokenize
 ref_logp = reference_logp(reference, prompt_ids, prompt_mask, tokens, completion_mask, cfg)
 """),
     ("%%fragment learner", """\
-wb.log("charts/staleness", update - sampled_by.min())   # updates since the oldest sampling weights
-grpo_update(model, optimizer, cfg, prompt_ids, prompt_mask, tokens, completion_mask, logp, ref_logp, rewards)
-update += 1
-if update % cfg.eval_every == 0:
-    wb.log("charts/heldout_accuracy", heldout_accuracy(model, tokenizer, task))
+staleness = update - sampled_by.min()   # updates since the oldest sampling weights
+if staleness <= cfg.max_staleness:      # a staler batch (a slow replica under async) is dropped
+    wb.log("charts/staleness", staleness)
+    grpo_update(model, optimizer, cfg, prompt_ids, prompt_mask, tokens, completion_mask, logp, ref_logp, rewards)
+    update += 1
+    if update % cfg.eval_every == 0:
+        wb.log("charts/heldout_accuracy", heldout_accuracy(model, tokenizer, task))
+else:
+    dropped += 1
+    wb.log("charts/dropped_stale_batches", dropped)
 weights = model.state_dict()
 """),
     ("%%fragment generate --every iteration", """\
