@@ -5,7 +5,8 @@ directly, not through the Dask scheduler or the notebook: a value sent to a repl
 same process is handed over by reference; one sent to another process goes over a socket
 (``multiprocessing.connection``'s framing, HMAC-authenticated with a per-run key, pickle
 protocol 5) — inside TLS with the cluster's certificates when the cluster uses TLS
-(:mod:`workbench.runtime.wire`).
+(:mod:`workbench.runtime.wire`) — and a server files what all its plain connections bring
+from one thread (``wire.FrameReader``) into the replica's :class:`Mailbox`.
 
 Example:
     >>> box = Mailbox()
@@ -292,6 +293,12 @@ class SocketServer:
         self._conns: list = []
         self._closed = False
         self._threads: list[threading.Thread] = []
+        # plain connections past their handshake are read by one thread (see FrameReader:
+        # a thread per connection cost the single actor of Fine a wake-up per env replica
+        # and step); TLS ones keep a reader thread each (an SSL socket buffers what select
+        # cannot see)
+        self._frames = wire.FrameReader(self._file, self._ended)
+        self._threads.append(self._frames.thread)
         self._start(self._accept, name="workbench-channel-accept")
 
     def _start(self, target, *args, name: str) -> None:
@@ -333,21 +340,37 @@ class SocketServer:
             return
         finally:
             deadline.cancel()
+        if not isinstance(conn, wire.FramedSocket) and os.name == "posix":  # (os.read on a socket)
+            self._frames.add(conn)  # read from now on with every other plain connection
+            return
         while True:
             try:
                 message = conn.recv_bytes()
             except (EOFError, OSError, TypeError):  # the peer closed it, or we did (TypeError: mid-read)
                 return
             try:
-                key, task, replica, value = pickle.loads(message)
-            except Exception as exc:
-                # e.g. a class the receiver cannot import, a CUDA value without CUDA: the
-                # replica waiting for it gets this error (not a "stalled" run later on)
-                exc.add_note(f"while unpickling a {len(message)}-byte value another replica sent "
-                             "over a workbench channel")
-                self.mailbox.fail(exc)
+                self._file(message, conn)
+            except wire.StopReading:
                 return
-            self.mailbox.put(key, task, replica, value)
+
+    def _file(self, message, conn) -> None:
+        """Unpickle one message and put it in the mailbox."""
+        try:
+            key, task, replica, value = pickle.loads(message)
+        except Exception as exc:
+            # e.g. a class the receiver cannot import, a CUDA value without CUDA: the
+            # replica waiting for it gets this error (not a "stalled" run later on)
+            exc.add_note(f"while unpickling a {len(message)}-byte value another replica sent "
+                         "over a workbench channel")
+            self.mailbox.fail(exc)
+            raise wire.StopReading() from None
+        self.mailbox.put(key, task, replica, value)
+
+    def _ended(self, conn) -> None:
+        """A plain connection the peer closed (or that broke): forget it."""
+        if conn in self._conns:
+            self._conns.remove(conn)
+        _close_quietly(conn)
 
     def close(self) -> None:
         if self._closed:
@@ -359,6 +382,7 @@ class SocketServer:
         except OSError:
             pass
         self._listener.close()
+        self._frames.close(CLOSE_JOIN_S)  # first: it reads the connections closed below
         for conn in list(self._conns):
             _shut_down(conn)
             _close_quietly(conn)
