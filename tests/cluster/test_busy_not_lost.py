@@ -1,7 +1,9 @@
 """A worker whose channel servers answer late is busy, not lost (issue 30: under
 SingleLearnerCoarse(actors=100) on 2 cores, liveness retired a healthy worker): the
 liveness decision retires only workers that miss both probes AND that the scheduler has
-not heard from lately; a live worker always heartbeats."""
+not heard from lately; a live worker always heartbeats. And the same run leaked a
+``FutureCancelledError`` traceback: a loop's done callback read the result of a future
+cancelled after it finished (``workbench.cluster.backend.loop_ended``)."""
 from __future__ import annotations
 
 from workbench.cluster import liveness
@@ -23,3 +25,54 @@ def test_a_worker_the_scheduler_has_not_heard_from_is_lost(client):
     assert liveness.lost_among(client, {gone: UNANSWERED, live: UNANSWERED}) == [gone]
     # and one heard from too long ago (a frozen or cut-off worker by the time both probes failed)
     assert liveness.lost_among(client, {live: UNANSWERED}, within=0.0) == [live]
+
+
+# -- SingleLearnerCoarse(actors=100) on two single-thread workers, end to end ------------------------
+def test_a_hundred_actors_on_two_workers_lose_no_worker_and_leak_no_traceback(client, capfd):
+    from tests.conftest import toy_fdg
+    from workbench.fdg.policy import SingleLearnerCoarse
+
+    run = toy_fdg().run(iterations=3, steps=4, policy=SingleLearnerCoarse(actors=100), cluster=client,
+                        progress=False)
+    assert run.status == "finished" and run.completed_iterations == 3, run
+    assert run.env_steps == 100 * 3 * 3 * 4  # 3 counters per env replica, 4 steps, 3 iterations
+    assert not [e for e in run.events if e.kind == "worker lost"], run.events
+    assert len(workers_info(client)) == 2
+    err = capfd.readouterr().err  # Dask's log of a done callback that raised, as it leaked
+    assert "FutureCancelledError" not in err and "Error in callback" not in err, err
+
+
+class _Events:
+    def __init__(self) -> None:
+        self.said: list[tuple] = []
+
+    def error(self, exc) -> None:
+        self.said.append(("error", str(exc)))
+
+    def exit(self, group, replica) -> None:
+        self.said.append(("exit", group, replica))
+
+
+class _Future:
+    """A loop task's future as a done callback may find it."""
+
+    def __init__(self, status: str, result=None, cancelled_since: bool = False) -> None:
+        self.status, self._result, self._cancelled = status, result, cancelled_since
+
+    def result(self):
+        if self._cancelled:
+            from distributed.client import FutureCancelledError
+
+            raise FutureCancelledError("actor+env-loop-1", reason="unknown")
+        return self._result
+
+
+def test_a_loop_cancelled_after_it_finished_is_an_exit_not_a_traceback():
+    from workbench.cluster.backend import PeerLost, loop_ended
+
+    events = _Events()
+    loop_ended(events, _Future("finished", cancelled_since=True), ("actor+env", 3))  # raised before
+    loop_ended(events, _Future("cancelled"), ("actor+env", 4))
+    loop_ended(events, _Future("finished", PeerLost("tcp://10.0.0.2:4000")), ("learner", 0))
+    assert events.said == [("exit", "actor+env", 3), ("exit", "actor+env", 4),
+                           ("error", "learner[0] lost a peer: tcp://10.0.0.2:4000"), ("exit", "learner", 0)]

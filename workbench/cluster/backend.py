@@ -14,6 +14,7 @@ import secrets
 import threading
 import time
 import uuid
+from concurrent.futures import CancelledError
 from typing import Any
 
 from distributed import Client, Future, WorkerPlugin, get_worker, secede
@@ -209,6 +210,25 @@ def _has_plugin(dask_worker=None) -> bool:
     return PLUGIN_NAME in dask_worker.plugins
 
 
+def loop_ended(events: Events, future: Future, key: tuple[str, int]) -> None:
+    """A replica's loop task ended: its error (or the peer it lost) to the driver, then its exit.
+
+    A loop can be cancelled between finishing and this reading its result (its worker
+    restarted or left, the run released it): that is an end like any other, not a
+    ``FutureCancelledError`` traceback in Dask's callback log — a lost worker is the
+    driver's to find and say, in one line (docs/faults.md).
+    """
+    try:
+        if future.status == "error":
+            events.error(future.exception())
+        elif future.status == "finished" and isinstance(lost := future.result(), PeerLost):
+            events.error(ConnectionError(f"{key[0]}[{key[1]}] lost a peer: {lost}"))
+    except CancelledError:
+        pass
+    finally:
+        events.exit(*key)
+
+
 class DaskBackend:
     """The :class:`~workbench.runtime.driver.Backend` for a Dask cluster."""
 
@@ -274,13 +294,6 @@ class DaskBackend:
             self._addresses[key] = tuple(future.result())
 
     def start(self, plan: Plan, stream: StreamSpec, events: Events) -> None:
-        def on_done(future: Future, key=None) -> None:
-            if future.status == "error":
-                events.error(future.exception())
-            elif future.status == "finished" and isinstance(future.result(), PeerLost):
-                events.error(ConnectionError(f"{key[0]}[{key[1]}] lost a peer: {future.result()}"))
-            events.exit(*key)
-
         # reports come over the driver's channel (workbench.cluster.report_relay); the relay
         # puts them on the run's topic for the dashboard page. Subscribed, so that the topic
         # counts as in use (prune_topics keeps it) while the run lasts.
@@ -303,7 +316,7 @@ class DaskBackend:
                 addresses, counts, self._tls, key=f"{key[0]}-loop-{uuid.uuid4().hex}",
                 workers=[address], allow_other_workers=False, pure=False,
             )
-            future.add_done_callback(lambda f, key=key: on_done(f, key))
+            future.add_done_callback(lambda f, key=key: loop_ended(events, f, key))
             self._loops.append(future)
 
     def _driver_tls(self):
