@@ -14,6 +14,7 @@ from collections.abc import Callable
 from workbench.fdg.wiring import WiredTask, receivers_for, senders_for
 from workbench.runtime.channels import Mailbox, Peers, Stopped
 from workbench.runtime.fence import Fence
+from workbench.runtime.mailbox import Arrival
 from workbench.runtime.replica import GroupReplica, TaskReport
 
 __all__ = ["run_loop"]
@@ -131,7 +132,7 @@ def _run_task(replica, task, mailbox, postman, counts, report, stopped, arrivals
             # the answer goes to the replica that asked, tagged with its message's task
             postman.send((emit.consumer_group, sender), emit.key, tag, replica.index, outbox[emit.key])
             continue
-        value = (task.iteration, outbox[emit.key]) if emit.arrival else outbox[emit.key]
+        value = Arrival(task.iteration, outbox[emit.key]) if emit.arrival else outbox[emit.key]
         for target in receivers_for(emit.spatial, replica.index, counts[emit.consumer_group]):
             postman.send((emit.consumer_group, target), emit.key, task.index, replica.index, value)
     ended = time.perf_counter()

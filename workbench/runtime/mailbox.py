@@ -21,13 +21,23 @@ from __future__ import annotations
 import threading
 from collections import deque
 from collections.abc import Callable, Iterable
-from typing import Any
+from typing import Any, NamedTuple
 
-__all__ = ["Mailbox", "Stopped"]
+__all__ = ["Mailbox", "Stopped", "Arrival"]
 
 
 class Stopped(Exception):
     """The run is stopping: a blocked receive gives up."""
+
+
+class Arrival(NamedTuple):
+    """What a producer sends a consumer that takes values as they arrive (an asynchronous
+    policy): the value its cell wrote, and the iteration it wrote it in, which the
+    consumer's answer is accounted to. The envelope is the runtime's, never the user's:
+    an error about the value names places inside ``value``, not inside this pair."""
+
+    iteration: int | None
+    value: Any
 
 
 class _Wait:

@@ -34,6 +34,7 @@ from typing import Any
 import cloudpickle
 
 from workbench.errors import WorkbenchError
+from workbench.runtime.mailbox import Arrival
 
 __all__ = ["SerialisationError", "check_notebook", "value_error", "state_error", "culprit", "unpicklable",
            "left_out_note"]
@@ -104,7 +105,16 @@ def check_notebook(notebook: Mapping[str, Any], readers: Mapping[str, list[str]]
 
 def value_error(key: str, value: Any, exc: BaseException) -> SerialisationError:
     """The error for a route value (channel ``key``: ``[stacked:|step:]PRODUCER.NAME``)
-    that did not pickle."""
+    that did not pickle. ``value`` may be in the runtime's :class:`~workbench.runtime.mailbox.Arrival`
+    envelope (an asynchronous hand-off): the error names places inside what the cell wrote.
+
+    >>> import threading
+    >>> grads = {"g": 1.0, "lock": threading.Lock()}
+    >>> str(value_error("stacked:actor.grads", Arrival(3, grads), TypeError("no"))).split(": ")[0]
+    "fragment 'actor' writes 'grads', which another group of this policy reads, but it cannot be sent between processes (['lock'] is a _thread.lock)"
+    """
+    if isinstance(value, Arrival):  # the runtime's envelope, not part of what the cell wrote
+        value = value.value
     producer, _, name = key.split(":")[-1].partition(".")
     return SerialisationError(
         f"fragment {producer!r} writes {name!r}, which another group of this policy reads, but it "
