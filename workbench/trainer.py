@@ -352,7 +352,8 @@ class Trainer:
                 raise
             except WorkerLostError as lost:
                 lost.state = snapshot_state(plan, backend.snapshots)
-                lost.iteration = start + completed
+                if lost.iteration is None:  # none of its replicas had begun an iteration (drive says which)
+                    lost.iteration = start + completed
                 raise
             settle_counts(run, backend, at_start, recorded_before)
             if stretch.keep_state or self._pending is not None or self._changes:

@@ -15,10 +15,11 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 
-from workbench.errors import CellNotReturningError
+from workbench.errors import CellNotReturningError, WorkerLostError
 from workbench.fdg.plan import Plan
 from workbench.fdg.wiring import WiredTask, wire_stream
 from workbench.runtime.counting import RETURN_METRIC
+from workbench.runtime.in_flight import InFlight
 from workbench.runtime.interrupts import shielded
 from workbench.runtime.replica import GroupProgram, TaskReport
 from workbench.runtime.stall import Watchdog
@@ -220,6 +221,7 @@ def drive(
     pending = stream.tasks(plan)  # the driver walks the stream too, a little ahead of the loops
     tasks: dict[int, WiredTask] = {}
     outstanding: dict[int, int] = {}
+    in_flight = InFlight(plan)  # which iteration a lost worker's replicas were in
     horizon = start - 1  # every task touching iterations ≤ horizon has been counted
 
     def counted(task: WiredTask) -> list[int]:
@@ -238,6 +240,7 @@ def drive(
                 horizon = start + iterations  # past a fence's boundary nothing runs
                 return
             tasks[task.index] = task
+            in_flight.walked(task)
             for it in counted(task):
                 outstanding[it] = outstanding.get(it, 0) + _reports_of(plan, task)
             if task.iteration is not None:
@@ -293,6 +296,7 @@ def drive(
                     raise RuntimeError(f"a replica reported task {event[1]}, which the plan does not have")
                 count_through(horizon + 1)
             task = tasks[event[1]]
+            in_flight.reported(task.index, event[2].group, event[2].replica, event[2].iterations)
             reports_left[task.index] = reports_left.get(task.index, _reports_of(plan, task)) - 1
             if reports_left[task.index] == 0:
                 del tasks[task.index], reports_left[task.index]
@@ -329,6 +333,15 @@ def drive(
                     release(next_iteration)  # decided: the replicas may begin it
         if unbounded_stop:
             _await_exits(backend, events, loops_left)
+    except WorkerLostError as lost:
+        if lost.iteration is None:  # the iteration its process was in, not the run's count
+            try:
+                if in_flight.newest_reported is not None:
+                    count_through(in_flight.newest_reported + 1)  # the replicas' next tasks
+                lost.iteration = in_flight.iteration_on(set(lost.workers), tasks)
+            except Exception:  # the loss is what matters: the trainer falls back to the run's count
+                pass
+        raise
     finally:
         with shielded("stopping the run's replicas"):  # a second Ctrl-C must not cut this short
             backend.stop()
