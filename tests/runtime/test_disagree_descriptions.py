@@ -39,3 +39,20 @@ def test_the_two_replicas_are_described_differently(pair):
     (r0, said0), (r1, said1) = info.value.first, info.value.other
     assert (r0, r1) == (0, 1)
     assert said0 != said1, str(info.value)
+
+
+SAME = {  # NaN is the same NaN on every replica, whatever holds it (it read "another Tensor, unequal to it by ==")
+    "NaN 0-d tensors": (torch.tensor(float("nan")), torch.tensor(float("nan"))),
+    "NumPy float32 NaNs": (np.float32("nan"), np.float32("nan")),
+    "NaN 0-d arrays": (np.array(float("nan")), np.array(float("nan"))),
+}
+
+
+@pytest.mark.parametrize("pair", SAME.values(), ids=SAME.keys())
+def test_replicas_that_wrote_the_same_nan_agree(pair):
+    assert gather(list(pair)) is pair[0]
+
+
+def test_tensors_of_other_dtypes_differ():
+    with pytest.raises(ReplicasDisagree):
+        gather([torch.tensor(1.0), torch.tensor(1.0, dtype=torch.float64)])

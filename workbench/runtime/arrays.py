@@ -306,12 +306,17 @@ def _same(a: Any, b: Any) -> bool:
         if _is_torch(a) and hasattr(a, "shape"):
             import torch
 
-            return a.shape == b.shape and bool(torch.equal(a.cpu(), b.cpu()))
+            a, b = a.cpu(), b.cpu()
+            if a.shape != b.shape or a.dtype != b.dtype:
+                return False
+            if a.is_floating_point() or a.is_complex():  # NaN equal to NaN, as NumPy's above
+                return bool(((a == b) | (a.isnan() & b.isnan())).all())
+            return bool(torch.equal(a, b))
         if _is_cupy(a):
             import cupy
 
             return a.shape == b.shape and bool(cupy.array_equal(a, b))
-        if isinstance(a, float) and a != a:
+        if isinstance(a, (float, np.floating, np.complexfloating)) and a != a:
             return b != b
         return bool(a == b)
     except Exception:  # an object whose == raises or is not a bool: not provably the same
