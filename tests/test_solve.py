@@ -1,6 +1,8 @@
-"""The quickstart, as shipped, solves CartPole-v1 (mean of the last 20 episode returns ≥ 475)."""
+"""The quickstart, as shipped, solves CartPole-v1 (mean of the last 20 episode returns ≥ 475),
+and under coarse on 2 workers ends with the line the README says its first command prints."""
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -10,6 +12,7 @@ from workbench.notebook import load_notebook
 pytestmark = pytest.mark.slow  # full trainings to a learning target
 
 QUICKSTART = Path(__file__).resolve().parents[1] / "notebooks" / "quickstart.ipynb"
+README = QUICKSTART.parents[1] / "README.md"
 
 
 @pytest.mark.parametrize("policy", ["inline", "coarse"])
@@ -21,6 +24,11 @@ def test_quickstart_as_shipped_solves_cartpole(policy, client):
     run = fdg.run(**options)
     assert run.solved_at is not None, run.summary()
     assert run.mean_return() >= 475 and len(run.episode_returns) >= 20
+    if policy == "coarse":  # the README's first command: the same numbers on every run on 2 workers
+        said = " ".join(README.read_text().split())
+        head, at = re.search(r"`(solved: \d+/\d+ iterations under SingleLearnerCoarse), … (solved \(≥ 475\) at "
+                             r"iteration \d+)", said).groups()
+        assert head in run.summary() and at in run.summary(), (said, run.summary())
 
 
 @pytest.mark.parametrize("policy", ["SingleLearnerFine", "MultiLearner", "GPUOnly", "Async", "auto"])
