@@ -24,8 +24,9 @@ TWO_ENV_REPLICAS = Policy("two", (Group(("env", "actor"), 2, ("local", "local"))
 
 
 def test_fewer_envs_than_replicas_is_an_error_naming_the_replica():
-    with pytest.raises(wb.FragmentRuntimeError, match=r"(?s)fragment 'env' \(step cell\), replica 0 .*empty batch.*"
-                                                      r"replica 0 of 2 has no envs to step.*give at least 2 envs"):
+    # 1 // 2 is 0 for both replicas: whichever steps first raises, naming itself
+    with pytest.raises(wb.FragmentRuntimeError, match=r"(?s)fragment 'env' \(step cell\), replica (\d) .*empty batch.*"
+                                                      r"replica \1 of 2 has no envs to step.*give at least 2 envs"):
         _fdg(num_envs=1).run(iterations=1, steps=2, policy=TWO_ENV_REPLICAS, progress=False)
 
 

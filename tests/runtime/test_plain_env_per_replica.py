@@ -7,8 +7,7 @@ By the counting rule a scalar reward is one env's (docs/counting.md): that repli
 values have no batch axis, so across replicas they follow the rule for values without one
 (docs/boundaries.md): the one value when every replica wrote the same, else an error that
 names the value and the fix. The gather cannot see that from the arrays alone ((4,) is
-also four envs' rewards), so the producing replica must say it: see the report of issue
-30's item 4(b) for the change in workbench/runtime/replica.py this waits for."""
+also four envs' rewards), so the producing replica says it (runtime.arrays.Unbatched)."""
 from __future__ import annotations
 
 import gymnasium as gym
@@ -35,8 +34,6 @@ def _seen(run) -> dict[str, float]:
     return {k: v for k, v in run.rows[0].items() if k.startswith("seen/")}
 
 
-@pytest.mark.xfail(strict=True, reason="needs the producing replica to mark a plain env's step values as having "
-                                       "no batch axis (workbench/runtime/replica.py; issue 30 item 4(b))")
 @pytest.mark.parametrize("policy", [SingleLearnerCoarse(actors=2), SingleLearnerFine(envs=2)], ids=["coarse", "fine"])
 def test_a_plain_envs_observations_are_not_joined_as_features(client, policy):
     inline = _seen(_fdg().run(iterations=1, steps=STEPS, policy="inline", progress=False))

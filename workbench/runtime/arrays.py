@@ -18,7 +18,8 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["stack", "gather", "split", "nbytes", "handed_over", "StepMismatch", "ReplicasDisagree", "ReplicasMisfit"]
+__all__ = ["stack", "gather", "split", "nbytes", "handed_over", "StepMismatch", "ReplicasDisagree", "ReplicasMisfit",
+           "Unbatched", "unwrapped"]
 
 
 class StepMismatch(ValueError):
@@ -207,6 +208,36 @@ def _fits(first: Any, other: Any, axis: int) -> bool:
     return all(a == b for i, (a, b) in enumerate(zip(first.shape, other.shape)) if i != axis)
 
 
+class Unbatched:
+    """A replica's value that has no batch axis although it may be an array: a step value
+    of an env fragment that steps one plain env (a scalar reward counts one env, so its
+    ``obs`` of shape ``(4,)`` is one env's features, not four envs). The producing replica
+    sends it so wrapped; `gather` then applies the rule for values without a batch axis
+    (the one value, or an error) instead of joining replicas' features along axis 0.
+
+    >>> gather([Unbatched(np.zeros(4)), Unbatched(np.zeros(4))]).shape
+    (4,)
+    """
+
+    __slots__ = ("value",)
+
+    def __init__(self, value: Any) -> None:
+        self.value = value
+
+    def __reduce__(self):
+        return Unbatched, (self.value,)
+
+
+class UnbatchedDisagree(ReplicasDisagree):
+    """Replicas' values without a batch axis that differ, and that came from env replicas
+    stepping one plain env each: the error says how to give them one."""
+
+
+def unwrapped(value: Any) -> Any:
+    """The value an `Unbatched` holds (any other value as it is)."""
+    return value.value if type(value) is Unbatched else value
+
+
 def gather(values: list[Any], axis: int = 0, part: str = "") -> Any:
     """One value from one value per replica, by the rule that makes it mean the same under
     every placement (docs/boundaries.md):
@@ -225,6 +256,12 @@ def gather(values: list[Any], axis: int = 0, part: str = "") -> Any:
     >>> gather([4, 4]), gather([None, None]), gather([{"n": 4, "x": np.zeros(1)}] * 2)["x"].shape
     (4, None, (2,))
     """
+    if any(type(v) is Unbatched for v in values):
+        values = [unwrapped(v) for v in values]
+        try:
+            return values[0] if len(values) == 1 else _the_one_value(values, part)
+        except ReplicasDisagree as exc:
+            raise UnbatchedDisagree(exc.part, exc.first, exc.other) from None
     if len(values) == 1:
         return values[0]
     first = values[0]
@@ -248,6 +285,12 @@ def gather(values: list[Any], axis: int = 0, part: str = "") -> Any:
 
             return cupy.concatenate(values, axis=axis)
         return np.concatenate(values, axis=axis)
+    return _the_one_value(values, part)
+
+
+def _the_one_value(values: list[Any], part: str) -> Any:
+    """The rule for values without a batch axis: the one value every replica wrote."""
+    first = values[0]
     for r, v in enumerate(values[1:], start=1):
         if not _same(first, v):
             said_first, said_other = _contrast(first, v)

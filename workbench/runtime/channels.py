@@ -244,12 +244,12 @@ class Peers:
 
     def receive(self, producer_group: str, spatial: str, key: str, tag: int) -> Any:
         from workbench.fdg.wiring import senders_for
-        from workbench.runtime.arrays import gather
+        from workbench.runtime.arrays import gather, unwrapped
 
         senders = senders_for(spatial, self.index, self.counts[producer_group])
         # one wait for every sender's value: this thread wakes once, when the last is in
         values = self.mailbox.take_all(key, tag, senders, self.stopped)
-        return gather(values, 0) if spatial == "gather" else values[0]
+        return gather(values, 0) if spatial == "gather" else unwrapped(values[0])
 
     #: arrays of at least this many bytes are averaged in chunks (bytes per replica flat
     #: in the replica count), smaller values by a direct exchange: see collectives

@@ -27,7 +27,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-__all__ = ["env_fragments", "batch_of", "RESERVED", "ENV_STEPS_KEY", "REBUILT_KEY", "RANDOM_KEY", "RETURN_METRIC"]
+__all__ = ["env_fragments", "batch_of", "one_plain_env", "RESERVED", "ENV_STEPS_KEY", "REBUILT_KEY", "RANDOM_KEY", "RETURN_METRIC"]
 
 #: the metric fragments log finished episodes' returns under (CleanRL's name)
 RETURN_METRIC = "charts/episodic_return"
@@ -87,6 +87,19 @@ def batch_of(ns: dict[str, Any], writes: tuple[str, ...]) -> int:
         if shape is not None and len(shape) >= 1:
             return int(shape[0])
     return 1
+
+
+def one_plain_env(ns: dict[str, Any], writes: tuple[str, ...]) -> bool:
+    """The step wrote its reward as a number: the replica steps one plain env, so its step
+    values have no batch axis (``obs`` of shape (4,) is one env's features).
+
+    >>> import numpy as np
+    >>> one_plain_env({"reward": 1.0}, ("reward",)), one_plain_env({"reward": np.ones(2)}, ("reward",))
+    (True, False)
+    """
+    for name in (n for n in _REWARD_NAMES if n in writes and n in ns):
+        return len(getattr(ns[name], "shape", ())) == 0
+    return False
 
 
 def counter_of(values: Any) -> int:

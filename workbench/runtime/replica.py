@@ -1,11 +1,9 @@
 """One replica of a group of fused fragments: their namespaces and the loop that runs them.
 
-A :class:`GroupProgram` (:mod:`workbench.runtime.program`) is the plain-data part (code
-per fragment and rate, where each input comes from); a :class:`GroupReplica` holds the live state (namespaces, step
-buffers) in whichever process it was deployed to — the notebook kernel for the inline
-policy, a Dask worker otherwise. Fragments in one group hand values to each other by
-reference: no serialisation inside a process.
-"""
+A :class:`GroupProgram` (:mod:`workbench.runtime.program`) is the plain-data part; a
+:class:`GroupReplica` holds the live state (namespaces, step buffers) in whichever process
+it was deployed to (the notebook kernel for inline, a Dask worker otherwise). Fragments in
+one group hand values to each other by reference: no serialisation inside a process."""
 from __future__ import annotations
 
 import linecache
@@ -16,11 +14,12 @@ from typing import Any
 from workbench.context import ReplicaContext, ReplicaInfo, activate, deactivate
 from workbench.errors import FragmentRuntimeError
 from workbench.fdg.plan import Item
-from workbench.runtime.arrays import ReplicasDisagree, gather, handed_over
+from workbench.runtime.arrays import ReplicasDisagree, Unbatched, gather, handed_over, unwrapped
 from workbench.runtime.cell_exit import describe as describe_error, install as catch_process_exits, is_cell_error
 from workbench.runtime.channels import Stopped, dumps_state
 from workbench.runtime.deferred_metrics import DeferredMetricError
-from workbench.runtime.counting import ENV_STEPS_KEY, RANDOM_KEY, REBUILT_KEY, batch_of, counter_of, explicit, without_counters
+from workbench.runtime.counting import (ENV_STEPS_KEY, RANDOM_KEY, REBUILT_KEY, batch_of, counter_of, explicit,
+                                        one_plain_env, without_counters)
 from workbench.runtime.process_group import allreduce_for
 from workbench.runtime.portable import PortableState, decode_value, restore_into, type_label
 from workbench.runtime.program import Binding, Emit, GroupProgram, StepSend, TaskReport, group_program
@@ -30,8 +29,7 @@ from workbench.runtime.replica_errors import CellErrors
 # the program's types are imported from here too (their home before the split)
 __all__ = ["GroupProgram", "GroupReplica", "TaskReport", "group_program", "Binding", "Emit", "StepSend"]
 
-#: time each cell's execution (``compute_seconds``); False skips the per-cell clock reads
-#: (per process: set it on the workers too for a Dask policy). Used to measure its cost.
+#: time each cell's execution (``compute_seconds``); False skips the clock reads (per process)
 TIMING = True
 
 
@@ -68,6 +66,8 @@ class GroupReplica(CellErrors):
         #: env steps each env fragment of this replica has taken in the whole run (its
         #: share of the count; it travels with the fragment's state)
         self.env_steps_taken = {f: 0 for f in program.counted}
+        #: env fragments stepping one plain env (a number for reward): step values, no batch axis
+        self.unbatched: set[str] = set()
         #: per fragment, names of its state that do not pickle: snapshots leave them out
         self.left_out: dict[str, dict[str, str]] = {}
         #: warnings for the driver, sent with the next task's report: (event kind, message)
@@ -180,7 +180,7 @@ class GroupReplica(CellErrors):
         inbox = {}
         for key, (spatial, axis, values) in inputs.items():
             try:
-                inbox[key] = gather(values, axis) if spatial == "gather" else values[0]
+                inbox[key] = gather(values, axis) if spatial == "gather" else unwrapped(values[0])
             except ReplicasDisagree as exc:
                 raise self._disagree(key, exc, items) from None
         report = TaskReport(self.program.group, self.index, self.worker,
@@ -254,6 +254,8 @@ class GroupReplica(CellErrors):
                         raise self._no_envs(frag, item.iteration)
                     self.env_steps_taken[frag] += n
                     taken += n
+                    if n == 1 and self.count > 1 and one_plain_env(ns, writes):  # values of no batch axis
+                        self.unbatched.add(frag)
                 self._ran.add((frag, "step"))
                 for name, buf in buffers.items():  # as it is now: a later step may write into it
                     buf.append(handed_over(self._written(frag, "step", ns, name, item.iteration)))
@@ -420,6 +422,7 @@ class GroupReplica(CellErrors):
         sent_keys = set()
         for send in sends:
             value = self._written(frag, "step", ns, send.name, iteration)
+            value = Unbatched(value) if frag in self.unbatched and send.spatial == "gather" else value
             start = time.perf_counter()
             self.peers.send(send.consumer_group, send.spatial, send.key, self._sent.get(send.key, 0), value)
             self.step_send_seconds += time.perf_counter() - start
@@ -466,8 +469,9 @@ class GroupReplica(CellErrors):
             raise self._unbound(frag, rate, name, "other fragments", iteration) from None
 
     def _emit(self, e: Emit, iteration=None) -> Any:
-        if e.stacked:
-            return self._stack(e.producer, e.name, self.buffers[e.producer][e.name], iteration)
+        if e.stacked:  # a plain env's steps, [T, …] with no batch axis, say so to the gather
+            value = self._stack(e.producer, e.name, self.buffers[e.producer][e.name], iteration)
+            return Unbatched(value) if e.producer in self.unbatched else value
         # a copy: in one process the reader gets this object, and the producer's next
         # iteration may write into its own before the reader binds it
         return handed_over(self.namespaces[e.producer][e.name])

@@ -17,7 +17,7 @@ from __future__ import annotations
 from typing import Any
 
 from workbench.errors import FragmentRuntimeError
-from workbench.runtime.arrays import ReplicasDisagree, ReplicasMisfit, StepMismatch, stack
+from workbench.runtime.arrays import ReplicasDisagree, ReplicasMisfit, StepMismatch, UnbatchedDisagree, stack
 from workbench.runtime.program import Binding
 
 __all__ = ["CellErrors"]
@@ -70,7 +70,14 @@ class CellErrors:
                 (self.program.group, "iteration", None))
         producer, _, name = key.rpartition(":")[2].partition(".")  # "stacked:env.obs" → env, obs
         what = f"{name!r}{f' (its part {exc.part})' if exc.part else ''}"
-        if isinstance(exc, ReplicasMisfit):
+        if isinstance(exc, UnbatchedDisagree):
+            rule = (f"Each replica of {producer!r} steps one plain env (its reward is a number, "
+                    f"one env's), so {name} has no batch axis: one replica's {name} is one env's, "
+                    "and replicas' cannot be joined as more envs. Step a vector of envs in each "
+                    "replica — wb.envs.make(env_id, num_envs=k) — so every step value has one row "
+                    f"per env, or add the axis yourself ({name} = np.asarray({name})[None], reward "
+                    "= np.asarray([reward])) (docs/boundaries.md).")
+        elif isinstance(exc, ReplicasMisfit):
             rule = ("Arrays read from several replicas are joined along their batch axis, so "
                     "every other axis (and the kind: NumPy array or torch tensor) must be the "
                     f"same on every replica. Give {name} the same shape on each (pad to a fixed "
