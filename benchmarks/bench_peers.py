@@ -28,7 +28,7 @@ This script installs nothing. The peers, when you want them (neither is a depend
     pip install stable-baselines3                  # SB3 (the rl-zoo settings are inlined here)
     pip install tyro tensorboard                    # what CleanRL's ppo.py imports
     curl -LO https://raw.githubusercontent.com/vwxyzjn/cleanrl/master/cleanrl/ppo.py
-    python benchmarks/bench_peers.py --cleanrl ppo.py            # 5 seeds
+    python benchmarks/bench_peers.py --cleanrl ppo.py            # 10 seeds
     python benchmarks/bench_peers.py --cleanrl ppo.py --seeds 3 --only throughput
 
 A peer that is not available is skipped with a line saying so; its ratios read "n/a".
@@ -63,10 +63,11 @@ CLEANRL_ITERATIONS = 100  # 100 × 4 × 128 = 51,200 env steps
 ZOO = dict(n_envs=8, n_timesteps=100_000, n_steps=32, batch_size=256, gae_lambda=0.8, gamma=0.98,
            n_epochs=20, ent_coef=0.0, learning_rate=1e-3, clip_range=0.2)
 
-GOALS = {  # (what, contender, peer) -> the ratio to reach
-    ("solve", "inline"): 4.0, ("solve", "coarse"): 3.0,
-    ("process", "inline"): 2.0, ("process", "coarse"): 1.5,
-    ("sps", "inline"): 3.0, ("sps", "coarse"): 2.0,
+GOALS = {  # issue 29: (what, contender) -> the ratio (peer's median / workbench's) to reach
+    ("solve", "inline"): 4.0, ("solve", "coarse"): 4.0,        # training time ≤ 0.25× SB3's
+    ("process", "inline"): 2.0, ("process", "coarse"): 2.0,    # whole process ≤ 0.5× SB3's
+    ("steps", "inline"): 1.0, ("steps", "coarse"): 1.0,        # env steps to solve ≤ SB3's
+    ("sps", "inline"): 3.0, ("sps", "coarse"): 3.0,            # ≥ 3× CleanRL's env-steps/s
 }
 
 SOLVED_RE = re.compile(r"solved \(≥ [\d.]+\) at iteration (\d+) after ([\d.]+) s, ([\d,]+) env steps")
@@ -217,7 +218,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter,
                                      epilog="\n".join(__doc__.splitlines()[1:]))
-    parser.add_argument("--seeds", type=int, default=5, help="seeds 1..N (default 5)")
+    parser.add_argument("--seeds", type=int, default=10, help="seeds 1..N (default 10)")
     parser.add_argument("--cleanrl", metavar="PATH", help="CleanRL's cleanrl/ppo.py (see above)")
     parser.add_argument("--policies", nargs="+", default=["inline", "coarse"])
     parser.add_argument("--only", choices=["solve", "throughput"], help="run one comparison only")
@@ -301,13 +302,15 @@ def main() -> None:
         print("\n(a) CartPole-v1 from the command line — median (min–max) over seeds\n")
         print("| | solved | training time to solve (s) | whole process (s) | env steps to solve |")
         print("|---|---|---|---|---|")
-        m: dict[str, tuple[float, float]] = {}
+        m: dict[str, tuple[float, float, float]] = {}
+        everyone: dict[str, bool] = {}
         names = {"inline": "workbench inline", "coarse": "workbench coarse", "sb3": "SB3 rl-zoo PPO (8 envs)"}
         for who, rows in solve.items():
             times = [r["time_s"] if r["solved"] else math.inf for r in rows]
             procs = [r["process_s"] for r in rows]
             steps = [r["env_steps"] if r["solved"] else math.inf for r in rows]
-            m[who] = (med(times), med(procs))
+            m[who] = (med(times), med(procs), med(steps))
+            everyone[who] = bool(rows) and all(r["solved"] for r in rows)
             print(f"| {names.get(who, who)} | {sum(r['solved'] for r in rows)}/{len(rows)} | "
                   f"{span(times, '{:.2f}')} | {span(procs, '{:.1f}')} | {span(steps, '{:,.0f}')} |")
         print()
@@ -321,6 +324,9 @@ def main() -> None:
                   f"{verdict(m['sb3'][0] / m[who][0], GOALS.get(('solve', who), math.nan))}")
             print(f"{who:6s} vs SB3, whole process:          "
                   f"{verdict(m['sb3'][1] / m[who][1], GOALS.get(('process', who), math.nan))}")
+            print(f"{who:6s} vs SB3, env steps to solve:     "
+                  f"{verdict(m['sb3'][2] / m[who][2], GOALS.get(('steps', who), math.nan))}")
+            print(f"{who:6s}: every seed solved: {'yes' if everyone[who] else 'NO'}")
 
     if do_thr:
         steps = CLEANRL_ITERATIONS * CLEANRL["num_envs"] * CLEANRL["num_steps"]

@@ -172,7 +172,7 @@ def test_cli_workers_sizes_the_embedded_cluster(tmp_path):
     own so that no cluster of this test session is reused."""
     proc = subprocess.run(
         [sys.executable, "-m", "workbench.cli", "run", str(QUICKSTART), "--policy", "coarse", "--workers", "3",
-         "--iterations", "2", "--target-return", "1"],
+         "--iterations", "6", "--target-return", "1"],
         capture_output=True, text=True, timeout=300, cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "started a local Dask cluster (3 workers on 127.0.0.1" in proc.stdout

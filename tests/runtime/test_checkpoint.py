@@ -163,7 +163,8 @@ def test_ppo_keeps_what_it_learned_across_a_checkpoint(tmp_path, client):
     """A real learner: PPO trained inline, checkpointed, resumed under SingleLearnerCoarse
     on the cluster. With the learning rate then set to 0 (Adam then moves nothing), what
     the resumed learner and both actor replicas hold must be the checkpoint's weights bit
-    for bit, and the learner's counters go on from where they were."""
+    for bit, and the learner's counters go on from where they were: its update count and
+    the observation statistics' sample count (which learning rate 0 does not stop)."""
     import dataclasses
 
     from workbench.notebook import load_notebook
@@ -171,17 +172,21 @@ def test_ppo_keeps_what_it_learned_across_a_checkpoint(tmp_path, client):
     fdg, options = load_notebook(QUICKSTART)
     trained = fdg.run(iterations=6, steps=options["steps"], progress=False)
     trained.checkpoint(tmp_path)
-    saved = {k: v.clone() for k, v in trained.state.fragments["learner"][0]["agent"].state_dict().items()}
+    agent = trained.state.fragments["learner"][0]["agent"]
+    saved = {k: v.clone() for k, v in agent.named_parameters()}
+    seen = float(agent.obs_norm.count)
     frozen = dict(fdg.namespace, cfg=dataclasses.replace(fdg.namespace["cfg"], learning_rate=0.0))
     resumed = fdg.run(iterations=3, steps=options["steps"], policy="coarse", cluster=client,
                       progress=False, resume=str(tmp_path), namespace=frozen)
     assert resumed.rows[0]["iteration"] == 6 and resumed.status == "finished"
     learner = resumed.state.fragments["learner"][0]
     assert learner["update"] == 6 + 3
-    after = learner["agent"].state_dict()
+    after = dict(learner["agent"].named_parameters())
     assert all(torch.equal(saved[k], after[k]) for k in saved), "the learner's weights changed"
+    cfg = fdg.namespace["cfg"]
+    assert float(learner["agent"].obs_norm.count) == seen + 3 * cfg.num_envs * cfg.num_steps
     for actor in resumed.state.fragments["actor"]:
-        assert all(torch.equal(saved[k], actor["policy"].state_dict()[k]) for k in saved)
+        assert all(torch.equal(saved[k], dict(actor["policy"].named_parameters())[k]) for k in saved)
 
 
 # -- automatic checkpoints ----------------------------------------------------------------

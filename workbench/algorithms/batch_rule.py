@@ -1,11 +1,12 @@
 """How PPO's rollout and update follow the number of envs (issue 27 item 3).
 
-With a few envs, the best wall time on CartPole came from a 1,024-sample batch and 10
-full-batch Adam steps per iteration (``benchmarks/ppo_sweep.py``). Kept as they are with
-thousands of envs, those defaults make the learner the bound (10 passes over 32k+ samples
-per iteration) and need ever more env steps. The rule:
+With a few envs, the fewest env steps and the best wall time on CartPole came from a
+256-sample rollout and 10 full-batch Adam steps per iteration (``benchmarks/ppo_sweep.py``;
+docs/performance.md). Kept as they are with thousands of envs, those settings make the
+learner the bound (10 passes over 16k+ samples per iteration) and need ever more env steps.
+The rule:
 
-- ``num_steps`` (T) = 1024 // num_envs, within [16, 128]: a batch of ~1,024 samples while
+- ``num_steps`` (T) = 256 // num_envs, within [16, 128]: a batch of ~256 samples while
   the envs are few; with many envs, a short rollout (16 steps), so the learner sees fresh
   data often;
 - up to 1,024 samples per iteration: 10 epochs of one full-batch minibatch (the tuned
@@ -20,10 +21,10 @@ A field given a value keeps it; one left ``None`` follows the rule, also when
 ``num_envs`` changes later (``cfg.num_envs = 4096`` in a cell, ``--set cfg.num_envs=…``).
 
 Example:
-    >>> batch_rule(32)
-    {'num_steps': 32, 'update_epochs': 10, 'num_minibatches': 1}
+    >>> batch_rule(16)
+    {'num_steps': 16, 'update_epochs': 10, 'num_minibatches': 1}
     >>> batch_rule(8)
-    {'num_steps': 128, 'update_epochs': 10, 'num_minibatches': 1}
+    {'num_steps': 32, 'update_epochs': 10, 'num_minibatches': 1}
     >>> batch_rule(4096)
     {'num_steps': 16, 'update_epochs': 2, 'num_minibatches': 8}
 """
@@ -35,7 +36,9 @@ __all__ = ["batch_rule", "ScalesWithBatch", "RULED"]
 
 #: the fields the rule sets (when left None)
 RULED = ("num_steps", "update_epochs", "num_minibatches")
-#: the batch up to which full-batch epochs win (the small-batch tuning's batch)
+#: the samples per iteration a rollout aims at while the envs are few
+ROLLOUT_SAMPLES = 256
+#: the batch up to which 10 full-batch epochs keep pace with the envs
 SMALL_BATCH = 1024
 
 
@@ -46,7 +49,7 @@ def batch_rule(num_envs: int, num_steps: int | None = None) -> dict[str, int]:
     >>> batch_rule(32, num_steps=128)["update_epochs"]
     2
     """
-    steps = num_steps or max(16, min(128, SMALL_BATCH // max(1, int(num_envs))))
+    steps = num_steps or max(16, min(128, ROLLOUT_SAMPLES // max(1, int(num_envs))))
     if int(num_envs) * steps <= SMALL_BATCH:
         return {"num_steps": steps, "update_epochs": 10, "num_minibatches": 1}
     return {"num_steps": steps, "update_epochs": 2, "num_minibatches": 8}

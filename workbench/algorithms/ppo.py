@@ -23,11 +23,15 @@ from torch import nn
 import workbench as wb
 from workbench.algorithms.batch_rule import ScalesWithBatch
 from workbench.algorithms.config_docs import documented
+from workbench.algorithms.layers import ObsNorm, Tanh, tanh
+from workbench.algorithms.numpy_act import SMALL_BATCH, act_numpy
+from workbench.algorithms.numpy_update import MAX_ROWS as NUMPY_MAX_ROWS
+from workbench.algorithms.numpy_update import NumpyStep
 from workbench.algorithms.ppo_graphs import graphed_act, graphed_update
 from workbench.context import current
 from workbench.kernels import array_module_of, from_torch, gae, normalize_advantages, to_torch
 
-__all__ = ["PPOConfig", "ActorCritic", "ppo_update", "FRAGMENT_CELLS", "build_fdg", "cfg"]
+__all__ = ["PPOConfig", "ActorCritic", "ObsNorm", "tanh", "ppo_update", "FRAGMENT_CELLS", "build_fdg", "cfg"]
 
 
 # ----------------------------------------------------------------------------- hyperparameters
@@ -36,27 +40,28 @@ __all__ = ["PPOConfig", "ActorCritic", "ppo_update", "FRAGMENT_CELLS", "build_fd
 class PPOConfig(ScalesWithBatch):
     """Every PPO hyperparameter, in one place.
 
-    The defaults are tuned for wall time to solve CartPole-v1 on a CPU (see
-    ``benchmarks/ppo_sweep.py``): a large batch (32 envs × 32 steps) and few, full-batch
-    gradient steps (10 per iteration), since one Adam step of this small MLP costs about as
-    much at batch 1024 as at 256. ``num_steps``, ``update_epochs`` and ``num_minibatches``
-    left None follow the number of envs (`workbench.algorithms.batch_rule`): with 4,096
-    envs, 16 steps and 2 epochs of 8 minibatches, so the learner keeps pace with the envs.
+    The defaults are tuned for env steps and wall time to solve CartPole-v1 on a CPU (the
+    ablation against SB3's rl-zoo settings in ``benchmarks/ppo_sweep.py`` and
+    docs/performance.md): 16 envs × 16 steps, 10 full-batch Adam steps per iteration at lr
+    3e-3, observations normalised and time limits bootstrapped. ``num_steps``,
+    ``update_epochs`` and ``num_minibatches`` left None follow the number of envs
+    (`workbench.algorithms.batch_rule`): with 4,096 envs, 16 steps and 2 epochs of 8
+    minibatches, so the learner keeps pace with the envs.
 
     >>> PPOConfig().num_steps, PPOConfig(num_envs=4096).num_steps, PPOConfig(num_steps=64).num_steps
-    (32, 16, 64)
+    (16, 16, 64)
     """
 
     env_id: str = "CartPole-v1"
     """the environment (a NumPy array env for CartPole-v1)"""
     seed: int = 1
     """seeds torch and the envs (replica ``i`` uses ``seed + i``)"""
-    num_envs: int = 32
+    num_envs: int = 16
     """environments in total, split across the env replicas (keep it even: 2 replicas must split it)"""
     num_steps: int | None = None
     """steps per iteration (``T``): each iteration learns from ``num_envs × num_steps``
-    (None: 1024 // num_envs within [16, 128], the batch rule)"""
-    iterations: int = 200
+    (None: 256 // num_envs within [16, 128], the batch rule)"""
+    iterations: int = 400
     """the most iterations a run takes (it stops early once solved)"""
     learning_rate: float = 3e-3
     """Adam step size, annealed linearly to 0 over ``iterations`` when ``anneal_lr``"""
@@ -70,7 +75,19 @@ class PPOConfig(ScalesWithBatch):
     update_epochs: int | None = None
     """passes over each iteration's batch (None: 10 up to a 1,024-sample batch, else 2)"""
     clip_coef: float = 0.2
-    """surrogate clipping"""
+    """surrogate clipping (and value clipping, with ``clip_vloss``)"""
+    norm_adv: bool = True
+    """normalise each minibatch's advantages (mean 0, std 1)"""
+    clip_vloss: bool = False
+    """clip the value update around the rollout's values, as CleanRL (cost env steps here)"""
+    bootstrap_truncated: bool = True
+    """where a time limit cut an episode (``truncated`` and not ``terminated``), add
+    ``γ·V(final obs)`` to its last reward, as SB3 does, instead of treating the cut as the
+    episode's end (CartPole-v1 cuts at 500 steps: ending the return there teaches the value
+    that the best states are worth less; it cost ~20 % more env steps to solve)"""
+    norm_obs: bool = True
+    """normalise observations by the running mean/std of those learned from, clip to ±10
+    (`ObsNorm`: the statistics travel with the weights, so every placement sees the same)"""
     ent_coef: float = 0.0
     vf_coef: float = 0.5
     max_grad_norm: float = 0.5
@@ -96,17 +113,23 @@ def _layer(n_in: int, n_out: int, std: float = np.sqrt(2)) -> nn.Linear:
 
 
 class ActorCritic(nn.Module):
-    """Separate tanh MLPs for the policy (logits) and the value, as CleanRL."""
+    """Separate tanh MLPs for the policy (logits) and the value, as CleanRL; with
+    ``norm_obs``, both read observations through one `ObsNorm`."""
 
-    def __init__(self, obs_dim: int, n_actions: int, hidden: int = 64) -> None:
+    def __init__(self, obs_dim: int, n_actions: int, hidden: int = 64, norm_obs: bool = False) -> None:
         super().__init__()
-        self.critic = nn.Sequential(_layer(obs_dim, hidden), nn.Tanh(), _layer(hidden, hidden),
-                                    nn.Tanh(), _layer(hidden, 1, std=1.0))
-        self.actor = nn.Sequential(_layer(obs_dim, hidden), nn.Tanh(), _layer(hidden, hidden),
-                                   nn.Tanh(), _layer(hidden, n_actions, std=0.01))
+        self.critic = nn.Sequential(_layer(obs_dim, hidden), Tanh(), _layer(hidden, hidden),
+                                    Tanh(), _layer(hidden, 1, std=1.0))
+        self.actor = nn.Sequential(_layer(obs_dim, hidden), Tanh(), _layer(hidden, hidden),
+                                   Tanh(), _layer(hidden, n_actions, std=0.01))
+        self.obs_norm = ObsNorm(obs_dim) if norm_obs else None
+
+    def normalize(self, obs: torch.Tensor) -> torch.Tensor:
+        """``obs`` as the networks read it (through `ObsNorm` when there is one)."""
+        return obs if self.obs_norm is None else self.obs_norm.forward(obs)
 
     def value(self, obs: torch.Tensor) -> torch.Tensor:
-        return self.critic(obs).squeeze(-1)
+        return forward(self.critic, self.normalize(obs)).squeeze(-1)
 
     def evaluate(self, obs: torch.Tensor, action: torch.Tensor):
         """log-prob of ``action``, entropy and value at ``obs`` (with gradients).
@@ -114,9 +137,10 @@ class ActorCritic(nn.Module):
         The same numbers as ``torch.distributions.Categorical(logits=…)``'s ``log_prob`` and
         ``entropy``, from one ``log_softmax`` (the distribution object costs more than the
         network at these sizes)."""
-        logp_all = torch.log_softmax(self.actor(obs), -1)
+        obs = self.normalize(obs)
+        logp_all = torch.log_softmax(forward(self.actor, obs), -1)
         entropy = -(logp_all.exp() * logp_all).sum(-1)
-        return logp_all.gather(-1, action[:, None]).squeeze(-1), entropy, self.value(obs)
+        return logp_all.gather(-1, action[:, None]).squeeze(-1), entropy, forward(self.critic, obs).squeeze(-1)
 
     @torch.inference_mode()
     def act(self, obs: np.ndarray):
@@ -126,6 +150,10 @@ class ActorCritic(nn.Module):
         NumPy observations give NumPy back (a device→host copy if the network is on a GPU);
         CuPy observations from a GPU env give CuPy back through DLPack, so with the env and
         the network on one GPU nothing crosses to the host."""
+        if isinstance(obs, np.ndarray) and obs.ndim == 2 and obs.shape[0] <= SMALL_BATCH and self.fast_numpy_act:
+            out = act_numpy(self, obs)  # a few rows: NumPy beats torch's per-op dispatch
+            if out is not None:
+                return out
         x = on_device(obs, device_of(self))
         out = graphed_act(self, _sample, x) if x.is_cuda and self.cuda_graphs else None
         action, logp, value = out if out is not None else _sample(self, x)
@@ -133,10 +161,15 @@ class ActorCritic(nn.Module):
 
     #: on a GPU, replay ``act``'s kernels as one CUDA graph (`workbench.algorithms.ppo_graphs`)
     cuda_graphs = True
+    #: on the CPU, act for up to ``SMALL_BATCH`` observations in NumPy (`workbench.algorithms.numpy_act`)
+    fast_numpy_act = True
+    #: on the CPU, ``ppo_update``'s minibatch steps in NumPy (`workbench.algorithms.numpy_update`)
+    fast_numpy_update = True
 
 
 def _sample(agent: ActorCritic, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """(action, log-prob, value) tensors for observations ``x``: what ``act`` computes."""
+    x = agent.normalize(x)
     logp_all = torch.log_softmax(forward(agent.actor, x), -1)
     action = torch.multinomial(logp_all.exp(), 1)
     logp = logp_all.gather(-1, action).squeeze(-1)
@@ -144,21 +177,25 @@ def _sample(agent: ActorCritic, x: torch.Tensor) -> tuple[torch.Tensor, torch.Te
 
 
 def forward(seq: nn.Sequential, x: torch.Tensor) -> torch.Tensor:
-    """``seq(x)`` for the actor's every-step call, without ``nn.Module.__call__``'s
-    bookkeeping per layer: the same kernels in the same order, so the same numbers, for
-    10–25 % less time per step at these sizes (measured in ``benchmarks/bench_ab.py``). A
-    layer with hooks goes through its ``__call__`` as usual.
+    """``seq(x)`` without ``nn.Module.__call__``'s bookkeeping per layer: the same kernels
+    in the same order, so the same numbers, for 10–25 % less time per call at the actor's
+    sizes (measured in ``benchmarks/bench_ab.py``). A module with hooks goes through its
+    ``__call__`` as usual.
 
-    >>> net = nn.Sequential(nn.Linear(3, 4), nn.Tanh(), nn.Linear(4, 2))
+    >>> net = nn.Sequential(nn.Linear(3, 4), nn.Tanh(), nn.Linear(4, 4), Tanh(), nn.Linear(4, 2))
     >>> x = torch.ones(2, 3)
     >>> bool((forward(net, x) == net(x)).all())
     True
     """
+    if seq._forward_hooks or seq._forward_pre_hooks:
+        return seq(x)
     for layer in seq:
         if layer._forward_hooks or layer._forward_pre_hooks:
             x = layer(x)
         elif type(layer) is nn.Linear:
             x = F.linear(x, layer.weight, layer.bias)
+        elif type(layer) is Tanh:
+            x = tanh(x)
         elif type(layer) is nn.Tanh:
             x = torch.tanh(x)
         else:
@@ -217,21 +254,30 @@ def _sync_and_clip(params: list[torch.Tensor], max_grad_norm: float | None) -> N
 
 
 def ppo_update(agent, optimizer, cfg, update, state, action, logp, value, reward, starts,
-               last_obs, last_done) -> dict[str, float]:
+               last_obs, last_done, truncated=None, final_obs=None) -> dict[str, float]:
     """One PPO update from a ``[T, N, …]`` rollout; returns CleanRL-named losses.
 
     ``starts[t]`` is 1 where ``state[t]`` begins an episode; ``last_obs`` / ``last_done``
     are the observation and done flag after the final step (they bootstrap the returns).
+    ``truncated[t]`` (optional) is 1 where a time limit, not the task, ended the episode at
+    step ``t``, and ``final_obs[t]`` that episode's last observation: with
+    ``cfg.bootstrap_truncated`` those steps' rewards get ``γ·V(final obs)``.
     """
     if cfg.anneal_lr:
         frac = max(0.0, 1.0 - update / cfg.iterations)
         optimizer.param_groups[0]["lr"] = frac * cfg.learning_rate
     device = device_of(agent)  # the batch goes where the network is (replica.device)
+    if truncated is not None and final_obs is not None and getattr(cfg, "bootstrap_truncated", True):
+        reward = bootstrap_time_limits(agent, cfg.gamma, reward, truncated, final_obs)
+    obs = flat_batch(state, device)
+    obs_norm = getattr(agent, "obs_norm", None)
+    if obs_norm is not None:  # first: the epochs then optimise the policy the actors run next
+        obs_norm.update(obs)
     with torch.no_grad():  # in the rollout's kind of array: GAE runs where the rollout is
         last_value = like(reward, agent.value(on_device(last_obs, device)))
     advantages, returns = gae(reward, value, starts, last_value, last_done, cfg.gamma, cfg.gae_lambda)
 
-    batch = (flat_batch(state, device), flat_batch(action, device), flat_batch(logp, device),
+    batch = (obs, flat_batch(action, device), flat_batch(logp, device),
              flat_batch(advantages, device, np.float32), flat_batch(returns, device, np.float32))
     params = [p for p in agent.parameters() if p.requires_grad]
     mb_size = batch[0].shape[0] // cfg.num_minibatches
@@ -241,9 +287,20 @@ def ppo_update(agent, optimizer, cfg, update, state, action, logp, value, reward
 
     out = None
     if device.type == "cuda" and getattr(cfg, "cuda_graphs", True) and _one_learner():  # one graph per iteration
-        out = graphed_update(agent, optimizer, (cfg.clip_coef, cfg.ent_coef, cfg.vf_coef, cfg.max_grad_norm),
+        out = graphed_update(agent, optimizer, (cfg.clip_coef, cfg.ent_coef, cfg.vf_coef, cfg.max_grad_norm,
+                                                _norm_adv(cfg), _clip_vloss(cfg)),
                              batch, cfg.update_epochs, mb_size, step)
-    if out is None:
+    fast = None
+    if out is None and device.type == "cpu" and mb_size <= NUMPY_MAX_ROWS and _one_learner():
+        fast = NumpyStep.build(agent, optimizer, cfg)  # forward and backward in NumPy: no per-op dispatch
+    if fast is not None:
+        with torch.no_grad():
+            arrays = (agent.normalize(batch[0]).numpy(), *(x.numpy() for x in batch[1:]))
+        for _ in range(cfg.update_epochs):
+            order = torch.randperm(arrays[0].shape[0]).numpy()  # the same generator as the torch path
+            for start in range(0, len(order), mb_size):
+                out = fast(arrays, order[start:start + mb_size])
+    elif out is None:
         size = batch[0].shape[0]
         for _ in range(cfg.update_epochs):
             # on the CPU: the CPU generator, as always; on a GPU: its own (no host copy)
@@ -251,19 +308,55 @@ def ppo_update(agent, optimizer, cfg, update, state, action, logp, value, reward
             for start in range(0, size, mb_size):
                 out = step(order[start:start + mb_size], batch)
     pg_loss, v_loss, entropy = out
-    return {"losses/policy_loss": pg_loss.item(), "losses/value_loss": v_loss.item(),
-            "losses/entropy": entropy.item(), "charts/learning_rate": optimizer.param_groups[0]["lr"]}
+    return {"losses/policy_loss": float(pg_loss), "losses/value_loss": float(v_loss),
+            "losses/entropy": float(entropy), "charts/learning_rate": optimizer.param_groups[0]["lr"]}
+
+
+def bootstrap_time_limits(agent, gamma: float, reward, truncated, final_obs):
+    """``reward + γ·V(final_obs)`` where ``truncated`` (a ``[T, N]`` rollout), with the
+    network that collected the rollout (before this update changes it), in the rollout's
+    kind of array. On the CPU only the cut rows are evaluated (a few per iteration); on a
+    GPU all of them, so nothing waits for the host to count them.
+
+    >>> agent = ActorCritic(4, 2)
+    >>> reward, cut = np.ones((2, 3), np.float32), np.zeros((2, 3), bool)
+    >>> cut[1, 2] = True
+    >>> final_obs = np.ones((2, 3, 4), np.float32)
+    >>> out = bootstrap_time_limits(agent, 0.99, reward, cut, final_obs)
+    >>> v = agent.value(torch.ones(1, 4)).item()
+    >>> bool((out[~cut] == 1).all()), bool(abs(out[1, 2] - (1 + 0.99 * v)) < 1e-6)
+    (True, True)
+    """
+    device = device_of(agent)
+    xp = array_module_of(reward)
+    if xp is np:
+        rows = np.flatnonzero(np.asarray(truncated).reshape(-1))
+        if rows.size == 0:
+            return reward
+        with torch.no_grad():
+            v = agent.value(flat_batch(final_obs, device)[torch.from_numpy(rows).to(device)])
+        out = np.array(reward, np.float32)
+        out.reshape(-1)[rows] += gamma * host(v)
+        return out
+    with torch.no_grad():
+        v = agent.value(flat_batch(final_obs, device)).reshape(reward.shape)
+    return reward + gamma * like(reward, v) * truncated
 
 
 def _minibatch_step(agent, optimizer, cfg, params, batch: tuple, mb: torch.Tensor) -> tuple:
     """One Adam step on the minibatch ``mb`` (indices into ``batch``); returns the policy
     loss, value loss and mean entropy as tensors (read once, after the last step)."""
-    b_obs, b_act, b_logp, b_adv, b_ret = batch
-    new_logp, entropy, new_value = agent.evaluate(b_obs[mb], b_act[mb])
-    ratio = (new_logp - b_logp[mb]).exp()
-    adv = normalize_advantages(b_adv[mb])
+    b_obs, b_act, b_logp, b_adv, b_ret = (x.index_select(0, mb) for x in batch)
+    new_logp, entropy, new_value = agent.evaluate(b_obs, b_act)
+    ratio = (new_logp - b_logp).exp()
+    adv = normalize_advantages(b_adv) if _norm_adv(cfg) else b_adv
     pg_loss = torch.max(-adv * ratio, -adv * ratio.clamp(1 - cfg.clip_coef, 1 + cfg.clip_coef)).mean()
-    v_loss = 0.5 * ((new_value - b_ret[mb]) ** 2).mean()
+    if _clip_vloss(cfg):  # around the rollout's values (returns − advantages)
+        old_value = b_ret - b_adv
+        v_clipped = old_value + (new_value - old_value).clamp(-cfg.clip_coef, cfg.clip_coef)
+        v_loss = 0.5 * torch.max((new_value - b_ret) ** 2, (v_clipped - b_ret) ** 2).mean()
+    else:
+        v_loss = 0.5 * ((new_value - b_ret) ** 2).mean()
     loss = pg_loss - cfg.ent_coef * entropy.mean() + cfg.vf_coef * v_loss
     optimizer.zero_grad()
     loss.backward()
@@ -272,6 +365,14 @@ def _minibatch_step(agent, optimizer, cfg, params, batch: tuple, mb: torch.Tenso
     # detached: a loss kept with its autograd graph would hold that graph alive into the next
     # step (and, on a GPU, across the CUDA graph's capture)
     return pg_loss.detach(), v_loss.detach(), entropy.mean().detach()
+
+
+def _norm_adv(cfg) -> bool:
+    return getattr(cfg, "norm_adv", True)  # a config made before the field: as it was
+
+
+def _clip_vloss(cfg) -> bool:
+    return getattr(cfg, "clip_vloss", False)
 
 
 def _one_learner() -> bool:
@@ -291,14 +392,15 @@ done = envs.xp.zeros(envs.num_envs, dtype=bool)  # on the env's device, as its s
 """),
     ("%%fragment learner --init", """\
 torch.manual_seed(cfg.seed)
-agent = ActorCritic(obs_dim=4, n_actions=2, hidden=cfg.hidden).to(replica.device)
-optimizer = torch.optim.Adam(agent.parameters(), lr=cfg.learning_rate, eps=1e-5)
+agent = ActorCritic(obs_dim=4, n_actions=2, hidden=cfg.hidden, norm_obs=cfg.norm_obs).to(replica.device)
+# fused: Adam in one kernel on the CPU (on a GPU the whole update replays as a CUDA graph)
+optimizer = torch.optim.Adam(agent.parameters(), lr=cfg.learning_rate, eps=1e-5, fused=replica.device == "cpu")
 update = 0
 weights = agent.state_dict()
 """),
     ("%%fragment actor --init", """\
 torch.manual_seed(cfg.seed + 1000 + replica.index)
-policy = ActorCritic(obs_dim=4, n_actions=2, hidden=cfg.hidden).to(replica.device)
+policy = ActorCritic(obs_dim=4, n_actions=2, hidden=cfg.hidden, norm_obs=cfg.norm_obs).to(replica.device)
 policy.load_state_dict(weights)
 """),
     ("%%fragment actor", """\
@@ -308,11 +410,13 @@ action, logp, value = policy.act(obs)
     ("%%fragment env", """\
 obs, reward, terminated, truncated, info = envs.step(action)
 done = terminated | truncated
+final_obs = info["final_obs"]      # where an episode ended, its last observation
 wb.log("charts/episodic_return", info["episode_return"])
 """),
     ("%%fragment learner", """\
 losses = ppo_update(agent, optimizer, cfg, update, state, action, logp, value, reward, starts,
-                    last_obs=obs[-1], last_done=done[-1])
+                    last_obs=obs[-1], last_done=done[-1],
+                    truncated=truncated & ~terminated, final_obs=final_obs)  # time limits: bootstrap
 for name, number in losses.items():
     wb.log(name, number)
 update += 1
