@@ -115,14 +115,18 @@ class FragmentRuntimeError(WorkbenchError):
         error: str,
         traceback_text: str,
         iteration: int | None = None,
+        advice: str | None = None,
     ):
         where = f"cell line {line}" if line else "its cell"
+        # a workbench error raised from inside the cell (a process group that could not form)
+        # says what to do itself: the cell need not be wrong
+        advice = advice or "Fix the cell, re-run it, and run again."
         at_iter = f" in iteration {iteration}" if iteration is not None else ""
         code = f"\n    {source_line.strip()}" if source_line else ""
         super().__init__(
             f"fragment {fragment!r} ({rate} cell), replica {replica} on {worker}, raised{at_iter} "
             f"at {where}:{code}\n{error}\n"
-            "The run stopped cleanly; the FDG is intact. Fix the cell, re-run it, and run again.\n"
+            f"The run stopped cleanly; the FDG is intact. {advice}\n"
             f"--- original traceback ---\n{traceback_text}"
         )
         self.fragment, self.rate, self.replica, self.worker = fragment, rate, replica, worker
@@ -131,7 +135,7 @@ class FragmentRuntimeError(WorkbenchError):
         self._kwargs = dict(
             fragment=fragment, rate=rate, replica=replica, worker=worker, line=line,
             source_line=source_line, error=error, traceback_text=traceback_text,
-            iteration=iteration,
+            iteration=iteration, advice=advice,
         )
 
     def __reduce__(self):  # survive pickling from a Dask worker with every field

@@ -66,6 +66,24 @@ def test_fragment_error_names_fragment_replica_and_cell_line():
     assert not [t for t in threading.enumerate() if t.name.startswith("workbench-")]
 
 
+def test_an_error_workbench_raises_inside_a_cell_is_not_blamed_on_the_cell():
+    """A cell's own bug: "Fix the cell". A workbench error raised through the cell (a
+    process group that could not form, a collective misused): its own advice stands."""
+    from workbench.errors import ProcessGroupError
+
+    fdg = toy_fdg()
+    fdg.namespace["form_group"] = lambda: (_ for _ in ()).throw(
+        ProcessGroupError("the learners' process group did not form; use allreduce='channels'"))
+    fdg.add_fragment("env", "obs = obs + 1\nreward = action.copy()\nform_group()", rate="step")
+    with pytest.raises(wb.FragmentRuntimeError) as info:
+        fdg.run(iterations=1, steps=1, progress=False)
+    said = str(info.value)
+    assert "Fix the cell" not in said and "Do what the error says" in said and "allreduce='channels'" in said
+    fdg.add_fragment("env", "obs = obs + 1\nreward = action.copy()\nboom = 1 / 0", rate="step")
+    with pytest.raises(wb.FragmentRuntimeError, match="Fix the cell"):
+        fdg.run(iterations=1, steps=1, progress=False)
+
+
 def test_reading_a_value_the_producer_never_wrote_is_explained():
     fdg = wb.FDG(namespace={})
     fdg.add_fragment("env", "if False:\n    obs = 0", rate="init")  # a first value on paper only

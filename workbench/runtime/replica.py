@@ -12,7 +12,7 @@ import traceback
 from typing import Any
 
 from workbench.context import ReplicaContext, ReplicaInfo, activate, deactivate
-from workbench.errors import FragmentRuntimeError
+from workbench.errors import FragmentRuntimeError, WorkbenchError
 from workbench.fdg.plan import Item
 from workbench.runtime.arrays import ReplicasDisagree, Unbatched, gather, handed_over, unwrapped
 from workbench.runtime.cell_exit import describe as describe_error, install as catch_process_exits, is_cell_error
@@ -494,6 +494,5 @@ class GroupReplica(CellErrors):
             traceback.format_exception_only(type(exc), exc))
         return FragmentRuntimeError(
             fragment=frag, rate=rate, replica=self.index, worker=self.worker, line=line,
-            source_line=source, error=describe_error(exc), traceback_text=text,
-            iteration=iteration,
-        )
+            source_line=source, error=describe_error(exc), traceback_text=text, iteration=iteration,
+            advice="Do what the error says; the cell itself may be fine." if isinstance(exc, WorkbenchError) else None)
