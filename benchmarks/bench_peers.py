@@ -19,9 +19,11 @@ judged on ratios measured within one run:
     × 4 epochs, lr 2.5e-4 annealed, ent 0.01, 100 iterations = 51,200 env steps): the
     quickstart's FDG (``workbench.algorithms.ppo.build_fdg`` with a modified ``PPOConfig``)
     inline and coarse, each in a fresh process, vs ``python ppo.py --total-timesteps 51200
-    --num-envs 4 --num-steps 128``. Each side's own figure: ``run.steps_per_second``
-    (env steps / time since the run started) and CleanRL's last ``SPS:`` line (env steps /
-    time since its loop started).
+    --num-envs 4 --num-steps 128``. Both from after setup: CleanRL's last ``SPS:`` line (env
+    steps / time since its loop started, after its envs, network and optimizer were built)
+    and workbench's env steps / time from the end of its first iteration (deploy, the init
+    cells and iteration 1 excluded; ``run.steps_per_second``, over the whole run, is printed
+    beside it).
 
 This script installs nothing. The peers, when you want them (neither is a dependency):
 
@@ -119,7 +121,11 @@ def child_wb_throughput(policy: str, seed: int) -> dict:
     cfg = ppo.PPOConfig(seed=seed, iterations=CLEANRL_ITERATIONS, **CLEANRL)
     fdg = ppo.build_fdg({**vars(ppo), "cfg": cfg})
     run = fdg.run(iterations=cfg.iterations, steps=cfg.num_steps, policy=policy, progress=False)
-    return {"sps": run.steps_per_second, "env_steps": run.env_steps, "time_s": run.wall_time}
+    first, last = run.rows[0], run.rows[-1]
+    # like CleanRL's SPS, whose clock starts after its envs, network and optimizer are built:
+    # from the end of the first iteration (deploy, the init cells and iteration 1 excluded)
+    loop = (last["env_steps"] - first["env_steps"]) / (last["time_s"] - first["time_s"])
+    return {"sps": loop, "run_sps": run.steps_per_second, "env_steps": run.env_steps, "time_s": run.wall_time}
 
 
 # ============================================================================ the parent
@@ -332,14 +338,15 @@ def main() -> None:
         steps = CLEANRL_ITERATIONS * CLEANRL["num_envs"] * CLEANRL["num_steps"]
         print(f"\n(b) env-steps/s at CleanRL's ppo.py settings (4 envs × 128 steps, 4×4 minibatch "
               f"epochs, {steps:,} env steps) — median (min–max)\n")
-        print("| | env-steps/s | whole process (s) |")
-        print("|---|---|---|")
+        print("| | env-steps/s (after setup) | over the whole run | whole process (s) |")
+        print("|---|---|---|---|")
         names = {"inline": "workbench inline", "coarse": "workbench coarse", "cleanrl": "CleanRL ppo.py"}
         s: dict[str, float] = {}
         for who, rows in thr.items():
             sps = [r["sps"] for r in rows]
             s[who] = med(sps)
-            print(f"| {names.get(who, who)} | {span(sps, '{:,.0f}')} | "
+            whole = span([r["run_sps"] for r in rows], "{:,.0f}") if "run_sps" in rows[0] else "(its SPS)"
+            print(f"| {names.get(who, who)} | {span(sps, '{:,.0f}')} | {whole} | "
                   f"{span([r['process_s'] for r in rows], '{:.1f}')} |")
         print()
         for who in args.policies:

@@ -66,6 +66,24 @@ def test_fragment_error_names_fragment_replica_and_cell_line():
     assert not [t for t in threading.enumerate() if t.name.startswith("workbench-")]
 
 
+def test_a_run_keeps_torch_and_blas_on_one_thread_and_gives_them_back():
+    """Inline replicas share the process's cores: torch's and NumPy's BLAS pools run one
+    thread during the run (a 2-thread BLAS pool made the NumPy learner's matmuls 2.5×
+    slower on a busy machine) and get their sizes back after it."""
+    import torch
+    from threadpoolctl import threadpool_info
+
+    blas = lambda: sorted({pool["num_threads"] for pool in threadpool_info() if pool["user_api"] == "blas"})
+    torch.set_num_threads(2)
+    before = blas()
+    fdg = toy_fdg()
+    fdg.namespace.update(torch=torch, blas=blas)
+    fdg.add_fragment("env", "obs = obs + 1\nreward = action.copy()\nthreads = (torch.get_num_threads(), blas())", rate="step")
+    run = fdg.run(iterations=1, steps=2, progress=False)
+    assert run.state.fragments["env"][0]["threads"] == (1, [1] if before else [])
+    assert torch.get_num_threads() == 2 and blas() == before
+
+
 def test_an_error_workbench_raises_inside_a_cell_is_not_blamed_on_the_cell():
     """A cell's own bug: "Fix the cell". A workbench error raised through the cell (a
     process group that could not form, a collective misused): its own advice stands."""
