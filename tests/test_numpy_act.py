@@ -84,3 +84,18 @@ def test_what_numpy_cannot_run_takes_the_torch_path(monkeypatch):
     agent.fast_numpy_act = True
     agent.act(_obs(4))
     assert len(calls) == 4
+
+
+def test_a_pickled_or_copied_network_builds_its_own_views():
+    import copy
+    import pickle
+
+    agent = ppo.ActorCritic(4, 2, norm_obs=True)
+    obs = _obs(4)
+    agent.act(obs)                                           # the cache: views of these tensors
+    for twin in (pickle.loads(pickle.dumps(agent)), copy.deepcopy(agent)):
+        assert "_numpy_act" not in twin.__dict__
+        with torch.no_grad():
+            twin.critic[-1].bias.fill_(2.0)                  # the twin's weights, not the original's
+        np.testing.assert_allclose(twin.act(obs)[2], _torch_path(twin, obs)[1], atol=1e-5)
+        assert not np.allclose(twin.act(obs)[2], agent.act(obs)[2])

@@ -124,6 +124,14 @@ class ActorCritic(nn.Module):
                                    Tanh(), _layer(hidden, n_actions, std=0.01))
         self.obs_norm = ObsNorm(obs_dim) if norm_obs else None
 
+    def __getstate__(self) -> dict:
+        # the NumPy paths' caches hold views of this process's tensors (and the optimizer):
+        # a pickle or a copy rebuilds them from its own
+        state = dict(super().__getstate__())
+        state.pop("_numpy_act", None)
+        state.pop("_numpy_update", None)
+        return state
+
     def normalize(self, obs: torch.Tensor) -> torch.Tensor:
         """``obs`` as the networks read it (through `ObsNorm` when there is one)."""
         return obs if self.obs_norm is None else self.obs_norm.forward(obs)
