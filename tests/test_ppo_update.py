@@ -169,3 +169,33 @@ def test_minibatch_losses_follow_the_options(norm_adv, clip_vloss):
     pg_loss, v_loss, _ = ppo._minibatch_step(agent, optimizer, cfg, params, (obs, act, logp, adv, ret), torch.arange(n))
     torch.testing.assert_close(pg_loss, pg, rtol=1e-5, atol=1e-6)
     torch.testing.assert_close(v_loss, v, rtol=1e-5, atol=1e-6)
+
+
+def test_time_limits_bootstrap_exactly_the_cut_steps_with_the_collecting_network(monkeypatch):
+    """reward + γ·V(final obs) where truncated and not terminated (SB3's rule), computed
+    with the network before the update moves it; off with cfg.bootstrap_truncated=False."""
+    T, N = 6, 5
+    rng = np.random.default_rng(3)
+    terminated = rng.random((T, N)) < 0.3
+    truncated = rng.random((T, N)) < 0.3
+    cut = truncated & ~terminated
+    assert cut.any() and (truncated & terminated).any()          # both kinds in the rollout
+    final_obs = rng.normal(size=(T, N, 4)).astype(np.float32)
+    reward = rng.normal(size=(T, N)).astype(np.float32)
+    real, seen = ppo.gae, {}
+
+    def spy(rewards, *args):  # the rewards GAE is given
+        seen["reward"] = np.array(rewards)
+        return real(rewards, *args)
+
+    monkeypatch.setattr(ppo, "gae", spy)
+    for on in (True, False):
+        cfg = ppo.PPOConfig(num_envs=N, num_steps=T, bootstrap_truncated=on)
+        agent, optimizer = _agent(cfg)
+        with torch.no_grad():
+            v = agent.value(torch.from_numpy(final_obs.reshape(-1, 4))).numpy().reshape(T, N)
+        expected = reward + cfg.gamma * v * cut if on else reward
+        state, action, logp, value, _, starts, last_obs, last_done = _rollout(T, N)
+        ppo.ppo_update(agent, optimizer, cfg, 0, state, action, logp, value, reward, starts, last_obs, last_done,
+                       truncated=cut, final_obs=final_obs)
+        np.testing.assert_allclose(seen["reward"], expected, rtol=1e-6, atol=1e-6)
