@@ -75,12 +75,18 @@ def limit_threads(nthreads: int) -> int:
         torch = None
     if torch is not None and torch.get_num_threads() != count:
         torch.set_num_threads(count)
+    if all(os.environ.get(name) == str(count) for name in _POOL_VARIABLES):
+        return count  # the pools started at this size: Dask's nanny sets these to 1 in workers
     try:
         from threadpoolctl import threadpool_limits
-    except ImportError:  # Dask's nanny already sets OMP/MKL/OPENBLAS_NUM_THREADS=1
+    except ImportError:
         return count
-    threadpool_limits(limits=count)
+    threadpool_limits(limits=count, user_api="blas")  # torch's own OpenMP pool: set above
     return count
+
+
+#: what Dask's nanny sets to 1 before it spawns a worker (distributed.nanny.pre-spawn-environ)
+_POOL_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
 
 
 def warm_up() -> None:
