@@ -118,8 +118,8 @@ class FragmentRuntimeError(WorkbenchError):
         advice: str | None = None,
     ):
         where = f"cell line {line}" if line else "its cell"
-        # a workbench error raised from inside the cell (a process group that could not form)
-        # says what to do itself: the cell need not be wrong
+        # the caller passes other advice where the cell need not be wrong (a workbench error
+        # raised through it, e.g. a process group that could not form, says what to do itself)
         advice = advice or "Fix the cell, re-run it, and run again."
         at_iter = f" in iteration {iteration}" if iteration is not None else ""
         code = f"\n    {source_line.strip()}" if source_line else ""
