@@ -176,3 +176,34 @@ def test_cli_workers_sizes_the_embedded_cluster(tmp_path):
         capture_output=True, text=True, timeout=300, cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "started a local Dask cluster (3 workers on 127.0.0.1" in proc.stdout
+
+
+def _start_order(monkeypatch, notebook, *argv) -> list[str]:
+    """What `workbench run` did first: start the embedded cluster, or load the notebook
+    (stopped right there with an error, so no cluster or training runs)."""
+    import workbench.cluster.connect as connect
+    import workbench.notebook as notebook_module
+    from workbench.errors import RunConfigError
+
+    order: list[str] = []
+    monkeypatch.setattr(connect, "start_embedded_in_background", lambda *a, **k: order.append("start"))
+
+    def load(*args, **kwargs):
+        order.append("load")
+        raise RunConfigError("stopped by the test after the notebook load began")
+
+    monkeypatch.setattr(notebook_module, "load_notebook", load)
+    assert main(["run", str(notebook), *argv]) == 2
+    return order
+
+
+def test_a_cluster_policy_starts_the_embedded_cluster_while_the_notebook_loads(monkeypatch, tmp_path):
+    assert _start_order(monkeypatch, QUICKSTART, "--policy", "coarse") == ["start", "load"]
+    assert _start_order(monkeypatch, QUICKSTART) == ["load"]                       # inline
+    assert _start_order(monkeypatch, QUICKSTART, "--policy", "coarse",
+                        "--cluster", "tcp://127.0.0.1:1") == ["load"]              # its own cluster
+    nb = nbformat.read(QUICKSTART, as_version=4)
+    nb.cells.insert(1, nbformat.v4.new_code_cell("from distributed import Client\nclient = Client()"))
+    own = tmp_path / "own_client.ipynb"
+    nbformat.write(nb, own)
+    assert _start_order(monkeypatch, own, "--policy", "coarse") == ["load"]       # it may make one

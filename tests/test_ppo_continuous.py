@@ -146,6 +146,53 @@ def test_update_returns_finite_losses_and_moves_the_policy():
     assert any(not torch.equal(a, b) for a, b in zip(before, agent.parameters()))
 
 
+def test_time_limits_bootstrap_the_cut_steps_in_the_update(monkeypatch):
+    """HalfCheetah's episodes all end by truncation: with bootstrap_truncated the rewards GAE
+    gets are reward + γ·V(final obs) exactly where truncated (and not terminated), from the
+    network as it collected the rollout; without it, the rewards unchanged (CleanRL's rule)."""
+    T, N = 8, 3
+    rng = np.random.default_rng(5)
+    cut = rng.random((T, N)) < 0.3
+    assert cut.any() and not cut.all()
+    final_obs = rng.normal(size=(T, N, 3)).astype(np.float32)
+    reward = rng.normal(size=(T, N)).astype(np.float32)
+    seen, real = {}, ppo_continuous.gae
+
+    def spy(rewards, *args):
+        seen["reward"] = np.array(rewards)
+        return real(rewards, *args)
+
+    monkeypatch.setattr(ppo_continuous, "gae", spy)
+    for on in (True, False):
+        torch.manual_seed(0)
+        cfg = PPOContinuousConfig(num_minibatches=2, update_epochs=1, bootstrap_truncated=on)
+        agent = GaussianActorCritic(3, 2)
+        optimizer = torch.optim.Adam(agent.parameters(), lr=cfg.learning_rate, eps=1e-5)
+        with torch.no_grad():
+            v = agent.value(torch.from_numpy(final_obs.reshape(-1, 3))).numpy().reshape(T, N)
+        state = rng.normal(size=(T, N, 3)).astype(np.float32)
+        action, logp, value = (np.stack(x) for x in zip(*(agent.act(s) for s in state)))
+        ppo_continuous_update(agent, optimizer, cfg, 0, state, action, logp, value, reward,
+                              np.zeros((T, N), bool), state[-1], np.zeros(N, bool),
+                              truncated=cut, final_obs=final_obs)
+        expected = reward + cfg.gamma * v * cut if on else reward
+        np.testing.assert_allclose(seen["reward"], expected, rtol=1e-6, atol=1e-6)
+
+
+def test_final_observations_are_normalised_without_counting_them():
+    """The env cell normalises ``info["final_obs"]`` with the statistics the step's
+    observations updated, and does not count them a second time."""
+    norm = ObsNormalizer((2,))
+    norm(np.array([[1.0, 2.0], [3.0, 6.0]]))
+    count, mean = norm.rms.count, norm.rms.mean.copy()
+    final = np.array([[5.0, -1.0]])
+    out = norm.apply(final)
+    assert norm.rms.count == count and np.array_equal(norm.rms.mean, mean)
+    np.testing.assert_allclose(out, (final - mean) / np.sqrt(norm.rms.var + 1e-8), rtol=1e-6)
+    assert out.dtype == np.float32
+    assert ObsNormalizer((2,), enabled=False).apply(final) is final
+
+
 # ----------------------------------------------------------------------------- the fragments
 def test_the_dataflow_is_ppo_s():
     fdg = build_fdg()

@@ -69,6 +69,8 @@ def main(argv: list[str] | None = None) -> int:
         print("workbench: interrupted; every worker was released.", file=sys.stderr)
         return 130
     finally:
+        if args.workers is not None:
+            os.environ.pop(WORKERS_OVERRIDE, None)
         if "workbench.cluster.connect" in sys.modules:  # a run started the embedded cluster
             from workbench.runtime.interrupts import shielded
 
@@ -85,11 +87,19 @@ def _run(args) -> int:
     if args.connect_timeout <= 0:
         raise RunConfigError(f"--connect-timeout must be a positive number of seconds, got {args.connect_timeout:g}.")
     security = _security(args)
+    if args.workers is not None and args.workers < 1:
+        raise RunConfigError(f"--workers must be a whole number ≥ 1, got {args.workers}.")
+    if args.workers is not None:
+        os.environ[WORKERS_OVERRIDE] = str(args.workers)  # read when the embedded cluster starts
+    if (given.get("cluster") is None and _needs_embedded(given.get("policy", "inline"))
+            and not _may_bring_a_cluster(args.notebook)):
+        from workbench.cluster.connect import start_embedded_in_background
+
+        # the workers start (and import torch) while the notebook loads (and imports torch)
+        start_embedded_in_background()
     fdg, options = load_notebook(args.notebook, overrides=args.overrides)
     options.update(given)
     config = RunConfig.from_options(options)
-    if args.workers is not None and args.workers < 1:
-        raise RunConfigError(f"--workers must be a whole number ≥ 1, got {args.workers}.")
     if args.workers is not None and config.cluster is not None:
         raise RunConfigError("--workers sizes the embedded cluster; with --cluster the "
                              "cluster's own workers are used (start more there).")
@@ -104,13 +114,9 @@ def _run(args) -> int:
         # unreachable scheduler fails before any training output
         handle = connect(config.cluster, security=security, timeout=args.connect_timeout)
         config = config.replace(cluster=handle.client)
-    if args.workers is not None:
-        os.environ[WORKERS_OVERRIDE] = str(args.workers)  # read when the embedded cluster starts
     try:
         run = fdg.run(config)
     finally:
-        if args.workers is not None:
-            os.environ.pop(WORKERS_OVERRIDE, None)
         if handle is not None:
             handle.close()
     print(run.summary())
@@ -118,6 +124,38 @@ def _run(args) -> int:
         print(f"workbench: the target return {run.target_return:g} was not reached.", file=sys.stderr)
         return 1
     return 0
+
+
+def _needs_embedded(policy) -> bool:
+    """Whether the command line's policy will start the embedded cluster (a policy it cannot
+    read yet is left to the run, which says what is wrong with it)."""
+    try:
+        return needs_cluster(policy)
+    except Exception:  # noqa: BLE001 - reported by the run, with the notebook's context
+        return False
+
+
+def _may_bring_a_cluster(path) -> bool:
+    """Whether the notebook might name its own cluster (a ``--cluster`` on its run line, a
+    ``distributed.Client`` or a Dask cluster made in a cell): then the embedded one is not
+    started ahead. A text check, on the safe side: a false alarm only forgoes the head start.
+
+    >>> import json, tempfile
+    >>> nb = {"nbformat": 4, "nbformat_minor": 5, "metadata": {}, "cells": [
+    ...     {"cell_type": "code", "metadata": {}, "outputs": [], "execution_count": None,
+    ...      "source": "client = Client('tcp://10.0.0.5:8786')"}]}
+    >>> with tempfile.NamedTemporaryFile("w", suffix=".ipynb", delete=False) as f:
+    ...     json.dump(nb, f)
+    >>> _may_bring_a_cluster(f.name)
+    True
+    """
+    from workbench.notebook import notebook_cells
+
+    try:
+        text = "\n".join(notebook_cells(path))
+    except Exception:  # noqa: BLE001 - unreadable: load_notebook says why
+        return True
+    return "--cluster" in text or "Client(" in text or "Cluster(" in text
 
 
 def _security(args):

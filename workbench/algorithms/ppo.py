@@ -27,11 +27,12 @@ from workbench.algorithms.layers import ObsNorm, Tanh, tanh
 from workbench.algorithms.numpy_act import SMALL_BATCH, act_numpy
 from workbench.algorithms.numpy_update import MAX_ROWS as NUMPY_MAX_ROWS
 from workbench.algorithms.numpy_update import NumpyStep
+from workbench.algorithms.optim import adam
 from workbench.algorithms.ppo_graphs import graphed_act, graphed_update
 from workbench.context import current
 from workbench.kernels import array_module_of, from_torch, gae, normalize_advantages, to_torch
 
-__all__ = ["PPOConfig", "ActorCritic", "ObsNorm", "tanh", "ppo_update", "FRAGMENT_CELLS", "build_fdg", "cfg"]
+__all__ = ["PPOConfig", "ActorCritic", "ObsNorm", "adam", "tanh", "ppo_update", "FRAGMENT_CELLS", "build_fdg", "cfg"]
 
 
 # ----------------------------------------------------------------------------- hyperparameters
@@ -150,7 +151,6 @@ class ActorCritic(nn.Module):
         entropy = -(logp_all.exp() * logp_all).sum(-1)
         return logp_all.gather(-1, action[:, None]).squeeze(-1), entropy, forward(self.critic, obs).squeeze(-1)
 
-    @torch.inference_mode()
     def act(self, obs: np.ndarray):
         """Sample actions for a batch of observations: (action, log-prob, value) in the
         observations' kind of array.
@@ -159,13 +159,16 @@ class ActorCritic(nn.Module):
         CuPy observations from a GPU env give CuPy back through DLPack, so with the env and
         the network on one GPU nothing crosses to the host."""
         if isinstance(obs, np.ndarray) and obs.ndim == 2 and obs.shape[0] <= SMALL_BATCH and self.fast_numpy_act:
-            out = act_numpy(self, obs)  # a few rows: NumPy beats torch's per-op dispatch
+            # a few rows: NumPy beats torch's per-op dispatch (and needs no inference mode,
+            # whose entry and exit cost ~7 % of a 4-row act)
+            out = act_numpy(self, obs)
             if out is not None:
                 return out
-        x = on_device(obs, device_of(self))
-        out = graphed_act(self, _sample, x) if x.is_cuda and self.cuda_graphs else None
-        action, logp, value = out if out is not None else _sample(self, x)
-        return like(obs, action), like(obs, logp), like(obs, value)
+        with torch.inference_mode():
+            x = on_device(obs, device_of(self))
+            out = graphed_act(self, _sample, x) if x.is_cuda and self.cuda_graphs else None
+            action, logp, value = out if out is not None else _sample(self, x)
+            return like(obs, action), like(obs, logp), like(obs, value)
 
     #: on a GPU, replay ``act``'s kernels as one CUDA graph (`workbench.algorithms.ppo_graphs`)
     cuda_graphs = True
@@ -401,8 +404,9 @@ done = envs.xp.zeros(envs.num_envs, dtype=bool)  # on the env's device, as its s
     ("%%fragment learner --init", """\
 torch.manual_seed(cfg.seed)
 agent = ActorCritic(obs_dim=4, n_actions=2, hidden=cfg.hidden, norm_obs=cfg.norm_obs).to(replica.device)
-# fused: Adam in one kernel on the CPU (on a GPU the whole update replays as a CUDA graph)
-optimizer = torch.optim.Adam(agent.parameters(), lr=cfg.learning_rate, eps=1e-5, fused=replica.device == "cpu")
+# CPU: torch's fused Adam kernel without torch.optim's 1-second first use (workbench.algorithms.optim);
+# a GPU gets torch.optim.Adam (there the whole update replays as a CUDA graph)
+optimizer = adam(agent.parameters(), cfg.learning_rate, device=replica.device)
 update = 0
 weights = agent.state_dict()
 """),

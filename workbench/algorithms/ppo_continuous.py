@@ -38,7 +38,9 @@ from torch import nn
 
 import workbench as wb
 from workbench.algorithms.config_docs import documented
-from workbench.algorithms.ppo import _layer, _sync_and_clip, device_of, host, on_device
+from workbench.algorithms.optim import FusedAdam
+from workbench.algorithms.ppo import (_layer, _sync_and_clip, bootstrap_time_limits, device_of, host,
+                                      on_device)
 from workbench.kernels import gae, normalize_advantages
 
 __all__ = ["PPOContinuousConfig", "RunningMeanStd", "ObsNormalizer", "RewardScaler", "env_dims",
@@ -99,6 +101,12 @@ class PPOContinuousConfig:
     norm_reward: bool = True
     """scale rewards by the running std of the discounted return, clip to ±10 (the logged
     episodic returns stay raw)"""
+    bootstrap_truncated: bool = True
+    """where a time limit cut an episode (``truncated`` and not ``terminated``), add
+    ``γ·V(final obs)`` to its last reward instead of ending the return there, as SB3 does
+    (CleanRL does not: set False for its algorithm to the letter). HalfCheetah never
+    terminates: every episode is cut at 1,000 steps, so without it the value learns that
+    step 999 of a good gait is worth nothing"""
 
 
 cfg = PPOContinuousConfig()
@@ -139,6 +147,13 @@ class ObsNormalizer:
         if not self.enabled:
             return obs
         self.rms.update(obs)
+        return self.apply(obs)
+
+    def apply(self, obs: np.ndarray) -> np.ndarray:
+        """Normalise with the statistics as they are, without updating them (for the final
+        observations of ended episodes, which the call on the step's observations counted)."""
+        if not self.enabled:
+            return obs
         out = (obs - self.rms.mean) / np.sqrt(self.rms.var + self.epsilon)
         return np.clip(out, -self.clip, self.clip).astype(np.float32)
 
@@ -228,15 +243,19 @@ class GaussianActorCritic(nn.Module):
 
 
 # ----------------------------------------------------------------------------- the update
-def adam(params, lr: float) -> torch.optim.Adam:
+def adam(params, lr: float) -> torch.optim.Optimizer:
     """CleanRL's Adam (eps 1e-5), fused into one kernel where torch has one for the device:
     the same update, 4-5x faster a step than the per-parameter loop for these small networks
-    (140 vs 580-750 us on the 2-core dev machine), 320 steps an iteration.
+    (140 vs 580-750 us on the 2-core dev machine), 320 steps an iteration. On the CPU it is
+    `workbench.algorithms.optim.FusedAdam` (torch's fused kernel without torch.optim's
+    one-second import of its compiler on first use).
 
     >>> type(adam(torch.nn.Linear(2, 1).parameters(), 3e-4)).__name__
-    'Adam'
+    'FusedAdam'
     """
     params = list(params)
+    if all(p.device.type == "cpu" for p in params):
+        return FusedAdam(params, lr=lr, eps=1e-5)
     try:
         return torch.optim.Adam(params, lr=lr, eps=1e-5, fused=True)
     except RuntimeError:  # a device without a fused Adam
@@ -244,12 +263,15 @@ def adam(params, lr: float) -> torch.optim.Adam:
 
 
 def ppo_continuous_update(agent, optimizer, cfg, update, state, action, logp, value, reward, starts,
-                          last_obs, last_done) -> dict[str, float]:
+                          last_obs, last_done, truncated=None, final_obs=None) -> dict[str, float]:
     """One PPO update from a ``[T, N, …]`` rollout; returns CleanRL-named losses.
 
     ``starts[t]`` is 1 where ``state[t]`` begins an episode; ``last_obs`` / ``last_done``
     are the observation and done flag after the final step (they bootstrap the returns).
-    ``action`` is ``[T, N, act_dim]``, the unclipped samples the actor drew.
+    ``action`` is ``[T, N, act_dim]``, the unclipped samples the actor drew. With
+    ``cfg.bootstrap_truncated``, ``truncated`` (``[T, N]``, cut by a time limit and not
+    terminated) and ``final_obs`` (``[T, N, obs_dim]``, normalised as the actor saw its
+    observations) add ``γ·V(final_obs)`` to the cut steps' rewards.
     """
     if cfg.anneal_lr:
         frac = max(0.0, 1.0 - update / cfg.iterations)
@@ -257,6 +279,8 @@ def ppo_continuous_update(agent, optimizer, cfg, update, state, action, logp, va
     device = device_of(agent)  # the batch goes where the network is (replica.device)
     with torch.no_grad():
         last_value = host(agent.value(on_device(np.asarray(last_obs, dtype=np.float32), device)))
+    if cfg.bootstrap_truncated and truncated is not None:
+        reward = bootstrap_time_limits(agent, cfg.gamma, reward, truncated, final_obs)
     advantages, returns = gae(reward, value, starts, last_value, last_done, cfg.gamma, cfg.gae_lambda)
 
     def flat(x, *shape):
@@ -346,11 +370,13 @@ action, logp, value = policy.act(obs)
 obs, reward, terminated, truncated, info = envs.step(np.clip(action, low, high))
 done = terminated | truncated
 obs, reward = obs_norm(obs), reward_scale(reward, terminated)
+final_obs = obs_norm.apply(info["final_obs"])  # where an episode ended, its last observation
 wb.log("charts/episodic_return", info["episode_return"])
 """),
     ("%%fragment learner", """\
 losses = ppo_continuous_update(agent, optimizer, cfg, update, state, action, logp, value, reward,
-                               starts, last_obs=obs[-1], last_done=done[-1])
+                               starts, last_obs=obs[-1], last_done=done[-1],
+                               truncated=truncated & ~terminated, final_obs=final_obs)  # time limits
 for name, number in losses.items():
     wb.log(name, number)
 update += 1

@@ -128,6 +128,30 @@ def embedded_cluster(n_workers: int | None = None, threads_per_worker: int = 1, 
         return _embedded
 
 
+def start_embedded_in_background(n_workers: int | None = None) -> threading.Thread:
+    """Start the embedded cluster in a thread and return at once.
+
+    The command line calls this before it loads the notebook: the notebook's imports (torch)
+    and the workers' (torch again, in every worker) then run side by side instead of one
+    after the other (~1 s of a 2-core machine's ~8 s coarse quickstart). The run's own
+    :func:`embedded_cluster` call waits for it (the start holds the lock). A start that fails
+    here is not reported here: that call tries again in the foreground and raises its error.
+
+    >>> thread = start_embedded_in_background()          # doctest: +SKIP
+    >>> embedded_cluster() is embedded_cluster()         # doctest: +SKIP
+    True
+    """
+    def start() -> None:
+        try:
+            embedded_cluster(n_workers)
+        except Exception:  # noqa: BLE001 - the foreground call reports it
+            pass
+
+    thread = threading.Thread(target=start, name="workbench-embedded-start", daemon=True)
+    thread.start()
+    return thread
+
+
 def workbench_page(client: Client) -> str:
     """The workbench page of the cluster's dashboard (Dask's link points at /status)."""
     link = client.dashboard_link or ""
@@ -328,5 +352,5 @@ def _warm_up(dask_worker=None) -> None:
     except ImportError:
         return
     torch.set_num_threads(max(1, dask_worker.state.nthreads))
-    # the first optimizer a process builds imports torch._dynamo (~1.3 s here): pay it now
-    torch.optim.Adam([torch.zeros(1, requires_grad=True)])
+    # torch._dynamo (the first torch.optim optimizer's ~1 s import) is not pre-paid: see
+    # workbench.cluster.worker_setup.warm_up

@@ -94,11 +94,12 @@ def warm_up() -> None:
     import numpy  # noqa: F401
 
     try:
-        import torch
+        import torch  # noqa: F401
     except ImportError:
         return
-    # the first optimizer a process builds imports torch._dynamo (~1.3 s here): pay it now
-    torch.optim.Adam([torch.zeros(1, requires_grad=True)])
+    # Not pre-paid: the first torch.optim optimizer a process builds imports torch._dynamo
+    # (~1 s of CPU). workbench's own learners use FusedAdam (workbench.algorithms.optim),
+    # which does not, and on a small host every worker paying it at start delayed the run.
 
 
 class WorkerSetup(WorkerPlugin):

@@ -28,7 +28,13 @@ __all__ = ["fault_line", "moves", "announce"]
 def moves(before: Iterable[Any], after: Iterable[Any], lost: Iterable[str]) -> list[str]:
     """``"group[replica] old → new"`` for every replica that was on a ``lost`` worker
     (``before``/``after``: the two placements' groups, matched by their first fragment,
-    which fusing keeps together); a group gone from the new placement says so."""
+    which fusing keeps together); a group gone from the new placement says so, and one on a
+    worker that came back under its name (a nanny's restart) says that.
+
+    >>> from workbench.fdg.policy import Group
+    >>> moves([Group(("learner",), 1, ("0",))], [Group(("learner",), 1, ("0",))], ["0"])
+    ['learner back on 0 (restarted under the same name)']
+    """
     lost = set(lost)
     placed = {fragment: g for g in after for fragment in g.fragments}
     said = []
@@ -43,7 +49,10 @@ def moves(before: Iterable[Any], after: Iterable[Any], lost: Iterable[str]) -> l
             if new is None or not new.workers:
                 said.append(f"{label} {worker} → (placed afresh)")
             else:  # a group may have fewer replicas now (fewer workers): its last takes over
-                said.append(f"{label} {worker} → {new.workers[min(index, len(new.workers) - 1)]}")
+                target = new.workers[min(index, len(new.workers) - 1)]
+                # a nanny restarts a worker under its old name: "0 → 0" would read as no move
+                said.append(f"{label} {worker} → {target}" if target != worker
+                            else f"{label} back on {worker} (restarted under the same name)")
     return said
 
 
