@@ -9,10 +9,10 @@ a fresh ``mmap`` and page-faults on first touch (the PPO learner ran ~1.5× slow
 (:func:`ensure_worker_setup`); Dask runs it on every worker there now and on those that
 join or restart later. It
 
-1. puts back the malloc thresholds glibc's adaptive mode would settle at (``mallopt``
-   through ctypes) where the environment pinned them;
+1. sets glibc's malloc thresholds to its adaptive mode's maximum (``mallopt`` through
+   ctypes; `workbench.runtime.malloc`), which also undoes the nanny's pinned one;
 2. gives torch (and BLAS, through threadpoolctl where installed) the worker's ``nthreads``;
-3. imports numpy and torch and builds one optimizer (the first costs ~1.3 s of imports).
+3. imports numpy and torch.
 
 Nothing must be set before ``dask worker`` starts; ``docs/clusters.md`` says what can be.
 
@@ -23,46 +23,15 @@ Example::
 """
 from __future__ import annotations
 
-import ctypes
-import ctypes.util
 import os
-import sys
 
 from distributed import WorkerPlugin
+
+from workbench.runtime.malloc import tune_malloc
 
 __all__ = ["WorkerSetup", "ensure_worker_setup", "tune_malloc", "limit_threads", "PLUGIN_NAME"]
 
 PLUGIN_NAME = "workbench-setup"
-
-# glibc's mallopt parameters (malloc.h)
-_M_TRIM_THRESHOLD = -1
-_M_MMAP_THRESHOLD = -3
-#: the mmap threshold glibc's adaptive mode grows to at most on 64-bit (DEFAULT_MMAP_THRESHOLD_MAX):
-#: blocks below it come from the heap and are reused, not mapped and faulted in afresh
-MMAP_THRESHOLD = 32 * 1024 * 1024
-
-
-def tune_malloc(environ=None) -> dict[str, int]:
-    """Where ``MALLOC_TRIM_THRESHOLD_`` (or ``MALLOC_MMAP_THRESHOLD_``) pinned glibc's
-    thresholds, set them to what its adaptive mode would reach; returns what was set
-    (empty: nothing pinned them, not glibc, or not Linux)."""
-    environ = os.environ if environ is None else environ
-    if not ({"MALLOC_TRIM_THRESHOLD_", "MALLOC_MMAP_THRESHOLD_"} & set(environ)) or not sys.platform.startswith("linux"):
-        return {}
-    try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
-        mallopt = libc.mallopt
-    except (OSError, AttributeError):  # musl and others have no mallopt: nothing to undo
-        return {}
-    mallopt.argtypes, mallopt.restype = [ctypes.c_int, ctypes.c_int], ctypes.c_int
-    # adaptive mode keeps trim = 2 × mmap threshold: memory is still given back, in big steps
-    wanted = {"mmap_threshold": MMAP_THRESHOLD, "trim_threshold": 2 * MMAP_THRESHOLD}
-    done = {}
-    for name, param in (("mmap_threshold", _M_MMAP_THRESHOLD), ("trim_threshold", _M_TRIM_THRESHOLD)):
-        if mallopt(param, wanted[name]) == 1:
-            done[name] = wanted[name]
-    return done
-
 
 def limit_threads(nthreads: int) -> int:
     """Give torch's intra-op pool (and BLAS pools) this worker's threads: workers share a

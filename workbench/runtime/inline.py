@@ -26,6 +26,7 @@ from workbench.runtime.channels import LocalPostman, Mailbox, dumps_state
 from workbench.runtime.driver import Events, StreamSpec, close_envs
 from workbench.runtime.fence import Fence, decide
 from workbench.runtime.loop import run_loop
+from workbench.runtime.malloc import tune_malloc
 from workbench.runtime.randomness import Turns
 from workbench.runtime.replica import GroupProgram, GroupReplica
 from workbench.runtime.snapshots import DRIVER, SnapshotBook, snapshot_key
@@ -73,6 +74,7 @@ class InlineBackend:
 
     def start(self, plan: Plan, stream: StreamSpec, events: Events) -> None:
         self._restore_threads = limit_threads(1)
+        tune_malloc()  # once per process: the learner's temporaries reused, not mapped afresh
         self._asynchronous = plan.policy.asynchronous
         if stream.lockstep:  # no replica begins an iteration before the driver released it
             self._fence.gate(stream.start)
