@@ -38,7 +38,7 @@ from torch import nn
 
 import workbench as wb
 from workbench.algorithms.config_docs import documented
-from workbench.algorithms.optim import FusedAdam
+from workbench.algorithms import optim
 from workbench.algorithms.ppo import (_layer, _sync_and_clip, bootstrap_time_limits, device_of, host,
                                       on_device)
 from workbench.kernels import gae, normalize_advantages
@@ -255,7 +255,7 @@ def adam(params, lr: float) -> torch.optim.Optimizer:
     """
     params = list(params)
     if all(p.device.type == "cpu" for p in params):
-        return FusedAdam(params, lr=lr, eps=1e-5)
+        return optim.adam(params, lr, eps=1e-5)
     try:
         return torch.optim.Adam(params, lr=lr, eps=1e-5, fused=True)
     except RuntimeError:  # a device without a fused Adam

@@ -343,14 +343,14 @@ def inventory_of(client: Client) -> Inventory:
 
 
 def _warm_up(dask_worker=None) -> None:
-    """Import the heavy libraries once per worker so the first iteration is not slow, and
-    give torch this worker's share of the cores (not all of them: workers share a host)."""
-    import numpy  # noqa: F401
+    """Import the heavy libraries once per worker so the first iteration is not slow
+    (`worker_setup.warm_up`), and give torch this worker's share of the cores (not all of
+    them: workers share a host)."""
+    import sys
 
-    try:
-        import torch
-    except ImportError:
-        return
-    torch.set_num_threads(max(1, dask_worker.state.nthreads))
-    # torch._dynamo (the first torch.optim optimizer's ~1 s import) is not pre-paid: see
-    # workbench.cluster.worker_setup.warm_up
+    from workbench.cluster.worker_setup import warm_up
+
+    warm_up()
+    torch = sys.modules.get("torch")
+    if torch is not None:
+        torch.set_num_threads(max(1, dask_worker.state.nthreads))
