@@ -154,7 +154,7 @@ def child_result(out: str) -> dict | None:
 
 def workbench_cmd() -> list[str]:
     exe = shutil.which("workbench")
-    return [exe] if exe else [sys.executable, "-c", "import sys; from workbench.cli import main; sys.exit(main())"]
+    return [exe] if exe else [sys.executable, "-c", "import sys; from workbench.cli import console_main; sys.exit(console_main())"]
 
 
 def fail(name: str, out: str, rc: int) -> None:

@@ -131,7 +131,7 @@ def test_cli_ctrl_c_twice_exits_130_with_one_line_and_no_worker_left(tmp_path):
     # a shell's background job ignores SIGINT, and Python keeps that: set its own handler,
     # as a terminal's foreground `workbench run` has
     code = ("import signal, sys\nsignal.signal(signal.SIGINT, signal.default_int_handler)\n"
-            "from workbench.cli import main\nsys.exit(main(sys.argv[1:]))")
+            "from workbench.cli import console_main\nsys.exit(console_main(sys.argv[1:]))")
     proc = subprocess.Popen(
         [sys.executable, "-c", code, "run", str(QUICKSTART), "--policy", "coarse", "--iterations", "100000",
          "--target-return", "1e9", "--no-progress", "--log-dir", str(logs)],
@@ -207,3 +207,17 @@ def test_a_cluster_policy_starts_the_embedded_cluster_while_the_notebook_loads(m
     own = tmp_path / "own_client.ipynb"
     nbformat.write(nb, own)
     assert _start_order(monkeypatch, own, "--policy", "coarse") == ["load"]       # it may make one
+
+
+def test_the_command_skips_the_exit_collection_after_closing_what_it_opened(tmp_path):
+    """``workbench`` (console_main) returns main's exit status and leaves the objects it
+    made frozen, so that the interpreter's exit skips a cycle collection over them; main
+    itself, which tests and scripts call in a process that goes on, does not freeze."""
+    code = ("import gc, sys\nfrom workbench.cli import console_main, main\n"
+            "status = main(['run', sys.argv[1]])\nfrozen_by_main = gc.get_freeze_count()\n"
+            "status2 = console_main(['run', sys.argv[1]])\n"
+            "print('RESULT', status, frozen_by_main, status2, gc.get_freeze_count() > 0)")
+    out = subprocess.run([sys.executable, "-c", code, str(tmp_path / "missing.ipynb")],
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert "RESULT 2 0 2 True" in out.stdout, (out.stdout, out.stderr)

@@ -32,10 +32,11 @@ import torch
 
 import workbench as wb
 from workbench.algorithms.config_docs import documented
+from workbench.algorithms.optim import adam
 from workbench.algorithms.ppo import ActorCritic, device_of, flat_batch, host, like, on_device
 from workbench.kernels import array_module_of, gae, normalize_advantages
 
-__all__ = ["A3CConfig", "ActorCritic", "stack_steps", "a3c_gradients", "apply_gradients",
+__all__ = ["adam", "A3CConfig", "ActorCritic", "stack_steps", "a3c_gradients", "apply_gradients",
            "FRAGMENT_CELLS", "build_fdg", "cfg"]
 
 
@@ -177,7 +178,7 @@ done = envs.xp.zeros(envs.num_envs, dtype=bool)  # on the env's device, as its s
     ("%%fragment learner --init", """\
 torch.manual_seed(cfg.seed)
 model = ActorCritic(obs_dim=4, n_actions=2, hidden=cfg.hidden).to(replica.device)
-optimizer = torch.optim.Adam(model.parameters(), lr=cfg.learning_rate, eps=1e-5)
+optimizer = adam(model.parameters(), cfg.learning_rate, device=replica.device)
 weights = model.state_dict()
 """),
     ("%%fragment actor --init", """\

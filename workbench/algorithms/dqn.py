@@ -32,10 +32,11 @@ from torch import nn
 
 import workbench as wb
 from workbench.algorithms.config_docs import documented
+from workbench.algorithms.optim import adam
 from workbench.algorithms.ppo import device_of, like, on_device
 from workbench.kernels import array_module_of, get_xp, to_torch
 
-__all__ = ["DQNConfig", "QNetwork", "ReplayBuffer", "linear_schedule", "act", "dqn_update",
+__all__ = ["adam", "DQNConfig", "QNetwork", "ReplayBuffer", "linear_schedule", "act", "dqn_update",
            "FRAGMENT_CELLS", "BUFFER_FRAGMENT_CELLS", "build_fdg", "cfg"]
 
 
@@ -246,7 +247,7 @@ obs = envs.reset()
     ("%%fragment learner --init", """\
 torch.manual_seed(cfg.seed)
 q_network = QNetwork(obs_dim=4, n_actions=2, hidden=cfg.hidden).to(replica.device)
-optimizer = torch.optim.Adam(q_network.parameters(), lr=cfg.learning_rate)
+optimizer = adam(q_network.parameters(), cfg.learning_rate, eps=1e-8, device=replica.device)
 target_network = QNetwork(obs_dim=4, n_actions=2, hidden=cfg.hidden).to(replica.device)
 target_network.load_state_dict(q_network.state_dict())
 rb = ReplayBuffer(cfg.buffer_size, obs_dim=4, device=replica.device)  # on the learner's device
@@ -310,7 +311,7 @@ taken = reward.size
     ("%%fragment learner --init", """\
 torch.manual_seed(cfg.seed)
 q_network = QNetwork(obs_dim=4, n_actions=2, hidden=cfg.hidden).to(replica.device)
-optimizer = torch.optim.Adam(q_network.parameters(), lr=cfg.learning_rate)
+optimizer = adam(q_network.parameters(), cfg.learning_rate, eps=1e-8, device=replica.device)
 target_network = QNetwork(obs_dim=4, n_actions=2, hidden=cfg.hidden).to(replica.device)
 target_network.load_state_dict(q_network.state_dict())
 target_syncs = 0

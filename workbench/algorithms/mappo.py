@@ -36,10 +36,11 @@ from torch import nn
 
 import workbench as wb
 from workbench.algorithms.config_docs import documented
+from workbench.algorithms.optim import adam
 from workbench.algorithms.ppo import device_of, flat_batch, like, on_device
 from workbench.kernels import array_module_of, gae, normalize_advantages
 
-__all__ = ["MAPPOConfig", "MAPPOAgent", "global_state", "mappo_update", "to_numpy",
+__all__ = ["adam", "MAPPOConfig", "MAPPOAgent", "global_state", "mappo_update", "to_numpy",
            "FRAGMENT_CELLS", "build_fdg", "cfg"]
 
 
@@ -259,7 +260,7 @@ done = envs.xp.zeros(envs.num_envs, dtype=bool)  # on the env's device, as its s
     ("%%fragment learner --init", """\
 torch.manual_seed(cfg.seed)
 agent = MAPPOAgent(cfg.obs_dim, cfg.n_actions, cfg.num_agents, hidden=cfg.hidden).to(replica.device)
-optimizer = torch.optim.Adam(agent.parameters(), lr=cfg.learning_rate, eps=1e-5)
+optimizer = adam(agent.parameters(), cfg.learning_rate, device=replica.device)
 update = 0
 weights = agent.state_dict()
 """),

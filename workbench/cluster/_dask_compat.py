@@ -19,7 +19,7 @@ import inspect
 from typing import Any
 
 __all__ = ["TOPIC_PREFIX", "topic_name", "is_workbench_topic", "scheduler_topics", "prune_topics",
-           "forget_topic_handler", "workers_info"]
+           "forget_topic_handler", "workers_info", "claim_forkserver_preload"]
 
 #: the scheduler event topics of workbench runs: ``workbench-<run id>``
 TOPIC_PREFIX = "workbench-"
@@ -98,3 +98,19 @@ def workers_info(client) -> dict[str, dict]:
         # saw an empty list from a cluster with workers ("needs at least one worker")
         return client.sync(client.scheduler.identity, n_workers=-1)["workers"]
     return client.scheduler_info()["workers"]
+
+
+def claim_forkserver_preload(modules: list[str]) -> None:
+    """Have multiprocessing's forkserver import ``modules`` before it forks a worker.
+
+    Dask sets the forkserver's preload list itself the first time it starts a process with
+    it (``distributed.utils.get_mp_context``): every package in its version report, which
+    it also imports into the calling process (pandas among them). Its private flag
+    ``_forkserver_preload_set`` marks the list as set so that Dask leaves this one alone."""
+    import multiprocessing
+
+    from distributed import utils
+
+    multiprocessing.get_context("forkserver").set_forkserver_preload(modules)
+    if hasattr(utils, "_forkserver_preload_set"):
+        utils._forkserver_preload_set = True

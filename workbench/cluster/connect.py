@@ -31,6 +31,7 @@ from distributed.deploy import Cluster
 from distributed.security import Security
 
 from workbench.cluster._dask_compat import workers_info
+from workbench.cluster.forkserver import worker_start_settings
 from workbench.cluster.lean import LEAN_DASK_CONFIG, embedded_worker_count, oversubscribed
 from workbench.cluster.patient import PatientLocalCluster
 from workbench.errors import RunConfigError
@@ -89,6 +90,11 @@ def embedded_cluster(n_workers: int | None = None, threads_per_worker: int = 1, 
         # the PPO learner 1.5× slower. RL replicas keep steady working sets, so use glibc's
         # default instead.
         settings: dict = {"distributed.nanny.pre-spawn-environ.MALLOC_TRIM_THRESHOLD_": None}
+        try:
+            # workers forked from a server that imported torch once (cluster.forkserver)
+            settings.update(worker_start_settings())
+        except ValueError as exc:
+            raise RunConfigError(f"{exc} (it sets how the embedded Dask cluster starts its workers).") from None
         if oversubscribed(n_workers, threads_per_worker):
             # more worker threads than cores: Dask's per-worker background work (profiler,
             # tick and memory monitors) would take a core or more (workbench.cluster.lean)
@@ -122,7 +128,7 @@ def embedded_cluster(n_workers: int | None = None, threads_per_worker: int = 1, 
         atexit.register(shutdown_embedded)
         # every path that starts the cluster says where its dashboard is (quiet or not:
         # later runs reuse it and would never say), pointing at workbench's own page
-        lean = "; more workers than cores: lean Dask settings" if len(settings) > 1 else ""
+        lean = "; more workers than cores: lean Dask settings" if oversubscribed(n_workers, threads_per_worker) else ""
         print(f"workbench: started a local Dask cluster ({n_workers} workers on 127.0.0.1{lean}); "
               f"dashboard: {workbench_page(client)}")
         return _embedded
