@@ -2,6 +2,8 @@
 Dask: when a release moves one, this fails, not a user's run."""
 from __future__ import annotations
 
+import pytest
+
 from workbench.cluster import _dask_compat as compat
 
 
@@ -66,3 +68,34 @@ def test_a_forgotten_topic_handler_is_replaced_by_a_placeholder_that_takes_late_
 def test_topic_names():
     assert compat.is_workbench_topic(compat.topic_name("x"))
     assert not compat.is_workbench_topic(("workbench-x",))
+
+
+@pytest.mark.parametrize("settings", [{}, {"distributed.nanny.pre-spawn-environ.MALLOC_TRIM_THRESHOLD_": None,
+                                           "distributed.nanny.pre-spawn-environ.PYTHONHASHSEED": 7}])
+def test_the_nanny_spawn_environment_is_what_a_nanny_sets(settings):
+    """The environment an early-started forkserver gets (workbench.cluster.forkserver) is
+    the one this Dask's nanny would set before starting a worker, under any config."""
+    import dask
+    from distributed import Nanny
+
+    with dask.config.set(settings):
+        assert compat.nanny_spawn_environment() == Nanny("tcp://127.0.0.1:1").pre_spawn_env
+
+
+def test_the_forkserver_preload_is_ours():
+    """Dask leaves the preload list alone once workbench set it (its own would import
+    every package of its version report, pandas included, into this process)."""
+    import multiprocessing.forkserver
+
+    from distributed import utils
+
+    server = multiprocessing.forkserver._forkserver
+    before = server._preload_modules
+    try:
+        compat.claim_forkserver_preload(["numpy"])
+        assert server._preload_modules == ["numpy"]
+        assert utils._forkserver_preload_set is True
+        utils.get_mp_context()  # Dask's own setter, as a nanny calls it
+        assert server._preload_modules == ["numpy"]
+    finally:
+        server._preload_modules = before

@@ -21,7 +21,7 @@ PROBE = textwrap.dedent("""
     def facts():
         import sys, os, psutil
         return {"parent": psutil.Process(os.getppid()).cmdline(), "torch": "torch" in sys.modules,
-                "omp": os.environ.get("OMP_NUM_THREADS")}
+                "omp": os.environ.get("OMP_NUM_THREADS"), "hash": hash("workbench")}
 
     if __name__ == "__main__":
         from workbench.cluster.connect import embedded_cluster, shutdown_embedded
@@ -54,6 +54,8 @@ def test_workers_are_forked_from_a_server_that_preloaded_torch():
         # the server's environment came from the nanny's pre-spawn settings: pools start at one thread
         assert facts["omp"] == "1"
         assert facts["torch"]
+    # Dask fixes the workers' hash seed (so they hash keys alike): the server started early keeps it
+    assert len({facts["hash"] for facts in workers}) == 1
 
 
 def test_spawn_keeps_a_fresh_python_per_worker():

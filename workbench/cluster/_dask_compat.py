@@ -19,7 +19,7 @@ import inspect
 from typing import Any
 
 __all__ = ["TOPIC_PREFIX", "topic_name", "is_workbench_topic", "scheduler_topics", "prune_topics",
-           "forget_topic_handler", "workers_info", "claim_forkserver_preload"]
+           "forget_topic_handler", "workers_info", "claim_forkserver_preload", "nanny_spawn_environment"]
 
 #: the scheduler event topics of workbench runs: ``workbench-<run id>``
 TOPIC_PREFIX = "workbench-"
@@ -114,3 +114,23 @@ def claim_forkserver_preload(modules: list[str]) -> None:
     multiprocessing.get_context("forkserver").set_forkserver_preload(modules)
     if hasattr(utils, "_forkserver_preload_set"):
         utils._forkserver_preload_set = True
+
+
+def nanny_spawn_environment() -> dict[str, str]:
+    """The variables Dask's nanny puts in its own process's environment right before it
+    starts a worker process (``Nanny.__init__``, private): ``distributed.nanny.pre-spawn-
+    environ`` (a variable already in the environment wins; None unsets a default), and a
+    fixed ``PYTHONHASHSEED`` so that every worker hashes strings alike."""
+    try:
+        from distributed.nanny import _get_env_variables
+    except ImportError:  # moved: the same rule, from the public config
+        def _get_env_variables(key: str) -> dict[str, str]:
+            import os
+
+            import dask
+
+            return {k: os.environ.get(k, str(v)) for k, v in dask.config.get(key).items() if v is not None}
+    env = _get_env_variables("distributed.nanny.pre-spawn-environ")
+    if env.get("PYTHONHASHSEED") in (None, "0"):
+        env["PYTHONHASHSEED"] = "6640"  # Dask's own choice (dask/dask#6640)
+    return env

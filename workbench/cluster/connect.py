@@ -31,7 +31,7 @@ from distributed.deploy import Cluster
 from distributed.security import Security
 
 from workbench.cluster._dask_compat import workers_info
-from workbench.cluster.forkserver import worker_start_settings
+from workbench.cluster.forkserver import start_forkserver, worker_start_settings
 from workbench.cluster.lean import LEAN_DASK_CONFIG, embedded_worker_count, oversubscribed
 from workbench.cluster.patient import PatientLocalCluster
 from workbench.errors import RunConfigError
@@ -84,7 +84,6 @@ def embedded_cluster(n_workers: int | None = None, threads_per_worker: int = 1, 
     with _embedded_lock:
         if _embedded is not None and _embedded.client.status == "running":
             return _embedded
-        import workbench.cluster.dashboard  # noqa: F401  (registers the /workbench page before the dashboard starts)
         # Dask's nanny sets MALLOC_TRIM_THRESHOLD_=65536 in workers to return memory to the
         # OS sooner; torch's many small allocations then page-fault constantly: we measured
         # the PPO learner 1.5× slower. RL replicas keep steady working sets, so use glibc's
@@ -99,6 +98,9 @@ def embedded_cluster(n_workers: int | None = None, threads_per_worker: int = 1, 
             # more worker threads than cores: Dask's per-worker background work (profiler,
             # tick and memory monitors) would take a core or more (workbench.cluster.lean)
             settings.update(LEAN_DASK_CONFIG)
+        with dask.config.set(settings):
+            start_forkserver()  # first: its imports (torch…) run beside the dashboard's and the scheduler's start
+        import workbench.cluster.dashboard  # noqa: F401  (registers the /workbench page before the dashboard starts)
         try:
             with dask.config.set(settings):
                 # patient: a worker its nanny restarts (a crash, a stuck cell's stop) may

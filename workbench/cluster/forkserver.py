@@ -29,9 +29,10 @@ from __future__ import annotations
 import multiprocessing
 import os
 
-from workbench.cluster._dask_compat import claim_forkserver_preload
+from workbench.cluster._dask_compat import claim_forkserver_preload, nanny_spawn_environment
 
-__all__ = ["WORKER_PRELOAD", "START_METHOD_VARIABLE", "start_method", "worker_start_settings"]
+__all__ = ["WORKER_PRELOAD", "START_METHOD_VARIABLE", "start_method", "worker_start_settings",
+           "start_forkserver"]
 
 #: what every embedded worker imports to run a replica, found by listing a worker's modules
 #: after a coarse quickstart run; a module that is not installed is skipped by the server
@@ -67,3 +68,22 @@ def worker_start_settings() -> dict[str, object]:
     if method == "forkserver":
         claim_forkserver_preload(list(WORKER_PRELOAD))
     return {"distributed.worker.multiprocessing-method": method}
+
+
+def start_forkserver() -> None:
+    """Start the forkserver now, under the Dask config in effect (call it inside
+    ``dask.config.set(worker_start_settings())``), rather than when the first nanny starts
+    its worker: its imports then run while the scheduler and its dashboard start, ~0.7 s
+    sooner on a 2-core machine. It gets the environment the nanny would have given it: the
+    nanny sets ``distributed.nanny.pre-spawn-environ`` (threads of 1, Dask's fixed
+    ``PYTHONHASHSEED``) in this process's environment before each start, for good, and the
+    server's children inherit the server's environment, not this process's later one. A
+    no-op under spawn and once the server runs."""
+    import dask
+
+    if dask.config.get("distributed.worker.multiprocessing-method") != "forkserver":
+        return
+    from multiprocessing import forkserver
+
+    os.environ.update(nanny_spawn_environment())  # what the nanny does before its first start
+    forkserver.ensure_running()
