@@ -34,6 +34,7 @@ from workbench.cluster._dask_compat import workers_info
 from workbench.cluster.forkserver import start_forkserver, worker_start_settings
 from workbench.cluster.lean import LEAN_DASK_CONFIG, embedded_worker_count, oversubscribed
 from workbench.cluster.patient import PatientLocalCluster
+from workbench.cluster.pinning import pinning_plugin
 from workbench.errors import RunConfigError
 from workbench.fdg.inventory import Inventory, WorkerInfo
 
@@ -92,6 +93,7 @@ def embedded_cluster(n_workers: int | None = None, threads_per_worker: int = 1, 
         try:
             # workers forked from a server that imported torch once (cluster.forkserver)
             settings.update(worker_start_settings())
+            pin = pinning_plugin(n_workers, threads_per_worker)  # each worker on a core of its own
         except ValueError as exc:
             raise RunConfigError(f"{exc} (it sets how the embedded Dask cluster starts its workers).") from None
         if oversubscribed(n_workers, threads_per_worker):
@@ -125,12 +127,15 @@ def embedded_cluster(n_workers: int | None = None, threads_per_worker: int = 1, 
         # process group, and the embedded workers must not die of it (they keep the run's
         # next attempt); workers the nanny restarts get the plugin too
         client.register_plugin(DetachFromKernelSignals(), name="workbench-detach")
+        if pin is not None:
+            client.register_plugin(pin, name=pin.name)
         client.run(_warm_up)
         _embedded = ClusterHandle(client, owned=True, cluster=cluster)
         atexit.register(shutdown_embedded)
         # every path that starts the cluster says where its dashboard is (quiet or not:
         # later runs reuse it and would never say), pointing at workbench's own page
-        lean = "; more workers than cores: lean Dask settings" if oversubscribed(n_workers, threads_per_worker) else ""
+        lean = ("; more workers than cores: lean Dask settings" if oversubscribed(n_workers, threads_per_worker)
+                else "; one per core" if pin is not None else "")
         print(f"workbench: started a local Dask cluster ({n_workers} workers on 127.0.0.1{lean}); "
               f"dashboard: {workbench_page(client)}")
         return _embedded

@@ -182,6 +182,14 @@ class _StatePickler(cloudpickle.Pickler):
     """cloudpickle (a fragment's functions and classes travel by value) with the same
     tensor and device-array path: a PPO learner's state pickles in ~1 ms, not ~3.7 ms."""
 
+    def __init__(self, *args, **kwargs) -> None:
+        # cloudpickle's dispatch table is a ChainMap (its reducers over copyreg's), which
+        # the C pickler queries for every object it saves: in Python, ~15 % of a learner
+        # state's pickling. The same mapping as a dict, taken now, answers in C. Set
+        # before Pickler.__init__, which reads it.
+        self.dispatch_table = dict(cloudpickle.Pickler.dispatch_table)
+        super().__init__(*args, **kwargs)
+
     def reducer_override(self, obj):
         reduced = _reduce_array_value(obj)
         return super().reducer_override(obj) if reduced is None else reduced

@@ -127,14 +127,17 @@ def _run_task(replica, task, mailbox, postman, counts, report, stopped, arrivals
     emit_keys = tuple(dict.fromkeys(e.key for e in task.emits))
     outbox, task_report = replica.run(items, inputs, emit_keys)
     sending = time.perf_counter()
+    sends = []
     for emit in task.emits:
         if emit.reply and sender is not None:
             # the answer goes to the replica that asked, tagged with its message's task
-            postman.send((emit.consumer_group, sender), emit.key, tag, replica.index, outbox[emit.key])
+            sends.append(((emit.consumer_group, sender), emit.key, tag, outbox[emit.key]))
             continue
         value = Arrival(task.iteration, outbox[emit.key]) if emit.arrival else outbox[emit.key]
         for target in receivers_for(emit.spatial, replica.index, counts[emit.consumer_group]):
-            postman.send((emit.consumer_group, target), emit.key, task.index, replica.index, value)
+            sends.append(((emit.consumer_group, target), emit.key, task.index, value))
+    for target, key, task_index, value in remote_first(sends, postman):
+        postman.send(target, key, task_index, replica.index, value)
     ended = time.perf_counter()
     # per-step channels (a fine-grained policy) wait and send inside the steps: count them
     task_report.wait_seconds = waited + replica.step_wait_seconds - step_waited
@@ -144,3 +147,18 @@ def _run_task(replica, task, mailbox, postman, counts, report, stopped, arrivals
                                     - sum(task_report.compute_seconds.values()))
     task_report.sent_bytes = postman.bytes_sent - bytes_before
     report(task.index, task_report)
+
+
+def remote_first(sends: list[tuple], postman) -> list[tuple]:
+    """``sends`` (target first in each) with the targets in other processes before those
+    in this one, each side in its order: a replica in this process starts computing on its
+    value at once, and the sending thread would then share the interpreter with it for the
+    sends left (a coarse learner's weights reached the other worker's actor 2.5 ms later
+    than its own worker's; 0.4 ms in this order).
+
+    >>> class Postman: local = {("actor", 0): None}
+    >>> [t for t, *_ in remote_first([(("actor", 0), 1), (("actor", 1), 2)], Postman())]
+    [('actor', 1), ('actor', 0)]
+    """
+    local = getattr(postman, "local", None) or {}
+    return sorted(sends, key=lambda send: send[0] in local)
