@@ -18,6 +18,7 @@ CleanRL's script is not part of workbench; download it (and what it imports):
     curl -LO https://raw.githubusercontent.com/vwxyzjn/cleanrl/master/cleanrl/ppo_continuous_action.py
     python benchmarks/bench_continuous.py --cleanrl ppo_continuous_action.py           # 1M, 3 seeds
     python benchmarks/bench_continuous.py --cleanrl ppo_continuous_action.py --steps 100000 --seeds 1
+    python benchmarks/bench_continuous.py --cleanrl ppo_continuous_action.py --seeds 2 --first-seed 4
 
 CleanRL pins gymnasium 0.29, which has no HalfCheetah-v5; its script runs here unmodified on
 gymnasium 1.x through `gymnasium_029_shim` (two API changes of 1.0 undone: the
@@ -176,6 +177,8 @@ def main() -> None:
     parser.add_argument("--cleanrl", help="path to CleanRL's ppo_continuous_action.py (see above)")
     parser.add_argument("--steps", type=int, default=1_000_000, help="env steps per run (default 1M)")
     parser.add_argument("--seeds", type=int, default=3, help="seeds 1..K (default 3)")
+    parser.add_argument("--first-seed", type=int, default=1, metavar="S",
+                        help="start the seeds at S (S..S+K-1): more seeds beside an earlier run")
     parser.add_argument("--wb-envs", type=int, default=8, help="workbench's envs (2048 / envs steps each)")
     parser.add_argument("--cleanrl-threads", type=int,
                         help="torch threads for CleanRL (default: torch's, one per core; workbench's "
@@ -192,7 +195,7 @@ def main() -> None:
     contenders = ["workbench"] + (["cleanrl"] if args.cleanrl else [])
     if not args.cleanrl:
         print("(no --cleanrl: workbench alone; see the module docstring for CleanRL's script)")
-    args.seeds_list = list(range(1, args.seeds + 1))
+    args.seeds_list = list(range(args.first_seed, args.first_seed + args.seeds))
     results: dict[str, list[dict]] = {name: [] for name in contenders}
     with tempfile.TemporaryDirectory() as tmp:  # CleanRL's runs/ (TensorBoard) land here
         for k, seed in enumerate(args.seeds_list):
