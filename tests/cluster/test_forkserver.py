@@ -6,9 +6,11 @@ forkserver, are one per process."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 import pytest
 
@@ -36,7 +38,7 @@ PROBE = textwrap.dedent("""
 
 
 def _workers(method: str | None) -> list[dict]:
-    env = {k: v for k, v in __import__("os").environ.items() if k != START_METHOD_VARIABLE}
+    env = {k: v for k, v in os.environ.items() if k != START_METHOD_VARIABLE}
     if method is not None:
         env[START_METHOD_VARIABLE] = method
     out = subprocess.run([sys.executable, "-c", PROBE], capture_output=True, text=True, timeout=180, env=env)
@@ -75,10 +77,8 @@ def test_the_start_method_variable_is_checked(monkeypatch):
 
 
 def test_a_wrong_start_method_is_one_clear_error_from_the_command_line(tmp_path):
-    from pathlib import Path
-
     quickstart = Path(__file__).resolve().parents[2] / "notebooks" / "quickstart.ipynb"
-    env = {**__import__("os").environ, START_METHOD_VARIABLE: "fork"}
+    env = {**os.environ, START_METHOD_VARIABLE: "fork"}
     out = subprocess.run([sys.executable, "-m", "workbench.cli", "run", str(quickstart), "--policy", "coarse",
                           "--iterations", "1"], capture_output=True, text=True, timeout=180, env=env)
     assert out.returncode == 2, out.stderr[-3000:]

@@ -86,4 +86,4 @@ class PinToCore(WorkerPlugin):
         except (TypeError, ValueError):
             return
         start = (index * self.width) % len(self.cores)
-        self.pinned = pin_process(set(self.cores[start:start + self.width]))
+        pin_process(set(self.cores[start:start + self.width]))
