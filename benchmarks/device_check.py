@@ -19,6 +19,7 @@ Python. Without ``--wheels`` the parts use the current environment (``pip instal
     python benchmarks/device_check.py                       # every part
     python benchmarks/device_check.py --parts kernel ppo    # some parts
     python benchmarks/device_check.py --json out.json       # the rows as JSON too
+    python benchmarks/device_check.py --parts ppo --profile --logs out/   # where GPU PPO's time goes
 
 Parts: ``facts`` (GPU, versions, cores), ``tests`` (``pytest -m gpu``), ``kernel`` (CartPole
 env-steps/s, CuPy against NumPy, by number of envs), ``ppo`` (the quickstart's PPO on the
@@ -206,9 +207,12 @@ def part_kernel(sizes=(1024, 65536, 1 << 20)) -> list[dict]:
     return rows
 
 
-def _ppo_run(client, num_envs: int, seed: int, env_on_gpu: bool, policy: str, graphs: bool = True):
+def _ppo_run(client, num_envs: int, seed: int, env_on_gpu: bool, policy: str, graphs: bool = True,
+             profile_to: str | None = None):
     """The quickstart's PPO cells; ``env_on_gpu`` False keeps the env on the host, ``graphs``
-    False runs the actor and the update without CUDA graphs."""
+    False runs the actor and the update without CUDA graphs. ``profile_to`` (a path) instead
+    runs `PROFILED` iterations with no target, the replica's thread under cProfile from the
+    fourth iteration on (the runtime's work between cells included), and saves the stats there."""
     import workbench as wb
     from workbench.algorithms import ppo
 
@@ -218,9 +222,44 @@ def _ppo_run(client, num_envs: int, seed: int, env_on_gpu: bool, policy: str, gr
     for line, body in ppo.FRAGMENT_CELLS:
         if not env_on_gpu:
             body = body.replace("device=replica.device)", 'device="cpu")')
+        if profile_to and line == "%%fragment learner --init":
+            body = "import cProfile as _cprofile\n_profile = _cprofile.Profile()\n" + body
+        if profile_to and line == "%%fragment learner":  # one thread runs every cell under GPUOnly
+            body += (f"if update == 3:\n    _profile.enable()\n"
+                     f"if update == {PROFILED}:\n    _profile.disable()\n    _profile.dump_stats({profile_to!r})\n")
         fdg.add_cell(line, body)
+    if profile_to:
+        return fdg.run(iterations=PROFILED, steps=cfg.num_steps, policy=policy, cluster=client, progress=False)
     return fdg.run(iterations=cfg.iterations, steps=cfg.num_steps, policy=policy, cluster=client,
                    target_return=cfg.target_return, progress=False)
+
+
+#: iterations of the profiled run (``--profile``)
+PROFILED = 40
+
+
+def _outside_cells_ms(run, skip: int = 3) -> float:
+    """Median ms per iteration spent outside the cells (binding, the copies handed between
+    fragments, stacking, reading device metrics), after the first ``skip`` iterations."""
+    import statistics
+
+    rows = run.rows[skip:] or run.rows
+    return statistics.median(sum(v for k, v in r.items() if k.startswith("time/") and k.endswith(" other_s"))
+                             for r in rows) * 1e3
+
+
+def _profile_text(client, num_envs: int) -> str:
+    """The profiled run's top functions (own time, then cumulative), as pstats prints them."""
+    import io
+    import pstats
+
+    path = Path(tempfile.mkdtemp(prefix="workbench-profile-"), "replica.pstats")
+    _ppo_run(client, num_envs, 1, True, "gpuonly", profile_to=str(path))
+    out = io.StringIO()
+    stats = pstats.Stats(str(path), stream=out)
+    stats.sort_stats("tottime").print_stats(40)
+    stats.sort_stats("cumulative").print_stats(60)
+    return out.getvalue()
 
 
 def _iteration_seconds(row: dict) -> float:
@@ -243,10 +282,13 @@ def steady_rate(run, skip: int = 3) -> float:
     return steps / seconds if seconds else float("nan")
 
 
-def part_ppo(seeds=(1, 2, 3, 4, 5), env_counts=(32, 4096, 16384, 65536)) -> list[dict]:
+def part_ppo(seeds=(1, 2, 3, 4, 5), env_counts=(32, 4096, 16384, 65536), profile: bool = False) -> list[dict]:
     """The quickstart's PPO under GPUOnly, by number of envs: the env on the GPU (the
     fused kernel) and, for the smallest count, on the host; env-steps/s (steady, iterations'
-    own time), training seconds to solve (iterations only) and whole-run seconds to solve."""
+    own time), training seconds to solve (iterations only), whole-run seconds to solve, the
+    first three iterations' seconds (warm-up and CUDA-graph captures) and the ms per
+    iteration outside the cells. ``profile``: then one profiled run at the middle count,
+    its stats printed (into the part's log)."""
     import logging
     import statistics
 
@@ -263,11 +305,13 @@ def part_ppo(seeds=(1, 2, 3, 4, 5), env_counts=(32, 4096, 16384, 65536)) -> list
                                       *((True, n, True) for n in env_counts)]:
             row = {"part": "ppo", "what": f"gpuonly, env on {'GPU' if env_on_gpu else 'host'}, {n} envs"
                                           f"{'' if graphs else ', no CUDA graphs'}"}
-            rates, train_s, total_s, steps, split = [], [], [], [], []
+            rates, train_s, total_s, steps, split, first3, outside = [], [], [], [], [], [], []
             try:
                 for seed in seeds:
                     run = _ppo_run(client, n, seed, env_on_gpu, "gpuonly", graphs)
                     rates.append(steady_rate(run))
+                    first3.append(training_seconds(run, 3))
+                    outside.append(_outside_cells_ms(run))
                     split.append({k[5:-10]: v for k, v in run.rows[-1].items()
                                   if k.startswith("time/") and k.endswith("_compute_s") and " " not in k})
                     solved = run.solved_at
@@ -280,19 +324,25 @@ def part_ppo(seeds=(1, 2, 3, 4, 5), env_counts=(32, 4096, 16384, 65536)) -> list
                             "whole run s to solve (median)": statistics.median(total_s),
                             "env steps to solve (median)": statistics.median(steps),
                             "solved": f"{sum(s != inf for s in train_s)}/{len(seeds)}",
+                            "first 3 iterations s (median)": statistics.median(first3),
+                            "ms per iteration outside cells (median)": statistics.median(outside),
                             "ms per iteration (last, by fragment)": ", ".join(
                                 f"{k} {v * 1e3:.1f}" for k, v in split[-1].items())})
             except Exception as exc:  # noqa: BLE001
                 row["error"] = f"{type(exc).__name__}: {str(exc).splitlines()[0][:300]}"
             rows.append(row)
             print(json.dumps(row), file=sys.stderr, flush=True)
+        if profile:
+            print(f"--- profile: GPUOnly, {middle} envs, iterations 4-{PROFILED} ---\n"
+                  + _profile_text(client, middle), flush=True)
     return rows
 
 
-def part_scaling(sizes=(1, 2, 4, 8, 16, 32)) -> list[dict]:
-    """bench_policies.py's scaling sweep, its table kept as printed."""
+def part_scaling(sizes=(1, 2, 4, 8, 16, 32), pairs: int = 1) -> list[dict]:
+    """bench_policies.py's scaling sweep (medians of ``pairs`` pairs of runs), its table kept
+    as printed."""
     out = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "bench_policies.py"), "--scaling",
-                          "--pairs", "1", "--sizes", *map(str, sizes)], cwd=ROOT, capture_output=True,
+                          "--pairs", str(pairs), "--sizes", *map(str, sizes)], cwd=ROOT, capture_output=True,
                          text=True)
     table = [line for line in out.stdout.splitlines() if line.startswith("|")]
     if out.returncode or not table:
@@ -355,6 +405,11 @@ def main() -> None:
     parser.add_argument("--envs", type=int, nargs="+", default=[32, 4096, 16384, 65536],
                         help="ppo: numbers of envs")
     parser.add_argument("--sizes", type=int, nargs="+", default=[1, 2, 4, 8, 16, 32], help="scaling: workers")
+    parser.add_argument("--pairs", type=int, default=1,
+                        help="scaling: pairs of runs per size, medians (1: ~190 s on an H100 host; "
+                             "3 settles a size within a few points)")
+    parser.add_argument("--profile", action="store_true",
+                        help="ppo: also profile one run at the middle env count (stats in the part's log)")
     parser.add_argument("--one-part", help=argparse.SUPPRESS)
     parser.add_argument("--kwargs", default="{}", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -377,8 +432,8 @@ def main() -> None:
     rows = []
     print(f"workbench device check ({time.strftime('%Y-%m-%d %H:%M')}): {' '.join(args.parts)}", flush=True)
     for name in args.parts:
-        kwargs = {"ppo": {"seeds": args.seeds, "env_counts": args.envs},
-                  "scaling": {"sizes": args.sizes}}.get(name, {})
+        kwargs = {"ppo": {"seeds": args.seeds, "env_counts": args.envs, "profile": args.profile},
+                  "scaling": {"sizes": args.sizes, "pairs": args.pairs}}.get(name, {})
         got = run_part(name, env, args.timeout, kwargs)
         print(format_rows(got), flush=True)
         rows += got
