@@ -12,9 +12,13 @@ updates). Medians over seeds.
 
     pip install -e ".[bench]"          # trl
     python benchmarks/bench_llm_rl.py --seeds 1 2 3 --updates 40
+    python benchmarks/bench_llm_rl.py --device cuda --size 100m   # on a GPU host
 
 The goal on a 2-core CPU: workbench reaches TRL's final held-out accuracy in ≤ 0.5× TRL's
-wall time.
+wall time. ``--device cuda`` runs both on the GPU (TRL through accelerate, workbench under
+GPUOnly: every fragment on the GPU) and ``--size 100m`` builds a ~113M-parameter Llama
+(hidden 768, 12 layers, 12 heads) from a config instead of the small one; the warm start
+then runs on the GPU too, at ``--warm-start-lr``.
 """
 from __future__ import annotations
 
@@ -31,13 +35,17 @@ from workbench.algorithms import grpo
 from workbench.llm import heldout_accuracy, warm_start
 
 
-def warm_model(cfg, seed: int):
-    model = grpo.make_model(cfg, grpo.tokenizer)
-    warm_start(model, grpo.tokenizer, grpo.task, steps=cfg.warm_start_steps, seed=seed)
+#: ``--size``: the model's sizes (hidden, layers, heads); ``100m`` is ~113M parameters
+SIZES = {"small": {}, "100m": {"hidden": 768, "layers": 12, "heads": 12}}
+
+
+def warm_model(cfg, seed: int, device: str = "cpu", lr: float = 3e-3):
+    model = grpo.make_model(cfg, grpo.tokenizer).to(device)
+    warm_start(model, grpo.tokenizer, grpo.task, steps=cfg.warm_start_steps, seed=seed, lr=lr)
     return model
 
 
-def run_trl(cfg, model, seed: int) -> dict:
+def run_trl(cfg, model, seed: int, device: str = "cpu") -> dict:
     """TRL's GRPOTrainer with cfg's settings; returns accuracy, wall time, tokens."""
     from datasets import Dataset
     from trl import GRPOConfig as TRLConfig, GRPOTrainer
@@ -58,7 +66,7 @@ def run_trl(cfg, model, seed: int) -> dict:
             temperature=cfg.temperature, top_p=cfg.top_p, learning_rate=cfg.learning_rate,
             lr_scheduler_type="constant", optim="adamw_torch", weight_decay=0.0, adam_epsilon=1e-8,
             beta=cfg.kl_coef, epsilon=cfg.clip_coef, loss_type="dapo", scale_rewards="group",
-            max_grad_norm=cfg.max_grad_norm, max_steps=cfg.iterations, seed=seed, use_cpu=True,
+            max_grad_norm=cfg.max_grad_norm, max_steps=cfg.iterations, seed=seed, use_cpu=device == "cpu",
             bf16=False, gradient_checkpointing=False, report_to="none", save_strategy="no",
             logging_steps=cfg.iterations, disable_tqdm=True)
         trainer = GRPOTrainer(model=f"{out}/start", reward_funcs=[exact_answer], args=args,
@@ -99,28 +107,40 @@ def main() -> None:
     parser.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3])
     parser.add_argument("--updates", type=int, default=grpo.GRPOConfig.iterations)
     parser.add_argument("--warm-start-steps", type=int, default=grpo.GRPOConfig.warm_start_steps)
+    parser.add_argument("--warm-start-lr", type=float, default=None,
+                        help="the warm start's Adam lr (default: 3e-3 for small, 3e-4 for 100m)")
+    parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu",
+                        help="cuda: TRL on the GPU, workbench under GPUOnly")
+    parser.add_argument("--size", choices=sorted(SIZES), default="small", help="the model built from a config")
     options = parser.parse_args()
+    if options.device == "cuda" and not torch.cuda.is_available():
+        parser.error("--device cuda: torch sees no CUDA GPU here")
     from distributed import Client
 
     from workbench.cluster.patient import PatientLocalCluster
 
-    rows: dict[str, list[dict]] = {"TRL GRPOTrainer": [], "workbench inline": [], "workbench coarse": []}
-    with PatientLocalCluster(n_workers=2, threads_per_worker=1, processes=True, host="127.0.0.1",
-                             dashboard_address="127.0.0.1:0", silence_logs=logging.ERROR) as cluster, \
+    policies = ("inline", "coarse") if options.device == "cpu" else ("gpuonly",)
+    warm_lr = options.warm_start_lr or (3e-3 if options.size == "small" else 3e-4)
+    rows: dict[str, list[dict]] = {"TRL GRPOTrainer": [], **{f"workbench {p}": [] for p in policies}}
+    # on a GPU host one worker holds the GPU (GPUOnly places every fragment there)
+    workers = 2 if options.device == "cpu" else 1
+    with PatientLocalCluster(n_workers=workers, threads_per_worker=2 // workers, processes=True,
+                             host="127.0.0.1", dashboard_address="127.0.0.1:0",
+                             silence_logs=logging.ERROR) as cluster, \
             Client(cluster, set_as_default=False) as client:
         # warm-up: the workers import transformers and torch once (about 10 s here), as a
         # notebook's cluster would have done before the run that matters
-        warm_cfg = dataclasses.replace(grpo.GRPOConfig(), iterations=1)
-        run_workbench(warm_cfg, grpo.make_model(warm_cfg, grpo.tokenizer), "coarse", client)
+        warm_cfg = dataclasses.replace(grpo.GRPOConfig(), iterations=1, **SIZES[options.size])
+        run_workbench(warm_cfg, grpo.make_model(warm_cfg, grpo.tokenizer), policies[-1], client)
         for seed in options.seeds:
             cfg = dataclasses.replace(grpo.GRPOConfig(), seed=seed, iterations=options.updates,
-                                      warm_start_steps=options.warm_start_steps)
-            start = warm_model(cfg, seed)
+                                      warm_start_steps=options.warm_start_steps, **SIZES[options.size])
+            start = warm_model(cfg, seed, options.device, warm_lr)
             before = heldout_accuracy(start, grpo.tokenizer, grpo.task)
             torch.manual_seed(seed)
-            trl = run_trl(cfg, start, seed)
+            trl = run_trl(cfg, start, seed, options.device)
             rows["TRL GRPOTrainer"].append(trl)
-            for policy in ("inline", "coarse"):
+            for policy in policies:
                 result = run_workbench(cfg, start, policy, client)
                 result["reach_s"] = time_to_reach(result.pop("run"), trl["accuracy"], result["accuracy"],
                                                   result["wall_s"])
@@ -130,8 +150,10 @@ def main() -> None:
                 flush=True)
 
     trl_wall = statistics.median(r["wall_s"] for r in rows["TRL GRPOTrainer"])
+    params = grpo.count_parameters(grpo.make_model(cfg, grpo.tokenizer))
     print(f"\nGRPO, {options.updates} updates of {grpo.GRPOConfig.prompts_per_step} prompts × "
-          f"{grpo.GRPOConfig.group_size} completions, medians over seeds {options.seeds}:")
+          f"{grpo.GRPOConfig.group_size} completions, a {params / 1e6:.1f}M-parameter model on "
+          f"{options.device}, medians over seeds {options.seeds}:")
     print(f"{'':18} {'held-out acc':>12} {'wall s':>8} {'gen tok/s':>10} {'reach TRL acc s':>16} {'÷ TRL wall':>10}")
     for name, results in rows.items():
         reach = [r["reach_s"] for r in results]

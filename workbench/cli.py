@@ -104,7 +104,7 @@ def console_main(argv: list[str] | None = None) -> int:
 
 
 def _run(args) -> int:
-    from workbench.notebook import apply_overrides, load_notebook
+    from workbench.notebook import load_notebook
 
     given = options_from(args)
     RunConfig(**given)  # every check, before the notebook loads or a cluster starts

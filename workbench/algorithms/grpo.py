@@ -32,7 +32,7 @@ import torch
 import workbench as wb
 from workbench.algorithms.config_docs import documented
 from workbench.algorithms.ppo import _sync_and_clip
-from workbench.llm.generation import sample, sequence_logp
+from workbench.llm.generation import model_device, sample, sequence_logp
 from workbench.llm.errors import LLMInputError
 from workbench.llm.models import context_length, count_parameters, frozen_copy, load_causal_lm, weights_copy
 from workbench.llm.tasks import (AdditionTask, decode_completions, encode_prompts, exact_answer_reward,
@@ -152,7 +152,7 @@ def reference_logp(reference, prompt_ids, prompt_mask, tokens, completion_mask, 
     """The frozen reference's log-probabilities of the completion tokens ``[B, C]`` (zeros,
     with no forward pass, while ``cfg.kl_coef`` is 0)."""
     if not cfg.kl_coef:
-        return torch.zeros(tokens.shape, dtype=torch.float32)
+        return torch.zeros(tokens.shape, dtype=torch.float32, device=tokens.device)
     with torch.no_grad():
         return sequence_logp(reference, prompt_ids, prompt_mask, tokens, completion_mask, cfg.temperature)
 
@@ -203,9 +203,10 @@ def grpo_update(model, optimizer, cfg: GRPOConfig, prompt_ids, prompt_mask, toke
     """One GRPO step on a ``[T, N, …]`` batch of completions (groups of ``group_size`` in a
     row); logs and returns the metrics. The learning rate is read from ``cfg`` each time."""
     started = time.perf_counter()
-    prompt_ids, prompt_mask, tokens = _flat(prompt_ids), _flat(prompt_mask), _flat(tokens)
-    mask, old_logp, ref_logp = _flat(completion_mask), _flat(logp), _flat(ref_logp)
-    rewards = torch.as_tensor(np.asarray(rewards, dtype=np.float32)).reshape(-1)
+    device = model_device(model)  # the batch goes where the model is (replica.device)
+    prompt_ids, prompt_mask, tokens = (_flat(x).to(device) for x in (prompt_ids, prompt_mask, tokens))
+    mask, old_logp, ref_logp = (_flat(x).to(device) for x in (completion_mask, logp, ref_logp))
+    rewards = torch.as_tensor(np.asarray(rewards, dtype=np.float32)).reshape(-1).to(device)
     advantages = group_advantages(rewards, cfg.group_size)
     optimizer.param_groups[0]["lr"] = cfg.learning_rate
     model.train()
@@ -235,18 +236,18 @@ FRAGMENT_CELLS: list[tuple[str, str]] = [
 rng = np.random.default_rng(cfg.seed + replica.index)   # this replica's draws of training prompts
 """),
     ("%%fragment learner --init", """\
-model = make_model(cfg, tokenizer)
+model = make_model(cfg, tokenizer).to(replica.device)
 optimizer = torch.optim.Adam(model.parameters(), lr=cfg.learning_rate)
 update, dropped = 0, 0
 weights = model.state_dict()
 reference_weights = weights_copy(model)   # the learner keeps them: checkpoints and re-placements carry them
 """),
     ("%%fragment generate --init", """\
-policy = make_model(cfg, tokenizer, weights)
+policy = make_model(cfg, tokenizer, weights).to(replica.device)
 policy_version = update                # the learner's update count these weights come from
 """),
     ("%%fragment reference --init", """\
-reference = frozen_copy(make_model(cfg, tokenizer, reference_weights))   # the starting weights, frozen
+reference = frozen_copy(make_model(cfg, tokenizer, reference_weights)).to(replica.device)   # the starting weights, frozen
 """),
     ("%%fragment prompts", """\
 prompt_texts = prompt_batch(task, rng, cfg, replica.count)

@@ -22,7 +22,13 @@ from dataclasses import dataclass
 
 import torch
 
-__all__ = ["Completions", "sample", "sequence_logp", "positions"]
+__all__ = ["Completions", "sample", "sequence_logp", "positions", "model_device"]
+
+
+def model_device(model) -> torch.device:
+    """Where ``model``'s parameters are (``replica.device`` once a cell moved it there): the
+    batches go there, so callers may pass CPU tensors to a model on a GPU."""
+    return next(model.parameters()).device
 
 
 @dataclass
@@ -46,7 +52,7 @@ def _pick(logits: torch.Tensor, temperature: float, top_p: float, generator) -> 
     """Sample one token per row; return it and its log-probability at ``temperature``."""
     if temperature == 0:  # greedy: evaluation
         token = logits.argmax(-1)
-        return token, torch.zeros(token.shape, dtype=torch.float32)
+        return token, torch.zeros(token.shape, dtype=torch.float32, device=token.device)
     logp_all = torch.log_softmax(logits.float() / temperature, -1)
     probs = logp_all.exp()
     if top_p < 1.0:
@@ -66,12 +72,14 @@ def sample(model, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, *, max_ne
     """Continue each left-padded prompt by up to ``max_new_tokens`` sampled tokens, stopping
     a row at ``<eos>`` and the batch once every row has stopped. One forward over the
     prompts fills the KV cache; each new token is one forward of width 1. ``temperature``
-    0 is greedy. ``seed`` draws from a private generator (else torch's global one)."""
-    device = prompt_ids.device
+    0 is greedy. ``seed`` draws from a private generator (else torch's global one). The
+    prompts go to the model's device; what comes back is there too."""
+    device = model_device(model)
     generator = None
     if seed is not None:
         generator = torch.Generator(device=device).manual_seed(seed)
     batch = prompt_ids.shape[0]
+    prompt_ids = prompt_ids.to(device)
     mask = prompt_mask.to(device).long()
     pos = positions(mask)
     out = model(input_ids=prompt_ids, attention_mask=mask, position_ids=pos, use_cache=True)
@@ -101,7 +109,11 @@ def sequence_logp(model, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, to
                   completion_mask: torch.Tensor, temperature: float = 1.0) -> torch.Tensor:
     """Each completion token's log-probability under ``model`` at ``temperature``: ``[B, C]``,
     one full forward over prompt + completion (with gradients unless the caller turns them
-    off). The same numbers, up to rounding, as :func:`sample` recorded with a KV cache."""
+    off). The same numbers, up to rounding, as :func:`sample` recorded with a KV cache. The
+    inputs go to the model's device."""
+    device = model_device(model)
+    prompt_ids, prompt_mask = prompt_ids.to(device), prompt_mask.to(device)
+    tokens, completion_mask = tokens.to(device), completion_mask.to(device)
     width = prompt_ids.shape[1]
     attention = torch.cat([prompt_mask.long(), completion_mask.long()], 1)
     logits = model(input_ids=torch.cat([prompt_ids, tokens], 1), attention_mask=attention,

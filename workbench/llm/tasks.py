@@ -131,8 +131,9 @@ def encode_prompts(tokenizer, prompts: list[str], width: int, *, max_new_tokens:
 
 
 def decode_completions(tokenizer, tokens: torch.Tensor) -> list[str]:
-    """Completion texts: ``<eos>`` and padding dropped."""
-    return tokenizer.batch_decode(tokens, skip_special_tokens=True)
+    """Completion texts: ``<eos>`` and padding dropped (``tokens`` on any device)."""
+    return tokenizer.batch_decode(tokens.cpu() if isinstance(tokens, torch.Tensor) else tokens,
+                                  skip_special_tokens=True)
 
 
 def warm_start(model, tokenizer, task: AdditionTask, *, steps: int = 300, batch: int = 64,
@@ -152,7 +153,8 @@ def warm_start(model, tokenizer, task: AdditionTask, *, steps: int = 300, batch:
         targets = tokenizer([task.answer(p) + eos for p in prompts], padding="max_length",
                             max_length=task.answer_width, padding_side="right", return_tensors="pt")
         logp = sequence_logp(model, ids, mask, targets["input_ids"], targets["attention_mask"])
-        loss = -(logp * targets["attention_mask"]).sum() / targets["attention_mask"].sum()
+        answer = targets["attention_mask"].to(logp.device)  # the model's device
+        loss = -(logp * answer).sum() / answer.sum()
         optimizer.zero_grad()
         loss.backward()
         optimizer.step()

@@ -1,0 +1,62 @@
+"""GRPO on a real GPU (skipped without CUDA): the notebook's cells under GPUOnly train the
+model on CUDA; sampling and scoring take CPU prompts to the model's device; after the weight
+sync the generate replica's model equals the learner's bit for bit. Their CPU twins:
+tests/llm/test_grpo.py and tests/llm/test_grpo_policies.py (the same cells on the CPU,
+``test_gpuonly_falls_back_to_the_cpu_twin_without_a_gpu``)."""
+from __future__ import annotations
+
+import dataclasses
+import logging
+
+import numpy as np
+import pytest
+
+from tests.gpu import ON_GPU
+
+pytestmark = ON_GPU
+pytest.importorskip("transformers")
+
+
+def test_sampling_and_scoring_run_where_the_model_is():
+    import torch
+
+    from workbench.algorithms import grpo
+    from workbench.llm.generation import sample, sequence_logp
+    from workbench.llm.tasks import encode_prompts
+
+    model = grpo.make_model(grpo.GRPOConfig(), grpo.tokenizer).to("cuda:0")
+    ids, mask = encode_prompts(grpo.tokenizer, grpo.task.train[:8], grpo.task.prompt_width)  # on the CPU
+    out = sample(model, ids, mask, max_new_tokens=4, eos_id=grpo.tokenizer.eos_token_id,
+                 pad_id=grpo.tokenizer.pad_token_id, seed=0)
+    assert out.tokens.is_cuda and out.logp.is_cuda
+    with torch.no_grad():
+        again = sequence_logp(model, ids, mask, out.tokens, out.completion_mask)
+    live = out.completion_mask.bool()
+    torch.testing.assert_close(again[live], out.logp[live], rtol=1e-4, atol=1e-4)
+
+
+def test_gpuonly_grpo_trains_on_cuda_and_syncs_the_generate_replica():
+    import torch
+    from distributed import Client, LocalCluster
+
+    from workbench.algorithms import grpo
+
+    def grpo_update_on(model, *args, **kwargs):
+        grpo.wb.log("test/learner_on_cuda", float(next(model.parameters()).is_cuda))
+        return grpo.grpo_update(model, *args, **kwargs)
+
+    cfg = dataclasses.replace(grpo.GRPOConfig(), prompts_per_step=8, group_size=4, learning_rate=1e-3)
+    namespace = dict(vars(grpo), cfg=cfg, grpo_update=grpo_update_on)
+    with LocalCluster(n_workers=1, threads_per_worker=2, processes=True, host="127.0.0.1",
+                      dashboard_address="127.0.0.1:0", silence_logs=logging.ERROR) as cluster, \
+            Client(cluster, set_as_default=False) as client:
+        run = grpo.build_fdg(namespace).run(iterations=3, steps=1, policy="gpuonly", cluster=client,
+                                            progress=False)
+    assert run.status == "finished" and run.policy.groups[0].device == "gpu"
+    assert run.metrics["test/learner_on_cuda"].tolist() == [1.0] * 3
+    assert np.isfinite(run.metrics["losses/loss"]).all()
+    learner, policy = run.state.fragments["learner"][0]["model"], run.state.fragments["generate"][0]["policy"]
+    start = grpo.make_model(cfg, grpo.tokenizer)
+    weights, synced = learner.state_dict(), policy.state_dict()
+    assert all(torch.equal(weights[k].cpu(), synced[k].cpu()) for k in weights)  # the sync, bit for bit
+    assert not all(torch.equal(weights[k].cpu(), v) for k, v in start.state_dict().items())  # it learned
