@@ -84,14 +84,17 @@ def test_new_constants_capture_again():
     cfg = ppo.PPOConfig(num_envs=2048, iterations=10)
     batch = _rollout()
     agent, _ = _updates(True, cfg, [batch] * 3)
-    first = ppo_graphs._UPDATE[agent].key
+    first, old_graph = ppo_graphs._UPDATE[agent].key, ppo_graphs._UPDATE[agent].graph
     cfg.clip_coef = 0.1
     import torch
 
     optimizer = torch.optim.Adam(agent.parameters(), lr=1e-3)
     (state, starts, action, logp, value, reward), obs, done = batch
     ppo.ppo_update(agent, optimizer, cfg, 0, state, action, logp, value, reward, starts, obs, done)
-    assert ppo_graphs._UPDATE[agent].key != first and ppo_graphs._UPDATE[agent].graph is None
+    slot = ppo_graphs._UPDATE[agent]
+    # a fresh slot: this update ran eagerly (UPDATE_WARMUP = 1), then the new work was captured
+    assert slot.key != first and slot.calls == ppo_graphs.UPDATE_WARMUP
+    assert slot.graph is not None and slot.graph is not old_graph
 
 
 def test_a_replayed_actor_step_draws_fresh_actions():

@@ -16,9 +16,9 @@ cfg.clip_coef …``) captures again. The actor's first two calls run eagerly (wa
 cuBLAS and the allocator); the update's first one does (Adam's state), and is captured right
 after it: an eager update at 4,096 envs takes ~115 ms on an H100 against ~11 ms replayed,
 and every run pays its warm-up before it can solve. An update capture that fails is tried
-again after the next eager update, up to `UPDATE_TRIES` times; a capture that fails for
-good falls back to the eager path, with one warning saying why. Only a single learner is graphed (an all-reduce across
-learners waits on the network, which no graph can hold).
+again after the next eager update, up to `UPDATE_TRIES` times; one that fails for good falls
+back to the eager path, with one warning saying why. Only a single learner is graphed (an
+all-reduce across learners waits on the network, which no graph can hold).
 
 Example (on a GPU)::
 
