@@ -180,7 +180,8 @@ class RunConfig:
                                            "--checkpoint-dir)", check=_whole(1), type=int, metavar="N")
     snapshot_every: int | None = _option(None, "iterations between the learners' snapshots to this "
                                          "process, which a lost worker's run continues from "
-                                         "(default 1 on a cluster, 0 = off)", check=_whole(0), type=int,
+                                         "(default: every iteration on a cluster, paced to a twentieth of the "
+                                         "time for snapshots of 16 MB and more; 0 = off)", check=_whole(0), type=int,
                                          metavar="N")
     allreduce: str = _option("auto", "how wb.allreduce averages across learner replicas: auto "
                              "(torch.distributed with NCCL when every learner's tensors are on a GPU of "

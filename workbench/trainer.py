@@ -64,9 +64,10 @@ class _Stretch:
     writer: CheckpointWriter
 
     def snapshots_for(self, policy: Policy) -> tuple[int, int]:
-        """How often replicas send snapshots of their learners (every iteration on a
-        cluster: a lost worker costs at most the iteration in flight; never in-process),
-        and of every fragment (when a checkpoint is due)."""
+        """How often replicas send snapshots of their learners (on a cluster every
+        iteration, or as often as keeps them to ~5 % of the run's time where they are big:
+        `workbench.runtime.snapshot_pacing`; never in-process), and of every fragment (when
+        a checkpoint is due)."""
         every = self.config.snapshot_every
         if every is None:
             every = 0 if policy.in_process else 1
@@ -345,7 +346,8 @@ class Trainer:
                 # lockstep with a target: the run stops at the iteration that met it (docs/counting.md)
                 drive(plan, backend, iterations, on_iteration, start=start, snapshot_every=every,
                       full_snapshot_every=full_every, on_snapshot=stretch.writer.stretch(plan, resolved),
-                      stopping=self._stop.is_set, lockstep=run.target_return is not None)
+                      stopping=self._stop.is_set, lockstep=run.target_return is not None,
+                      snapshot_paced=self.config.snapshot_every is None)
             except CellNotReturningError:
                 settle_counts(run, backend, at_start, recorded_before)
                 backend.overdue = True  # its loops were given their grace already: don't wait again

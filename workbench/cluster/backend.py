@@ -117,8 +117,10 @@ def _loop_task(run_id: str, authkey: bytes, group: str, index: int, plan: Plan, 
         message = dict(report_event(task, task_report), worker=worker.address)
         postman.send(DRIVER, REPORT_KEY, task, index, message)
 
-    def snapshot(iteration: int, full: bool) -> None:
-        postman.send(DRIVER, snapshot_key(group), iteration, index, deployed.replica.snapshot_bytes(full))
+    def snapshot(iteration: int, full: bool) -> int:
+        data = deployed.replica.snapshot_bytes(full)
+        postman.send(DRIVER, snapshot_key(group), iteration, index, data)
+        return len(data)
 
     failed: WorkbenchError | None = None
     try:
@@ -127,7 +129,7 @@ def _loop_task(run_id: str, authkey: bytes, group: str, index: int, plan: Plan, 
             fence.gate(stream.start)
         return run_loop(deployed.replica, stream.tasks(plan), deployed.mailbox, postman, counts, report,
                         lambda: run_id in plugin.stopping, snapshot, stream.snapshot_every,
-                        stream.full_snapshot_every, fence)
+                        stream.full_snapshot_every, fence, stream.snapshot_paced)
     except WorkbenchError as exc:  # a cell's error, say: raised below, without its context
         plugin.stopping.add(run_id)
         failed = exc

@@ -109,6 +109,9 @@ class StreamSpec:
     #: no replica begins an iteration before the driver has recorded the one before and
     #: released it (``Backend.release``): a stop decided on an iteration lands right after it
     lockstep: bool = False
+    #: the light snapshots keep to a share of the iterations' time (``snapshot_every`` was
+    #: left to workbench: :mod:`workbench.runtime.snapshot_pacing`)
+    snapshot_paced: bool = False
 
     def tasks(self, plan: Plan) -> Iterator[WiredTask]:
         return wire_stream(plan, self.iterations, self.start, with_init=self.with_init)
@@ -187,6 +190,7 @@ def drive(
     probe_after: float = 3.0,
     stopping: Callable[[], bool] | None = None,
     lockstep: bool = False,
+    snapshot_paced: bool = False,
 ) -> int:
     """Run ``iterations`` iterations. ``on_iteration`` gets each finished iteration in
     order and returns True to stop early. Returns the number of iterations completed.
@@ -217,7 +221,7 @@ def drive(
     """
     release = getattr(backend, "release", None)
     gated = lockstep and release is not None and not plan.policy.asynchronous
-    stream = StreamSpec(iterations, start, with_init, snapshot_every, full_snapshot_every, gated)
+    stream = StreamSpec(iterations, start, with_init, snapshot_every, full_snapshot_every, gated, snapshot_paced)
     pending = stream.tasks(plan)  # the driver walks the stream too, a little ahead of the loops
     tasks: dict[int, WiredTask] = {}
     outstanding: dict[int, int] = {}

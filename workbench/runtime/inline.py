@@ -87,13 +87,15 @@ class InlineBackend:
         def loop(key: tuple[str, int]) -> None:
             replica = self.replicas[key]
 
-            def snapshot(iteration: int, full: bool) -> None:
-                postman.send(DRIVER, snapshot_key(key[0]), iteration, key[1], replica.snapshot_bytes(full))
+            def snapshot(iteration: int, full: bool) -> int:
+                data = replica.snapshot_bytes(full)
+                postman.send(DRIVER, snapshot_key(key[0]), iteration, key[1], data)
+                return len(data)
 
             try:
                 run_loop(replica, stream.tasks(plan), boxes[key], postman, counts, events.report,
                          self._stop.is_set, snapshot, stream.snapshot_every, stream.full_snapshot_every,
-                         None if self._asynchronous else self._fence)
+                         None if self._asynchronous else self._fence, stream.snapshot_paced)
             except BaseException as exc:  # reported to the driver, which re-raises it
                 self._stop.set()
                 events.error(exc)

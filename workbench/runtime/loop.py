@@ -16,6 +16,7 @@ from workbench.runtime.channels import Mailbox, Peers, Stopped
 from workbench.runtime.fence import Fence
 from workbench.runtime.mailbox import Arrival
 from workbench.runtime.replica import GroupReplica, TaskReport
+from workbench.runtime.snapshot_pacing import SnapshotPacer
 
 __all__ = ["run_loop"]
 
@@ -28,10 +29,11 @@ def run_loop(
     replica_counts: dict[str, int],
     report: Callable[[int, TaskReport], None],
     stopped: Callable[[], bool],
-    snapshot: Callable[[int, bool], None] | None = None,
+    snapshot: Callable[[int, bool], int | None] | None = None,
     snapshot_every: int = 0,
     full_snapshot_every: int = 0,
     fence: Fence | None = None,
+    paced: bool = False,
 ) -> int:
     """Run this replica's tasks in order; return how many ran (fewer if stopped).
 
@@ -44,12 +46,15 @@ def run_loop(
     every fragment, what a checkpoint holds). Its state then is the state every replica
     has between iterations ``i - 1`` and ``i``, so the snapshots of all replicas for one
     ``i`` make a consistent state to resume from. It is taken before the replica waits for
-    inputs, while other replicas compute, so it costs the critical path little.
+    inputs, while other replicas compute, so it costs the critical path little. ``paced``
+    (the run did not set ``snapshot_every``): the light snapshots keep to a share of the
+    iterations' time instead (:mod:`workbench.runtime.snapshot_pacing`).
     """
     group = replica.program.group
     replica.peers = Peers(group, replica.index, mailbox, postman, replica_counts, stopped)
     done = 0
     last = None
+    pacer = SnapshotPacer() if paced and snapshot is not None else None
     try:
         for task in tasks:
             if task.spec.group != group:
@@ -63,8 +68,13 @@ def run_loop(
                     break
                 if snapshot is not None and last is not None and task.iteration > last:
                     full = bool(full_snapshot_every) and task.iteration % full_snapshot_every == 0
-                    if full or (snapshot_every and task.iteration % snapshot_every == 0):
-                        snapshot(task.iteration, full)
+                    light = bool(snapshot_every) and (pacer.due(task.iteration) if pacer is not None
+                                                      else task.iteration % snapshot_every == 0)
+                    if full or light:
+                        began = time.perf_counter()
+                        size = snapshot(task.iteration, full)  # its bytes (None: not said)
+                        if pacer is not None and not full:
+                            pacer.took(time.perf_counter() - began, size)
                 last = task.iteration
             arrivals = [w for w in task.inputs if w.arrival]
             if arrivals:  # asynchronous: once per producer replica's value, as each arrives
