@@ -44,8 +44,8 @@ def test_a_big_state_is_snapshotted_at_multiples_of_a_power_of_two():
     # 64 MB to pickle against a few ms of iteration: far over the 5 % budget on any machine,
     # so the interval goes to 4 iterations or more (MOST on a quick one)
     seen = _snapshotted(8_000_000, snapshot_every=1, snapshot_paced=True)
-    assert seen[:2] == [1, 2]  # the first two measure an iteration's time and the cost
-    assert all(i % 4 == 0 for i in seen[2:]) and len(seen) <= 2 + 24 // 4
+    assert seen[0] == 1  # the first one measures the cost; the next ones wait for the interval
+    assert all(i % 4 == 0 for i in seen[1:]) and len(seen) <= 1 + 24 // 4
 
 
 def test_a_small_state_is_snapshotted_every_iteration():
@@ -58,7 +58,15 @@ def test_a_slow_small_snapshot_does_not_pace():
     pacer.due(1, now=0.0)
     pacer.due(2, now=0.01)
     pacer.took(0.5, size=150_000)  # a busy machine's outlier: the size decides
-    assert pacer.every == 1
+    assert pacer.every == 1 and pacer.due(3, now=0.02)
+
+
+def test_a_big_first_snapshot_waits_for_the_iteration_to_be_timed():
+    pacer = SnapshotPacer(budget=0.05)
+    assert pacer.due(1, now=0.0)
+    pacer.took(0.2, size=BIG_BYTES)
+    assert pacer.every == MOST  # not timed yet: no second big snapshot at iteration 2
+    assert not pacer.due(2, now=1.2) and pacer.every == 4  # 0.2 s of 1 s iterations
 
 
 def test_an_explicit_interval_is_kept_whatever_the_cost():

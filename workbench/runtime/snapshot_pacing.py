@@ -19,14 +19,15 @@ iteration every replica snapshotted, and multiples of the largest ``k`` are mult
 every smaller one. A lost worker then costs at most the iterations since the last common
 snapshot — a share of the run's time near ``BUDGET``, not more.
 
+The first big snapshot sets the interval to :data:`MOST` until the iteration it began has
+been timed, so a model of a hundred million parameters is pickled once up front, not twice.
+
 Example:
     >>> pacer = SnapshotPacer(budget=0.05)
-    >>> pacer.due(1, now=0.0), pacer.due(2, now=1.0)    # no cost measured yet: every iteration
-    (True, True)
-    >>> pacer.took(0.2, size=1 << 30)                   # 1 GiB in 0.2 s, 1 s iterations
-    >>> pacer.every
-    4
-    >>> [i for i in range(3, 12) if pacer.due(i, now=float(i))]
+    >>> pacer.due(1, now=0.0)                       # nothing measured yet: snapshot
+    True
+    >>> pacer.took(0.2, size=1 << 30)               # 1 GiB in 0.2 s
+    >>> [i for i in range(2, 12) if pacer.due(i, now=i - 0.8)]   # 1 s iterations: every 4th
     [4, 8]
 """
 from __future__ import annotations
@@ -56,6 +57,7 @@ class SnapshotPacer:
         self.every = 1
         self._entered: float | None = None
         self._spent = 0.0  # snapshot seconds since the last iteration began
+        self._cost: float | None = None  # the last big snapshot's seconds
         #: an iteration's own time, snapshots left out (a moving average)
         self.iteration_s: float | None = None
 
@@ -65,6 +67,8 @@ class SnapshotPacer:
         if self._entered is not None:
             span = max(0.0, now - self._entered - self._spent)
             self.iteration_s = span if self.iteration_s is None else 0.7 * self.iteration_s + 0.3 * span
+            if self._cost is not None:
+                self.every = self._interval(self._cost)
         self._entered, self._spent = now, 0.0
         return iteration % self.every == 0
 
@@ -73,12 +77,16 @@ class SnapshotPacer:
         within the budget."""
         self._spent += seconds
         if seconds < FLOOR_S or (size is not None and size < BIG_BYTES):
-            self.every = 1
+            self._cost, self.every = None, 1
             return
-        if not self.iteration_s:
-            return  # one iteration's time not known yet: the next one is measured first
-        wanted = seconds / (self.budget * self.iteration_s)
+        self._cost = seconds
+        # an iteration not timed yet (the first snapshot): wait for the next entry to say
+        self.every = self._interval(seconds) if self.iteration_s else self.most
+
+    def _interval(self, cost: float) -> int:
+        """The smallest power of two ``k`` with ``cost ≤ budget × k × iteration time``."""
+        wanted = cost / (self.budget * self.iteration_s) if self.iteration_s else float("inf")
         every = 1
         while every < wanted and every < self.most:
             every *= 2
-        self.every = every
+        return every
