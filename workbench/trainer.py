@@ -282,10 +282,11 @@ class Trainer:
         policy = as_policy_spec(policy)  # an unknown name fails before any cluster starts
         if needs_cluster(policy):
             from workbench.cluster.connect import connect, inventory_of
-            from workbench.cluster.restarts import wait_for_restarts
+            from workbench.cluster.restarts import wait_for_a_worker, wait_for_restarts
 
             client = connect(stretch.cluster).client
             wait_for_restarts(client)  # a worker a stuck cell's stop restarted: place on it again
+            wait_for_a_worker(client)  # none at all (one died and is restarting): wait for one
             inventory = inventory_of(client)
         resolved = _fit_to_cluster(resolve_policy(policy, self.fdg, inventory), inventory, run)
         if resolved.in_process and stretch.cluster is not None:  # asked for, not used: say so

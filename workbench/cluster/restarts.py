@@ -25,7 +25,8 @@ import time
 
 from distributed import Client
 
-__all__ = ["end_workers", "wait_for_restarts", "KILL_GRACE_S", "RESTART_WAIT_S"]
+__all__ = ["end_workers", "wait_for_restarts", "wait_for_a_worker", "KILL_GRACE_S", "RESTART_WAIT_S",
+           "NO_WORKERS_WAIT_S"]
 
 #: how long a stuck worker's process may take to close before its nanny kills it
 KILL_GRACE_S = 1.0
@@ -33,6 +34,10 @@ KILL_GRACE_S = 1.0
 GONE_WAIT_S = 5.0
 #: how long the next run waits for restarted workers to come back before it runs without
 RESTART_WAIT_S = 120.0
+
+#: how long a run waits for a cluster that has no worker at all to have one (a worker the
+#: kernel killed for memory, restarting under its nanny; workers still joining)
+NO_WORKERS_WAIT_S = 60.0
 
 #: per scheduler address, the restarts under way: what a stop ended, for the next run
 _pending: dict[str, "_Restart"] = {}
@@ -152,3 +157,25 @@ def _back(client: Client, restart: _Restart) -> bool:
     except Exception:  # the scheduler is gone: the run will say so itself
         return True
     return not restart.ids & {w[1] for w in now.values()} and len(now) >= restart.count
+
+
+def wait_for_a_worker(client: Client, timeout: float = NO_WORKERS_WAIT_S) -> None:
+    """Before a run reads the cluster's workers: if there are none (one that died — a worker
+    the kernel killed for memory at the end of the last run — is restarting under its
+    nanny; workers still joining a new scheduler), wait for one, saying so, for at most
+    ``timeout`` seconds. Without a worker then, the placement says what is missing."""
+    def count() -> int:
+        try:
+            return len(client.run_on_scheduler(_workers))
+        except Exception:  # the scheduler is gone: the run will say so itself
+            return 1
+
+    if count():
+        return
+    print(f"workbench: the cluster has no worker now (one restarting after it died?); "
+          f"waiting up to {timeout:g} s for one…", flush=True)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        time.sleep(0.2)
+        if count():
+            return
