@@ -286,8 +286,10 @@ class Trainer:
 
             client = connect(stretch.cluster).client
             wait_for_restarts(client)  # a worker a stuck cell's stop restarted: place on it again
-            wait_for_a_worker(client)  # none at all (one died and is restarting): wait for one
             inventory = inventory_of(client)
+            if not inventory.workers:  # none at all (one died and is restarting): wait for one
+                wait_for_a_worker(client)
+                inventory = inventory_of(client)
         resolved = _fit_to_cluster(resolve_policy(policy, self.fdg, inventory), inventory, run)
         if resolved.in_process and stretch.cluster is not None:  # asked for, not used: say so
             run.note_once("not applied", f"policy {resolved.name} runs every fragment in this process, so the "

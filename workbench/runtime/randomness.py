@@ -12,11 +12,11 @@ cell runs at a time, and while it runs the process's generators hold that replic
 state; when another replica's cell takes the turn, the states are swapped (torch: ~2 µs;
 Python's ``random``: ~13 µs; NumPy's global state: ~70 µs to read and write, so it is
 compared first, in place, ~1 µs, and copied only when a draw changed it). A process with
-one replica never swaps. A cell that waits for other replicas (``wb.allreduce``, ``wb.env_steps``) gives the
-turn up while it waits, so replicas that meet inside a cell never wait on each other. A
-cell that waits some other way (a gate of your own) keeps the turn; a replica that waits
-more than :data:`PATIENCE_S` for it runs its cell without one, and says so in the run's
-events, since its draws are then no longer its own.
+one replica never swaps. A cell that waits for other replicas (``wb.allreduce``,
+``wb.env_steps``) gives the turn up while it waits, so replicas that meet inside a cell
+never wait on each other. A cell that waits some other way (a gate of your own) keeps the
+turn; a replica that waits more than :data:`PATIENCE_S` for it runs its cell without one,
+and says so in the run's events, since its draws are then no longer its own.
 
 Every replica's streams start as the process's were when the run was deployed there: a
 replica that seeds in its init cell (``torch.manual_seed(cfg.seed + replica.index)``)

@@ -80,11 +80,11 @@ class SnapshotPacer:
             self._cost, self.every = None, 1
             return
         self._cost = seconds
-        # an iteration not timed yet (the first snapshot): wait for the next entry to say
-        self.every = self._interval(seconds) if self.iteration_s else self.most
+        self.every = self._interval(seconds)
 
     def _interval(self, cost: float) -> int:
-        """The smallest power of two ``k`` with ``cost ≤ budget × k × iteration time``."""
+        """The smallest power of two ``k`` with ``cost ≤ budget × k × iteration time``
+        (:data:`MOST` while no iteration has been timed: the next entry times one)."""
         wanted = cost / (self.budget * self.iteration_s) if self.iteration_s else float("inf")
         every = 1
         while every < wanted and every < self.most:
