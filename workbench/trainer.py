@@ -339,10 +339,13 @@ class Trainer:
         try:
             if not run.rows:
                 run.started = time.perf_counter()  # the clock includes deploying the replicas
-            if not resolved.in_process:  # a lock or a generator read from the notebook: say which, before sending
-                check_notebook(notebook, readers_of(self.fdg, notebook))
             states = states_for(plan, resume)
-            backend.deploy(plan, programs, notebook, states)
+            try:
+                backend.deploy(plan, programs, notebook, states)  # pickles the notebook once
+            except Exception:
+                if not resolved.in_process:  # a lock or a generator read from the notebook: say which
+                    check_notebook(notebook, readers_of(self.fdg, notebook))
+                raise
             # the env replicas' own counts settle the stretch's: steps of iterations left unfinished count
             at_start, recorded_before = counts_in(states), dict(run.replica_env_steps)
             try:

@@ -26,6 +26,7 @@ from workbench.cluster._dask_compat import forget_topic_handler, prune_topics, t
 from workbench.cluster import liveness, restarts, worker_logs, worker_setup
 from workbench.cluster.channel_security import channel_tls, cluster_uses_tls, worker_channel_tls
 from workbench.cluster.dashboard_model import RUN_EVENT
+from workbench.cluster.notebook_shipping import shipped
 from workbench.cluster.report_events import report_event
 from workbench.cluster.report_relay import REPORT_KEY, DriverInbox, ReportRelay
 from workbench.cluster.worker_control import (PLUGIN_NAME, _busy_cells, _drop_run, _fence_close, _fence_of,
@@ -179,10 +180,6 @@ def _add_phases(phases: dict, task_report: TaskReport) -> None:
         phases[key] = phases.get(key, 0) + value
 
 
-def _pickled(state: dict | None) -> bytes | None:
-    return None if state is None else dumps_state(state)
-
-
 def _looks_like_loss(exc: BaseException) -> bool:
     """Errors a dying process causes in the others (sockets, Dask's comms and task loss)."""
     from distributed import KilledWorker
@@ -276,7 +273,7 @@ class DaskBackend:
 
     def deploy(self, plan: Plan, programs: dict[str, GroupProgram], notebook: dict[str, Any],
                states: dict[tuple[str, int], dict] | None = None) -> None:
-        futures = {}
+        placed = {}
         for name, group in plan.groups.items():
             for index, worker_name in enumerate(group.workers):
                 worker = self.inventory.find(worker_name)
@@ -285,15 +282,17 @@ class DaskBackend:
                         f"group {name!r} replica {index} is placed on worker {worker_name!r}, which "
                         f"is not in the cluster (workers: {', '.join(self.inventory.names)})."
                     )
-                self._workers[(name, index)] = worker.address
-                futures[(name, index)] = self.client.submit(
-                    _deploy, self.run_id, self._authkey, programs[name], index, group.replicas,
-                    notebook, group.device, _pickled((states or {}).get((name, index))), self._tls,
-                    key=f"{name}-deploy-{uuid.uuid4().hex}",
-                    workers=[worker.address], allow_other_workers=False, pure=False,
-                )
-        for key, future in futures.items():
-            self._addresses[key] = tuple(future.result())
+                placed[(name, index)] = worker.address
+        self._workers.update(placed)
+        saved = {key: dumps_state(state) for key, state in (states or {}).items()}
+        with shipped(self.client, notebook, placed.values()) as shipped_notebook:
+            futures = {key: self.client.submit(
+                _deploy, self.run_id, self._authkey, programs[key[0]], key[1], plan.groups[key[0]].replicas,
+                shipped_notebook, plan.groups[key[0]].device, saved.get(key), self._tls,
+                key=f"{key[0]}-deploy-{uuid.uuid4().hex}", workers=[address], allow_other_workers=False,
+                pure=False) for key, address in placed.items()}
+            for key, future in futures.items():
+                self._addresses[key] = tuple(future.result())
 
     def start(self, plan: Plan, stream: StreamSpec, events: Events) -> None:
         # reports come over the driver's channel (workbench.cluster.report_relay); the relay
