@@ -22,7 +22,7 @@ from typing import Any
 
 import msgpack
 
-__all__ = ["report_event", "report_fields"]
+__all__ = ["add_phases", "report_event", "report_fields"]
 
 
 def report_event(task: int, report) -> dict[str, Any]:
@@ -47,3 +47,16 @@ def report_fields(message: Any) -> dict[str, Any] | None:
         except (ValueError, msgpack.UnpackException):
             return None
     return report if isinstance(report, dict) else None
+
+
+def add_phases(phases: dict, task_report: Any) -> None:
+    """Add one task's phases to its loop's totals. At the loop's end they become Dask fine
+    performance metrics (dashboard: "Fine Performance Metrics", by task prefix and
+    activity), so the long-lived loop task is not one opaque bar."""
+    for fragment, seconds in task_report.compute_seconds.items():
+        key = (f"{fragment} compute", "seconds")
+        phases[key] = phases.get(key, 0.0) + seconds
+    for key, value in ((("waiting for inputs", "seconds"), task_report.wait_seconds),
+                       (("sending outputs", "seconds"), task_report.send_seconds),
+                       (("sent to other processes", "bytes"), task_report.sent_bytes)):
+        phases[key] = phases.get(key, 0) + value

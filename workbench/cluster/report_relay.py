@@ -35,6 +35,7 @@ from typing import Any
 import msgpack
 
 from workbench.cluster.report_events import report_fields
+from workbench.cluster.state_export import EXPORT_PREFIX
 from workbench.runtime.replica import TaskReport
 
 __all__ = ["REPORT_KEY", "RELAY_EVERY_S", "DriverInbox", "ReportRelay", "batch_items"]
@@ -48,14 +49,18 @@ _BATCH = "batch"
 
 class DriverInbox:
     """What the driver's channel server files things in: reports to the run's ``events``
-    (and on to ``relay``), everything else to ``snapshots``."""
+    (and on to ``relay``), exported states to ``exports``, everything else to ``snapshots``."""
 
-    def __init__(self, events, snapshots=None, relay: "ReportRelay | None" = None) -> None:
+    def __init__(self, events, snapshots=None, relay: "ReportRelay | None" = None, exports=None) -> None:
         self.events = events
         self.snapshots = snapshots
         self.relay = relay
+        self.exports = exports  # a workbench.cluster.state_export.ExportBox: final states
 
     def put(self, key: str, task: int, replica: int, value: Any) -> None:
+        if self.exports is not None and key.startswith(EXPORT_PREFIX):
+            self.exports.put(key, task, replica, value)
+            return
         if key != REPORT_KEY:
             if self.snapshots is not None:
                 self.snapshots.put(key, task, replica, value)

@@ -34,6 +34,7 @@ from workbench.runtime.arrays import handed_over
 from workbench.runtime import collectives
 from workbench.runtime.collectives import CHUNKED_MIN_BYTES
 from workbench.runtime.mailbox import Mailbox, Stopped
+from workbench.runtime.raw_frames import RawJoiner, split_raw
 from workbench.runtime.wire import ChannelTLS
 
 __all__ = ["Mailbox", "Stopped", "LocalPostman", "SocketServer", "SocketPostman", "dumps", "dumps_state"]
@@ -289,6 +290,7 @@ class SocketServer:
 
     def __init__(self, mailbox: Mailbox, host: str, authkey: bytes, tls: ChannelTLS | None = None) -> None:
         self.mailbox = mailbox
+        self._raw = RawJoiner()  # see workbench.runtime.raw_frames
         self._authkey = authkey
         self.tls = tls
         # A deep backlog, and the HMAC handshake in each connection's reader thread rather
@@ -362,9 +364,15 @@ class SocketServer:
                 return
 
     def _file(self, message, conn) -> None:
-        """Unpickle one message and put it in the mailbox."""
+        """Unpickle one message and put it in the mailbox (a big byte string, its own frame)."""
         try:
-            key, task, replica, value = pickle.loads(message)
+            if self._raw.pending(conn):  # the bytes of the message before: not a pickle
+                self.mailbox.put(*self._raw.complete(message, conn))
+                return
+            parts = self._raw.take(pickle.loads(message), conn)
+            if parts is None:
+                return
+            key, task, replica, value = parts
         except Exception as exc:
             # e.g. a class the receiver cannot import, a CUDA value without CUDA: the
             # replica waiting for it gets this error (not a "stalled" run later on)
@@ -448,11 +456,12 @@ class SocketPostman:
             return
         # one value often goes to several replicas (a broadcast): serialise it once
         cached = self._last_payload
+        message, raw = split_raw(key, task, replica, value)  # a big byte string: a frame of its own
         if cached is not None and cached[0] is value and cached[1] == (key, task, replica):
             payload = cached[2]
         else:
             try:
-                payload = dumps((key, task, replica, value))
+                payload = dumps(message)
             except Exception as exc:  # a lock, a lambda, a generator on a route: name it
                 from workbench.runtime.serialisable import value_error
 
@@ -463,7 +472,9 @@ class SocketPostman:
             if conn is None:
                 conn = self._conns[target] = self._connect(self.addresses[target])
             conn.send_bytes(payload)
-            self.bytes_sent += len(payload)
+            if raw is not None:
+                conn.send_bytes(raw)
+            self.bytes_sent += len(payload) + (len(raw) if raw is not None else 0)
 
     def _connect(self, address: Address):
         """A connection that passed the HMAC handshake (what ``multiprocessing``'s
