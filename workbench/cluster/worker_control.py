@@ -11,6 +11,7 @@ Example::
 from __future__ import annotations
 
 from workbench.runtime.fence import Fence
+from workbench.runtime.malloc import release_free_memory
 
 __all__ = ["PLUGIN_NAME"]
 
@@ -59,6 +60,8 @@ def _drop_run(run_id: str, keep_stop: bool = False, dask_worker=None) -> int:
     mine = [k for k in plugin.deployed if k[0] == run_id]
     for key in mine:
         plugin.deployed.pop(key).close()
+    if mine and not any(k[0] != run_id for k in plugin.deployed):  # nothing else running here
+        release_free_memory()
     if not keep_stop:  # a stuck cell that returns one day (no nanny to end it) must then see the stop
         plugin.stopping.discard(run_id)
     return len(mine)

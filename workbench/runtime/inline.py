@@ -26,7 +26,7 @@ from workbench.runtime.channels import LocalPostman, Mailbox, dumps_state
 from workbench.runtime.driver import Events, StreamSpec, close_envs
 from workbench.runtime.fence import Fence, decide
 from workbench.runtime.loop import run_loop
-from workbench.runtime.malloc import tune_malloc
+from workbench.runtime.malloc import release_free_memory, tune_malloc
 from workbench.runtime.randomness import Turns
 from workbench.runtime.replica import GroupProgram, GroupReplica
 from workbench.runtime.snapshots import DRIVER, SnapshotBook, snapshot_key
@@ -159,6 +159,7 @@ class InlineBackend:
                 for ns in replica.namespaces.values():
                     close_envs(ns)
         self.replicas.clear()
+        release_free_memory()  # what the run's replicas held, back to the OS (a big model's GBs)
 
 
 def limit_threads(count: int = 1) -> Callable[[], None]:
