@@ -136,12 +136,15 @@ class IterationRecord:
     replica_episodes: dict[str, int] = field(default_factory=dict)
     #: warnings replicas sent with their reports: (the run's event kind, the message)
     notes: list[tuple[str, str]] = field(default_factory=list)
+    #: (group, replica) → its metrics as its reports came; `settle` moves them to ``metrics``
+    parts: dict[tuple[str, int], dict[str, list]] = field(default_factory=dict, repr=False)
 
     def absorb(self, report: TaskReport, *, with_timing: bool, of: int | None = None) -> None:
         """Add ``report``'s part of iteration ``of`` (default: this record's own)."""
         of = self.iteration if of is None else of
+        part = self.parts.setdefault((report.group, report.replica), {})
         for name, values in report.metrics.get(of, {}).items():
-            self.metrics.setdefault(name, []).extend(values)
+            part.setdefault(name, []).extend(values)
         self.env_steps += report.env_steps.get(of, 0)
         if of == max(report.iterations, default=of):  # once per report, however many iterations it spans
             self.env_steps_base += report.env_steps_base
@@ -161,6 +164,16 @@ class IterationRecord:
                                   ("other", report.other_seconds)):
                 name = f"{report.group}[{report.replica}] {kind}"
                 self.comm_seconds[name] = self.comm_seconds.get(name, 0.0) + seconds
+
+
+    def settle(self) -> None:
+        """Append the replicas' metrics to ``metrics`` in (group, replica) order, not in the
+        order their reports came: the same seed then gives the same lists (the run's last 20
+        episodes, a mean over learner replicas summed in one order) under every timing."""
+        for _, part in sorted(self.parts.items()):
+            for name, values in part.items():
+                self.metrics.setdefault(name, []).extend(values)
+        self.parts.clear()
 
 
 def close_envs(ns: dict) -> None:

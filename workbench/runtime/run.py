@@ -83,6 +83,7 @@ class Run:
     # -- recording ---------------------------------------------------------------------
     def record(self, rec: IterationRecord) -> None:
         elapsed = time.perf_counter() - self.started
+        rec.settle()  # its replicas' metrics in replica order
         if not self._base_taken:
             # a resumed run goes on counting from its checkpoint's env steps
             self._base_taken = True
