@@ -466,7 +466,8 @@ class SocketPostman:
                 from workbench.runtime.serialisable import value_error
 
                 raise value_error(key, value, exc) from None
-            self._last_payload = (value, (key, task, replica), payload)
+            # (not a raw one's: its header costs nothing, and the cache would hold its GBs)
+            self._last_payload = (value, (key, task, replica), payload) if raw is None else None
         with self._lock:
             conn = self._conns.get(target)
             if conn is None:
