@@ -16,7 +16,9 @@ before the clocks), tiny generation batches so the cells stay short:
   (``snapshot_every=1``) and with workbench's pacing (the default), the seconds of each
   iteration after the first (`workbench.runtime.snapshot_pacing`).
 
-Numbers from one run each: the figures in docs/reliability.md and docs/llm.md come from here.
+After each run it prints the worker's resident memory (what a run ended on it leaves behind:
+`workbench.runtime.malloc.release_free_memory`). Numbers from one run each: the figures in
+docs/reliability.md and docs/llm.md come from here.
 """
 from __future__ import annotations
 
@@ -37,6 +39,12 @@ def _fdg(size: str):
     return grpo.build_fdg(dict(vars(grpo), cfg=dataclasses.replace(cfg, model=model)))
 
 
+def _worker_mb(client) -> str:
+    from workbench.runtime.malloc import resident_bytes
+
+    return ", ".join(f"{(rss or 0) / 2**20:,.0f} MiB" for rss in client.run(resident_bytes).values())
+
+
 def _cells_s(row: dict) -> float:
     return sum(v for k, v in row.items() if k.startswith("time/") and k.endswith("compute_s"))
 
@@ -48,7 +56,8 @@ def bench_export(client, size: str) -> None:
     whole = time.perf_counter() - started
     first = run.rows[0]
     print(f"export ({size}): outside the cells to the end of iteration 1 {first['time_s'] - _cells_s(first):.1f} s; "
-          f"whole run {whole:.1f} s; export {whole - first['time_s']:.1f} s", flush=True)
+          f"whole run {whole:.1f} s; export {whole - first['time_s']:.1f} s; worker after it {_worker_mb(client)}",
+          flush=True)
 
 
 def bench_pacing(client, size: str, iterations: int) -> None:
@@ -57,7 +66,7 @@ def bench_pacing(client, size: str, iterations: int) -> None:
                              progress=False, keep_state=False, snapshot_every=every)
         times = [b["time_s"] - a["time_s"] for a, b in zip(run.rows, run.rows[1:])]
         print(f"pacing ({size}), {label}: iterations 2..{iterations} took "
-              + ", ".join(f"{t:.1f}" for t in times) + " s", flush=True)
+              + ", ".join(f"{t:.1f}" for t in times) + f" s; worker after it {_worker_mb(client)}", flush=True)
 
 
 def main() -> None:
