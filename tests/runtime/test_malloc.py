@@ -74,3 +74,24 @@ def test_memory_a_run_freed_goes_back_to_the_os_when_it_ends():
     assert released == "True"
     assert int(kept) > int(grown) - 50   # freeing alone returned (almost) nothing
     assert int(kept) - int(after) > 250  # the trim gave the 300 MiB back
+
+
+INLINE_RUN = """
+import workbench as wb
+from workbench.runtime.malloc import resident_bytes
+fdg = wb.FDG()
+fdg.add_fragment("big", "blocks = [b'x' * (1 << 20) for _ in range(1300)]\\nn = 0", rate="init")
+fdg.add_fragment("big", "n += 1", rate="step")
+fdg.run(iterations=1, steps=1, progress=False, keep_state=False)   # warm: imports, threads
+before = resident_bytes()
+fdg.run(iterations=1, steps=1, progress=False, keep_state=False)
+print(before >> 20, resident_bytes() >> 20)
+"""
+
+
+def test_an_inline_run_that_grew_the_notebook_by_gibs_gives_them_back():
+    """A run whose replicas held 1.3 GiB (a big model's weights and optimiser, say) leaves the
+    notebook's process about as big as before it, not 1.3 GiB bigger."""
+    out = subprocess.run([sys.executable, "-c", INLINE_RUN], capture_output=True, text=True, check=True)
+    before, after = map(int, out.stdout.split()[-2:])
+    assert after - before < 300, (before, after)

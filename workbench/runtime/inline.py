@@ -26,7 +26,7 @@ from workbench.runtime.channels import LocalPostman, Mailbox, dumps_state
 from workbench.runtime.driver import Events, StreamSpec, close_envs
 from workbench.runtime.fence import Fence, decide
 from workbench.runtime.loop import run_loop
-from workbench.runtime.malloc import release_free_memory, tune_malloc
+from workbench.runtime.malloc import RELEASE_ABOVE_BYTES, release_free_memory, resident_bytes, tune_malloc
 from workbench.runtime.randomness import Turns
 from workbench.runtime.replica import GroupProgram, GroupReplica
 from workbench.runtime.snapshots import DRIVER, SnapshotBook, snapshot_key
@@ -75,6 +75,7 @@ class InlineBackend:
     def start(self, plan: Plan, stream: StreamSpec, events: Events) -> None:
         self._restore_threads = limit_threads(1)
         tune_malloc()  # once per process: the learner's temporaries reused, not mapped afresh
+        self._resident_at_start = resident_bytes() or 0
         self._asynchronous = plan.policy.asynchronous
         if stream.lockstep:  # no replica begins an iteration before the driver released it
             self._fence.gate(stream.start)
@@ -159,7 +160,9 @@ class InlineBackend:
                 for ns in replica.namespaces.values():
                     close_envs(ns)
         self.replicas.clear()
-        release_free_memory()  # what the run's replicas held, back to the OS (a big model's GBs)
+        # what the run's replicas held, back to the OS, when the run grew this process by a
+        # GiB (a big model's): a kernel big on its own data is not collected after every run
+        release_free_memory(above=getattr(self, "_resident_at_start", 0) + RELEASE_ABOVE_BYTES)
 
 
 def limit_threads(count: int = 1) -> Callable[[], None]:

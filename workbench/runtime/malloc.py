@@ -19,7 +19,8 @@ steady, so it is used again. Between runs it is not: a worker that ran GRPO with
 113M-parameter model kept 4.5–8.6 GB after each run (no object of it alive), and the next
 run's peak on top was killed by the kernel on this 24 GiB machine. So when a run ends,
 :func:`release_free_memory` gives what is free back (``malloc_trim``) in a process that has
-grown past a GiB (`cluster.worker_control` on each worker; `runtime.inline` in the notebook).
+grown past a GiB (`cluster.worker_control` on each worker), or that the run grew by a GiB
+(`runtime.inline`, in the notebook's own process, which may be big with the user's data).
 
 Example:
     >>> tune_malloc() in ({}, {"mmap_threshold": 33554432, "trim_threshold": 67108864})
@@ -30,7 +31,7 @@ from __future__ import annotations
 import ctypes
 import sys
 
-__all__ = ["tune_malloc", "release_free_memory", "MMAP_THRESHOLD"]
+__all__ = ["tune_malloc", "release_free_memory", "resident_bytes", "MMAP_THRESHOLD", "RELEASE_ABOVE_BYTES"]
 
 # glibc's mallopt parameters (malloc.h)
 _M_TRIM_THRESHOLD = -1
