@@ -15,7 +15,8 @@ every tensor over 128 KiB mapped afresh, the learner ~1.5× slower).
 
 What it costs: freed heap kept by the process instead of returned to the OS (past the top's
 64 MiB, and whatever lies between blocks still in use); within a run the working set is
-steady, so it is used again. Between runs it is not: a worker that ran GRPO with a
+steady, so it is used again. Between runs it is not (a run's replicas run in new threads,
+which glibc gives other malloc arenas than the last run's): a worker that ran GRPO with a
 113M-parameter model kept 4.5–8.6 GB after each run (no object of it alive), and the next
 run's peak on top was killed by the kernel on this 24 GiB machine. So when a run ends,
 :func:`release_free_memory` gives what is free back (``malloc_trim``) in a process that has
