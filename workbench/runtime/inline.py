@@ -51,6 +51,7 @@ class InlineBackend:
         self._asynchronous = False
         #: set when a stop already waited its grace for a stuck cell (teardown then doesn't)
         self.overdue = False
+        self._resident_at_start = 0  # this process's size when the run started (see teardown)
 
     def deploy(self, plan: Plan, programs: dict[str, GroupProgram], notebook: dict[str, Any],
                states: dict[tuple[str, int], dict] | None = None) -> None:
@@ -162,7 +163,7 @@ class InlineBackend:
         self.replicas.clear()
         # what the run's replicas held, back to the OS, when the run grew this process by a
         # GiB (a big model's): a kernel big on its own data is not collected after every run
-        release_free_memory(above=getattr(self, "_resident_at_start", 0) + RELEASE_ABOVE_BYTES)
+        release_free_memory(above=self._resident_at_start + RELEASE_ABOVE_BYTES)
 
 
 def limit_threads(count: int = 1) -> Callable[[], None]:

@@ -30,6 +30,8 @@ Example:
 from __future__ import annotations
 
 import ctypes
+import gc
+import os
 import sys
 
 __all__ = ["tune_malloc", "release_free_memory", "resident_bytes", "MMAP_THRESHOLD", "RELEASE_ABOVE_BYTES"]
@@ -73,7 +75,7 @@ def resident_bytes() -> int | None:
     """This process's resident memory (Linux), or None."""
     try:
         with open("/proc/self/statm") as statm:
-            return int(statm.read().split()[1]) * _page_size()
+            return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
     except (OSError, ValueError, IndexError):
         return None
 
@@ -93,15 +95,7 @@ def release_free_memory(above: int = RELEASE_ABOVE_BYTES) -> bool:
         trim = ctypes.CDLL(None).malloc_trim
     except (OSError, AttributeError):  # not glibc
         return False
-    import gc
-
     gc.collect()  # a run's networks sit in reference cycles (modules, optimisers)
     trim.argtypes, trim.restype = [ctypes.c_size_t], ctypes.c_int
     trim(0)
     return True
-
-
-def _page_size() -> int:
-    import os
-
-    return os.sysconf("SC_PAGE_SIZE")
