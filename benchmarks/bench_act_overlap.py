@@ -15,6 +15,11 @@ set) on every observation it gets, EnvPool with one C++ thread per pool:
   (`workbench.runtime.randomness.Turns`, as two actor+env replicas in one process do) and give
   the turn up while they wait in ``recv``, so one replica acts while the other's envs step:
   the design docs/envpool.md weighs for an async env fragment whose cells do not change.
+- **two replicas, one thread**: the same two replicas and turns, run as two greenlets in one
+  thread (``pip install greenlet``; the row is left out without it): after its ``send`` a
+  replica switches to the other, which acts while the first one's envs step, with no OS
+  thread handoff; what the runtime would do if it ran a worker's co-located replicas' step
+  loops as lanes of one thread. ``--no-turns``: the same without turns (no stream swaps).
 
 Also printed: how long a ``recv`` takes while another Python thread is busy (the GIL it must
 take back). Every number is env-steps/s of the loop (N x steps / wall), median of repeats.
@@ -112,6 +117,43 @@ def two_replicas(env_id: str, n: int, steps: int, act) -> float:
     return rate
 
 
+def one_thread(env_id: str, n: int, steps: int, act, turns: bool = True) -> float:
+    import greenlet
+
+    half, never = max(1, n // 2), (lambda: False)  # noqa: E731 - the run never stops here
+    pools = [pool(env_id, half, half, seed) for seed in (0, 1)]
+    shared = Turns() if turns else None
+    lanes: list = []
+
+    def replica(k: int) -> None:
+        envs, ids = pools[k], np.arange(half, dtype=np.int32)
+        streams = shared.streams() if shared else None
+        take = (lambda: shared.take(streams, never)) if shared else (lambda: None)  # noqa: E731
+        give = (lambda: shared.give(streams)) if shared else (lambda: None)  # noqa: E731
+        take()
+        obs, _ = envs.reset()
+        give()
+        for _ in range(steps):
+            take()
+            envs.send(act(obs), ids)
+            give()
+            if not lanes[1 - k].dead:  # the other acts while these envs step
+                lanes[1 - k].switch()
+            take()
+            obs = envs.recv()[0]
+            give()
+    lanes[:] = [greenlet.greenlet(lambda k=k: replica(k)) for k in (0, 1)]
+    start = time.perf_counter()
+    while not all(lane.dead for lane in lanes):
+        for lane in lanes:
+            if not lane.dead:
+                lane.switch()
+    rate = 2 * half * steps / (time.perf_counter() - start)
+    for p in pools:
+        p.close()
+    return rate
+
+
 def recv_beside_python(env_id: str, n: int, steps: int = 50) -> tuple[float, float]:
     """ms of a send+recv alone, and while another thread runs Python (the GIL to take back)."""
     envs = pool(env_id, n, n, 0)
@@ -143,10 +185,19 @@ def main() -> None:
     parser.add_argument("--sizes", type=int, nargs="+", default=[2, 8, 32], help="N, total envs")
     parser.add_argument("--steps", type=int, default=1000, help="steps of each env per repeat")
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--no-turns", action="store_true", help="the one-thread row without turns too")
     args = parser.parse_args()
     torch.set_num_threads(1)
     act = act_fn(args.env)
     loops = {"one pool": one_pool, "EnvPool async": envpool_async, "two replicas, turns": two_replicas}
+    try:
+        import greenlet  # noqa: F401
+    except ImportError:
+        print("(greenlet is not installed: no one-thread rows)")
+    else:
+        loops["two replicas, one thread"] = one_thread
+        if args.no_turns:
+            loops["one thread, no turns"] = lambda *a: one_thread(*a, turns=False)
     print(f"### {args.env}: act + step, env-steps/s (median of {args.repeats}; 1 C++ thread a pool)\n")
     print("| N | " + " | ".join(loops) + " |")
     print("|---:|" + "---:|" * len(loops))

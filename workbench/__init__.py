@@ -5,7 +5,7 @@
 
 In a notebook, ``%load_ext workbench`` adds the ``%%fragment`` and ``%fdg`` magics.
 """
-from workbench.context import ReplicaInfo, allreduce, count_env_steps, env_steps, log
+from workbench.context import ReplicaInfo, allreduce, count_env_steps, env_steps, log, step_elsewhere
 from workbench.errors import (
     CheckpointError,
     ConflictingWritersError,
@@ -43,7 +43,7 @@ _logging.getLogger("workbench").addHandler(_logging.NullHandler())
 __all__ = [
     "FDG", "Policy", "Inline", "SingleLearnerCoarse", "SingleLearnerFine", "MultiLearner", "GPUOnly", "Async",
     "placement",
-    "ReplicaInfo", "log", "allreduce", "env_steps", "count_env_steps",
+    "ReplicaInfo", "log", "allreduce", "env_steps", "count_env_steps", "step_elsewhere",
     "WorkbenchError", "FragmentError", "FragmentSyntaxError", "FragmentOptionError",
     "FDGError", "UndefinedNameError", "ConflictingWritersError", "StepCycleError",
     "PlacementError", "FragmentRuntimeError", "RunConfigError", "CheckpointError", "MetricError",

@@ -80,6 +80,15 @@ def _boolean(name: str, value) -> None:
         raise RunConfigError(f"{name} must be True or False, got {value!r}.")
 
 
+def _lanes(name: str, value) -> None:
+    _boolean(name, value)
+    from workbench.runtime.lanes import LANES_INSTALL_HINT, lanes_available
+
+    if value and not lanes_available():
+        raise RunConfigError(f"{_flag(name)} runs replicas as greenlets, and greenlet is not installed: "
+                             f"{LANES_INSTALL_HINT}.")
+
+
 def _policy(name: str, value) -> None:
     from workbench.fdg.policy import Policy
 
@@ -193,6 +202,10 @@ class RunConfig:
                                "the results; off, replicas of one process overlap their cells "
                                "(faster where several replicas share a worker and their envs wait) "
                                "and their draws differ from run to run", check=_boolean, boolean=True)
+    lanes: bool = _option(False, "step the replicas of an acting group that share a process as "
+                          "lanes of one thread: while one replica's envs step in their own threads "
+                          "(EnvPool), another acts; the same numbers, only faster (needs greenlet; "
+                          "docs/envpool.md)", check=_lanes, boolean=True)
     keep_state: bool = _option(True, "keep the final fragment states in run.state (to checkpoint or "
                                "resume from)", check=_boolean, boolean=True)
     # output

@@ -198,3 +198,23 @@ def count_env_steps(n: int) -> None:
     ctx = _current.get()
     if ctx is not None:
         ctx.counted = (ctx.counted or 0) + int(n)
+
+
+_lane_switch: contextvars.ContextVar[Callable[[], None] | None] = contextvars.ContextVar(
+    "workbench_lane_switch", default=None)
+
+
+def step_elsewhere() -> None:
+    """Let another lane of this thread run while this lane's envs step elsewhere (in C++
+    threads, on a device); returns once this lane's turn comes back. A no-op outside lanes.
+
+    Call it between handing the work off and waiting for it, as `EnvPoolVectorEnv.step`
+    does between EnvPool's ``send`` and ``recv``::
+
+        pool.send(actions)
+        step_elsewhere()        # the other replica acts meanwhile
+        result = pool.recv()
+    """
+    switch = _lane_switch.get()
+    if switch is not None:
+        switch()

@@ -302,7 +302,7 @@ class Trainer:
         if resolved.in_process:  # as on a cluster: a notebook object changed mid-stretch waits for %fdg update
             notebook = taken_at_deploy(notebook)
         programs = {g: group_program(plan, g, stretch.config.steps, stretch.config.own_random,
-                                     stretch.config.allreduce) for g in plan.groups}
+                                     stretch.config.allreduce, stretch.config.lanes) for g in plan.groups}
         if resolved.in_process:
             backend = InlineBackend()
         else:

@@ -39,6 +39,7 @@ from workbench.runtime.channels import Mailbox, SocketPostman, SocketServer, dum
 from workbench.runtime.driver import STOP_GRACE_S, Events, StreamSpec, close_envs
 from workbench.runtime.fence import Fence
 from workbench.runtime.loop import run_loop
+from workbench.runtime.lanes import join_lanes
 from workbench.runtime.randomness import Turns
 from workbench.runtime.replica import GroupProgram, GroupReplica, TaskReport
 from workbench.runtime.snapshots import DRIVER, SnapshotBook, snapshot_key
@@ -109,6 +110,8 @@ def _loop_task(run_id: str, authkey: bytes, group: str, index: int, plan: Plan, 
     worker = get_worker()
     deployed = plugin.deployed[(run_id, group, index)]
     local = {(g, i): d.mailbox for (r, g, i), d in plugin.deployed.items() if r == run_id}
+    join_lanes(plugin.__dict__.setdefault("lanes", {}), (run_id, group), deployed.replica,
+               [i for (r, g, i) in plugin.deployed if r == run_id and g == group])  # lanes=True
     postman = SocketPostman(addresses, authkey, local, worker_channel_tls() if tls else None)
     phases: dict[tuple[str, str], float] = {}
 

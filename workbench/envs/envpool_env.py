@@ -40,6 +40,7 @@ from typing import Any, Iterator
 
 import numpy as np
 
+from workbench.context import step_elsewhere
 from workbench.envs.base import EpisodeTracker, StepResult
 from workbench.envs.gym_vector import action_check, checked_actions
 
@@ -195,8 +196,10 @@ class EnvPoolVectorEnv:
         return obs, reward, terminated, truncated, info
 
     def step(self, actions: Any) -> StepResult:
-        """Step every env once (`send` then `recv`); see `VectorEnv` for autoreset."""
+        """Step every env once (`send` then `recv`); see `VectorEnv` for autoreset. Between
+        the two, another replica stepped as a lane of this thread acts (``lanes=True``)."""
         self.send(actions)
+        step_elsewhere()
         return self.recv()
 
     def _reset_ended(self, ended: np.ndarray) -> np.ndarray:

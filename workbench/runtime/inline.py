@@ -25,6 +25,7 @@ from workbench.runtime import exit_guard
 from workbench.runtime.channels import LocalPostman, Mailbox, dumps_state
 from workbench.runtime.driver import Events, StreamSpec, close_envs
 from workbench.runtime.fence import Fence, decide
+from workbench.runtime.lanes import join_lanes
 from workbench.runtime.loop import run_loop
 from workbench.runtime.malloc import RELEASE_ABOVE_BYTES, release_free_memory, resident_bytes, tune_malloc
 from workbench.runtime.randomness import Turns
@@ -56,11 +57,14 @@ class InlineBackend:
     def deploy(self, plan: Plan, programs: dict[str, GroupProgram], notebook: dict[str, Any],
                states: dict[tuple[str, int], dict] | None = None) -> None:
         turns = Turns()  # every replica is in this process: they take turns with its RNGs
+        lanes: dict = {}
         for name, group in plan.groups.items():
             for index in range(group.replicas):
                 self.replicas[(name, index)] = GroupReplica(
                     programs[name], index, group.replicas, "local", notebook, group.device,
                     (states or {}).get((name, index)), turns)
+            for index in range(group.replicas):  # lanes=True: all here, one thread steps them
+                join_lanes(lanes, name, self.replicas[(name, index)], list(range(group.replicas)))
 
     def export(self) -> dict[tuple[str, int], dict[str, dict[str, Any]]]:
         for thread in self._threads.values():

@@ -85,6 +85,9 @@ def run_loop(
             done += 1
     except Stopped:
         pass
+    finally:
+        if replica.lanes is not None:  # its siblings no longer wait for it to step with them
+            replica.lanes.leave(replica.index)
     return done
 
 

@@ -91,6 +91,14 @@ class GroupProgram:
     #: how ``wb.allreduce`` travels: auto, channels or torch (RunConfig.allreduce;
     #: workbench.runtime.process_group)
     allreduce: str = "auto"
+    #: step its co-located replicas as lanes of one thread (RunConfig.lanes;
+    #: workbench.runtime.lanes)
+    lanes: bool = False
+
+    @property
+    def steps_cells(self) -> bool:
+        """Whether the group has step cells (a loop to run as a lane)."""
+        return any(rate == "step" for _, rate in self.code)
 
 
 @dataclass
@@ -144,7 +152,7 @@ class TaskReport:
 
 
 def group_program(plan: Plan, group: str, steps: int, own_random: bool = True,
-                  allreduce: str = "auto") -> GroupProgram:
+                  allreduce: str = "auto", lanes: bool = False) -> GroupProgram:
     """Compile the plan's view of one group into a :class:`GroupProgram`."""
     members = plan.groups[group].fragments
     code, bindings = {}, {}
@@ -171,7 +179,7 @@ def group_program(plan: Plan, group: str, steps: int, own_random: bool = True,
     state_names = {name: tuple(n for n in plan.fdg[name].writes if n != "replica") for name in members}
     return GroupProgram(group, code, bindings, recorded, emits, steps, step_sends, counted=counted,
                         env_groups=env_groups, arrival_keys=arrival_keys, state_names=state_names,
-                        own_random=own_random, allreduce=allreduce)
+                        own_random=own_random, allreduce=allreduce, lanes=lanes)
 
 
 def _bindings_for(plan: Plan, group: str, fragment: str, rate: str) -> tuple[Binding, ...]:

@@ -12,12 +12,13 @@ import traceback
 from typing import Any
 
 from workbench.context import ReplicaContext, ReplicaInfo, activate, deactivate
-from workbench.errors import FragmentRuntimeError, WorkbenchError
+from workbench.errors import FragmentRuntimeError
 from workbench.fdg.plan import Item
 from workbench.runtime.arrays import ReplicasDisagree, Unbatched, gather, handed_over, unwrapped
-from workbench.runtime.cell_exit import describe as describe_error, install as catch_process_exits, is_cell_error
+from workbench.runtime.cell_exit import install as catch_process_exits, is_cell_error
 from workbench.runtime.channels import Stopped, dumps_state
 from workbench.runtime.deferred_metrics import DeferredMetricError
+from workbench.runtime.lanes import Lanes, run_as_lane
 from workbench.runtime.counting import (ENV_STEPS_KEY, RANDOM_KEY, REBUILT_KEY, batch_of, counter_of, explicit,
                                         one_plain_env, without_counters)
 from workbench.runtime.process_group import allreduce_for
@@ -73,6 +74,10 @@ class GroupReplica(CellErrors):
         #: warnings for the driver, sent with the next task's report: (event kind, message)
         self.notes: list[tuple[str, str]] = []
         self._said_no_turn = False  # a cell ran without its turn (said once, in notes)
+        #: the co-located replicas of its group it steps with in one thread (lanes=True;
+        #: workbench.runtime.lanes), set where it is deployed; seconds spent in the others
+        self.lanes: Lanes | None = None
+        self.lane_away = 0.0
         #: the streams this replica saved, when it resumes in the layout that saved them
         #: (same group, same count): installed now, and again after any init cell runs
         #: (one that seeds would start them over)
@@ -213,6 +218,11 @@ class GroupReplica(CellErrors):
         return outbox, report
 
     def _run_steps(self, item: Item, inbox: dict, report: TaskReport, ctx: ReplicaContext) -> None:
+        if self.lanes is None:
+            return self._step_loop(item, inbox, report, ctx)
+        run_as_lane(self, lambda: self._step_loop(item, inbox, report, ctx), ctx)
+
+    def _step_loop(self, item: Item, inbox: dict, report: TaskReport, ctx: ReplicaContext) -> None:
         for frag in item.fragments:
             self.buffers[frag] = {name: [] for name in self.program.recorded[frag]}
         plan = [
@@ -234,7 +244,7 @@ class GroupReplica(CellErrors):
                 self.running_cell = (frag, "step")  # named if a stop finds it stuck
                 if not turns.take(streams, stopped):
                     self._ran_without_turn(frag, "step")
-                start = time.perf_counter() if TIMING else 0.0
+                start, away = (time.perf_counter(), self.lane_away) if TIMING else (0.0, 0.0)
                 try:
                     exec(code, ns)
                 except Stopped:  # the run is stopping while a cell waits on a channel
@@ -245,8 +255,8 @@ class GroupReplica(CellErrors):
                     raise self._error(frag, "step", exc, item.iteration) from None
                 finally:
                     turns.give(streams)
-                if TIMING:
-                    clock[frag] += time.perf_counter() - start
+                if TIMING:  # less the time it spent in other lanes (lanes=True)
+                    clock[frag] += time.perf_counter() - start - (self.lane_away - away)
                 if frag in counting:  # an env fragment: count its envs where they step
                     writes, by_hand = counting[frag]
                     n = (ctx.counted or 0) if by_hand else batch_of(ns, writes)
@@ -481,18 +491,3 @@ class GroupReplica(CellErrors):
             ctx.read_deferred()
         except DeferredMetricError as exc:
             raise exc.as_fragment_error(self.program.group, self.index, self.worker, ctx.iteration) from None
-
-    def _error(self, frag: str, rate: str, exc: BaseException, iteration) -> FragmentRuntimeError:
-        filename = f"<fragment {frag}:{rate}>"
-        frames = traceback.extract_tb(exc.__traceback__)
-        user = [f for f in frames if f.filename == filename]
-        line = user[-1].lineno if user else None
-        source = linecache.getline(filename, line) if line else None
-        # drop the runtime's own frame: the user's code starts at the cell
-        shown = frames[1:] if frames and frames[0].filename == __file__ else frames
-        text = "".join(traceback.format_list(shown)) + "".join(
-            traceback.format_exception_only(type(exc), exc))
-        return FragmentRuntimeError(
-            fragment=frag, rate=rate, replica=self.index, worker=self.worker, line=line,
-            source_line=source, error=describe_error(exc), traceback_text=text, iteration=iteration,
-            advice="Do what the error says; the cell itself may be fine." if isinstance(exc, WorkbenchError) else None)

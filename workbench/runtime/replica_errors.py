@@ -5,8 +5,8 @@ the value and the way out: a value not bound on some path through a cell
 (``_disagree``), an input nobody has written yet (``_missing``).
 
 They are a mixin of :class:`~workbench.runtime.replica.GroupReplica` (they read its
-``index``, ``worker`` and ``program``); the error for a cell that raised is the replica's
-own (``_error``), since it tells the replica's frames from the user's.
+``index``, ``worker`` and ``program``), as is the error for a cell that raised (``_error``),
+which drops the replica loop's own frame from the traceback: the user's code starts at the cell.
 
 Example:
     >>> _line_writing("a = 1\\nb, c = 2, 3\\nc += 1", "c")
@@ -14,13 +14,20 @@ Example:
 """
 from __future__ import annotations
 
+import linecache
+import traceback
+from pathlib import Path
 from typing import Any
 
-from workbench.errors import FragmentRuntimeError
+from workbench.errors import FragmentRuntimeError, WorkbenchError
+from workbench.runtime.cell_exit import describe as describe_error
 from workbench.runtime.arrays import ReplicasDisagree, ReplicasMisfit, StepMismatch, UnbatchedDisagree, stack
 from workbench.runtime.program import Binding
 
 __all__ = ["CellErrors"]
+
+#: the runtime's frame in a cell's traceback (the loop that exec'd the cell): not the user's
+_REPLICA_FILE = str(Path(__file__).with_name("replica.py"))
 
 
 class CellErrors:
@@ -101,6 +108,21 @@ class CellErrors:
             f"replica {self.index} of {self.count} has no envs to step. If each replica makes "
             "num_envs // replica.count envs, there are fewer envs than replicas: give at least "
             f"{self.count} envs, or place fewer replicas of {frag!r}.")
+
+    def _error(self, frag: str, rate: str, exc: BaseException, iteration) -> FragmentRuntimeError:
+        filename = f"<fragment {frag}:{rate}>"
+        frames = traceback.extract_tb(exc.__traceback__)
+        user = [f for f in frames if f.filename == filename]
+        line = user[-1].lineno if user else None
+        source = linecache.getline(filename, line) if line else None
+        # drop the runtime's own frame: the user's code starts at the cell
+        shown = frames[1:] if frames and frames[0].filename == _REPLICA_FILE else frames
+        text = "".join(traceback.format_list(shown)) + "".join(
+            traceback.format_exception_only(type(exc), exc))
+        return FragmentRuntimeError(
+            fragment=frag, rate=rate, replica=self.index, worker=self.worker, line=line,
+            source_line=source, error=describe_error(exc), traceback_text=text, iteration=iteration,
+            advice="Do what the error says; the cell itself may be fine." if isinstance(exc, WorkbenchError) else None)
 
     def _missing(self, frag, rate, b: Binding, iteration, why: str) -> FragmentRuntimeError:
         return self._cell_error(frag, rate, iteration, f"it reads {b.name!r} from fragment {b.producer!r}, "
