@@ -48,7 +48,8 @@ from workbench.context import _lane_switch as _switch, step_elsewhere
 from workbench.errors import WorkbenchError
 from workbench.runtime.channels import Stopped
 
-__all__ = ["Lanes", "LanesError", "step_elsewhere", "lanes_available", "LANES_INSTALL_HINT"]
+__all__ = ["Lanes", "LanesError", "step_elsewhere", "join_lanes", "run_as_lane", "lanes_available",
+           "LANES_INSTALL_HINT"]
 
 #: how often a replica waiting for its lane looks at the run's stop flag (seconds)
 _STOP_POLL_S = 0.05
@@ -165,15 +166,18 @@ class Lanes:
             while alive:
                 for lane in list(alive):
                     lane.greenlet.switch()
-                    if lane.greenlet.dead:
+                    if lane.greenlet.dead:  # its replica's thread goes on with its iteration now
                         alive.remove(lane)
+                        self._finished(lane)
         finally:
-            with self._cond:
-                for lane in batch:
-                    if not lane.greenlet.dead:  # the driver itself failed (it should not)
-                        lane.error = lane.error or RuntimeError("its lane was abandoned")
-                    lane.done = True
-                self._cond.notify_all()
+            for lane in alive:  # only if the driving itself failed (it should not)
+                lane.error = lane.error or RuntimeError("its lane was abandoned")
+                self._finished(lane)
+
+    def _finished(self, lane: _Lane) -> None:
+        with self._cond:
+            lane.done = True
+            self._cond.notify_all()
 
 
 def cannot_wait_in_a_lane(what: str) -> Callable[..., Any]:
