@@ -195,7 +195,7 @@ def join_lanes(registry: dict, key: Any, replica, siblings: list[int]) -> None:
     first use), where the run asked for lanes, its group has step cells and ``siblings``
     (the group's replicas in this process) are two or more."""
     program = replica.program
-    if program.lanes and program.steps_cells and len(siblings) > 1:
+    if program.lanes and program.has_step_cells and len(siblings) > 1:
         lanes = registry.get(key) or registry.setdefault(key, Lanes(siblings))  # one per group here
         lanes.join(replica.index)  # one re-placed here mid-run joins the ones already here
         replica.lanes = lanes

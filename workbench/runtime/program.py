@@ -96,7 +96,7 @@ class GroupProgram:
     lanes: bool = False
 
     @property
-    def steps_cells(self) -> bool:
+    def has_step_cells(self) -> bool:
         """Whether the group has step cells (a loop to run as a lane)."""
         return any(rate == "step" for _, rate in self.code)
 
