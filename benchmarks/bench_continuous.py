@@ -4,7 +4,8 @@ Both at CleanRL's settings (1M env steps, batch 2048, 32 minibatches × 10 epoch
 annealed, γ 0.99, λ 0.95, clip 0.2 with value clipping, observation and reward normalisation,
 state-independent log-std, 64-64 tanh MLPs, Adam eps 1e-5, grad norm 0.5). workbench
 collects the 2048 with ``--wb-envs`` envs (default 8 × 256 steps, EnvPool's pool when
-installed; ``--wb-envs 1`` is CleanRL's 1 × 2048). Seeds are interleaved: for each seed every
+installed; ``--wb-envs 1`` is CleanRL's 1 × 2048; ``--wb-like-cleanrl``: CleanRL's shape in every
+respect, 1 × 2048 on gymnasium's env without the time-limit bootstrap). Seeds are interleaved: for each seed every
 contender runs, in a fresh process, before the next seed starts, and the order alternates,
 so the shared machine's noise hits both alike.
 
@@ -49,15 +50,18 @@ RETURN_RE = re.compile(r"episodic_return=\[?(-?[\d.]+(?:e[-+]?\d+)?)")
 
 
 # ============================================================================ children
-def child_workbench(seed: int, steps: int, num_envs: int) -> dict:
-    """workbench's continuous PPO FDG, inline, CleanRL's hyperparameters and budget."""
+def child_workbench(seed: int, steps: int, num_envs: int, like_cleanrl: bool = False) -> dict:
+    """workbench's continuous PPO FDG, inline, CleanRL's hyperparameters and budget (with
+    ``like_cleanrl`` also its env and its time-limit rule: the three places they differ)."""
     import dataclasses
 
     from workbench.algorithms import ppo_continuous
 
     iterations = steps // BATCH
-    cfg = dataclasses.replace(ppo_continuous.cfg, env_id=ENV_ID, seed=seed, num_envs=num_envs,
-                              num_steps=BATCH // num_envs, iterations=iterations)
+    exact = dict(num_envs=1, env_backend="gymnasium", bootstrap_truncated=False) if like_cleanrl else {}
+    cfg = dataclasses.replace(ppo_continuous.cfg, **{"env_id": ENV_ID, "seed": seed, "num_envs": num_envs,
+                                                     "iterations": iterations, **exact})
+    cfg = dataclasses.replace(cfg, num_steps=BATCH // cfg.num_envs)
     fdg = ppo_continuous.build_fdg({**vars(ppo_continuous), "cfg": cfg})
     run = fdg.run(iterations=iterations, steps=cfg.num_steps, progress=False)
     returns = run.episode_returns
@@ -126,7 +130,8 @@ def run_one(contender: str, seed: int, args: argparse.Namespace, tmp: str) -> di
                "--env-id", ENV_ID, "--seed", str(seed), "--total-timesteps", str(args.steps), "--no-cuda"]
     else:
         cmd = [sys.executable, __file__, "--child-workbench", "--seed", str(seed),
-               "--steps", str(args.steps), "--wb-envs", str(args.wb_envs)]
+               "--steps", str(args.steps), "--wb-envs", str(args.wb_envs)] + (
+                   ["--wb-like-cleanrl"] if args.wb_like_cleanrl else [])
     threads = getattr(args, "cleanrl_threads", None)
     env = {THREADS_VAR: str(threads)} if contender == "cleanrl" and threads else {}
     out, wall, rc = spawn(cmd, tmp, args.timeout, env)
@@ -152,9 +157,10 @@ def run_one(contender: str, seed: int, args: argparse.Namespace, tmp: str) -> di
 def report(results: dict[str, list[dict]], args: argparse.Namespace) -> None:
     med = {name: {key: statistics.median(r[key] for r in rows) for key in ("final_return", "wall_s", "sps")}
            for name, rows in results.items() if rows}
+    shape = ("like CleanRL: 1 env x 2048 steps, gymnasium's env, no bootstrap" if args.wb_like_cleanrl
+             else f"{args.wb_envs} envs x {BATCH // args.wb_envs} steps")
     print(f"\n### HalfCheetah-v5, {args.steps:,} env steps, seeds {args.seeds_list} "
-          f"(medians; workbench {args.wb_envs} envs x {BATCH // args.wb_envs} steps; CleanRL torch "
-          f"threads: {args.cleanrl_threads or 'its default'})\n")
+          f"(medians; workbench {shape}; CleanRL torch threads: {args.cleanrl_threads or 'its default'})\n")
     print("| contender | final return | wall time (s) | env-steps/s |")
     print("|---|---:|---:|---:|")
     for name, m in med.items():
@@ -180,6 +186,9 @@ def main() -> None:
     parser.add_argument("--first-seed", type=int, default=1, metavar="S",
                         help="start the seeds at S (S..S+K-1): more seeds beside an earlier run")
     parser.add_argument("--wb-envs", type=int, default=8, help="workbench's envs (2048 / envs steps each)")
+    parser.add_argument("--wb-like-cleanrl", action="store_true",
+                        help="workbench in CleanRL's shape in every respect: 1 env x 2048 steps, "
+                             "gymnasium's HalfCheetah-v5, no time-limit bootstrap")
     parser.add_argument("--cleanrl-threads", type=int,
                         help="torch threads for CleanRL (default: torch's, one per core; workbench's "
                              "run uses 1 for its small networks, and so does CleanRL with 1)")
@@ -190,7 +199,8 @@ def main() -> None:
     if BATCH % args.wb_envs:
         parser.error(f"--wb-envs must divide the batch of {BATCH}")
     if args.child_workbench:
-        print(MARK + json.dumps(child_workbench(args.seed, args.steps, args.wb_envs)), flush=True)
+        print(MARK + json.dumps(child_workbench(args.seed, args.steps, args.wb_envs, args.wb_like_cleanrl)),
+              flush=True)
         return
     contenders = ["workbench"] + (["cleanrl"] if args.cleanrl else [])
     if not args.cleanrl:
