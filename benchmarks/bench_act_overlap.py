@@ -154,6 +154,28 @@ def one_thread(env_id: str, n: int, steps: int, act, turns: bool = True) -> floa
     return rate
 
 
+def pools_at_once(env_id: str, n: int, steps: int = 1000) -> tuple[float, float]:
+    """env-steps/s without acting: one pool of N, and two pools of N/2 stepping at once (send,
+    send, recv, recv): what two C++ threads give on this machine's cores."""
+    one, two = pool(env_id, n, n, 0), [pool(env_id, n // 2, n // 2, s) for s in (0, 1)]
+    rates = []
+    for pools in ([one], two):
+        ids = [np.arange(p.config["num_envs"], dtype=np.int32) for p in pools]
+        actions = [np.asarray([p.action_space.sample()] * p.config["num_envs"]) for p in pools]
+        for p in pools:
+            p.reset()
+        start = time.perf_counter()
+        for _ in range(steps):
+            for p, i, a in zip(pools, ids, actions):
+                p.send(a, i)
+            for p in pools:
+                p.recv()
+        rates.append(n * steps / (time.perf_counter() - start))
+    for p in [one, *two]:
+        p.close()
+    return rates[0], rates[1]
+
+
 def recv_beside_python(env_id: str, n: int, steps: int = 50) -> tuple[float, float]:
     """ms of a send+recv alone, and while another thread runs Python (the GIL to take back)."""
     envs = pool(env_id, n, n, 0)
@@ -209,6 +231,11 @@ def main() -> None:
                 rates[name].append(loops[name](args.env, n, args.steps, act))
         print(f"| {n} | " + " | ".join(f"{statistics.median(rates[k]):,.0f}" for k in loops) + " |",
               flush=True)
+    for n in args.sizes:
+        single, double = pools_at_once(args.env, n)
+        print(f"\nno acting, N = {n}: one pool {single:,.0f} env-steps/s, two pools of N/2 at once {double:,.0f}",
+              end="")
+    print()
     alone, busy = recv_beside_python(args.env, max(args.sizes))
     print(f"\nsend+recv of {max(args.sizes)} envs: {alone:.2f} ms alone, {busy:.2f} ms while "
           "another thread runs Python")
