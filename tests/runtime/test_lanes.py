@@ -181,3 +181,40 @@ def test_lanes_is_a_flag_of_every_surface_and_needs_greenlet(monkeypatch):
     monkeypatch.setitem(sys.modules, "greenlet", None)  # as if it were not installed
     with pytest.raises(RunConfigError, match="pip install greenlet"):
         RunConfig(lanes=True)
+
+
+def test_a_stuck_lane_and_a_stop_return_and_name_the_cell(tmp_path, capsys):
+    """One lane's cell never returns (its thread drives the other lane too): a stop still
+    returns, names the stuck cell, and the next run works."""
+    release, marker = tmp_path / "release", tmp_path / "stuck"
+    trace = Trace()
+    fdg = handoff_fdg(trace, (
+        "if replica.index == 1 and len(trace) > 20:\n"
+        "    open(MARKER, 'a').close()\n"
+        "    while not os.path.exists(RELEASE):\n"
+        "        time.sleep(0.05)\n"))
+    fdg.namespace.update(os=__import__("os"), time=time, MARKER=str(marker), RELEASE=str(release))
+    result = {}
+    thread = threading.Thread(target=lambda: result.setdefault("run", fdg.run(
+        iterations=50, steps=STEPS, policy=in_one_process(fdg), lanes=True, progress=False)))
+    thread.start()
+    try:
+        deadline = time.monotonic() + 60
+        while not marker.exists() and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert marker.exists()
+        fdg.stop()
+        thread.join(timeout=120)
+        assert not thread.is_alive()
+        run = result["run"]
+        assert run.status == "stopped"
+        said = capsys.readouterr().out + capsys.readouterr().err
+        # the stuck cell, and the other replica's, which waits in its lane behind it
+        assert "the actor step cell (replica 1 of actor+env" in said
+        assert "replica 0 of actor+env, on local) has not returned" in said
+        assert "waits for its turn in its lane" in said
+    finally:
+        release.write_text("")
+    fdg.namespace["MARKER"] = str(tmp_path / "never")
+    again = fdg.run(iterations=1, steps=STEPS, policy=in_one_process(fdg), lanes=True, progress=False)
+    assert again.status == "finished"

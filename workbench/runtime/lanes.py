@@ -212,6 +212,7 @@ def run_as_lane(replica, loop: Callable[[], None], ctx) -> None:
     turns, streams, stopped = replica.turns, replica.streams, replica._stopped
 
     def switched(away: bool) -> None:
+        replica.lane_waiting = away  # a stop that finds its cell busy says where it is
         if away:
             held[0] = streams.holding
             turns.give(streams)

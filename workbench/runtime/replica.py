@@ -77,7 +77,7 @@ class GroupReplica(CellErrors):
         #: the co-located replicas of its group it steps with in one thread (lanes=True;
         #: workbench.runtime.lanes), set where it is deployed; seconds spent in the others
         self.lanes: Lanes | None = None
-        self.lane_away = 0.0
+        self.lane_away, self.lane_waiting = 0.0, False
         #: the streams this replica saved, when it resumes in the layout that saved them
         #: (same group, same count): installed now, and again after any init cell runs
         #: (one that seeds would start them over)
@@ -373,8 +373,9 @@ class GroupReplica(CellErrors):
         if cell is None:
             return None
         seconds = time.monotonic() - self.running_since
+        waits = " (it waits for its turn in its lane: another replica's cell holds the thread)"
         return (f"the {cell[0]} {cell[1]} cell (replica {self.index} of {self.program.group}, "
-                f"on {self.worker}) has not returned for {seconds:.0f} s")
+                f"on {self.worker}) has not returned for {seconds:.0f} s" + (waits if self.lane_waiting else ""))
 
     def export_state(self, fragments=None, streams: bool = True) -> dict[str, dict[str, Any]]:
         """Each fragment's own state (the names it binds), to resume elsewhere (only
