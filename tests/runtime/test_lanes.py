@@ -218,3 +218,23 @@ def test_a_stuck_lane_and_a_stop_return_and_name_the_cell(tmp_path, capsys):
     fdg.namespace["MARKER"] = str(tmp_path / "never")
     again = fdg.run(iterations=1, steps=STEPS, policy=in_one_process(fdg), lanes=True, progress=False)
     assert again.status == "finished"
+
+
+def test_groups_that_receive_every_step_are_not_lanes_and_still_run():
+    """SingleLearnerFine's shape in one process: the actor and the env as groups of two
+    replicas each, handing values to each other every step. Lanes of such a group could
+    wait on each other through the other group, so they run as threads: lanes=True
+    finishes with the same numbers as without."""
+    got = {}
+    for lanes in (True, False):
+        trace = Trace()
+        fdg = handoff_fdg(trace)
+        policy = Policy("actor and env apart, one process", (
+            Group(("actor",), ACTORS, (IN_PROCESS,) * ACTORS), Group(("env",), ACTORS, (IN_PROCESS,) * ACTORS),
+            Group(("learner",), 1, (IN_PROCESS,))))
+        run = fdg.run(iterations=ITERATIONS, steps=STEPS, policy=policy, lanes=lanes, keep_state=True,
+                      progress=False)
+        assert run.status == "finished", run.error
+        got[lanes] = (seen(run), [state["ran_in"] for state in run.state.fragments["env"]])
+    assert got[True][0] == got[False][0]
+    assert got[True][1][0] != got[True][1][1]  # each env replica in a thread of its own

@@ -192,10 +192,12 @@ def cannot_wait_in_a_lane(what: str) -> Callable[..., Any]:
 
 def join_lanes(registry: dict, key: Any, replica, siblings: list[int]) -> None:
     """Give ``replica`` the lanes of its group in this process (``registry[key]``, made on
-    first use), where the run asked for lanes, its group has step cells and ``siblings``
-    (the group's replicas in this process) are two or more."""
+    first use), where the run asked for lanes, its group steps on its own (step cells that
+    receive nothing from other groups each step: a fused actor+env, not SingleLearnerFine's
+    actor or env, whose lanes could wait on each other through the other group) and
+    ``siblings`` (the group's replicas in this process) are two or more."""
     program = replica.program
-    if program.lanes and program.has_step_cells and len(siblings) > 1:
+    if program.lanes and program.steps_on_its_own and len(siblings) > 1:
         lanes = registry.get(key) or registry.setdefault(key, Lanes(siblings))  # one per group here
         lanes.join(replica.index)  # one re-placed here mid-run joins the ones already here
         replica.lanes = lanes

@@ -96,9 +96,12 @@ class GroupProgram:
     lanes: bool = False
 
     @property
-    def has_step_cells(self) -> bool:
-        """Whether the group has step cells (a loop to run as a lane)."""
-        return any(rate == "step" for _, rate in self.code)
+    def steps_on_its_own(self) -> bool:
+        """Whether the group has step cells and they take nothing from other groups every
+        step (a fused actor+env): a loop that can run as a lane, never blocking its thread
+        on a value another lane of it has yet to produce."""
+        return (any(rate == "step" for _, rate in self.code)
+                and not any(b.source == "step" for (_, rate), bs in self.bindings.items() if rate == "step" for b in bs))
 
 
 @dataclass
