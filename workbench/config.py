@@ -204,7 +204,8 @@ class RunConfig:
                                "and their draws differ from run to run", check=_boolean, boolean=True)
     lanes: bool = _option(False, "step the replicas of an acting group that share a process as "
                           "lanes of one thread: while one replica's envs step in their own threads "
-                          "(EnvPool), another acts; the same numbers, only faster (needs greenlet; "
+                          "(EnvPool), another acts; the same numbers, faster than threads, and than "
+                          "one replica of all the envs where each steps many (needs greenlet; "
                           "docs/envpool.md)", check=_lanes, boolean=True)
     keep_state: bool = _option(True, "keep the final fragment states in run.state (to checkpoint or "
                                "resume from)", check=_boolean, boolean=True)
