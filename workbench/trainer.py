@@ -40,6 +40,7 @@ from workbench.runtime.driver import IterationRecord, drive
 from workbench.runtime.inline import InlineBackend
 from workbench.runtime.faults import announce, fault_line
 from workbench.runtime.interrupts import shielded
+from workbench.runtime.lanes import NOT_PLACED_FOR_LANES, placed_for_lanes
 from workbench.runtime.notebook_values import taken_at_deploy
 from workbench.runtime.replica import group_program
 from workbench.runtime.run import Run
@@ -303,6 +304,8 @@ class Trainer:
             notebook = taken_at_deploy(notebook)
         programs = {g: group_program(plan, g, stretch.config.steps, stretch.config.own_random,
                                      stretch.config.allreduce, stretch.config.lanes) for g in plan.groups}
+        if stretch.config.lanes and not placed_for_lanes(plan, programs):  # asked for, not used: say so
+            run.note_once("not applied", NOT_PLACED_FOR_LANES)
         if resolved.in_process:
             backend = InlineBackend()
         else:

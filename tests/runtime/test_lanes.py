@@ -238,3 +238,14 @@ def test_groups_that_receive_every_step_are_not_lanes_and_still_run():
         got[lanes] = (seen(run), [state["ran_in"] for state in run.state.fragments["env"]])
     assert got[True][0] == got[False][0]
     assert got[True][1][0] != got[True][1][1]  # each env replica in a thread of its own
+
+
+def test_lanes_that_the_placement_gives_nothing_to_say_so():
+    trace = Trace()
+    fdg = handoff_fdg(trace)
+    alone = fdg.run(iterations=1, steps=STEPS, policy="inline", lanes=True, progress=False)
+    assert alone.status == "finished"
+    said = [e.message for e in alone.events if e.kind == "not applied"]
+    assert said and "no group that steps on its own" in said[0] and "IN_PROCESS, IN_PROCESS" in said[0]
+    paired = fdg.run(iterations=1, steps=STEPS, policy=in_one_process(fdg), lanes=True, progress=False)
+    assert not [e for e in paired.events if e.kind == "not applied"]

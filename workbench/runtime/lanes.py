@@ -49,7 +49,7 @@ from workbench.errors import WorkbenchError
 from workbench.runtime.channels import Stopped
 
 __all__ = ["Lanes", "LanesError", "step_elsewhere", "join_lanes", "run_as_lane", "lanes_available",
-           "LANES_INSTALL_HINT"]
+           "placed_for_lanes", "NOT_PLACED_FOR_LANES", "LANES_INSTALL_HINT"]
 
 #: how often a replica waiting for its lane looks at the run's stop flag (seconds)
 _STOP_POLL_S = 0.05
@@ -201,6 +201,30 @@ def join_lanes(registry: dict, key: Any, replica, siblings: list[int]) -> None:
         lanes = registry.get(key) or registry.setdefault(key, Lanes(siblings))  # one per group here
         lanes.join(replica.index)  # one re-placed here mid-run joins the ones already here
         replica.lanes = lanes
+
+
+def placed_for_lanes(plan, programs: dict) -> bool:
+    """Whether some group of ``plan`` that steps on its own has two or more replicas in one
+    process (what lanes need), by the placement alone.
+
+    >>> from workbench.fdg.policy import Group
+    >>> from types import SimpleNamespace as NS
+    >>> plan = NS(groups={"actor": Group(("actor",), 2, ("w0", "w1"))})
+    >>> placed_for_lanes(plan, {"actor": NS(steps_on_its_own=True)})
+    False
+    >>> plan.groups["actor"] = Group(("actor",), 2, ("w0", "w0"))
+    >>> placed_for_lanes(plan, {"actor": NS(steps_on_its_own=True)})
+    True
+    """
+    return any(programs[name].steps_on_its_own and len(set(group.workers)) < len(group.workers)
+               for name, group in plan.groups.items())
+
+
+NOT_PLACED_FOR_LANES = (
+    "lanes=True has nothing to step as lanes: no group that steps on its own (a fused actor+env) "
+    "has two replicas in one process, so every replica keeps its own thread. Put two on a worker "
+    "(wb.SingleLearnerCoarse(actors=2 * workers)) or two in this process (a wb.Policy whose acting "
+    "Group has workers (IN_PROCESS, IN_PROCESS)); docs/envpool.md")
 
 
 def run_as_lane(replica, loop: Callable[[], None], ctx) -> None:
