@@ -297,6 +297,49 @@ def test_the_update_is_cleanrl_s():
     assert not torch.equal(ours.actor_logstd, torch.zeros(1, 2))   # the update moved it
 
 
+def test_many_updates_stay_cleanrl_s_lr_annealing_and_adam_state_included():
+    """Five iterations in a row, each on a rollout the current policy acted (the learner's
+    state — Adam's moments and step, the annealed learning rate — carried from one to the
+    next): workbench's learner stays on CleanRL's loop, iteration by iteration. CleanRL anneals
+    ``lr · (1 - (iteration - 1) / num_iterations)`` from iteration 1; workbench's update
+    counter starts at 0."""
+    from workbench.kernels import gae
+
+    cfg = PPOContinuousConfig(num_minibatches=4, update_epochs=2, anneal_lr=True, iterations=5,
+                              bootstrap_truncated=False)
+    T, N = 16, 4
+    torch.manual_seed(0)
+    ours, theirs = GaussianActorCritic(5, 2), GaussianActorCritic(5, 2)
+    theirs.load_state_dict(ours.state_dict())
+    our_adam = ppo_continuous.adam(ours.parameters(), cfg.learning_rate)
+    their_adam = torch.optim.Adam(theirs.parameters(), lr=cfg.learning_rate, eps=1e-5)
+    rng = np.random.default_rng(1)
+    flat = lambda x, *shape: torch.from_numpy(np.ascontiguousarray(x, np.float32).reshape(-1, *shape))  # noqa: E731
+    for iteration in range(1, cfg.iterations + 1):
+        state = rng.normal(size=(T, N, 5)).astype(np.float32)
+        action, logp, value = (np.stack(x) for x in zip(*(ours.act(s) for s in state)))
+        reward = rng.normal(size=(T, N)).astype(np.float32)
+        starts = rng.random((T, N)) < 0.1
+        last_obs, last_done = state[-1], np.zeros(N, bool)
+        with torch.no_grad():
+            last_value = theirs.value(torch.from_numpy(last_obs)).numpy()
+        adv, ret = gae(reward, value, starts, last_value, last_done, cfg.gamma, cfg.gae_lambda)
+        torch.manual_seed(100 + iteration)
+        metrics = ppo_continuous_update(ours, our_adam, cfg, iteration - 1, state, action, logp, value, reward,
+                                        starts, last_obs, last_done)
+        their_adam.param_groups[0]["lr"] = (1.0 - (iteration - 1.0) / cfg.iterations) * cfg.learning_rate
+        torch.manual_seed(100 + iteration)
+        _cleanrl_update(theirs, their_adam, cfg, flat(state, 5), flat(action, 2), flat(logp), flat(adv),
+                        flat(ret), flat(value))
+        assert metrics["charts/learning_rate"] == pytest.approx(their_adam.param_groups[0]["lr"], rel=1e-12)
+        for (name, a), b in zip(ours.named_parameters(), theirs.parameters()):
+            torch.testing.assert_close(a, b, rtol=1e-4, atol=2e-5, msg=f"iteration {iteration}: {name}")
+    for a, b in zip(ours.parameters(), theirs.parameters()):  # Adam's moments and step carried alike
+        ours_state, theirs_state = our_adam.state[a], their_adam.state[b]
+        torch.testing.assert_close(ours_state["exp_avg_sq"], theirs_state["exp_avg_sq"], rtol=1e-3, atol=1e-9)
+        assert float(ours_state["step"]) == float(theirs_state["step"]) == cfg.iterations * 2 * 4
+
+
 def test_the_cells_run_under_the_coarse_policy(client):
     """env+actor replicated on 2 Dask workers (2 env replicas of 2 envs each), one learner: the
     normalisers and the policy travel to the workers and back."""
