@@ -134,7 +134,7 @@ def test_a_stop_while_lanes_step_ends_the_run():
         iterations=10_000, steps=STEPS, policy=in_one_process(fdg), lanes=True, progress=False)))
     thread.start()
     deadline = time.monotonic() + 60
-    while len(trace) < 40 and time.monotonic() < deadline:
+    while len(trace) < 60 and time.monotonic() < deadline:  # two iterations and more
         time.sleep(0.01)
     fdg.stop()
     thread.join(timeout=120)
