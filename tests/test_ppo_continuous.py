@@ -263,27 +263,34 @@ def _cleanrl_update(agent, optimizer, cfg, b_obs, b_act, b_logp, b_adv, b_ret, b
             optimizer.step()
 
 
+def _rollout(agent, rng, cfg, T: int, N: int) -> tuple:
+    """A ``[T, N]`` rollout of random 5-feature observations that ``agent`` acted on, with
+    random rewards and episode starts, and its GAE advantages and returns (CleanRL's inputs)."""
+    from workbench.kernels import gae
+
+    state = rng.normal(size=(T, N, 5)).astype(np.float32)
+    action, logp, value = (np.stack(x) for x in zip(*(agent.act(s) for s in state)))
+    reward = rng.normal(size=(T, N)).astype(np.float32)
+    starts = rng.random((T, N)) < 0.1
+    last_obs, last_done = state[-1], np.zeros(N, bool)
+    with torch.no_grad():
+        last_value = agent.value(torch.from_numpy(last_obs)).numpy()
+    adv, ret = gae(reward, value, starts, last_value, last_done, cfg.gamma, cfg.gae_lambda)
+    return state, action, logp, value, reward, starts, last_obs, last_done, adv, ret
+
+
 def test_the_update_is_cleanrl_s():
     """Same start, same batch, same permutation draws: one workbench update (one gather per
     epoch, contiguous minibatch views, fused Adam, the flat-gradient clip) leaves the weights
     CleanRL's update leaves, so every sample is visited once per epoch as CleanRL visits it."""
-    from workbench.kernels import gae
-
     cfg = PPOContinuousConfig(num_minibatches=4, update_epochs=3, anneal_lr=False)
     T, N = 16, 4
     torch.manual_seed(0)
     ours = GaussianActorCritic(5, 2)
     theirs = GaussianActorCritic(5, 2)
     theirs.load_state_dict(ours.state_dict())
-    rng = np.random.default_rng(0)
-    state = rng.normal(size=(T, N, 5)).astype(np.float32)
-    action, logp, value = (np.stack(x) for x in zip(*(ours.act(s) for s in state)))
-    reward = rng.normal(size=(T, N)).astype(np.float32)
-    starts = rng.random((T, N)) < 0.1
-    last_obs, last_done = state[-1], np.zeros(N, bool)
-    with torch.no_grad():
-        last_value = theirs.value(torch.from_numpy(last_obs)).numpy()
-    adv, ret = gae(reward, value, starts, last_value, last_done, cfg.gamma, cfg.gae_lambda)
+    state, action, logp, value, reward, starts, last_obs, last_done, adv, ret = _rollout(
+        ours, np.random.default_rng(0), cfg, T, N)
 
     torch.manual_seed(7)
     ppo_continuous_update(ours, ppo_continuous.adam(ours.parameters(), cfg.learning_rate), cfg, 0,
@@ -303,8 +310,6 @@ def test_many_updates_stay_cleanrl_s_lr_annealing_and_adam_state_included():
     next): workbench's learner stays on CleanRL's loop, iteration by iteration. CleanRL anneals
     ``lr · (1 - (iteration - 1) / num_iterations)`` from iteration 1; workbench's update
     counter starts at 0."""
-    from workbench.kernels import gae
-
     cfg = PPOContinuousConfig(num_minibatches=4, update_epochs=2, anneal_lr=True, iterations=5,
                               bootstrap_truncated=False)
     T, N = 16, 4
@@ -316,14 +321,7 @@ def test_many_updates_stay_cleanrl_s_lr_annealing_and_adam_state_included():
     rng = np.random.default_rng(1)
     flat = lambda x, *shape: torch.from_numpy(np.ascontiguousarray(x, np.float32).reshape(-1, *shape))  # noqa: E731
     for iteration in range(1, cfg.iterations + 1):
-        state = rng.normal(size=(T, N, 5)).astype(np.float32)
-        action, logp, value = (np.stack(x) for x in zip(*(ours.act(s) for s in state)))
-        reward = rng.normal(size=(T, N)).astype(np.float32)
-        starts = rng.random((T, N)) < 0.1
-        last_obs, last_done = state[-1], np.zeros(N, bool)
-        with torch.no_grad():
-            last_value = theirs.value(torch.from_numpy(last_obs)).numpy()
-        adv, ret = gae(reward, value, starts, last_value, last_done, cfg.gamma, cfg.gae_lambda)
+        state, action, logp, value, reward, starts, last_obs, last_done, adv, ret = _rollout(ours, rng, cfg, T, N)
         torch.manual_seed(100 + iteration)
         metrics = ppo_continuous_update(ours, our_adam, cfg, iteration - 1, state, action, logp, value, reward,
                                         starts, last_obs, last_done)
