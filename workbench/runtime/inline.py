@@ -63,7 +63,7 @@ class InlineBackend:
                 self.replicas[(name, index)] = GroupReplica(
                     programs[name], index, group.replicas, "local", notebook, group.device,
                     (states or {}).get((name, index)), turns)
-            for index in range(group.replicas):  # lanes=True: all here, one thread steps them
+                # lanes=True: every replica is here, one thread steps them
                 join_lanes(lanes, name, self.replicas[(name, index)], list(range(group.replicas)))
 
     def export(self) -> dict[tuple[str, int], dict[str, dict[str, Any]]]:

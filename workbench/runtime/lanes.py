@@ -234,18 +234,18 @@ def run_as_lane(replica, loop: Callable[[], None], ctx) -> None:
     random streams) and takes it back on its return; the time it spent away is added to
     ``replica.lane_away`` (its cells' clocks leave it out). ``wb.allreduce`` and a
     ``wb.env_steps`` that would wait for another replica refuse inside the lane's cells."""
-    held, left = [False], [0.0]
+    held, left = False, 0.0
     turns, streams, stopped = replica.turns, replica.streams, replica._stopped
 
     def switched(away: bool) -> None:
+        nonlocal held, left
         replica.lane_waiting = away  # a stop that finds its cell busy says where it is
         if away:
-            held[0] = streams.holding
+            held, left = streams.holding, time.perf_counter()
             turns.give(streams)
-            left[0] = time.perf_counter()
             return
-        replica.lane_away += time.perf_counter() - left[0]
-        if held[0] and not turns.take(streams, stopped):
+        replica.lane_away += time.perf_counter() - left
+        if held and not turns.take(streams, stopped):
             replica._ran_without_turn(*replica.running_cell)
 
     reducer, env_steps = ctx.reducer, ctx.env_steps
