@@ -1,10 +1,14 @@
 """A worker whose channel servers answer late is busy, not lost (issue 30: under
 SingleLearnerCoarse(actors=100) on 2 cores, liveness retired a healthy worker): the
-liveness decision retires only workers that miss both probes AND that the scheduler has
-not heard from lately; a live worker always heartbeats. And the same run leaked a
+liveness decision retires only workers that miss both probes, that the scheduler has not
+heard from lately, AND whose nanny does not see them compute: a worker starved of the CPU
+can miss its heartbeats for longer than any fixed patience (it did once in CI, silent 19 s),
+but its process runs and uses CPU; a frozen one is stopped. And the same run leaked a
 ``FutureCancelledError`` traceback: a loop's done callback read the result of a future
 cancelled after it finished (``workbench.cluster.backend.loop_ended``)."""
 from __future__ import annotations
+
+import time
 
 from workbench.cluster import liveness
 from workbench.cluster._dask_compat import workers_info
@@ -19,12 +23,41 @@ def test_a_heartbeating_worker_whose_channels_do_not_answer_is_not_lost(client):
     assert live in workers_info(client)
 
 
-def test_a_worker_the_scheduler_has_not_heard_from_is_lost(client):
-    gone = "tcp://127.0.0.1:9"  # not a worker of this cluster: never heard from
+def _spin(seconds: float) -> int:
+    end, n = time.process_time() + seconds, 0
+    while time.process_time() < end:
+        n += 1
+    return n
+
+
+def test_a_worker_the_scheduler_has_not_heard_from_is_lost_unless_its_nanny_sees_it_compute(client):
+    gone = "tcp://127.0.0.1:9"  # not a worker of this cluster: never heard from, no nanny
     live = sorted(workers_info(client))[0]
     assert liveness.lost_among(client, {gone: UNANSWERED, live: UNANSWERED}) == [gone]
-    # and one heard from too long ago (a frozen or cut-off worker by the time both probes failed)
-    assert liveness.lost_among(client, {live: UNANSWERED}, within=0.0) == [live]
+    # one heard from too long ago (as a worker starved of the CPU for seconds), but computing:
+    # its nanny sees the process run and its CPU time grow, so it is busy, not lost
+    spinning = client.submit(_spin, 30.0, workers=[live], pure=False)
+    deadline = time.monotonic() + 30
+    while live not in liveness.computing(client, [live]):
+        assert time.monotonic() < deadline, "the spinning worker never showed CPU time"
+    assert liveness.lost_among(client, {live: UNANSWERED}, within=0.0) == []
+    assert liveness.computing(client, [gone]) == []
+    client.cancel(spinning)
+
+
+def test_a_frozen_worker_is_not_computing_by_its_nannys_word(client):
+    import os
+    import signal
+
+    address = sorted(workers_info(client))[1]
+    pid = client.run(os.getpid, workers=[address])[address]
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        assert liveness.computing(client, [address]) == []
+        assert liveness.lost_among(client, {address: UNANSWERED}, within=0.0) == [address]
+    finally:
+        os.kill(pid, signal.SIGCONT)
+    assert address in workers_info(client)  # lost_among decides; retiring is the caller's
 
 
 # -- SingleLearnerCoarse(actors=100) on two single-thread workers, end to end ------------------------

@@ -14,7 +14,10 @@ speaks TLS first (the server's half of that handshake, too, comes only from a li
 A busy worker is not a stalled run either: when the run stays silent past its stall
 deadline, :func:`loop_activity` reads each replica's progress on its worker — the steps its
 step loop finished, and the CPU its loop's thread used — and the driver calls the run
-stalled only if no replica stepped or computed (:mod:`workbench.runtime.stall`).
+stalled only if no replica stepped or computed (:mod:`workbench.runtime.stall`). Nor is a
+worker starved of the CPU (a hundred replicas' threads on two cores) lost when it misses the
+probes and its heartbeats: before retiring a worker, its nanny is asked whether the process
+is running and its CPU time grows (:func:`computing`).
 
 Example:
     >>> unanswered({"w1": ("127.0.0.1", 1)}, timeout=0.5)   # nothing listens on port 1
@@ -34,7 +37,7 @@ from distributed.metrics import time as dask_time
 from workbench.runtime.stall import thread_cpu_seconds
 
 __all__ = ["PROBE_TIMEOUT_SECONDS", "CONFIRM_TIMEOUT_SECONDS", "HEARD_WITHIN_SECONDS", "answers", "unanswered",
-           "confirmed_silent", "lost_among", "retire", "loop_activity", "env_step_counts"]
+           "confirmed_silent", "computing", "lost_among", "retire", "loop_activity", "env_step_counts"]
 
 #: how long a probed channel server has to answer (generous: a busy 2-core CI box)
 PROBE_TIMEOUT_SECONDS = 5.0
@@ -95,12 +98,79 @@ def _heard_from(addresses: list[str], within: float, dask_scheduler=None) -> lis
             and now - ws.last_seen < within]
 
 
+#: how long a retired worker's nanny gets to kill its process (it asks first, then kills:
+#: at most about twice this), and to be reached at all (a host whose link is down is not)
+NANNY_KILL_TIMEOUT_SECONDS = 1.0
+NANNY_REACH_TIMEOUT_SECONDS = 3.0
+#: how long the worker process's CPU time is watched by its nanny (see :func:`computing`)
+CPU_SAMPLE_SECONDS = 0.5
+
+
+async def _worker_process_computes(sample_s: float, dask_worker=None) -> bool:
+    """On a nanny: whether its worker process is running (not stopped by a signal, not a
+    zombie) and used CPU time during ``sample_s`` seconds."""
+    import psutil  # a dependency of distributed
+
+    process = getattr(getattr(dask_worker, "process", None), "process", None)
+    pid = getattr(process, "pid", None)
+    if pid is None:
+        return False
+    try:
+        proc = psutil.Process(pid)
+        before = proc.cpu_times()
+        await asyncio.sleep(sample_s)
+        after = proc.cpu_times()
+        status = proc.status()
+    except psutil.Error:  # gone
+        return False
+    if status in (psutil.STATUS_STOPPED, psutil.STATUS_TRACING_STOP, psutil.STATUS_ZOMBIE, psutil.STATUS_DEAD):
+        return False
+    return (after.user + after.system) > (before.user + before.system)
+
+
+async def _computing(addresses: list[str], sample_s: float, dask_scheduler=None) -> list[str]:
+    """On the scheduler: those of ``addresses`` whose nanny answers within
+    ``NANNY_REACH_TIMEOUT_SECONDS`` that their process is running and computing."""
+    from distributed.protocol.pickle import dumps
+
+    async def ask(address: str) -> bool:
+        worker = dask_scheduler.workers.get(address)
+        if worker is None or not worker.nanny:
+            return False
+        try:
+            async with rpc(worker.nanny, connection_args=dask_scheduler.connection_args) as nanny:
+                reply = await asyncio.wait_for(
+                    nanny.run(function=dumps(_worker_process_computes), args=dumps((sample_s,)),
+                              kwargs=dumps({})),
+                    NANNY_REACH_TIMEOUT_SECONDS + sample_s)
+        except Exception:  # unreachable with its worker (a link down), or too slow
+            return False
+        return reply.get("status") == "OK" and reply.get("result") is True
+
+    answers = await asyncio.gather(*(ask(a) for a in addresses))
+    return [a for a, busy in zip(addresses, answers) if busy]
+
+
+def computing(client, addresses: list[str], sample_s: float = CPU_SAMPLE_SECONDS) -> list[str]:
+    """Those of ``addresses`` that are busy, not lost, by their nannies' word: the worker
+    process is neither stopped nor gone and its CPU time grows. A worker starved of the CPU
+    (a hundred replicas' threads on two cores) can miss the probes and its heartbeats for
+    longer than any fixed patience, yet it computes; a frozen process (SIGSTOP) is
+    ``stopped``, and a cut-off host's nanny does not answer. Workers without a nanny are
+    not vouched for."""
+    try:
+        return list(client.run_on_scheduler(_computing, list(addresses), sample_s))
+    except Exception:  # the scheduler is unreachable: nobody can vouch for them
+        return []
+
+
 def lost_among(client, servers: dict[str, tuple[str, int]], tls=None,
                within: float = HEARD_WITHIN_SECONDS) -> list[str]:
     """The workers of ``servers`` (worker address → a channel server there) that are lost:
-    they miss both probes (:func:`confirmed_silent`) and the scheduler has not heard from
-    them for ``within`` seconds either. A worker so busy that its channel server answers
-    late (many replicas per core) still heartbeats, so it is not taken for a lost one;
+    they miss both probes (:func:`confirmed_silent`), the scheduler has not heard from
+    them for ``within`` seconds, and their nanny does not say they compute
+    (:func:`computing`). A worker so busy that its channel server answers late (many
+    replicas per core) still heartbeats or computes, so it is not taken for a lost one;
     a frozen, cut-off or dead one does neither."""
     silent = confirmed_silent(servers, tls=tls)
     if not silent:
@@ -109,13 +179,13 @@ def lost_among(client, servers: dict[str, tuple[str, int]], tls=None,
         heard = set(client.run_on_scheduler(_heard_from, silent, within))
     except Exception:  # the scheduler is unreachable: the probes are all there is to go by
         heard = set()
-    return [w for w in silent if w not in heard]
+    unheard = [w for w in silent if w not in heard]
+    if not unheard:
+        return []
+    busy = set(computing(client, unheard))
+    return [w for w in unheard if w not in busy]
 
 
-#: how long a retired worker's nanny gets to kill its process (it asks first, then kills:
-#: at most about twice this), and to be reached at all (a host whose link is down is not)
-NANNY_KILL_TIMEOUT_SECONDS = 1.0
-NANNY_REACH_TIMEOUT_SECONDS = 3.0
 
 
 async def _retire_workers(addresses: list[str], dask_scheduler=None) -> None:
