@@ -26,6 +26,7 @@ from workbench.cluster._dask_compat import forget_topic_handler, prune_topics, t
 from workbench.cluster import liveness, restarts, worker_logs, worker_setup
 from workbench.cluster.channel_security import channel_tls, cluster_uses_tls, worker_channel_tls
 from workbench.cluster.dashboard_model import RUN_EVENT
+from workbench.cluster.deployed import Deployed, gateways
 from workbench.cluster.notebook_shipping import shipped
 from workbench.cluster.report_events import add_phases, report_event
 from workbench.cluster.report_relay import REPORT_KEY, DriverInbox, ReportRelay
@@ -35,8 +36,8 @@ from workbench.cluster.worker_control import (PLUGIN_NAME, _busy_cells, _drop_ru
 from workbench.errors import FragmentRuntimeError, PlacementError, WorkbenchError, WorkerLostError, WorkerUnreachableError
 from workbench.fdg.inventory import Inventory
 from workbench.fdg.plan import Plan
-from workbench.runtime.channels import Mailbox, SocketPostman, SocketServer, dumps_state
-from workbench.runtime.driver import STOP_GRACE_S, Events, StreamSpec, close_envs
+from workbench.runtime.channels import SocketPostman, SocketServer, dumps_state
+from workbench.runtime.driver import STOP_GRACE_S, Events, StreamSpec
 from workbench.runtime.fence import Fence
 from workbench.runtime.loop import run_loop
 from workbench.runtime.lanes import join_lanes
@@ -52,20 +53,6 @@ LOSS_GRACE_SECONDS = 5.0
 KEEP_TOPICS = 10
 
 
-class _Deployed:
-    """One replica on a worker: its state, mailbox and channel server."""
-
-    def __init__(self, replica: GroupReplica, authkey: bytes, host: str, tls: bool = False) -> None:
-        self.replica = replica
-        self.mailbox = Mailbox(replica.program.arrival_keys)
-        self.server = SocketServer(self.mailbox, host, authkey, worker_channel_tls() if tls else None)
-
-    def close(self) -> None:
-        self.server.close()
-        for ns in self.replica.namespaces.values():
-            close_envs(ns)
-
-
 class WorkbenchPlugin(WorkerPlugin):
     """Worker-resident state: replicas deployed here, by (run, group, index), and the
     stop flags of runs."""
@@ -73,7 +60,7 @@ class WorkbenchPlugin(WorkerPlugin):
     name = PLUGIN_NAME
 
     def setup(self, worker) -> None:
-        self.deployed: dict[tuple[str, str, int], _Deployed] = {}
+        self.deployed: dict[tuple[str, str, int], Deployed] = {}
         self.stopping: set[str] = set()
         #: per run, the fence this worker's replicas stop at for an exact boundary
         self.fences: dict[str, Fence] = {}
@@ -95,7 +82,8 @@ def _deploy(run_id: str, authkey: bytes, program: GroupProgram, index: int, coun
     plugin = _plugin()
     turns = plugin.__dict__.setdefault("turns", {}).setdefault(run_id, Turns())  # one per run here
     replica = GroupReplica(program, index, count, str(worker.name), notebook, device, restored, turns)
-    deployed = _Deployed(replica, authkey, worker.ip, tls)
+    routes = plugin.__dict__.setdefault("routes", {}).setdefault(run_id, {})
+    deployed = Deployed(replica, authkey, worker.ip, tls, routes)
     plugin.deployed[(run_id, program.group, index)] = deployed
     return deployed.server.address
 
@@ -294,7 +282,7 @@ class DaskBackend:
         self._relay = ReportRelay(self.client, self._topic)
         counts = {name: g.replicas for name, g in plan.groups.items()}
         self._asynchronous = plan.policy.asynchronous
-        addresses = dict(self._addresses)
+        addresses = gateways(self._workers, self._addresses)
         if stream.snapshot_every or stream.full_snapshot_every:
             # replicas send their state here between iterations; the run restores from it
             # when a worker dies

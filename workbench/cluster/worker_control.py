@@ -57,6 +57,7 @@ def _drop_run(run_id: str, keep_stop: bool = False, dask_worker=None) -> int:
         return 0
     plugin.__dict__.get("fences", {}).pop(run_id, None)
     plugin.__dict__.get("turns", {}).pop(run_id, None)
+    plugin.__dict__.get("routes", {}).pop(run_id, None)
     for key in [k for k in plugin.__dict__.get("lanes", {}) if k[0] == run_id]:
         plugin.lanes.pop(key)
     mine = [k for k in plugin.deployed if k[0] == run_id]

@@ -34,7 +34,7 @@ from workbench.runtime.arrays import handed_over
 from workbench.runtime import collectives
 from workbench.runtime.collectives import CHUNKED_MIN_BYTES
 from workbench.runtime.mailbox import Mailbox, Stopped
-from workbench.runtime.raw_frames import RawJoiner, split_raw
+from workbench.runtime.raw_frames import RawJoiner
 from workbench.runtime.wire import ChannelTLS
 
 __all__ = ["Mailbox", "Stopped", "LocalPostman", "SocketServer", "SocketPostman", "dumps", "dumps_state"]
@@ -288,8 +288,14 @@ class SocketServer:
     """Accepts connections from other replicas' postmen and files what they send; with
     ``tls``, only over TLS from peers holding a certificate of the cluster's CA."""
 
-    def __init__(self, mailbox: Mailbox, host: str, authkey: bytes, tls: ChannelTLS | None = None) -> None:
+    def __init__(self, mailbox: Mailbox, host: str, authkey: bytes, tls: ChannelTLS | None = None,
+                 routes: dict[Target, Mailbox] | None = None) -> None:
         self.mailbox = mailbox
+        # the mailboxes of the other replicas in this process, by target: a postman sends
+        # everything for this process over one connection to one of its servers, saying
+        # with a route frame whose mailbox the frames after it are for (socket_postman)
+        self._routes = routes if routes is not None else {}
+        self._route: dict[Any, Mailbox] = {}
         self._raw = RawJoiner()  # see workbench.runtime.raw_frames
         self._authkey = authkey
         self.tls = tls
@@ -353,23 +359,31 @@ class SocketServer:
         if not isinstance(conn, wire.FramedSocket) and os.name == "posix":  # (os.read on a socket)
             self._frames.add(conn)  # read from now on with every other plain connection
             return
-        while True:
-            try:
-                message = conn.recv_bytes()
-            except (EOFError, OSError, TypeError):  # the peer closed it, or we did (TypeError: mid-read)
-                return
-            try:
-                self._file(message, conn)
-            except wire.StopReading:
-                return
+        try:
+            while True:
+                try:
+                    message = conn.recv_bytes()
+                except (EOFError, OSError, TypeError):  # the peer closed it, or we did (TypeError: mid-read)
+                    return
+                try:
+                    self._file(message, conn)
+                except wire.StopReading:
+                    return
+        finally:
+            self._route.pop(conn, None)
 
     def _file(self, message, conn) -> None:
         """Unpickle one message and put it in the mailbox (a big byte string, its own frame)."""
+        box = self._route.get(conn, self.mailbox)
         try:
             if self._raw.pending(conn):  # the bytes of the message before: not a pickle
-                self.mailbox.put(*self._raw.complete(message, conn))
+                box.put(*self._raw.complete(message, conn))
                 return
-            parts = self._raw.take(pickle.loads(message), conn)
+            parts = pickle.loads(message)
+            if len(parts) == 2 and parts[0] == ROUTE:  # the messages that follow are for this replica
+                self._route[conn] = self._routes.get(parts[1], self.mailbox)
+                return
+            parts = self._raw.take(parts, conn)
             if parts is None:
                 return
             key, task, replica, value = parts
@@ -378,14 +392,15 @@ class SocketServer:
             # replica waiting for it gets this error (not a "stalled" run later on)
             exc.add_note(f"while unpickling a {len(message)}-byte value another replica sent "
                          "over a workbench channel")
-            self.mailbox.fail(exc)
+            box.fail(exc)
             raise wire.StopReading() from None
-        self.mailbox.put(key, task, replica, value)
+        box.put(key, task, replica, value)
 
     def _ended(self, conn) -> None:
         """A plain connection the peer closed (or that broke): forget it."""
         if conn in self._conns:
             self._conns.remove(conn)
+        self._route.pop(conn, None)
         _close_quietly(conn)
 
     def close(self) -> None:
@@ -435,62 +450,7 @@ def _close_quietly(conn) -> None:
         pass
 
 
-class SocketPostman:
-    """Sends to replicas in other processes; in-process targets get the local fast path."""
 
-    def __init__(self, addresses: dict[Target, Address], authkey: bytes,
-                 local: dict[Target, Mailbox] | None = None, tls: ChannelTLS | None = None) -> None:
-        self.addresses = addresses
-        self.authkey = authkey
-        self.tls = tls
-        self.local = local or {}
-        self._conns: dict[Target, Any] = {}
-        self._lock = threading.Lock()
-        self._last_payload: tuple | None = None
-        self.bytes_sent = 0
-
-    def send(self, target: Target, key: str, task: int, replica: int, value: Any) -> None:
-        box = self.local.get(target)
-        if box is not None:  # in this process: a copy, as LocalPostman gives
-            box.put(key, task, replica, handed_over(value))
-            return
-        # one value often goes to several replicas (a broadcast): serialise it once
-        cached = self._last_payload
-        message, raw = split_raw(key, task, replica, value)  # a big byte string: a frame of its own
-        if cached is not None and cached[0] is value and cached[1] == (key, task, replica):
-            payload = cached[2]
-        else:
-            try:
-                payload = dumps(message)
-            except Exception as exc:  # a lock, a lambda, a generator on a route: name it
-                from workbench.runtime.serialisable import value_error
-
-                raise value_error(key, value, exc) from None
-            # (not a raw one's: its header costs nothing, and the cache would hold its GBs)
-            self._last_payload = (value, (key, task, replica), payload) if raw is None else None
-        with self._lock:
-            conn = self._conns.get(target)
-            if conn is None:
-                conn = self._conns[target] = self._connect(self.addresses[target])
-            conn.send_bytes(payload)
-            if raw is not None:
-                conn.send_bytes(raw)
-            self.bytes_sent += len(payload) + (len(raw) if raw is not None else 0)
-
-    def _connect(self, address: Address):
-        """A connection that passed the HMAC handshake (what ``multiprocessing``'s
-        ``Client(address, authkey=…)`` does, over TLS when the run's channels use it)."""
-        conn = wire.connect(address, self.tls)
-        try:
-            answer_challenge(conn, self.authkey)
-            deliver_challenge(conn, self.authkey)
-        except BaseException:
-            _close_quietly(conn)
-            raise
-        return conn
-
-    def close(self) -> None:
-        with self._lock:
-            for conn in self._conns.values():
-                conn.close()
-            self._conns.clear()
+# the postman lives in its own module (one connection per process it sends to); it is
+# imported here, where the rest of the channels are, at the end: it uses what is above
+from workbench.runtime.socket_postman import ROUTE, SocketPostman  # noqa: E402
