@@ -73,7 +73,8 @@ def _replica(index: int, count: int, key: bytes, sizes, trials: int, addresses_o
     import torch
 
     from workbench.runtime import collectives
-    from workbench.runtime.channels import Mailbox, SocketPostman, SocketServer
+    from workbench.runtime.channels import Mailbox, SocketServer
+    from workbench.runtime.socket_postman import SocketPostman
     from workbench.runtime.process_group import TorchGroup, host_store
 
     torch.set_num_threads(1)

@@ -128,7 +128,8 @@ def bench_clusters(rounds: int, quick_iterations: int, route_iterations: int) ->
 # ---------------------------------------------------------------------------- transports alone
 def _channel_transport(tls, size: int, count: int) -> float:
     """Seconds per message: ``count`` messages of ``size`` bytes, SocketPostman → SocketServer."""
-    from workbench.runtime.channels import Mailbox, SocketPostman, SocketServer
+    from workbench.runtime.channels import Mailbox, SocketServer
+    from workbench.runtime.socket_postman import SocketPostman
 
     key, box = secrets.token_bytes(32), Mailbox()
     server = SocketServer(box, "127.0.0.1", key, tls)

@@ -19,7 +19,8 @@ import pytest
 
 import workbench as wb
 from workbench.cluster import backend, liveness
-from workbench.runtime.channels import Mailbox, SocketPostman, SocketServer
+from workbench.runtime.channels import Mailbox, SocketServer
+from workbench.runtime.socket_postman import SocketPostman
 
 #: per-step trajectory rows and the learner's weights carry these bytes
 TRAJ_MARKER = b"wb-tls-capture:trajectory-row:" + secrets.token_hex(8).encode()

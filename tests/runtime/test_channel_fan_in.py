@@ -11,7 +11,8 @@ import secrets
 import threading
 import time
 
-from workbench.runtime.channels import Mailbox, SocketPostman, SocketServer, Stopped
+from workbench.runtime.channels import Mailbox, SocketServer, Stopped
+from workbench.runtime.socket_postman import SocketPostman
 
 SENDERS = 48
 

@@ -16,7 +16,8 @@ import pytest
 import torch
 
 from workbench.runtime import collectives
-from workbench.runtime.channels import LocalPostman, Mailbox, Peers, SocketPostman, SocketServer, Stopped
+from workbench.runtime.channels import LocalPostman, Mailbox, Peers, SocketServer, Stopped
+from workbench.runtime.socket_postman import SocketPostman
 
 #: the quickstart PPO's flat gradient (actor and critic MLPs, 64 wide, CartPole): 9,155 floats
 PPO_GRADIENT = 9155

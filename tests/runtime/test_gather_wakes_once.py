@@ -17,7 +17,8 @@ import time
 import numpy as np
 import pytest
 
-from workbench.runtime.channels import Peers, SocketPostman, SocketServer, dumps
+from workbench.runtime.channels import Peers, SocketServer, dumps
+from workbench.runtime.socket_postman import SocketPostman
 from workbench.runtime.mailbox import Mailbox, Stopped
 
 W = 8

@@ -10,7 +10,8 @@ import time
 import pytest
 
 from workbench.cluster.state_export import ExportBox, export_key
-from workbench.runtime.channels import Mailbox, SocketPostman, SocketServer, Stopped
+from workbench.runtime.channels import Mailbox, SocketServer, Stopped
+from workbench.runtime.socket_postman import SocketPostman
 from workbench.runtime.raw_frames import RAW_MIN_BYTES
 
 DRIVER = ("driver", 0)

@@ -16,7 +16,8 @@ import numpy as np
 import pytest
 
 from workbench.cluster.deployed import gateways
-from workbench.runtime.channels import Mailbox, SocketPostman, SocketServer
+from workbench.runtime.channels import Mailbox, SocketServer
+from workbench.runtime.socket_postman import SocketPostman
 from workbench.runtime.raw_frames import RAW_MIN_BYTES
 
 REPLICAS = 40

@@ -13,7 +13,8 @@ import pytest
 import torch
 
 from workbench.runtime import channels
-from workbench.runtime.channels import Mailbox, SocketPostman, SocketServer, dumps, dumps_state
+from workbench.runtime.channels import Mailbox, SocketServer, dumps, dumps_state
+from workbench.runtime.socket_postman import SocketPostman
 
 
 class FakeDevice:

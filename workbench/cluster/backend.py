@@ -36,7 +36,8 @@ from workbench.cluster.worker_control import (PLUGIN_NAME, _busy_cells, _drop_ru
 from workbench.errors import FragmentRuntimeError, PlacementError, WorkbenchError, WorkerLostError, WorkerUnreachableError
 from workbench.fdg.inventory import Inventory
 from workbench.fdg.plan import Plan
-from workbench.runtime.channels import SocketPostman, SocketServer, dumps_state
+from workbench.runtime.channels import SocketServer, dumps_state
+from workbench.runtime.socket_postman import SocketPostman
 from workbench.runtime.driver import STOP_GRACE_S, Events, StreamSpec
 from workbench.runtime.fence import Fence
 from workbench.runtime.loop import run_loop

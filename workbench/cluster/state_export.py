@@ -22,7 +22,7 @@ import threading
 import time
 from collections.abc import Callable
 
-from workbench.runtime.channels import SocketPostman
+from workbench.runtime.socket_postman import SocketPostman
 from workbench.runtime.snapshots import DRIVER
 
 __all__ = ["EXPORT_PREFIX", "ExportBox", "export_key", "send_export"]

@@ -6,7 +6,8 @@ same process is handed over by reference; one sent to another process goes over 
 (``multiprocessing.connection``'s framing, HMAC-authenticated with a per-run key, pickle
 protocol 5) — inside TLS with the cluster's certificates when the cluster uses TLS
 (:mod:`workbench.runtime.wire`) — and a server files what all its plain connections bring
-from one thread (``wire.FrameReader``) into the replica's :class:`Mailbox`.
+from one thread (``wire.FrameReader``) into the replica's :class:`Mailbox`. The postman
+that sends over sockets is :mod:`workbench.runtime.socket_postman`.
 
 Example:
     >>> box = Mailbox()
@@ -37,7 +38,7 @@ from workbench.runtime.mailbox import Mailbox, Stopped
 from workbench.runtime.raw_frames import RawJoiner
 from workbench.runtime.wire import ChannelTLS
 
-__all__ = ["Mailbox", "Stopped", "LocalPostman", "SocketServer", "SocketPostman", "dumps", "dumps_state"]
+__all__ = ["Mailbox", "Stopped", "LocalPostman", "SocketServer", "ROUTE", "dumps", "dumps_state"]
 
 Address = tuple[str, int]
 Target = tuple[str, int]  # (group, replica)
@@ -45,6 +46,10 @@ Target = tuple[str, int]  # (group, replica)
 BACKLOG = 512
 #: how long closing a channel server waits for its threads to end
 CLOSE_JOIN_S = 2.0
+#: the first item of a route frame, ``(ROUTE, target)``: the messages after it on its
+#: connection are for ``target``'s mailbox (workbench.runtime.socket_postman; a plain tuple,
+#: which unpickles the same wherever a module was imported from; a message is a 4-tuple)
+ROUTE = "workbench:route-to"
 #: how long a connection may take to pass the TLS and HMAC handshakes; one that has not
 #: by then (a peer cut off mid-handshake, a port scanner) is closed, freeing its thread
 HANDSHAKE_TIMEOUT_S = 30.0
@@ -449,8 +454,3 @@ def _close_quietly(conn) -> None:
     except OSError:
         pass
 
-
-
-# the postman lives in its own module (one connection per process it sends to); it is
-# imported here, where the rest of the channels are, at the end: it uses what is above
-from workbench.runtime.socket_postman import ROUTE, SocketPostman  # noqa: E402

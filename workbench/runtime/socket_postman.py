@@ -34,18 +34,13 @@ from typing import Any
 
 from workbench.runtime import wire
 from workbench.runtime.arrays import handed_over
+from workbench.runtime.channels import ROUTE, _close_quietly, dumps
 from workbench.runtime.raw_frames import split_raw
 
-__all__ = ["ROUTE", "route_frame", "SocketPostman"]
+__all__ = ["route_frame", "SocketPostman"]
 
 Address = tuple[str, int]
 Target = tuple[str, int]  # (group, replica)
-
-
-#: the first item of a route frame, ``(ROUTE, target)``: the messages after it on its
-#: connection are for ``target``'s mailbox (a plain tuple: it unpickles the same wherever
-#: this module was imported from; a message is a 4-tuple)
-ROUTE = "workbench:route-to"
 
 
 def route_frame(target: Target) -> bytes:
@@ -68,9 +63,6 @@ class SocketPostman:
         self._lock = threading.Lock()
         self._last_payload: tuple | None = None
         self.bytes_sent = 0
-        from workbench.runtime.channels import dumps  # (channels imports this module at its end)
-
-        self._dumps = dumps
 
     @property
     def connections(self) -> int:
@@ -89,7 +81,7 @@ class SocketPostman:
             payload = cached[2]
         else:
             try:
-                payload = self._dumps(message)
+                payload = dumps(message)
             except Exception as exc:  # a lock, a lambda, a generator on a route: name it
                 from workbench.runtime.serialisable import value_error
 
@@ -116,8 +108,6 @@ class SocketPostman:
     def _connect(self, address: Address):
         """A connection that passed the HMAC handshake (what ``multiprocessing``'s
         ``Client(address, authkey=…)`` does, over TLS when the run's channels use it)."""
-        from workbench.runtime.channels import _close_quietly
-
         conn = wire.connect(address, self.tls)
         try:
             answer_challenge(conn, self.authkey)
