@@ -60,6 +60,26 @@ def test_a_frozen_worker_is_not_computing_by_its_nannys_word(client):
     assert address in workers_info(client)  # lost_among decides; retiring is the caller's
 
 
+def test_reading_progress_from_a_worker_whose_event_loop_does_not_answer_times_out(client):
+    """The stall detector's read of the replicas' progress must not hold the driver: in a
+    stuck CI run it waited in ``client.run`` for minutes."""
+    import threading
+
+    worker = sorted(workers_info(client))[0]
+    blocker = threading.Thread(target=client.run, args=(time.sleep, 8.0), kwargs={"workers": [worker]})
+    blocker.start()  # a sync function run by client.run blocks the worker's event loop
+    time.sleep(1.0)
+    started = time.monotonic()
+    try:
+        liveness.loop_activity(client, "no-such-run", {}, [worker], timeout=2.0)
+    except Exception as exc:  # a timeout
+        assert "time" in type(exc).__name__.lower() or "timed out" in str(exc).lower(), repr(exc)
+    else:
+        raise AssertionError("the read returned while the worker's event loop was blocked")
+    assert time.monotonic() - started < 6.0
+    blocker.join()
+
+
 # -- SingleLearnerCoarse(actors=100) on two single-thread workers, end to end ------------------------
 def test_a_hundred_actors_on_two_workers_lose_no_worker_and_leak_no_traceback(client, capfd):
     from tests.conftest import toy_fdg

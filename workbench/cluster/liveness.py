@@ -240,20 +240,28 @@ def _replicas_progress(run_id: str, loops: dict, plugin_name: str, dask_worker=N
             for (run, group, index), item in list(plugin.deployed.items()) if run == run_id}
 
 
-def _progress(client, run_id: str, loops: dict, workers: list[str], plugin_name: str) -> dict:
-    answers = client.run(_replicas_progress, run_id, loops, plugin_name, workers=workers)
+#: how long reading the replicas' progress may take: a worker whose event loop does not
+#: answer (stuck, or vouched for by its nanny while starved) must not hold the driver, which
+#: then judges the run by its silence alone (workbench.runtime.stall)
+READ_TIMEOUT_SECONDS = 15.0
+
+
+def _progress(client, run_id: str, loops: dict, workers: list[str], plugin_name: str,
+              timeout: float = READ_TIMEOUT_SECONDS) -> dict:
+    answers = client.run(_replicas_progress, run_id, loops, plugin_name, workers=workers, callback_timeout=timeout)
     merged: dict = {}
     for part in answers.values():
         merged.update(part)
     return merged
 
 
-def loop_activity(client, run_id: str, loops: dict, workers: list[str], plugin_name: str = "workbench") -> dict:
+def loop_activity(client, run_id: str, loops: dict, workers: list[str], plugin_name: str = "workbench",
+                  timeout: float = READ_TIMEOUT_SECONDS) -> dict:
     """Every replica's progress so far, ``"group[index]"`` → (steps finished, CPU seconds of
     its loop's thread or None), read on ``workers``; ``loops`` maps each loop task's key to
-    its (group, index)."""
+    its (group, index). Raises (a timeout) when a worker does not answer within ``timeout``."""
     return {label: (steps, cpu) for label, (steps, cpu, _) in
-            _progress(client, run_id, loops, workers, plugin_name).items()}
+            _progress(client, run_id, loops, workers, plugin_name, timeout).items()}
 
 
 def env_step_counts(client, run_id: str, workers: list[str], plugin_name: str = "workbench") -> dict[str, int]:
