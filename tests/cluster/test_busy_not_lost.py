@@ -36,8 +36,8 @@ def test_a_worker_the_scheduler_has_not_heard_from_is_lost_unless_its_nanny_sees
     assert liveness.lost_among(client, {gone: UNANSWERED, live: UNANSWERED}) == [gone]
     # one heard from too long ago (as a worker starved of the CPU for seconds), but computing:
     # its nanny sees the process run and its CPU time grow, so it is busy, not lost
-    spinning = client.submit(_spin, 30.0, workers=[live], pure=False)
-    deadline = time.monotonic() + 30
+    spinning = client.submit(_spin, 15.0, workers=[live], pure=False)  # (a running task cannot be cancelled: short)
+    deadline = time.monotonic() + 12
     while live not in liveness.computing(client, [live]):
         assert time.monotonic() < deadline, "the spinning worker never showed CPU time"
     assert liveness.lost_among(client, {live: UNANSWERED}, within=0.0) == []
