@@ -29,6 +29,7 @@ per-env dicts, with 0.29's same-step autoreset). Without ``--cleanrl`` only work
 from __future__ import annotations
 
 import argparse
+import ast
 import json
 import os
 import re
@@ -38,6 +39,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -50,17 +52,20 @@ RETURN_RE = re.compile(r"episodic_return=\[?(-?[\d.]+(?:e[-+]?\d+)?)")
 
 
 # ============================================================================ children
-def child_workbench(seed: int, steps: int, num_envs: int, like_cleanrl: bool = False) -> dict:
-    """workbench's continuous PPO FDG, inline, CleanRL's hyperparameters and budget (with
-    ``like_cleanrl`` also its env and its time-limit rule: the three places they differ)."""
+def child_workbench(seed: int, steps: int, num_envs: int, like_cleanrl: bool = False,
+                    overrides: dict | None = None) -> dict:
+    """workbench's continuous PPO FDG, inline, its defaults and CleanRL's budget (with
+    ``like_cleanrl`` CleanRL's hyperparameters, env and time-limit rule in every respect;
+    ``overrides``: config fields set on top, ``--wb-set``)."""
     import dataclasses
 
     from workbench.algorithms import ppo_continuous
 
     iterations = steps // BATCH
-    exact = dict(num_envs=1, env_backend="gymnasium", bootstrap_truncated=False) if like_cleanrl else {}
+    exact = dict(num_envs=1, env_backend="gymnasium", bootstrap_truncated=False,
+                 log_std_init=0.0) if like_cleanrl else {}
     cfg = dataclasses.replace(ppo_continuous.cfg, **{"env_id": ENV_ID, "seed": seed, "num_envs": num_envs,
-                                                     "iterations": iterations, **exact})
+                                                     "iterations": iterations, **exact, **(overrides or {})})
     cfg = dataclasses.replace(cfg, num_steps=BATCH // cfg.num_envs)
     fdg = ppo_continuous.build_fdg({**vars(ppo_continuous), "cfg": cfg})
     run = fdg.run(iterations=iterations, steps=cfg.num_steps, progress=False)
@@ -113,6 +118,30 @@ def child_cleanrl(script: str, argv: list[str]) -> None:
 
 
 # ============================================================================ the parent
+def parse_overrides(assignments: list[str]) -> dict:
+    """``["log_std_init=-0.5", …]`` → ``{"log_std_init": -0.5}``, checked against the config.
+
+    >>> parse_overrides(["log_std_init=-0.5", "hidden=128"])
+    {'log_std_init': -0.5, 'hidden': 128}
+    """
+    import dataclasses
+
+    from workbench.algorithms.ppo_continuous import PPOContinuousConfig
+
+    fields = {f.name for f in dataclasses.fields(PPOContinuousConfig)}
+    overrides = {}
+    for assignment in assignments:
+        name, sep, text = assignment.partition("=")
+        if not sep or name.strip() not in fields:
+            raise ValueError(f"--wb-set {assignment!r}: expected FIELD=VALUE with FIELD one of "
+                             f"PPOContinuousConfig's: {', '.join(sorted(fields))}")
+        try:
+            overrides[name.strip()] = ast.literal_eval(text.strip())
+        except (ValueError, SyntaxError):
+            overrides[name.strip()] = text.strip()  # a bare string, e.g. env_backend=gymnasium
+    return overrides
+
+
 def spawn(cmd: list[str], cwd: str, timeout: float, env: dict[str, str]) -> tuple[str, float, int]:
     started = time.perf_counter()
     try:
@@ -131,7 +160,8 @@ def run_one(contender: str, seed: int, args: argparse.Namespace, tmp: str) -> di
     else:
         cmd = [sys.executable, __file__, "--child-workbench", "--seed", str(seed),
                "--steps", str(args.steps), "--wb-envs", str(args.wb_envs)] + (
-                   ["--wb-like-cleanrl"] if args.wb_like_cleanrl else [])
+                   ["--wb-like-cleanrl"] if args.wb_like_cleanrl else []) + [
+                   arg for assignment in args.wb_set for arg in ("--wb-set", assignment)]
     threads = getattr(args, "cleanrl_threads", None)
     env = {THREADS_VAR: str(threads)} if contender == "cleanrl" and threads else {}
     out, wall, rc = spawn(cmd, tmp, args.timeout, env)
@@ -157,8 +187,9 @@ def run_one(contender: str, seed: int, args: argparse.Namespace, tmp: str) -> di
 def report(results: dict[str, list[dict]], args: argparse.Namespace) -> None:
     med = {name: {key: statistics.median(r[key] for r in rows) for key in ("final_return", "wall_s", "sps")}
            for name, rows in results.items() if rows}
-    shape = ("like CleanRL: 1 env x 2048 steps, gymnasium's env, no bootstrap" if args.wb_like_cleanrl
-             else f"{args.wb_envs} envs x {BATCH // args.wb_envs} steps")
+    shape = ("like CleanRL: 1 env x 2048 steps, gymnasium's env, no bootstrap, log-std 0"
+             if args.wb_like_cleanrl else f"{args.wb_envs} envs x {BATCH // args.wb_envs} steps")
+    shape += "".join(f", {assignment}" for assignment in args.wb_set)
     print(f"\n### HalfCheetah-v5, {args.steps:,} env steps, seeds {args.seeds_list} "
           f"(medians; workbench {shape}; CleanRL torch threads: {args.cleanrl_threads or 'its default'})\n")
     print("| contender | final return | wall time (s) | env-steps/s |")
@@ -189,6 +220,12 @@ def main() -> None:
     parser.add_argument("--wb-like-cleanrl", action="store_true",
                         help="workbench in CleanRL's shape in every respect: 1 env x 2048 steps, "
                              "gymnasium's HalfCheetah-v5, no time-limit bootstrap")
+    parser.add_argument("--wb-set", action="append", default=[], metavar="FIELD=VALUE",
+                        help="a field of workbench's PPOContinuousConfig for its runs (repeatable), "
+                             "e.g. log_std_init=0.0: how the ablation in docs/envpool.md was run")
+    parser.add_argument("--jobs", type=int, default=1,
+                        help="workbench-only runs (no --cleanrl) this many at a time: the returns are "
+                             "the same (a run is deterministic per seed), the wall times not comparable")
     parser.add_argument("--cleanrl-threads", type=int,
                         help="torch threads for CleanRL (default: torch's, one per core; workbench's "
                              "run uses 1 for its small networks, and so does CleanRL with 1)")
@@ -198,9 +235,16 @@ def main() -> None:
     args = parser.parse_args()
     if BATCH % args.wb_envs:
         parser.error(f"--wb-envs must divide the batch of {BATCH}")
+    try:
+        overrides = parse_overrides(args.wb_set)
+    except ValueError as exc:
+        parser.error(str(exc))
+    if args.jobs > 1 and args.cleanrl:
+        parser.error("--jobs runs workbench alone (its returns do not depend on timing); "
+                     "the comparison with --cleanrl runs one process at a time")
     if args.child_workbench:
-        print(MARK + json.dumps(child_workbench(args.seed, args.steps, args.wb_envs, args.wb_like_cleanrl)),
-              flush=True)
+        print(MARK + json.dumps(child_workbench(args.seed, args.steps, args.wb_envs, args.wb_like_cleanrl,
+                                                overrides)), flush=True)
         return
     contenders = ["workbench"] + (["cleanrl"] if args.cleanrl else [])
     if not args.cleanrl:
@@ -208,7 +252,11 @@ def main() -> None:
     args.seeds_list = list(range(args.first_seed, args.first_seed + args.seeds))
     results: dict[str, list[dict]] = {name: [] for name in contenders}
     with tempfile.TemporaryDirectory() as tmp:  # CleanRL's runs/ (TensorBoard) land here
-        for k, seed in enumerate(args.seeds_list):
+        if args.jobs > 1:
+            with ThreadPoolExecutor(args.jobs) as pool:
+                results["workbench"] = [r for r in pool.map(lambda seed: run_one("workbench", seed, args, tmp),
+                                                            args.seeds_list) if r]
+        for k, seed in enumerate(args.seeds_list if args.jobs == 1 else []):
             for name in (contenders if k % 2 == 0 else contenders[::-1]):
                 result = run_one(name, seed, args, tmp)
                 if result:
