@@ -2,12 +2,15 @@
 
 Both at CleanRL's settings (1M env steps, batch 2048, 32 minibatches × 10 epochs, lr 3e-4
 annealed, γ 0.99, λ 0.95, clip 0.2 with value clipping, observation and reward normalisation,
-state-independent log-std, 64-64 tanh MLPs, Adam eps 1e-5, grad norm 0.5). workbench
-collects the 2048 with ``--wb-envs`` envs (default 8 × 256 steps, EnvPool's pool when
-installed; ``--wb-envs 1`` is CleanRL's 1 × 2048; ``--wb-like-cleanrl``: CleanRL's shape in every
-respect, 1 × 2048 on gymnasium's env without the time-limit bootstrap). Seeds are interleaved: for each seed every
-contender runs, in a fresh process, before the next seed starts, and the order alternates,
-so the shared machine's noise hits both alike.
+state-independent log-std, 64-64 tanh MLPs, Adam eps 1e-5, grad norm 0.5). workbench runs
+its defaults, which differ in three places: it collects the 2048 with ``--wb-envs`` envs
+(default 8 × 256 steps, EnvPool's pool when installed; ``--wb-envs 1`` is CleanRL's 1 × 2048),
+bootstraps time limits, and starts the policy at a log-std of −1 (CleanRL's: 0).
+``--wb-like-cleanrl``: CleanRL's in every respect (1 × 2048 on gymnasium's env, no bootstrap,
+log-std 0); ``--wb-set FIELD=VALUE``: any field of workbench's config, for ablations
+(``--jobs 2`` runs them two at a time: a run's return is deterministic per seed). Seeds are
+interleaved: for each seed every contender runs, in a fresh process, before the next seed
+starts, and the order alternates, so the shared machine's noise hits both alike.
 
 Reported per contender (medians over seeds): the final return (mean of the last 10 finished
 episodes' raw returns), the process's wall time start to exit, env-steps/s; and the ratios
@@ -20,6 +23,7 @@ CleanRL's script is not part of workbench; download it (and what it imports):
     python benchmarks/bench_continuous.py --cleanrl ppo_continuous_action.py           # 1M, 3 seeds
     python benchmarks/bench_continuous.py --cleanrl ppo_continuous_action.py --steps 100000 --seeds 1
     python benchmarks/bench_continuous.py --cleanrl ppo_continuous_action.py --seeds 2 --first-seed 4
+    python benchmarks/bench_continuous.py --seeds 3 --first-seed 11 --jobs 2 --wb-set log_std_init=0.0
 
 CleanRL pins gymnasium 0.29, which has no HalfCheetah-v5; its script runs here unmodified on
 gymnasium 1.x through `gymnasium_029_shim` (two API changes of 1.0 undone: the

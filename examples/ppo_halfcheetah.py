@@ -14,11 +14,13 @@ iteration is ``num_envs × num_steps`` = 8 × 256 = 2048 env steps (CleanRL's ba
     python examples/ppo_halfcheetah.py --env-backend gymnasium   # gymnasium's envs, not EnvPool's
 
 Needs MuJoCo: ``pip install "mujoco>=3" "gymnasium[mujoco]"``. Prints the mean episode return
-at the start and at the end (a random policy scores about -300; CleanRL reaches ~1000-1500
-after 1M steps), a short learning curve, and the throughput.
+at the start and at the end (a random policy scores about -300; CleanRL's script mostly ends at
+~1,400-1,600 after 1M steps, workbench's defaults, which start the policy at a smaller action
+std, at ~4,600-5,600: docs/envpool.md), a short learning curve, and the throughput.
 
 ``benchmarks/bench_continuous.py`` runs it against CleanRL's script at CleanRL's settings (see
-docs/envpool.md). Measured earlier, before EnvPool and the fused learner, on the 2-core dev
+docs/envpool.md). Measured earlier, before EnvPool, the fused learner and the log-std default of
+-1 (the numbers below are of CleanRL's std of 1), on the 2-core dev
 machine (shared, torch 2.13 CPU, MuJoCo 4.0, seed 1, gymnasium's envs), inline:
 ``--iterations 150`` (307k env steps) took 115 s at ~2,700 env-steps/s; the mean return went
 from -302 (first 8 episodes) to 1117 (last 20); curve -284 (32k steps), 37 (96k), 602 (161k),
