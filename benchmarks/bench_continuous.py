@@ -258,8 +258,8 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:  # CleanRL's runs/ (TensorBoard) land here
         if args.jobs > 1:
             with ThreadPoolExecutor(args.jobs) as pool:
-                results["workbench"] = [r for r in pool.map(lambda seed: run_one("workbench", seed, args, tmp),
-                                                            args.seeds_list) if r]
+                runs = pool.map(lambda seed: run_one("workbench", seed, args, tmp), args.seeds_list)
+                results["workbench"] = [r for r in runs if r]
         for k, seed in enumerate(args.seeds_list if args.jobs == 1 else []):
             for name in (contenders if k % 2 == 0 else contenders[::-1]):
                 result = run_one(name, seed, args, tmp)

@@ -99,9 +99,10 @@ class PPOContinuousConfig:
     """width of both hidden layers (tanh), policy and value alike"""
     log_std_init: float = -1.0
     """the policy's log-std at the start: −1 (std 0.37). CleanRL starts at 0 (std 1: a
-    third of its samples fall outside ±1 and the env clips them); on HalfCheetah-v5 at 1M steps −1 gave a
-    higher final return on each held-out seed (median 5,403 against 4,247; the ablation is
-    in docs/envpool.md, ``bench_continuous.py --wb-set log_std_init=…``). 0 for CleanRL's"""
+    third of its samples fall outside ±1 and the env clips them); on HalfCheetah-v5 at 1M
+    steps −1 gave a higher final return on each held-out seed (median 5,403 against 4,247;
+    the ablation is in docs/envpool.md, ``bench_continuous.py --wb-set log_std_init=…``).
+    0 for CleanRL's"""
     norm_obs: bool = True
     """normalise observations by a running mean/std (kept by the env fragment), clip to ±10"""
     norm_reward: bool = True
