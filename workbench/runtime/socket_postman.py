@@ -34,13 +34,10 @@ from typing import Any
 
 from workbench.runtime import wire
 from workbench.runtime.arrays import handed_over
-from workbench.runtime.channels import ROUTE, _close_quietly, dumps
+from workbench.runtime.channels import ROUTE, Address, Target, _close_quietly, dumps
 from workbench.runtime.raw_frames import split_raw
 
 __all__ = ["route_frame", "SocketPostman"]
-
-Address = tuple[str, int]
-Target = tuple[str, int]  # (group, replica)
 
 
 def route_frame(target: Target) -> bytes:
