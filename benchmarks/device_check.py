@@ -23,8 +23,9 @@ Python. Without ``--wheels`` the parts use the current environment (``pip instal
 
 Parts: ``facts`` (GPU, versions, cores), ``tests`` (``pytest -m gpu``), ``kernel`` (CartPole
 env-steps/s, CuPy against NumPy, by number of envs), ``ppo`` (the quickstart's PPO on the
-GPU: env-steps/s and wall seconds to solve per seed), ``scaling`` (``bench_policies.py
---scaling``: Coarse and Fine from 1 to 32 workers beside bare processes).
+GPU: env-steps/s and wall seconds to solve per seed), ``mappo`` (simple_spread on the GPU,
+the env alone and MAPPO under GPUOnly: `device_check_mappo.py`), ``scaling``
+(``bench_policies.py --scaling``: Coarse and Fine from 1 to 32 workers beside bare processes).
 """
 from __future__ import annotations
 
@@ -40,7 +41,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 #: where each part's whole output goes (--logs)
 LOGS: str | None = None
-PARTS = ("facts", "tests", "kernel", "ppo", "scaling")
+PARTS = ("facts", "tests", "kernel", "ppo", "mappo", "scaling")
 #: what an accelerator image is expected to have already (never carried as wheels)
 HOST_HAS = {"torch", "numpy", "cupy", "triton", "pandas", "psutil", "msgpack", "pyyaml", "jinja2",
             "markupsafe", "cloudpickle", "toolz", "sortedcontainers", "tqdm", "packaging", "pytest",
@@ -336,6 +337,12 @@ def part_ppo(seeds=(1, 2, 3, 4, 5), env_counts=(32, 4096, 16384, 65536), profile
             print(f"--- profile: GPUOnly, {middle} envs, iterations 4-{PROFILED} ---\n"
                   + _profile_text(client, middle), flush=True)
     return rows
+
+
+def part_mappo(**kwargs) -> list[dict]:
+    from device_check_mappo import part_mappo as mappo_rows
+
+    return mappo_rows(**kwargs)
 
 
 def part_scaling(sizes=(1, 2, 4, 8, 16, 32), pairs: int = 1) -> list[dict]:

@@ -148,6 +148,35 @@ def test_a_short_inline_run_logs_losses():
     assert len(run.episode_returns) == 3 * cfg.num_envs      # 25-step episodes, all envs
 
 
+def test_runs_on_the_env_a_gpu_gets_its_device_resets_and_deferred_stats():
+    """On a GPU the env cell's make() gives SimpleSpread with counter resets, whose episode
+    stats are EndedEpisodes read once an iteration: its NumPy twin here, through the cells."""
+    import types
+
+    from workbench.envs.episodes import EndedEpisodes
+    from workbench.envs.simple_spread import SimpleSpread
+
+    made = []
+
+    def make(env_id, num_envs, seed, device):
+        made.append(SimpleSpread(num_envs, seed=seed, resets="counter"))
+        return made[-1]
+
+    class WithDeviceEnv(types.ModuleType):
+        envs = types.SimpleNamespace(make=make)
+
+        def __getattr__(self, name):
+            return getattr(wb, name)
+
+    cfg = MAPPOConfig(num_envs=8)
+    run = build_fdg({**_namespace(num_envs=8), "wb": WithDeviceEnv("wb")}).run(
+        iterations=2, steps=25, progress=False)
+    assert made and made[0]._resets == "counter"
+    assert isinstance(made[0].step(np.zeros((8, 3), np.int64))[4]["episode_return"], EndedEpisodes)
+    assert len(run.episode_returns) == 2 * cfg.num_envs and np.isfinite(run.episode_returns).all()
+    assert run.metrics["losses/value_loss"].notna().all()
+
+
 def test_runs_unchanged_under_coarse(client):
     cfg = MAPPOConfig(num_envs=8)
     run = build_fdg(_namespace(num_envs=8)).run(iterations=2, steps=25, policy="coarse",

@@ -124,3 +124,39 @@ def test_detection_and_the_inventory_find_this_hosts_gpus():
                       dashboard_address="127.0.0.1:0", silence_logs=logging.ERROR) as cluster, \
             Client(cluster, set_as_default=False) as client:
         assert [w.gpus for w in inventory_of(client).workers] == [count]
+
+
+def test_simple_spread_resets_on_the_device_as_its_numpy_twin(monkeypatch):
+    """make() on a GPU gives SimpleSpread's counter resets: the kernel's draws are the NumPy
+    twin's bits, a step never reads which envs ended back to the host, and the episode
+    stats stay on the device until read."""
+    import cupy
+
+    from workbench.envs import SimpleSpread, counter_rng, make, simple_spread
+    from workbench.envs.episodes import EndedEpisodes
+
+    key, envs = counter_rng.seed_key(5), np.arange(1000)
+    episodes = (envs % 7).astype(np.uint32)
+    cupy.testing.assert_array_equal(
+        counter_rng.uniforms(key, cupy.asarray(envs), cupy.asarray(episodes), 12, cupy),
+        counter_rng.uniforms(key, envs, episodes, 12))
+
+    def host_read(*args):
+        raise AssertionError("a CuPy step read which envs ended back to the host")
+
+    monkeypatch.setattr(simple_spread, "ended_envs", host_read)
+    env = make("simple_spread_v3", 64, seed=5, device="cuda:0")
+    twin = SimpleSpread(64, seed=5, resets="counter")
+    assert env.xp is cupy and env._resets == "counter"
+    cupy.testing.assert_array_equal(env.reset(), twin.reset())  # starts: the same bits
+    ended = 0
+    for t in range(60):  # two truncations of the whole team
+        actions = (cupy.arange(64 * 3).reshape(64, 3) + t) % 5
+        obs, reward, terminated, truncated, info = env.step(actions)
+        obs_np, reward_np, _, _, info_np = twin.step(actions.get())
+        assert isinstance(info["episode_return"], EndedEpisodes) and not info["episode_return"].on_host
+        np.testing.assert_allclose(obs.get(), obs_np, rtol=1e-5, atol=1e-4)  # CUDA's sqrt, exp
+        np.testing.assert_allclose(np.asarray(info["episode_return"]),
+                                   np.asarray(info_np["episode_return"]), rtol=1e-4)
+        ended += len(info["episode_return"])
+    assert ended == 2 * 64

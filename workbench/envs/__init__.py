@@ -10,6 +10,7 @@ gives gymnasium envs behind the same protocol (threaded when ``threads > 1``).
 from __future__ import annotations
 
 import difflib
+import functools
 import numbers
 from typing import Any, Callable
 
@@ -44,9 +45,13 @@ ARRAY_ENVS: dict[str, Callable[..., Any]] = {
     "simple_spread_v3": SimpleSpread,  # multi-agent: reward [N, agents]
 }
 
-#: ids whose GPU version is another class than the NumPy one (taking the same arguments):
-#: one fused kernel per step instead of the NumPy code run through CuPy
-GPU_ENVS: dict[str, Callable[..., Any]] = {"CartPole-v1": FusedCartPole}
+#: ids whose GPU version is built otherwise than the NumPy one (taking the same arguments):
+#: CartPole's one fused kernel per step instead of its NumPy code run through CuPy;
+#: SimpleSpread's resets drawn on the device instead of from mpe2's host stream
+GPU_ENVS: dict[str, Callable[..., Any]] = {
+    "CartPole-v1": FusedCartPole,
+    "simple_spread_v3": functools.partial(SimpleSpread, resets="counter"),
+}
 
 _BACKENDS = ("auto", "numpy", "cpu", "cupy", "gpu", "envpool", "gymnasium")
 
@@ -78,9 +83,10 @@ def make(
             ``"gymnasium"`` — always the gymnasium-backed env.
         device: where the fragment that steps the env runs (``replica.device``). With
             ``backend="auto"`` and a GPU (``"cuda:K"``), an id with a GPU version
-            (`GPU_ENVS`, e.g. CartPole-v1's fused kernel) or an array version runs there,
-            and its arrays stay on that GPU; any other env stays on the host (its NumPy
-            arrays go to the GPU where the actor puts them). ``"cpu"`` changes nothing.
+            (`GPU_ENVS`: CartPole-v1's fused kernel, SimpleSpread's device resets) or an
+            array version runs there, and its arrays stay on that GPU; any other env
+            stays on the host (its NumPy arrays go to the GPU where the actor puts
+            them). ``"cpu"`` changes nothing.
         threads: for gymnasium-backed envs, step ``threads`` slices
             concurrently (`ThreadedVectorEnv`); ``None``/1 steps them in the
             calling thread. For EnvPool, its C++ threads (``None``: EnvPool's

@@ -54,32 +54,13 @@ from workbench.envs.cartpole import (
     X_THRESHOLD,
     CartPole,
 )
+from workbench.envs.counter_rng import DRAW, ENV, EPISODE, MIX1, MIX2, seed_key, uniforms
 from workbench.envs.episodes import EndedEpisodes
 
-__all__ = ["FusedCartPole", "reset_draws"]
+__all__ = ["FusedCartPole", "reset_draws", "seed_key"]
 
-# splitmix64's constants (Steele, Lea, Flood 2014): the finaliser, and the odd multipliers
-# that spread the seed, the env index, the episode number and the draw over 64 bits
-_MIX1, _MIX2 = 0xBF58476D1CE4E5B9, 0x94D049BB133111EB
-_ENV, _EPISODE, _DRAW = 0x9E3779B97F4A7C15, 0xD1B54A32D192ED03, 0xABC98388FB8FAC03
 _SPAN = RESET_HIGH - RESET_LOW
 _THREADS = 256
-
-
-def _mix(z: np.ndarray) -> np.ndarray:
-    """splitmix64's finaliser on uint64 arrays (wrapping arithmetic, as in C)."""
-    z = (z ^ (z >> np.uint64(30))) * np.uint64(_MIX1)
-    z = (z ^ (z >> np.uint64(27))) * np.uint64(_MIX2)
-    return z ^ (z >> np.uint64(31))
-
-
-def seed_key(seed: int) -> int:
-    """The 64-bit key a seed becomes (any int; negative ones wrap).
-
-    >>> seed_key(0) != seed_key(1)
-    True
-    """
-    return int(_mix(np.array([seed & (2**64 - 1)], np.uint64))[0])
 
 
 def reset_draws(key: int, envs: np.ndarray, episodes: np.ndarray) -> np.ndarray:
@@ -91,16 +72,7 @@ def reset_draws(key: int, envs: np.ndarray, episodes: np.ndarray) -> np.ndarray:
     >>> bool((a == b).all()), bool((abs(a) <= 0.05).all()), a.shape
     (True, True, (3, 4))
     """
-    envs = np.asarray(envs).astype(np.uint64)
-    episodes = np.asarray(episodes).astype(np.uint64)
-    z = _mix(np.uint64(key) + envs * np.uint64(_ENV))
-    z = _mix(z + episodes * np.uint64(_EPISODE))
-    out = np.empty((envs.size, 4), np.float64)
-    for j in range(4):
-        step = np.uint64((j + 1) * _DRAW % 2**64)  # wraps as in C, without NumPy's scalar warning
-        u = (_mix(z + step) >> np.uint64(11)).astype(np.float64) * 2.0**-53
-        out[:, j] = RESET_LOW + _SPAN * u
-    return out
+    return RESET_LOW + _SPAN * uniforms(key, np.asarray(envs), np.asarray(episodes), 4)
 
 
 def _f(x: float) -> str:
@@ -176,7 +148,7 @@ extern "C" __global__ void cartpole_step(const long long* actions, double* state
     put(state, obs, s, i, n);
     elapsed[i] = steps;
 }
-""" % dict(mix1=_MIX1, mix2=_MIX2, env=_ENV, episode=_EPISODE, draw=_DRAW, low=_f(RESET_LOW),
+""" % dict(mix1=MIX1, mix2=MIX2, env=ENV, episode=EPISODE, draw=DRAW, low=_f(RESET_LOW),
            span=_f(_SPAN), force=_f(FORCE_MAG), pml=_f(POLEMASS_LENGTH), total=_f(TOTAL_MASS),
            gravity=_f(GRAVITY), length=_f(LENGTH), four_thirds=_f(4.0 / 3.0), masspole=_f(MASSPOLE),
            tau=_f(TAU), x_limit=_f(X_THRESHOLD), theta_limit=_f(THETA_THRESHOLD_RADIANS),

@@ -52,8 +52,13 @@ ended episode, the sum over its steps of the MEAN over agents of the reward:
 with the shared global term this is the team return a MAPPO/IPPO log reports,
 and it stays comparable across agent counts.
 
-The CuPy path is the same code with ``xp=cupy``; only the NumPy path is tested
-here (no GPU in CI).
+**Resets on the device** (``resets="counter"``, what ``make(..., device="cuda:K")`` gives):
+``"mpe2"`` (the default) reads which envs ended back to the host every step, to draw their
+starts from mpe2's host stream. ``"counter"`` draws them from (seed, env, episode) by
+`workbench.envs.counter_rng` and resets by masks on the device; the episode stats are
+`EndedEpisodes` there until read, so a step never waits for the GPU. Its NumPy twin draws
+the same bits (not mpe2's starts); the dynamics are the same. CI runs the NumPy path and,
+for the device branches, NumPy under another module's name (tests/envs/test_device_state.py).
 """
 
 from __future__ import annotations
@@ -63,17 +68,10 @@ from typing import Any
 import numpy as np
 from gymnasium import spaces
 
-from workbench.envs.base import (
-    CONTINUOUS_KINDS,
-    DISCRETE_KINDS,
-    SavesState,
-    StepResult,
-    action_error,
-    empty_episode_stats,
-    ended_envs,
-    host_rng,
-    to_host,
-)
+from workbench.envs import counter_rng
+from workbench.envs.base import (CONTINUOUS_KINDS, DISCRETE_KINDS, SavesState, StepResult,
+                                 action_error, empty_episode_stats, ended_envs, host_rng, to_host)
+from workbench.envs.episodes import EndedEpisodes
 
 __all__ = ["SimpleSpread"]
 
@@ -90,6 +88,7 @@ NUM_DISCRETE_ACTIONS = 5  # dim_p * 2 + 1
 CAPTURE_RADIUS = 0.1  # terminate_on_success: landmark counts as covered
 MAX_CYCLES = 25
 LOCAL_RATIO = 0.5
+RESETS = ("mpe2", "counter")
 
 
 def _make_rng(xp: Any, seed: int | None) -> np.random.Generator:
@@ -118,6 +117,9 @@ class SimpleSpread(SavesState):
         seed: seed of this instance's generator (used by resets, including
             autoresets); ``None`` draws fresh entropy.
         xp: ``numpy`` (default) or ``cupy``.
+        resets: ``"mpe2"`` (default): starts from mpe2's generator on the host (the
+            same starts as mpe2 for one env); ``"counter"``: drawn on the env's device
+            from (seed, env, episode), so a CuPy step never reads back to the host.
 
     Example::
 
@@ -130,7 +132,8 @@ class SimpleSpread(SavesState):
     """
 
     #: what a checkpoint saves (see SavesState)
-    _STATE = ("_rng", "_pos", "_vel", "_landmarks", "_elapsed", "_returns", "_needs_reset")
+    _STATE = ("_rng", "_key", "_episodes", "_resets", "_pos", "_vel", "_landmarks", "_elapsed",
+              "_returns", "_needs_reset")
 
     def __init__(
         self,
@@ -143,6 +146,7 @@ class SimpleSpread(SavesState):
         terminate_on_success: bool = False,
         seed: int | None = None,
         xp: Any = np,
+        resets: str = "mpe2",
     ) -> None:
         if int(num_envs) < 1:
             raise ValueError(f"SimpleSpread needs num_envs >= 1, got {num_envs!r}")
@@ -152,6 +156,9 @@ class SimpleSpread(SavesState):
             raise ValueError(f"local_ratio is a proportion in [0, 1], got {local_ratio!r}")
         if int(max_cycles) < 1:
             raise ValueError(f"max_cycles must be >= 1, got {max_cycles!r}")
+        if resets not in RESETS:
+            raise ValueError(f"resets must be one of {RESETS}, got {resets!r}: 'mpe2' draws "
+                             "mpe2's starts on the host, 'counter' draws them on the env's device")
         self.num_envs = int(num_envs)
         self.num_agents = int(agents)
         self.num_landmarks = int(agents)
@@ -172,7 +179,10 @@ class SimpleSpread(SavesState):
         else:
             self.action_space = spaces.MultiDiscrete(np.full(a, NUM_DISCRETE_ACTIONS))
 
-        self._rng = _make_rng(xp, seed)
+        self._resets = resets
+        self._rng, self._key = None, None
+        self._seed(seed)
+        self._episodes = xp.zeros(self.num_envs, dtype=xp.uint32)  # "counter": each env's episode
         # Coordinate-major state, [2, N, agents] / [2, N, landmarks]: x and y are
         # each one contiguous block, so the per-coordinate arithmetic below runs
         # on contiguous memory, as in CartPole's [4, N].
@@ -196,7 +206,10 @@ class SimpleSpread(SavesState):
     def reset(self, seed: int | None = None) -> Any:
         """Reset all envs to uniform positions in [-1, 1]^2; return obs ``[N, agents, obs_dim]``."""
         if seed is not None:
-            self._rng = _make_rng(self.xp, seed)
+            self._seed(seed)
+            self._episodes[...] = 0
+        elif self._resets == "counter" and not self._needs_reset:
+            self._episodes += 1  # every env on to its next episode's start
         self._write_initial_states(slice(None), self.num_envs)
         self._elapsed[...] = 0
         self._returns[...] = 0.0
@@ -326,13 +339,30 @@ class SimpleSpread(SavesState):
 
     # -- internals -----------------------------------------------------------------
 
+    def _seed(self, seed: int | None) -> None:
+        if self._resets == "mpe2":
+            self._rng = _make_rng(self.xp, seed)
+        else:
+            entropy = int(np.random.SeedSequence().entropy) if seed is None else int(seed)
+            self._key = counter_rng.seed_key(entropy)
+
+    def _draw_starts(self, index: Any, count: int) -> Any:
+        """Start positions ``[2, count, agents + landmarks]`` (agents first) of the envs at
+        ``index``, uniform in [-1, 1]^2."""
+        xp, shape = self.xp, (count, self.num_agents + self.num_landmarks, 2)
+        if self._resets == "mpe2":
+            # mpe2's reset_world draws each agent's position, then each landmark's, two
+            # uniforms apiece: one draw of this shape consumes the stream in that order.
+            draw = xp.asarray(self._rng.uniform(-1.0, 1.0, size=shape), dtype=xp.float64)
+        else:
+            envs = xp.arange(self.num_envs)[index]
+            u = counter_rng.uniforms(self._key, envs, self._episodes[index], shape[1] * 2, xp)
+            draw = (-1.0 + 2.0 * u).reshape(shape)
+        return draw.transpose(2, 0, 1)
+
     def _write_initial_states(self, index: Any, count: int) -> None:
-        # mpe2's reset_world draws each agent's position, then each landmark's,
-        # two uniforms apiece: one [count, agents + landmarks, 2] draw consumes
-        # the stream in that order, env after env.
+        draw = self._draw_starts(index, count)
         a = self.num_agents
-        draw = self._rng.uniform(-1.0, 1.0, size=(count, a + self.num_landmarks, 2))
-        draw = self.xp.asarray(draw, dtype=self.xp.float64).transpose(2, 0, 1)
         self._pos[:, index] = draw[:, :, :a]
         self._vel[:, index] = 0.0
         self._landmarks[:, index] = draw[:, :, a:]
@@ -413,9 +443,11 @@ class SimpleSpread(SavesState):
             obs[..., end + 1 : stop : 2] = y[:, self._others] - y[:, :, None]
         return obs
 
-    def _autoreset(self, done: Any, final_obs: Any) -> tuple[Any, np.ndarray, np.ndarray]:
+    def _autoreset(self, done: Any, final_obs: Any) -> tuple[Any, Any, Any]:
         """Reset the envs where ``done``; return (obs, episode returns, lengths)."""
         xp = self.xp
+        if self._resets == "counter":
+            return self._autoreset_by_counter(done, final_obs)
         ended, index = ended_envs(done, xp)
         if ended.size == 0:
             return (final_obs.copy(), *empty_episode_stats())
@@ -429,3 +461,32 @@ class SimpleSpread(SavesState):
             self._pos[:, index], self._vel[:, index], self._landmarks[:, index]
         )
         return obs, returns.astype(np.float32), lengths.astype(np.int64)
+
+    def _autoreset_by_counter(self, done: Any, final_obs: Any) -> tuple[Any, Any, Any]:
+        """`_autoreset` for ``resets="counter"``: the episode stats as `EndedEpisodes`; on
+        NumPy only the ended envs draw, elsewhere masks reset them without a host read."""
+        xp = self.xp
+        returns = EndedEpisodes(self._returns.astype(xp.float32), done)
+        lengths = EndedEpisodes(self._elapsed.astype(xp.int64), done)
+        if xp is np:
+            ended = done.nonzero()[0]
+            if ended.size == 0:
+                return final_obs.copy(), returns, lengths
+            self._episodes[ended] += np.uint32(1)
+            self._write_initial_states(ended, ended.size)
+            self._elapsed[ended] = 0
+            self._returns[ended] = 0.0
+            obs = final_obs.copy()
+            obs[ended] = self._observe(self._pos[:, ended], self._vel[:, ended], self._landmarks[:, ended])
+            return obs, returns, lengths
+        # Every env draws its next start and keeps it only where it ended: a few
+        # elementwise kernels, and the GPU never waits for the host to learn which.
+        self._episodes += done.astype(xp.uint32)
+        draw = self._draw_starts(slice(None), self.num_envs)
+        where, a = done[None, :, None], self.num_agents
+        self._pos[...] = xp.where(where, draw[:, :, :a], self._pos)
+        self._vel[...] = xp.where(where, 0.0, self._vel)
+        self._landmarks[...] = xp.where(where, draw[:, :, a:], self._landmarks)
+        self._elapsed[...] = xp.where(done, 0, self._elapsed)
+        self._returns[...] = xp.where(done, 0.0, self._returns)
+        return self._observe(self._pos, self._vel, self._landmarks), returns, lengths
