@@ -209,15 +209,16 @@ def part_kernel(sizes=(1024, 65536, 1 << 20)) -> list[dict]:
 
 
 def _ppo_run(client, num_envs: int, seed: int, env_on_gpu: bool, policy: str, graphs: bool = True,
-             profile_to: str | None = None):
+             profile_to: str | None = None, num_steps: int | None = None):
     """The quickstart's PPO cells; ``env_on_gpu`` False keeps the env on the host, ``graphs``
-    False runs the actor and the update without CUDA graphs. ``profile_to`` (a path) instead
+    False runs the actor and the update without CUDA graphs, ``num_steps`` sets T (None: the
+    batch rule's). ``profile_to`` (a path) instead
     runs `PROFILED` iterations with no target, the replica's thread under cProfile from the
     fourth iteration on (the runtime's work between cells included), and saves the stats there."""
     import workbench as wb
     from workbench.algorithms import ppo
 
-    cfg = ppo.PPOConfig(num_envs=num_envs, seed=seed, cuda_graphs=graphs)
+    cfg = ppo.PPOConfig(num_envs=num_envs, seed=seed, cuda_graphs=graphs, num_steps=num_steps)
     eager = type("ActorCritic", (ppo.ActorCritic,), {"cuda_graphs": False})
     fdg = wb.FDG(namespace={**vars(ppo), "cfg": cfg, **({} if graphs else {"ActorCritic": eager})})
     for line, body in ppo.FRAGMENT_CELLS:
@@ -283,13 +284,15 @@ def steady_rate(run, skip: int = 3) -> float:
     return steps / seconds if seconds else float("nan")
 
 
-def part_ppo(seeds=(1, 2, 3, 4, 5), env_counts=(32, 4096, 16384, 65536), profile: bool = False) -> list[dict]:
+def part_ppo(seeds=(1, 2, 3, 4, 5), env_counts=(32, 4096, 16384, 65536), profile: bool = False,
+             steps=()) -> list[dict]:
     """The quickstart's PPO under GPUOnly, by number of envs: the env on the GPU (the
     fused kernel) and, for the smallest count, on the host; env-steps/s (steady, iterations'
     own time), training seconds to solve (iterations only), whole-run seconds to solve, the
     first three iterations' seconds (warm-up and CUDA-graph captures) and the ms per
     iteration outside the cells. ``profile``: then one profiled run at the middle count,
-    its stats printed (into the part's log)."""
+    its stats printed (into the part's log). ``steps``: rollout lengths T to try beside the
+    batch rule's at every count of 4,096 envs or more (one more row each)."""
     import logging
     import statistics
 
@@ -302,14 +305,15 @@ def part_ppo(seeds=(1, 2, 3, 4, 5), env_counts=(32, 4096, 16384, 65536), profile
             Client(cluster, set_as_default=False) as client:
         _ppo_run(client, 32, 0, True, "gpuonly")  # warm: imports, CUDA context, kernels
         middle = sorted(env_counts)[len(env_counts) // 2]
-        for env_on_gpu, n, graphs in [(False, min(env_counts), True), (True, middle, False),
-                                      *((True, n, True) for n in env_counts)]:
+        for env_on_gpu, n, graphs, t in [(False, min(env_counts), True, None), (True, middle, False, None),
+                                         *((True, n, True, None) for n in env_counts),
+                                         *((True, n, True, t) for n in env_counts if n >= 4096 for t in steps)]:
             row = {"part": "ppo", "what": f"gpuonly, env on {'GPU' if env_on_gpu else 'host'}, {n} envs"
-                                          f"{'' if graphs else ', no CUDA graphs'}"}
+                                          f"{'' if graphs else ', no CUDA graphs'}{f', T = {t}' if t else ''}"}
             rates, train_s, total_s, steps, split, first3, outside = [], [], [], [], [], [], []
             try:
                 for seed in seeds:
-                    run = _ppo_run(client, n, seed, env_on_gpu, "gpuonly", graphs)
+                    run = _ppo_run(client, n, seed, env_on_gpu, "gpuonly", graphs, num_steps=t)
                     rates.append(steady_rate(run))
                     first3.append(training_seconds(run, 3))
                     outside.append(_outside_cells_ms(run))
@@ -415,6 +419,8 @@ def main() -> None:
     parser.add_argument("--pairs", type=int, default=1,
                         help="scaling: pairs of runs per size, medians (1: ~190 s on an H100 host; "
                              "3 settles a size within a few points)")
+    parser.add_argument("--steps", type=int, nargs="+", default=[],
+                        help="ppo: rollout lengths T to try beside the batch rule's at >= 4,096 envs")
     parser.add_argument("--profile", action="store_true",
                         help="ppo: also profile one run at the middle env count (stats in the part's log)")
     parser.add_argument("--one-part", help=argparse.SUPPRESS)
@@ -439,7 +445,8 @@ def main() -> None:
     rows = []
     print(f"workbench device check ({time.strftime('%Y-%m-%d %H:%M')}): {' '.join(args.parts)}", flush=True)
     for name in args.parts:
-        kwargs = {"ppo": {"seeds": args.seeds, "env_counts": args.envs, "profile": args.profile},
+        kwargs = {"ppo": {"seeds": args.seeds, "env_counts": args.envs, "profile": args.profile,
+                          "steps": args.steps},
                   "scaling": {"sizes": args.sizes, "pairs": args.pairs}}.get(name, {})
         got = run_part(name, env, args.timeout, kwargs)
         print(format_rows(got), flush=True)

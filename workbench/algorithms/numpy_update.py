@@ -12,7 +12,14 @@ are what they would be on the torch path.
 Used by `workbench.algorithms.ppo.ppo_update` for a CPU network of Linear/Tanh layers
 without hooks (the quickstart's `ActorCritic`), a single learner, up to `MAX_ROWS` rows per
 minibatch, the loss options it implements (value clipping off) and thread pools that
-cannot fight (`_one_pool_spins`); anything else takes the torch path. ``tests/test_numpy_update.py`` holds it to the torch path's gradients.
+cannot fight (`_one_pool_spins`); anything else takes the torch path.
+``tests/test_numpy_update.py`` holds it to the torch path's gradients.
+
+The steps run with torch on one thread in the calling thread (`one_torch_thread`): the
+optimizer's step is torch's only parallel op here, and a worker with ``--nthreads 2`` gives
+torch 2 threads, whose pool then spins between the Adam steps while NumPy works. On a host
+whose cores are busy (2 cores, one Dask worker of 2 threads, GPUOnly on its CPU) an update
+took 226 ms that way and 13 ms on one thread (the quickstart's, 32 envs).
 
 Example:
     >>> import torch
@@ -31,6 +38,7 @@ Example:
 """
 from __future__ import annotations
 
+import contextlib
 import os
 
 import numpy as np
@@ -39,7 +47,7 @@ from torch import nn
 
 from workbench.algorithms.layers import Tanh
 
-__all__ = ["NumpyStep", "MAX_ROWS"]
+__all__ = ["NumpyStep", "MAX_ROWS", "one_torch_thread"]
 
 #: minibatch rows up to which NumPy's step beats torch's here (above it the matmuls, not
 #: the dispatch, are the cost, and torch's are faster)
@@ -69,6 +77,30 @@ def _one_pool_spins() -> bool:
     works, one step took 15 ms instead of 0.4 (``benchmarks/ppo_sweep.py --throughput``)."""
     return torch.get_num_threads() == 1 or "1" in (os.environ.get("OPENBLAS_NUM_THREADS"),
                                                    os.environ.get("OMP_NUM_THREADS"))
+
+
+@contextlib.contextmanager
+def one_torch_thread():
+    """torch's intra-op pool at one thread in this thread for the block (restored after;
+    torch keeps the count per thread).
+
+    >>> torch.set_num_threads(2)
+    >>> with one_torch_thread():
+    ...     torch.get_num_threads()
+    1
+    >>> torch.get_num_threads()
+    2
+    >>> torch.set_num_threads(1)
+    """
+    before = torch.get_num_threads()
+    if before == 1:
+        yield
+        return
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
 
 
 class NumpyStep:

@@ -26,7 +26,7 @@ from workbench.algorithms.config_docs import documented
 from workbench.algorithms.layers import ObsNorm, Tanh, tanh
 from workbench.algorithms.numpy_act import SMALL_BATCH, act_numpy
 from workbench.algorithms.numpy_update import MAX_ROWS as NUMPY_MAX_ROWS
-from workbench.algorithms.numpy_update import NumpyStep
+from workbench.algorithms.numpy_update import NumpyStep, one_torch_thread
 from workbench.algorithms.optim import adam
 from workbench.algorithms.ppo_graphs import graphed_act, graphed_update
 from workbench.context import current
@@ -307,10 +307,11 @@ def ppo_update(agent, optimizer, cfg, update, state, action, logp, value, reward
     if fast is not None:
         with torch.no_grad():
             arrays = (agent.normalize(batch[0]).numpy(), *(x.numpy() for x in batch[1:]))
-        for _ in range(cfg.update_epochs):
-            order = torch.randperm(arrays[0].shape[0]).numpy()  # the same generator as the torch path
-            for start in range(0, len(order), mb_size):
-                out = fast(arrays, order[start:start + mb_size])
+        with one_torch_thread():  # see numpy_update: torch's pool must not spin beside NumPy
+            for _ in range(cfg.update_epochs):
+                order = torch.randperm(arrays[0].shape[0]).numpy()  # the same generator as the torch path
+                for start in range(0, len(order), mb_size):
+                    out = fast(arrays, order[start:start + mb_size])
     elif out is None:
         size = batch[0].shape[0]
         for _ in range(cfg.update_epochs):
