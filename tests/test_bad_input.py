@@ -292,7 +292,7 @@ def test_a_fragment_raising_on_a_worker_stops_cleanly_and_the_fixed_cell_runs_ag
     err = _raises_in_run(fdg, iterations=5, policy="coarse", cluster=client)
     assert (err.fragment, err.rate, err.replica, err.line, err.iteration) == ("learner", "iteration", 0, 2, 0)
     assert err.worker in {"0", "1"}
-    assert str(err).startswith(f"fragment 'learner' (iteration cell), replica 0 on {err.worker}, raised "
+    assert str(err).startswith(f"fragment 'learner' (iteration cell), replica 0 on worker {err.worker}, raised "
                                "in iteration 0 at cell line 2:\n    scale = 1 / (total * 0)\n"
                                "ZeroDivisionError: float division by zero\n")
     assert _replicas_left(client) == 0 and not any(client.processing().values())

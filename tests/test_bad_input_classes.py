@@ -263,7 +263,7 @@ def test_what_cannot_cross_processes_is_named_with_its_fragment_and_the_fix(clie
 
 def test_os_exit_in_a_cell_on_a_worker_is_that_cells_error_not_a_lost_worker(client, capfd):
     fdg = _loop(actor_step="import os\naction = obs * 0\nos._exit(1)")
-    with pytest.raises(wb.FragmentRuntimeError, match=r"^fragment 'actor' \(step cell\), replica \d on \d, "
+    with pytest.raises(wb.FragmentRuntimeError, match=r"^fragment 'actor' \(step cell\), replica \d on worker \d, "
                                                       r"raised in iteration 0 at cell line 3"):
         fdg.run(iterations=2, steps=2, progress=False, policy="coarse", cluster=client)
     assert not [e for e in fdg.last_run.events if e.kind == "worker lost"]

@@ -99,6 +99,16 @@ class NotebookCellError(WorkbenchError):
     """An ordinary notebook cell that a headless run needs (``workbench run``) raised."""
 
 
+def on_worker(worker: str) -> str:
+    """A Dask worker's name as messages say it: ``worker 1``; ``local`` (the calling
+    process, where inline runs) as it is.
+
+    >>> on_worker("1"), on_worker("local")
+    ('worker 1', 'local')
+    """
+    return worker if worker == "local" else f"worker {worker}"
+
+
 class FragmentRuntimeError(WorkbenchError):
     """A fragment raised while running. Names the fragment, replica, worker and cell line,
     and carries the original traceback text."""
@@ -124,7 +134,7 @@ class FragmentRuntimeError(WorkbenchError):
         at_iter = f" in iteration {iteration}" if iteration is not None else ""
         code = f"\n    {source_line.strip()}" if source_line else ""
         super().__init__(
-            f"fragment {fragment!r} ({rate} cell), replica {replica} on {worker}, raised{at_iter} "
+            f"fragment {fragment!r} ({rate} cell), replica {replica} on {on_worker(worker)}, raised{at_iter} "
             f"at {where}:{code}\n{error}\n"
             f"The run stopped cleanly; the FDG is intact. {advice}\n"
             f"--- original traceback ---\n{traceback_text}"

@@ -12,7 +12,7 @@ import traceback
 from typing import Any
 
 from workbench.context import ReplicaContext, ReplicaInfo, activate, deactivate
-from workbench.errors import FragmentRuntimeError
+from workbench.errors import FragmentRuntimeError, on_worker
 from workbench.fdg.plan import Item
 from workbench.runtime.arrays import ReplicasDisagree, Unbatched, gather, handed_over, unwrapped
 from workbench.runtime.cell_exit import install as catch_process_exits, is_cell_error
@@ -357,7 +357,7 @@ class GroupReplica(CellErrors):
         if not self._said_no_turn:
             self._said_no_turn = True
             self.notes.append(("random streams shared",
-                f"the {frag} {rate} cell of replica {self.index} of {self.program.group} (on {self.worker}) "
+                f"the {frag} {rate} cell of replica {self.index} of {self.program.group} (on {on_worker(self.worker)}) "
                 f"waited over {PATIENCE_S:g} s for another replica's cell in its process and ran beside it: "
                 "from here its random numbers (torch, np.random, random) may differ from run to run. "
                 "Give each replica its own worker, or keep cells from waiting on other replicas "
@@ -375,7 +375,7 @@ class GroupReplica(CellErrors):
         seconds = time.monotonic() - self.running_since
         waits = " (it waits for its turn in its lane: another replica's cell holds the thread)"
         return (f"the {cell[0]} {cell[1]} cell (replica {self.index} of {self.program.group}, "
-                f"on {self.worker}) has not returned for {seconds:.0f} s" + (waits if self.lane_waiting else ""))
+                f"on {on_worker(self.worker)}) has not returned for {seconds:.0f} s" + (waits if self.lane_waiting else ""))
 
     def export_state(self, fragments=None, streams: bool = True) -> dict[str, dict[str, Any]]:
         """Each fragment's own state (the names it binds), to resume elsewhere (only
