@@ -268,3 +268,14 @@ def test_os_exit_in_a_cell_on_a_worker_is_that_cells_error_not_a_lost_worker(cli
         fdg.run(iterations=2, steps=2, progress=False, policy="coarse", cluster=client)
     assert not [e for e in fdg.last_run.events if e.kind == "worker lost"]
     assert "Compute Failed" not in capfd.readouterr().err
+
+
+@pytest.mark.parametrize("name", ["iteration", "index", "device"])
+def test_a_replica_attribute_asked_of_wb_says_where_it_lives(name):
+    """``wb.iteration`` (and the other ReplicaInfo fields) are ``replica.…`` in a cell: the
+    error names the fragment and the cell line, and says so."""
+    from tests.test_bad_input import _cartpole_fdg, _raises_in_run
+
+    err = _raises_in_run(_cartpole_fdg(actor=f"x = wb.{name}\naction = np.zeros(len(obs), dtype=np.int64)"))
+    assert err.fragment == "actor" and err.line == 1
+    assert f"in a fragment cell it is `replica.{name}`" in str(err)

@@ -78,7 +78,14 @@ def __getattr__(name):
         import importlib
 
         return importlib.import_module(f"workbench.{name}")
+    if name in _ON_REPLICA:  # wb.iteration() for replica.iteration: say where it lives
+        raise AttributeError(f"module 'workbench' has no attribute {name!r}; in a fragment cell it is "
+                             f"`replica.{name}` (the `replica` name every cell has: {', '.join(_ON_REPLICA)})")
     raise AttributeError(f"module 'workbench' has no attribute {name!r}")
+
+
+#: what a cell reads from ``replica`` (workbench.context.ReplicaInfo), not from ``wb``
+_ON_REPLICA = ("iteration", "index", "count", "worker", "device", "fragment")
 
 
 def load_ipython_extension(ipython):
