@@ -163,8 +163,8 @@ class RunConfig:
     """
 
     # what to run
-    iterations: int = _option(DEFAULT_ITERATIONS, "training iterations", check=_whole(1, optional=False), type=int,
-                              metavar="N")
+    iterations: int = _option(DEFAULT_ITERATIONS, "training iterations (with a resume: this many more, numbered "
+                              "on from the checkpoint's)", check=_whole(1, optional=False), type=int, metavar="N")
     steps: int = _option(DEFAULT_STEPS, "environment steps per iteration, T", check=_whole(1, optional=False), type=int,
                          metavar="T")
     # where
