@@ -60,6 +60,15 @@ def test_steps_are_the_torch_paths(overrides):
             torch.testing.assert_close(p, q, rtol=1e-4, atol=1e-5)
 
 
+def _update_on_a_random_rollout(agent, optimizer, cfg, T: int, N: int, seed: int = 0) -> None:
+    """One ``ppo_update`` of CartPole-shaped random data, ``T`` steps of ``N`` envs."""
+    rng = np.random.default_rng(seed)
+    ppo.ppo_update(agent, optimizer, cfg, 0, rng.normal(size=(T, N, 4)).astype(np.float32),
+                   rng.integers(0, 2, (T, N)), np.full((T, N), -0.69, np.float32),
+                   np.zeros((T, N), np.float32), np.ones((T, N), np.float32), np.zeros((T, N), bool),
+                   np.zeros((N, 4), np.float32), np.zeros(N, bool))
+
+
 def test_ppo_update_runs_it_once_per_minibatch_over_every_sample(monkeypatch):
     cfg = ppo.PPOConfig(num_envs=16, num_steps=8, update_epochs=3, num_minibatches=4)
     agent = ppo.ActorCritic(4, 2, norm_obs=True)
@@ -68,12 +77,7 @@ def test_ppo_update_runs_it_once_per_minibatch_over_every_sample(monkeypatch):
     real = NumpyStep.__call__
     monkeypatch.setattr(NumpyStep, "__call__", lambda self, batch, mb: seen.append(mb.copy()) or real(self, batch, mb))
     monkeypatch.setattr(ppo, "_minibatch_step", lambda *a: pytest.fail("the torch path ran"))
-    rng = np.random.default_rng(0)
-    T, N = 8, 16
-    ppo.ppo_update(agent, optimizer, cfg, 0, rng.normal(size=(T, N, 4)).astype(np.float32),
-                   rng.integers(0, 2, (T, N)), np.full((T, N), -0.69, np.float32),
-                   np.zeros((T, N), np.float32), np.ones((T, N), np.float32), np.zeros((T, N), bool),
-                   np.zeros((N, 4), np.float32), np.zeros(N, bool))
+    _update_on_a_random_rollout(agent, optimizer, cfg, T=8, N=16)
     assert len(seen) == 12 and all(len(mb) == 32 for mb in seen)
     for e in range(3):
         assert sorted(np.concatenate(seen[4 * e:4 * e + 4])) == list(range(128))
@@ -109,11 +113,6 @@ def test_in_a_worker_of_several_threads_its_steps_run_torch_on_one(monkeypatch):
     real_step = optimizer.step
     monkeypatch.setattr(optimizer, "step", lambda *a: threads_at_step.append(torch.get_num_threads()) or real_step())
     monkeypatch.setattr(ppo, "_minibatch_step", lambda *a: pytest.fail("the torch path ran"))
-    rng = np.random.default_rng(1)
-    T, N = 4, 8
-    ppo.ppo_update(agent, optimizer, cfg, 0, rng.normal(size=(T, N, 4)).astype(np.float32),
-                   rng.integers(0, 2, (T, N)), np.full((T, N), -0.69, np.float32),
-                   np.zeros((T, N), np.float32), np.ones((T, N), np.float32), np.zeros((T, N), bool),
-                   np.zeros((N, 4), np.float32), np.zeros(N, bool))
+    _update_on_a_random_rollout(agent, optimizer, cfg, T=4, N=8, seed=1)
     assert threads_at_step == [1, 1, 1, 1]
     assert torch.get_num_threads() == 2
