@@ -84,13 +84,14 @@ def one_torch_thread():
     """torch's intra-op pool at one thread in this thread for the block (restored after;
     torch keeps the count per thread).
 
+    >>> outside = torch.get_num_threads()
     >>> torch.set_num_threads(2)
     >>> with one_torch_thread():
     ...     torch.get_num_threads()
     1
     >>> torch.get_num_threads()
     2
-    >>> torch.set_num_threads(1)
+    >>> torch.set_num_threads(outside)
     """
     before = torch.get_num_threads()
     if before == 1:
