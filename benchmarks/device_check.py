@@ -117,7 +117,9 @@ def download_wheels(directory: str, python_version: str) -> None:
 
 def install_wheels(directory: str) -> str:
     """Install every wheel in ``directory`` into a private folder; returns the folder."""
-    target = tempfile.mkdtemp(prefix="workbench-site-")
+    # a folder named site-packages: dill (datasets' fingerprints, TRL's side) pickles the
+    # classes of modules from any other path by value, and pyarrow's cannot be
+    target = str(Path(tempfile.mkdtemp(prefix="workbench-wheels-"), "site-packages"))
     wheels = sorted(str(p) for p in Path(directory).glob("*.whl"))
     if not wheels:
         raise SystemExit(f"--wheels {directory}: no .whl files there (build them with --download-wheels)")

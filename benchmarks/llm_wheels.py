@@ -1,0 +1,117 @@
+"""Wheels for `bench_llm_rl.py` on a GPU host with no registry, in carries that fit.
+
+A device call carries at most 64 MiB. workbench's side of the LLM benchmark (Dask, Jupyter's
+pieces, transformers) and TRL's side (transformers, TRL, accelerate, datasets and pyarrow,
+a 55 MB wheel) do not fit in one, so they are built as two wheel folders, each for one
+call, and the benchmark runs its sides apart (``--only``, ``--json``, then ``--merge``)::
+
+    pip install -e ".[bench]"                                    # here: the versions to carry
+    python benchmarks/llm_wheels.py --workbench .whl-llm --trl .whl-trl --python-version 3.12
+    # call 1, carry [".whl-llm", ".devsnap"]:
+    #   python3 benchmarks/device_check.py --wheels ../.whl-llm --parts facts   (installs nothing else)
+    #   PYTHONPATH=<that folder> python3 benchmarks/bench_llm_rl.py --device cuda --size 100m \
+    #       --only workbench --json $OUT/wb.json
+    # call 2, carry [".whl-trl", ".devsnap"]: the same with --only trl --json $OUT/trl.json
+    python benchmarks/bench_llm_rl.py --merge trl.json wb.json    # here, the table
+
+What a host image already has (torch, NumPy, pandas…: `device_check.HOST_HAS`) is never
+carried. pyarrow is carried without the parts datasets never loads (Arrow Flight, the S3
+filesystem, C++ tests and headers: 55 → ~35 MB); `--check` loads the trimmed pyarrow the way
+datasets does, here, from a build for this machine's Python.
+"""
+from __future__ import annotations
+
+import argparse
+import subprocess
+import sys
+import tempfile
+import zipfile
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import device_check  # noqa: E402  (its wheel helpers)
+
+#: what each side imports (their installed closures are carried)
+SIDES = {"workbench": ["transformers"], "trl": ["transformers", "trl", "accelerate", "datasets"]}
+#: pyarrow's files that datasets never loads
+PYARROW_UNUSED = ("libarrow_flight", "libarrow_python_flight", "_flight.", "libarrow_s3", "_s3fs.",
+                  "_pyarrow_cpp_tests", "pyarrow/include/", "pyarrow/tests/", "pyarrow/src/")
+
+
+def side_names(side: str) -> list[str]:
+    """The distributions a side needs that a host image lacks: the installed closure of its
+    packages' declared requirements (optional imports such as boto3 are guarded by the
+    libraries and left out)."""
+    names = device_check._closure(SIDES[side])
+    return sorted(n for n in names if n not in device_check.HOST_HAS and n not in ("hf-xet", "workbench-rl")
+                  and not n.startswith(("nvidia-", "cupy", "torch", "triton")))
+
+
+def trim_pyarrow(wheel: Path) -> Path:
+    """The wheel without `PYARROW_UNUSED` (its RECORD rewritten to match), in place."""
+    out = wheel.with_suffix(".trimmed")
+    with zipfile.ZipFile(wheel) as src, zipfile.ZipFile(out, "w", zipfile.ZIP_DEFLATED) as dst:
+        for item in src.infolist():
+            if any(part in item.filename for part in PYARROW_UNUSED):
+                continue
+            data = src.read(item)
+            if item.filename.endswith(".dist-info/RECORD"):
+                data = "\n".join(line for line in data.decode().splitlines()
+                                 if not any(part in line for part in PYARROW_UNUSED)).encode() + b"\n"
+            dst.writestr(item, data)
+    out.replace(wheel)
+    return wheel
+
+
+def download(names: list[str], directory: str, python_version: str) -> None:
+    from importlib import metadata
+
+    pins = []
+    for name in names:
+        try:
+            pins.append(f"{name}=={metadata.version(name)}")
+        except metadata.PackageNotFoundError:
+            pins.append(name)
+    platforms = [f"--platform={p}" for p in ("manylinux_2_28_x86_64", "manylinux_2_17_x86_64",
+                                             "manylinux2014_x86_64", "any")]
+    for pin in pins:
+        subprocess.run([sys.executable, "-m", "pip", "download", "-q", "--no-deps", "--only-binary=:all:",
+                        f"--python-version={python_version}", "--implementation=cp", *platforms,
+                        "-d", directory, pin], check=True)
+    for wheel in Path(directory).glob("pyarrow-*.whl"):
+        trim_pyarrow(wheel)
+    size = sum(p.stat().st_size for p in Path(directory).glob("*.whl")) / 2**20
+    print(f"{directory}: {len(pins)} wheels, {size:.1f} MiB (a call carries 64 MiB in all)")
+
+
+def check_trimmed() -> None:
+    """pyarrow trimmed as above, for this Python, loaded as datasets loads it."""
+    with tempfile.TemporaryDirectory() as tmp:
+        download(["pyarrow"], tmp, f"{sys.version_info.major}.{sys.version_info.minor}")
+        target = Path(tmp, "site-packages")  # as device_check.install_wheels installs
+        subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target", str(target),
+                        *map(str, Path(tmp).glob("*.whl"))], check=True)
+        code = ("import pyarrow, datasets; assert pyarrow.__file__.startswith(%r); "
+                "d = datasets.Dataset.from_dict({'prompt': ['1+1=', '2+2=']}); "
+                "print('trimmed pyarrow', pyarrow.__version__, 'loads datasets:', d)" % str(target))
+        subprocess.run([sys.executable, "-c", code], check=True, env={"PYTHONPATH": str(target)})
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--workbench", metavar="DIR", help="the workbench side's wheels (with workbench's own)")
+    parser.add_argument("--trl", metavar="DIR", help="TRL's side's wheels")
+    parser.add_argument("--python-version", default="3.12")
+    parser.add_argument("--check", action="store_true", help="load a trimmed pyarrow here with datasets")
+    options = parser.parse_args()
+    if options.check:
+        check_trimmed()
+    if options.workbench:
+        device_check.download_wheels(options.workbench, options.python_version)
+        download(side_names("workbench"), options.workbench, options.python_version)
+    if options.trl:
+        download(side_names("trl"), options.trl, options.python_version)
+
+
+if __name__ == "__main__":
+    main()
