@@ -21,6 +21,9 @@ cannot hold both sides' wheels) and be put together after::
     python benchmarks/bench_llm_rl.py --only workbench --json wb.json ...
     python benchmarks/bench_llm_rl.py --merge trl.json wb.json       # the table, reach times included
 
+On a host with no registry, ``--wheels DIR`` installs the wheels `llm_wheels.py` built into
+a private folder first (as ``device_check.py --wheels``).
+
 The goal on a 2-core CPU: workbench reaches TRL's final held-out accuracy in ≤ 0.5× TRL's
 wall time. ``--device cuda`` runs both on the GPU (TRL through accelerate, workbench under
 GPUOnly: every fragment on the GPU) and ``--size 100m`` builds a ~113M-parameter Llama
@@ -34,8 +37,14 @@ import dataclasses
 import json
 import logging
 import statistics
+import sys
 import tempfile
 import time
+
+if __name__ == "__main__" and "--wheels" in sys.argv:  # before the imports the wheels bring
+    from device_check import rerun_with_wheels
+
+    rerun_with_wheels(sys.argv)
 
 import torch
 
@@ -190,6 +199,7 @@ def main() -> None:
     parser.add_argument("--only", choices=("trl", "workbench"), help="run one side only (see --merge)")
     parser.add_argument("--json", help="also write the rows and settings to this file")
     parser.add_argument("--merge", nargs="+", metavar="FILE", help="print the table of --json files, run nothing")
+    parser.add_argument("--wheels", metavar="DIR", help="install DIR's wheels privately first (llm_wheels.py)")
     options = parser.parse_args()
     if options.merge:
         print_table(*merge(options.merge))

@@ -128,6 +128,15 @@ def install_wheels(directory: str) -> str:
     return target
 
 
+def rerun_with_wheels(argv: list[str]) -> None:
+    """For a script run as ``SCRIPT --wheels DIR …``: install DIR's wheels (`install_wheels`)
+    and run ``SCRIPT …`` again with them and the repository on its path (never returns)."""
+    at = argv.index("--wheels")
+    target = install_wheels(argv[at + 1])
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([target, str(ROOT)] + [p for p in [os.environ.get("PYTHONPATH")] if p]))
+    os.execve(sys.executable, [sys.executable, argv[0], *argv[1:at], *argv[at + 2:]], env)
+
+
 # ----------------------------------------------------------------------------- the parts
 def part_facts() -> list[dict]:
     import torch

@@ -7,11 +7,10 @@ call, and the benchmark runs its sides apart (``--only``, ``--json``, then ``--m
 
     pip install -e ".[bench]"                                    # here: the versions to carry
     python benchmarks/llm_wheels.py --workbench .whl-llm --trl .whl-trl --python-version 3.12
-    # call 1, carry [".whl-llm", ".devsnap"]:
-    #   python3 benchmarks/device_check.py --wheels ../.whl-llm --parts facts   (installs nothing else)
-    #   PYTHONPATH=<that folder> python3 benchmarks/bench_llm_rl.py --device cuda --size 100m \
-    #       --only workbench --json $OUT/wb.json
-    # call 2, carry [".whl-trl", ".devsnap"]: the same with --only trl --json $OUT/trl.json
+    # call 1 (carry .whl-llm and the code), there:
+    python3 benchmarks/bench_llm_rl.py --wheels ../.whl-llm --device cuda --size 100m \
+        --only workbench --json $OUT/wb.json
+    # call 2 (carry .whl-trl and the code): the same with --wheels ../.whl-trl --only trl
     python benchmarks/bench_llm_rl.py --merge trl.json wb.json    # here, the table
 
 What a host image already has (torch, NumPy, pandas…: `device_check.HOST_HAS`) is never
