@@ -95,8 +95,16 @@ def download_wheels(directory: str, python_version: str) -> None:
 
     core = [re.split(r"[\s;<>=!~\[(]", r, maxsplit=1)[0] for r in metadata.requires("workbench-rl") or []
             if "extra ==" not in r]
-    names = sorted(n for n in _closure([c for c in core if c.lower() not in NOT_NEEDED])
-                   if n not in HOST_HAS and not n.startswith(("nvidia-", "cupy")))
+    download_pinned(sorted(n for n in _closure([c for c in core if c.lower() not in NOT_NEEDED])
+                           if n not in HOST_HAS and not n.startswith(("nvidia-", "cupy"))), directory, python_version)
+
+
+def download_pinned(names: list[str], directory: str, python_version: str) -> list[str]:
+    """Wheels of ``names`` for ``python_version`` on manylinux x86-64 into ``directory``,
+    at the versions installed here (the newest where that version has no such wheel);
+    returns the pins."""
+    from importlib import metadata
+
     pins = []
     for name in names:
         try:
@@ -113,6 +121,7 @@ def download_wheels(directory: str, python_version: str) -> None:
         if subprocess.run(command + [pin], capture_output=True).returncode != 0:
             subprocess.run(command + [pin.split("==")[0]], check=True, capture_output=True)
     print(f"done: {', '.join(pins)}")
+    return pins
 
 
 def install_wheels(directory: str) -> str:

@@ -63,20 +63,8 @@ def trim_pyarrow(wheel: Path) -> Path:
 
 
 def download(names: list[str], directory: str, python_version: str) -> None:
-    from importlib import metadata
-
-    pins = []
-    for name in names:
-        try:
-            pins.append(f"{name}=={metadata.version(name)}")
-        except metadata.PackageNotFoundError:
-            pins.append(name)
-    platforms = [f"--platform={p}" for p in ("manylinux_2_28_x86_64", "manylinux_2_17_x86_64",
-                                             "manylinux2014_x86_64", "any")]
-    for pin in pins:
-        subprocess.run([sys.executable, "-m", "pip", "download", "-q", "--no-deps", "--only-binary=:all:",
-                        f"--python-version={python_version}", "--implementation=cp", *platforms,
-                        "-d", directory, pin], check=True)
+    """`device_check.download_pinned`, then pyarrow trimmed (`trim_pyarrow`), and the size."""
+    pins = device_check.download_pinned(names, directory, python_version)
     for wheel in Path(directory).glob("pyarrow-*.whl"):
         trim_pyarrow(wheel)
     size = sum(p.stat().st_size for p in Path(directory).glob("*.whl")) / 2**20
