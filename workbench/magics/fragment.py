@@ -209,6 +209,10 @@ class WorkbenchMagics(Magics):
                 print(f"nothing is running: the background run {last.status} "
                       f"({type(last.error).__name__}); returning its record (run.error has why).")
                 return last
+            if thread is not None and last is not None:  # it ended on its own before the stop
+                print(f"nothing is running: the background run ended by itself ({last.summary()}); "
+                      "returning its record.")
+                return last
             print("nothing is running.")
             return None
         self.fdg.stop()
