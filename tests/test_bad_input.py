@@ -142,16 +142,6 @@ def test_fdg_stop_with_nothing_running_says_so(ip, capsys):
     assert "nothing is running." in capsys.readouterr().out
 
 
-def test_fdg_stop_after_a_background_run_ended_by_itself_returns_its_record(ip, capsys):
-    _cells(ip, *LOOP_CELLS)
-    ip.run_line_magic("fdg", "run --background --iterations 2 --steps 1 --no-progress")
-    magics = ip.magics_manager.registry["WorkbenchMagics"]
-    magics._background.join(timeout=60)
-    record = ip.run_line_magic("fdg", "stop")
-    assert record is _fdg(ip).last_run and record.status == "finished"
-    assert "the background run ended by itself (finished: 2/2 iterations" in capsys.readouterr().out
-
-
 # ============================================================================ the FDG
 def test_a_name_read_that_nobody_writes_is_named_with_its_cell_line(ip):
     _cells(ip, *LOOP_CELLS, "gain = 2.0", "%%fragment actor\nstart = obs\naction = start * gian\n")

@@ -108,6 +108,16 @@ def test_background_run_and_stop(ip):
     assert run.status == "stopped" and 0 < run.completed_iterations < 100000
 
 
+def test_fdg_stop_after_a_background_run_ended_by_itself_returns_its_record(ip, capsys):
+    _cells(ip, *LOOP_CELLS)
+    ip.run_line_magic("fdg", "run --background --iterations 2 --steps 1 --no-progress")
+    magics = ip.magics_manager.registry["WorkbenchMagics"]
+    magics._background.join(timeout=60)
+    record = ip.run_line_magic("fdg", "stop")
+    assert record is _fdg(ip).last_run and record.status == "finished"
+    assert "the background run ended by itself (finished: 2/2 iterations" in capsys.readouterr().out
+
+
 def test_reset_forgets_fragments(ip):
     _cells(ip, *LOOP_CELLS)
     ip.run_line_magic("fdg", "reset")
