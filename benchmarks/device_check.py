@@ -430,6 +430,9 @@ def main() -> None:
     parser.add_argument("--download-wheels", metavar="DIR", help="download the wheels a GPU host needs, then stop")
     parser.add_argument("--python-version", default="3.12", help="the GPU host's Python (with --download-wheels)")
     parser.add_argument("--timeout", type=float, default=900, help="seconds each part may take")
+    parser.add_argument("--budget", type=float, default=None,
+                        help="seconds all parts may take together (a device call's limit, less the "
+                             "install): a part is cut at it, later ones are not started")
     parser.add_argument("--json", help="also write the rows to this file")
     parser.add_argument("--logs", help="write each part's whole output to DIR/PART.log")
     parser.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3, 4, 5], help="ppo: seeds")
@@ -464,11 +467,16 @@ def main() -> None:
     env["PYTHONPATH"] = os.pathsep.join(paths + [p for p in [env.get("PYTHONPATH")] if p])
     rows = []
     print(f"workbench device check ({time.strftime('%Y-%m-%d %H:%M')}): {' '.join(args.parts)}", flush=True)
-    for name in args.parts:
+    deadline = time.monotonic() + (args.budget or float("inf"))
+    for name in args.parts:  # in the order given: put what matters most first
         kwargs = {"ppo": {"seeds": args.seeds, "env_counts": args.envs, "profile": args.profile,
                           "steps": args.steps},
                   "scaling": {"sizes": args.sizes, "pairs": args.pairs}}.get(name, {})
-        got = run_part(name, env, args.timeout, kwargs)
+        left = deadline - time.monotonic()
+        if left < 30:  # not worth starting: say so rather than be cut off by the caller
+            got = [{"part": name, "what": "not run", "value": f"--budget {args.budget:g} s spent"}]
+        else:
+            got = run_part(name, env, min(args.timeout, left), kwargs)
         print(format_rows(got), flush=True)
         rows += got
         if args.json:  # after every part: a run cut short still leaves what it measured
