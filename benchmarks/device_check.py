@@ -474,7 +474,7 @@ def main() -> None:
                   "scaling": {"sizes": args.sizes, "pairs": args.pairs}}.get(name, {})
         left = deadline - time.monotonic()
         if left < 30:  # not worth starting: say so rather than be cut off by the caller
-            got = [{"part": name, "what": "not run", "value": f"--budget {args.budget:g} s spent"}]
+            got = [{"part": name, "what": "not run", "value": f"{max(left, 0):.0f} s of --budget {args.budget:g} s left"}]
         else:
             got = run_part(name, env, min(args.timeout, left), kwargs)
         print(format_rows(got), flush=True)

@@ -1,0 +1,95 @@
+"""The scripts a GPU session runs (benchmarks/device_check.py, bench_llm_rl.py's merge,
+llm_wheels.py's pyarrow trim), run here on the CPU so they do not rot between the sessions
+that are lent a device: what they print and write, their budget, their refusals."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+
+BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
+sys.path.insert(0, str(BENCHMARKS))
+
+import bench_llm_rl  # noqa: E402
+import llm_wheels  # noqa: E402
+
+
+def _device_check(*args: str, tmp_path: Path, timeout: float = 300) -> tuple[str, list[dict]]:
+    out = tmp_path / "check.json"
+    done = subprocess.run([sys.executable, str(BENCHMARKS / "device_check.py"), *args, "--json", str(out)],
+                          capture_output=True, text=True, timeout=timeout, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-2000:]
+    return done.stdout, json.loads(out.read_text())
+
+
+def test_the_device_check_runs_its_parts_here(tmp_path):
+    text, rows = _device_check("--parts", "facts", "kernel", tmp_path=tmp_path)
+    facts = {r["what"]: r["value"] for r in rows if r["part"] == "facts"}
+    assert facts["cores"] >= 1 and facts["python"].startswith("3.")
+    kernel = [r for r in rows if r["part"] == "kernel" and r["what"].startswith("CartPole ×")]
+    assert len(kernel) == 3 and all(r["numpy env-steps/s"] > 0 for r in kernel)
+    assert "## device check" in text and "### kernel" in text
+
+
+def test_a_budget_too_small_for_a_part_lists_it_as_not_run(tmp_path):
+    text, rows = _device_check("--parts", "kernel", "tests", "--budget", "20", tmp_path=tmp_path)
+    assert [(r["part"], r["what"]) for r in rows] == [("kernel", "not run"), ("tests", "not run")]
+    assert all(r["value"].endswith("s of --budget 20 s left") for r in rows)
+
+
+@pytest.mark.slow  # a Dask cluster and two short MAPPO runs
+def test_its_mappo_part_runs_mappo_under_gpuonly_on_this_cpu(tmp_path):
+    done = subprocess.run([sys.executable, str(BENCHMARKS / "device_check.py"), "--one-part", "mappo",
+                           "--kwargs", json.dumps({"env_counts": [8], "iterations": 2})],
+                          capture_output=True, text=True, timeout=600, cwd=tmp_path)
+    rows = json.loads([line for line in done.stdout.splitlines() if line.startswith("ROWS ")][-1][5:])
+    (row,) = rows
+    assert row["what"] == "simple_spread × 8" and row["env numpy env-steps/s"] > 0
+    for where in ("GPU", "host"):  # no GPU here: GPUOnly runs on the worker's CPU
+        assert row[f"MAPPO gpuonly, env on {where}, env-steps/s"] > 0, row
+
+
+def _side(path: Path, rows: dict, **meta) -> str:
+    settings = {"updates": 2, "device": "cpu", "size": "small", "seeds": [1, 2], "warm_start_steps": 30,
+                "parameters": 100_000, **meta}
+    path.write_text(json.dumps({"meta": settings, "rows": rows}))
+    return str(path)
+
+
+def test_merging_the_llm_sides_times_each_workbench_run_against_trl_s_accuracy_on_its_seed(tmp_path, capsys):
+    trl = {"TRL GRPOTrainer": [{"accuracy": 0.5, "wall_s": 10.0, "tokens_per_s": 100.0, "reach_s": 10.0},
+                               {"accuracy": 0.2, "wall_s": 12.0, "tokens_per_s": 100.0, "reach_s": 12.0}]}
+    # seed 1 reaches 0.5 at 3 s; seed 2 reaches 0.2 at 1 s (its own TRL's, not seed 1's)
+    wb = {"workbench gpuonly": [{"accuracy": 0.6, "wall_s": 8.0, "tokens_per_s": 300.0, "curve": [[1.0, 0.3], [3.0, 0.5]]},
+                                {"accuracy": 0.3, "wall_s": 8.0, "tokens_per_s": 300.0, "curve": [[1.0, 0.2]]}]}
+    rows, meta = bench_llm_rl.merge([_side(tmp_path / "t.json", trl), _side(tmp_path / "w.json", wb)])
+    bench_llm_rl.print_table(rows, meta)
+    line = [x for x in capsys.readouterr().out.splitlines() if x.startswith("workbench gpuonly")][0]
+    assert line.split()[-2:] == ["2.0", "0.18×"]  # median of 3 s and 1 s; ÷ TRL's median wall 11 s
+
+
+def test_merging_sides_that_ran_other_settings_is_refused(tmp_path):
+    a = _side(tmp_path / "a.json", {"TRL GRPOTrainer": []})
+    b = _side(tmp_path / "b.json", {"workbench gpuonly": []}, updates=40)
+    with pytest.raises(SystemExit, match=r"--merge: .*b\.json ran other settings .*'updates': 40"):
+        bench_llm_rl.merge([a, b])
+
+
+def test_the_pyarrow_trim_drops_what_datasets_never_loads_and_its_record_lines(tmp_path):
+    wheel = tmp_path / "pyarrow-1.0-cp312-cp312-manylinux_2_28_x86_64.whl"
+    kept = ["pyarrow/__init__.py", "pyarrow/libarrow.so.2600", "pyarrow/lib.cpython-312-x86_64-linux-gnu.so"]
+    dropped = ["pyarrow/libarrow_flight.so.2600", "pyarrow/_s3fs.cpython-312-x86_64-linux-gnu.so",
+               "pyarrow/include/arrow/api.h", "pyarrow/tests/test_array.py"]
+    record = "pyarrow-1.0.dist-info/RECORD"
+    with zipfile.ZipFile(wheel, "w") as z:
+        for name in kept + dropped:
+            z.writestr(name, b"x")
+        z.writestr(record, "\n".join(f"{n},sha256=abc,1" for n in kept + dropped))
+    llm_wheels.trim_pyarrow(wheel)
+    with zipfile.ZipFile(wheel) as z:
+        assert sorted(z.namelist()) == sorted(kept + [record])
+        assert z.read(record).decode().split() == [f"{n},sha256=abc,1" for n in kept]
