@@ -3,6 +3,7 @@ llm_wheels.py's pyarrow trim), run here on the CPU so they do not rot between th
 that are lent a device: what they print and write, their budget, their refusals."""
 from __future__ import annotations
 
+import importlib
 import json
 import subprocess
 import sys
@@ -12,10 +13,14 @@ from pathlib import Path
 import pytest
 
 BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
-sys.path.insert(0, str(BENCHMARKS))
 
-import bench_llm_rl  # noqa: E402
-import llm_wheels  # noqa: E402
+
+def _script(name: str):
+    """A benchmark script as a module, imported when a test needs it (bench_llm_rl imports
+    transformers: not at collection)."""
+    if str(BENCHMARKS) not in sys.path:
+        sys.path.insert(0, str(BENCHMARKS))
+    return importlib.import_module(name)
 
 
 def _device_check(*args: str, tmp_path: Path, timeout: float = 300) -> tuple[str, list[dict]]:
@@ -66,6 +71,7 @@ def test_merging_the_llm_sides_times_each_workbench_run_against_trl_s_accuracy_o
     # seed 1 reaches 0.5 at 3 s; seed 2 reaches 0.2 at 1 s (its own TRL's, not seed 1's)
     wb = {"workbench gpuonly": [{"accuracy": 0.6, "wall_s": 8.0, "tokens_per_s": 300.0, "curve": [[1.0, 0.3], [3.0, 0.5]]},
                                 {"accuracy": 0.3, "wall_s": 8.0, "tokens_per_s": 300.0, "curve": [[1.0, 0.2]]}]}
+    bench_llm_rl = _script("bench_llm_rl")
     rows, meta = bench_llm_rl.merge([_side(tmp_path / "t.json", trl), _side(tmp_path / "w.json", wb)])
     bench_llm_rl.print_table(rows, meta)
     line = [x for x in capsys.readouterr().out.splitlines() if x.startswith("workbench gpuonly")][0]
@@ -76,7 +82,7 @@ def test_merging_sides_that_ran_other_settings_is_refused(tmp_path):
     a = _side(tmp_path / "a.json", {"TRL GRPOTrainer": []})
     b = _side(tmp_path / "b.json", {"workbench gpuonly": []}, updates=40)
     with pytest.raises(SystemExit, match=r"--merge: .*b\.json ran other settings .*'updates': 40"):
-        bench_llm_rl.merge([a, b])
+        _script("bench_llm_rl").merge([a, b])
 
 
 def test_the_pyarrow_trim_drops_what_datasets_never_loads_and_its_record_lines(tmp_path):
@@ -89,7 +95,7 @@ def test_the_pyarrow_trim_drops_what_datasets_never_loads_and_its_record_lines(t
         for name in kept + dropped:
             z.writestr(name, b"x")
         z.writestr(record, "\n".join(f"{n},sha256=abc,1" for n in kept + dropped))
-    llm_wheels.trim_pyarrow(wheel)
+    _script("llm_wheels").trim_pyarrow(wheel)
     with zipfile.ZipFile(wheel) as z:
         assert sorted(z.namelist()) == sorted(kept + [record])
         assert z.read(record).decode().split() == [f"{n},sha256=abc,1" for n in kept]

@@ -34,6 +34,7 @@ from workbench.session import FDG
 
 __version__ = "0.1.0"
 
+import dataclasses as _dataclasses
 import logging as _logging
 
 # a library's logger stays silent unless the application configures logging; what the user
@@ -84,8 +85,8 @@ def __getattr__(name):
     raise AttributeError(f"module 'workbench' has no attribute {name!r}")
 
 
-#: what a cell reads from ``replica`` (workbench.context.ReplicaInfo), not from ``wb``
-_ON_REPLICA = ("iteration", "index", "count", "worker", "device", "fragment")
+#: what a cell reads from ``replica`` (ReplicaInfo's fields and its iteration), not from ``wb``
+_ON_REPLICA = ("iteration", *(f.name for f in _dataclasses.fields(ReplicaInfo)))
 
 
 def load_ipython_extension(ipython):

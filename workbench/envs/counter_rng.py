@@ -50,9 +50,14 @@ def seed_key(seed: int) -> int:
     return int(mix(np.array([seed & (2**64 - 1)], np.uint64))[0])
 
 
-def _draw_steps(draws: int) -> np.ndarray:
-    # (d + 1) * DRAW, wrapped as in C without NumPy's scalar overflow warning
-    return np.array([(d + 1) * DRAW % 2**64 for d in range(draws)], np.uint64)
+@functools.cache
+def _draw_steps(draws: int, xp: Any = np, device: int | None = None) -> Any:
+    """``(d + 1) * DRAW`` for each draw ``d`` (wrapped as in C, without NumPy's scalar overflow
+    warning), as an ``xp`` array: made once per module, GPU and count, since `uniforms` runs
+    every step of a GPU env and a fresh host-to-device copy each time would be waste."""
+    steps = np.array([(d + 1) * DRAW % 2**64 for d in range(draws)], np.uint64)
+    steps.setflags(write=False)  # shared by every call
+    return steps if xp is np else xp.asarray(steps)
 
 
 def uniforms(key: int, envs: Any, episodes: Any, draws: int, xp: Any = np) -> Any:
@@ -67,11 +72,12 @@ def uniforms(key: int, envs: Any, episodes: Any, draws: int, xp: Any = np) -> An
     >>> bool((a == b).all())                    # env 5's draws do not depend on its neighbours
     True
     """
-    steps = xp.asarray(_draw_steps(draws))
     envs, episodes = envs.astype(xp.uint64), episodes.astype(xp.uint64)
     if getattr(xp, "__name__", "") == "cupy":
+        steps = _draw_steps(draws, xp, xp.cuda.Device().id)
         out = xp.empty((envs.shape[0], draws), xp.float64)
         return _cupy_kernel()(np.uint64(key), envs[:, None], episodes[:, None], steps[None, :], out)
+    steps = xp.asarray(_draw_steps(draws))  # other modules: NumPy's array, as theirs
     z = mix(np.uint64(key) + envs * np.uint64(ENV))
     z = mix(z + episodes * np.uint64(EPISODE))
     bits = mix(z[:, None] + steps[None, :]) >> np.uint64(11)

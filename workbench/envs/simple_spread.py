@@ -453,14 +453,17 @@ class SimpleSpread(SavesState):
             return (final_obs.copy(), *empty_episode_stats())
         lengths, returns = self._elapsed[index], self._returns[index]
         lengths, returns = to_host(lengths), to_host(returns)
-        self._write_initial_states(index, ended.size)
+        obs = self._reset_at(index, ended.size, final_obs)
+        return obs, returns.astype(np.float32), lengths.astype(np.int64)
+
+    def _reset_at(self, index: Any, count: int, final_obs: Any) -> Any:
+        """Reset the ``count`` envs at ``index``; the step's obs: theirs fresh, the rest final."""
+        self._write_initial_states(index, count)
         self._elapsed[index] = 0
         self._returns[index] = 0.0
         obs = final_obs.copy()
-        obs[index] = self._observe(
-            self._pos[:, index], self._vel[:, index], self._landmarks[:, index]
-        )
-        return obs, returns.astype(np.float32), lengths.astype(np.int64)
+        obs[index] = self._observe(self._pos[:, index], self._vel[:, index], self._landmarks[:, index])
+        return obs
 
     def _autoreset_by_counter(self, done: Any, final_obs: Any) -> tuple[Any, Any, Any]:
         """`_autoreset` for ``resets="counter"``: the episode stats as `EndedEpisodes`; on
@@ -473,12 +476,7 @@ class SimpleSpread(SavesState):
             if ended.size == 0:
                 return final_obs.copy(), returns, lengths
             self._episodes[ended] += np.uint32(1)
-            self._write_initial_states(ended, ended.size)
-            self._elapsed[ended] = 0
-            self._returns[ended] = 0.0
-            obs = final_obs.copy()
-            obs[ended] = self._observe(self._pos[:, ended], self._vel[:, ended], self._landmarks[:, ended])
-            return obs, returns, lengths
+            return self._reset_at(ended, ended.size, final_obs), returns, lengths
         # Every env draws its next start and keeps it only where it ended: a few
         # elementwise kernels, and the GPU never waits for the host to learn which.
         self._episodes += done.astype(xp.uint32)
