@@ -17,6 +17,7 @@ from workbench.runtime.fence import Fence
 from workbench.runtime.mailbox import Arrival
 from workbench.runtime.replica import GroupReplica, TaskReport
 from workbench.runtime.snapshot_pacing import SnapshotPacer
+from workbench.runtime.state_size import state_nbytes
 
 __all__ = ["run_loop"]
 
@@ -54,7 +55,7 @@ def run_loop(
     replica.peers = Peers(group, replica.index, mailbox, postman, replica_counts, stopped)
     done = 0
     last = None
-    pacer = SnapshotPacer() if paced and snapshot is not None else None
+    pacer = SnapshotPacer(estimate=lambda: _light_nbytes(replica)) if paced and snapshot is not None else None
     try:
         for task in tasks:
             if task.spec.group != group:
@@ -89,6 +90,15 @@ def run_loop(
         if replica.lanes is not None:  # its siblings no longer wait for it to step with them
             replica.lanes.leave(replica.index)
     return done
+
+
+def _light_nbytes(replica: GroupReplica) -> int | None:
+    """About the bytes of the replica's light snapshot (None: not known; the first
+    snapshot then measures them)."""
+    try:
+        return state_nbytes(replica.export_state(replica.snapshotted(False), streams=False))
+    except Exception:  # noqa: BLE001 - a value that does not pickle: the snapshot says what
+        return None
 
 
 def _run_head(replica: GroupReplica, task: WiredTask, boundary: int, mailbox: Mailbox,

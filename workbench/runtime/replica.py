@@ -399,11 +399,14 @@ class GroupReplica(CellErrors):
         """This replica's state, pickled: every fragment's (``full``), or only those without
         step cells — learners, whose weights and optimiser state a lost worker must not
         take with it; actors and envs start new episodes instead (cheap every iteration)."""
-        keep = None if full else [f for f in self.namespaces if (f, "step") not in self.program.code]
         # not the streams in the light ones: 12 KB more every iteration was seconds per
         # iteration on a slow link (a 32 kbit/s host in tests/hosts); a learner recovered
         # from one draws anew, as an actor re-placed does
-        return self.state_bytes(keep, streams=full)
+        return self.state_bytes(self.snapshotted(full), streams=full)
+
+    def snapshotted(self, full: bool) -> list[str] | None:
+        """The fragments a snapshot holds: all (``full``) or those without step cells."""
+        return None if full else [f for f in self.namespaces if (f, "step") not in self.program.code]
 
     def state_bytes(self, fragments=None, streams: bool = True) -> bytes:
         """:meth:`export_state`, pickled. A value that does not pickle (a lock, a socket the

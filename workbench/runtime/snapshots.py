@@ -65,7 +65,7 @@ class SnapshotBook:
         with self._lock:
             versions = self._versions.setdefault((group, replica), {})
             versions[task] = value
-            for old in sorted(versions)[:-self.keep]:
+            for old in _beyond_keeping(versions, self.keep):
                 del versions[old]
             complete = all(task in v for v in self._versions.values())
             if complete:
@@ -100,6 +100,28 @@ class SnapshotBook:
             if all(iteration in v for v in self._versions.values()):
                 return {key: v[iteration] for key, v in self._versions.items()}
             return None
+
+
+def _beyond_keeping(versions, keep: int) -> list[int]:
+    """The iterations of a replica's snapshots to drop: all but its ``keep`` newest and its
+    newest at a multiple of each power of two (up to ``MOST``). A replica that snapshots
+    every iteration so still holds the one a replica with a longer interval (a big
+    learner's, :mod:`workbench.runtime.snapshot_pacing`) took at the same iteration.
+
+    >>> _beyond_keeping(dict.fromkeys(range(1, 11)), 2)   # kept: 9, 10, and 8 (a multiple of 8)
+    [1, 2, 3, 4, 5, 6, 7]
+    """
+    from workbench.runtime.snapshot_pacing import MOST
+
+    newest = sorted(versions)
+    kept = set(newest[-keep:])
+    power = 2
+    while power <= MOST:
+        multiples = [i for i in newest if i % power == 0]
+        if multiples:
+            kept.add(multiples[-1])
+        power *= 2
+    return [i for i in newest if i not in kept]
 
 
 def state_from(plan, iteration: int, pickled: dict[tuple[str, int], bytes]) -> RunState:
