@@ -32,6 +32,8 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
+import signal
 import subprocess
 import sys
 import tempfile
@@ -173,12 +175,18 @@ def part_tests() -> list[dict]:
     # the files that hold gpu-marked tests (collecting the whole suite would need its every extra)
     files = sorted(str(p.relative_to(ROOT)) for p in (ROOT / "tests").rglob("test_*.py")
                    if "mark.gpu" in p.read_text() or "ON_GPU" in p.read_text())
-    out = subprocess.run([sys.executable, "-m", "pytest", "-m", "gpu", "-q", "-rfEs", "-p", "no:cacheprovider",
-                          "--tb=short",
-                          "-o", "addopts=", *files], cwd=ROOT, capture_output=True, text=True)
-    print(out.stdout, out.stderr, sep="\n", file=sys.stderr)  # the whole report: into the part's log
-    lines = out.stdout.strip().splitlines()
-    summary = lines[-1] if lines else out.stderr.strip()[-300:]
+    # -v, each line passed on as it comes: a part cut at its time limit still says which
+    # tests passed, failed or were running (run_part keeps what it printed)
+    pytest = subprocess.Popen([sys.executable, "-m", "pytest", "-m", "gpu", "-v", "-rfEs", "-p", "no:cacheprovider",
+                               "--tb=short", "--durations=15", "-o", "addopts=", *files],
+                              cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    lines = []
+    for line in pytest.stdout:
+        print(line, end="", file=sys.stderr, flush=True)
+        lines.append(line.rstrip("\n"))
+    pytest.wait()
+    lines = [line for line in lines if line.strip()]
+    summary = lines[-1] if lines else "no output"
     rows = [{"part": "tests", "what": "pytest -m gpu", "value": summary.strip("= ")}]
     rows += [{"part": "tests", "what": "failed", "value": line[:200]}
              for line in lines if line.startswith(("FAILED", "ERROR"))]
@@ -386,21 +394,39 @@ def part_scaling(sizes=(1, 2, 4, 8, 16, 32), pairs: int = 1) -> list[dict]:
 def run_part(name: str, env: dict, timeout: float, kwargs: dict) -> list[dict]:
     """One part in its own process; a crash or a timeout is a row that says so."""
     start = time.perf_counter()
+    # a session of its own: a part cut at its limit goes with the processes it started
+    # (pytest's, a benchmark's cluster), and what it printed so far is kept
+    part = subprocess.Popen([sys.executable, __file__, "--one-part", name, "--kwargs", json.dumps(kwargs)],
+                            cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
     try:
-        out = subprocess.run([sys.executable, __file__, "--one-part", name, "--kwargs", json.dumps(kwargs)],
-                             cwd=ROOT, env=env,
-                             capture_output=True, text=True, timeout=timeout)
+        stdout, stderr = part.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
-        return [{"part": name, "what": "timed out", "value": f"after {timeout:.0f} s"}]
+        os.killpg(part.pid, signal.SIGKILL)
+        stdout, stderr = part.communicate()
+        if LOGS:
+            Path(LOGS, f"{name}.log").write_text(f"{stdout}\n--- stderr (cut at {timeout:.0f} s) ---\n{stderr}")
+        return [{"part": name, "what": "timed out", "value": f"after {timeout:.0f} s{_so_far(stderr)}"}]
     if LOGS:
-        Path(LOGS, f"{name}.log").write_text(out.stdout + "\n--- stderr ---\n" + out.stderr)
-    marker = [line for line in out.stdout.splitlines() if line.startswith("ROWS ")]
+        Path(LOGS, f"{name}.log").write_text(stdout + "\n--- stderr ---\n" + stderr)
+    marker = [line for line in stdout.splitlines() if line.startswith("ROWS ")]
     if not marker:
-        tail = (out.stderr.strip().splitlines() or ["no output"])[-1]
-        return [{"part": name, "what": f"crashed (rc {out.returncode})", "value": tail[:240]}]
+        tail = (stderr.strip().splitlines() or ["no output"])[-1]
+        return [{"part": name, "what": f"crashed (rc {part.returncode})", "value": tail[:240]}]
     rows = json.loads(marker[-1][5:])
     rows.append({"part": name, "what": "wall seconds", "value": round(time.perf_counter() - start, 1)})
     return rows
+
+
+def _so_far(output: str) -> str:
+    """What a cut part's pytest lines say: ``; 12 passed, 1 failed so far`` (or nothing).
+
+    >>> _so_far("tests/a.py::t1 PASSED  [ 50%]\\ntests/a.py::t2 FAILED  [100%]\\n")
+    '; 1 passed, 1 failed so far'
+    """
+    counts = {word: len(re.findall(rf"::\S+ {word.upper()}\b", output)) for word in ("passed", "failed", "skipped")}
+    said = ", ".join(f"{n} {word}" for word, n in counts.items() if n)
+    return f"; {said} so far" if said else ""
 
 
 def format_rows(rows: list[dict]) -> str:
