@@ -56,6 +56,12 @@ from workbench.llm import heldout_accuracy, warm_start
 SIZES = {"small": {}, "100m": {"hidden": 768, "layers": 12, "heads": 12}}
 
 
+def _sizes(options) -> dict:
+    """The size's GRPOConfig fields, with ``--learning-rate`` when given."""
+    lr = {} if options.learning_rate is None else {"learning_rate": options.learning_rate}
+    return {**SIZES[options.size], **lr}
+
+
 def warm_model(cfg, seed: int, device: str = "cpu", lr: float = 3e-3):
     model = grpo.make_model(cfg, grpo.tokenizer).to(device)
     warm_start(model, grpo.tokenizer, grpo.task, steps=cfg.warm_start_steps, seed=seed, lr=lr)
@@ -86,6 +92,7 @@ def run_trl(cfg, model, seed: int, device: str = "cpu") -> dict:
             max_grad_norm=cfg.max_grad_norm, max_steps=cfg.iterations, seed=seed, use_cpu=device == "cpu",
             bf16=False, gradient_checkpointing=False, report_to="none", save_strategy="no",
             logging_steps=cfg.iterations, disable_tqdm=True)
+        built = time.perf_counter()
         trainer = GRPOTrainer(model=f"{out}/start", reward_funcs=[exact_answer], args=args,
                               train_dataset=Dataset.from_dict({"prompt": grpo.task.train}),
                               processing_class=grpo.tokenizer)
@@ -93,8 +100,10 @@ def run_trl(cfg, model, seed: int, device: str = "cpu") -> dict:
         trainer.train()
         wall = time.perf_counter() - started
     trained = trainer.model.eval()
+    # wall: train() alone; building the trainer (the model and its reference loaded from
+    # disk onto the device) is setup_s, which workbench's wall holds (its deploy)
     return {"accuracy": heldout_accuracy(trained, grpo.tokenizer, grpo.task), "wall_s": wall,
-            "tokens_per_s": generated[0] / wall, "reach_s": wall}
+            "setup_s": started - built, "tokens_per_s": generated[0] / wall, "reach_s": wall}
 
 
 def run_workbench(cfg, model, policy: str, client) -> dict:
@@ -107,9 +116,14 @@ def run_workbench(cfg, model, policy: str, client) -> dict:
     metrics = run.metrics
     # measured every cfg.eval_every updates (none in a run shorter than that)
     measured = metrics.get("charts/heldout_accuracy", metrics.iloc[:0, :0]).dropna()
+    # where an iteration's time goes: each fragment's cells, median over the iterations
+    split = {c[len("time/"):-len("_compute_s")]: float(metrics[c].median()) for c in metrics.columns
+             if c.startswith("time/") and c.endswith("_compute_s") and "[" not in c}
     return {"accuracy": final, "wall_s": wall,
             "curve": [[float(metrics.loc[i, "time_s"]), float(v)] for i, v in measured.items()],
-            "tokens_per_s": float(metrics["perf/generated_tokens"].sum() / wall)}
+            "tokens_per_s": float(metrics["perf/generated_tokens"].sum() / wall),
+            "first_iteration_s": float(metrics["time_s"].iloc[0]),
+            "iteration_s": float(metrics["time_s"].diff().median()), "split_s": split}
 
 
 def time_to_reach(curve, target: float, final_accuracy: float, wall: float) -> float | None:
@@ -128,7 +142,11 @@ def time_to_reach(curve, target: float, final_accuracy: float, wall: float) -> f
 
 def print_table(rows: dict[str, list[dict]], meta: dict) -> None:
     """The medians over seeds, each workbench row's reach time against TRL's accuracy on
-    the same seed (when TRL's row is there)."""
+    the same seed (when TRL's row is there). Over the seeds every side finished (a run cut
+    at a device call's limit saves the seeds it finished)."""
+    finished = min((len(results) for results in rows.values()), default=0)
+    seeds = meta["seeds"][:finished]
+    rows = {name: results[:finished] for name, results in rows.items()}
     trl = rows.get("TRL GRPOTrainer")
     for name, results in rows.items():
         for k, result in enumerate(results):
@@ -138,16 +156,37 @@ def print_table(rows: dict[str, list[dict]], meta: dict) -> None:
     trl_wall = statistics.median(r["wall_s"] for r in trl) if trl else None
     print(f"\nGRPO, {meta['updates']} updates of {grpo.GRPOConfig.prompts_per_step} prompts × "
           f"{grpo.GRPOConfig.group_size} completions, a {meta['parameters'] / 1e6:.1f}M-parameter model on "
-          f"{meta['device']}, medians over seeds {meta['seeds']}:")
-    print(f"{'':18} {'held-out acc':>12} {'wall s':>8} {'gen tok/s':>10} {'reach TRL acc s':>16} {'÷ TRL wall':>10}")
+          f"{meta['device']}, medians over seeds {seeds}:")
+    print(f"{'':18} {'held-out acc':>12} {'vs warm':>8} {'wall s':>8} {'gen tok/s':>10} {'reach TRL acc s':>16} "
+          f"{'÷ TRL wall':>10}")
     for name, results in rows.items():
         reach = [r["reach_s"] for r in results]
         reached = None if any(x is None for x in reach) else statistics.median(reach)
         ratio = "—" if reached is None or not trl_wall else f"{reached / trl_wall:.2f}×"
         print(f"{name:18} {statistics.median(r['accuracy'] for r in results):>12.3f} "
+              f"{statistics.median(_gain(r) for r in results):>+8.3f} "
               f"{statistics.median(r['wall_s'] for r in results):>8.1f} "
               f"{statistics.median(r['tokens_per_s'] for r in results):>10.0f} "
               f"{('—' if reached is None else f'{reached:.1f}'):>16} {ratio:>10}")
+    print("vs warm: held-out accuracy less the warm start's, same seed. TRL's wall is train() alone; "
+          "workbench's wall and reach include its deploy.")
+    if trl and any("setup_s" in r for r in trl):
+        print(f"TRL's trainer took {statistics.median(r.get('setup_s', 0.0) for r in trl):.1f} s more "
+              "to build (median): its model and reference loaded onto the device.")
+    for name, results in rows.items():
+        if results and "split_s" in results[0]:
+            split = {frag: statistics.median(r["split_s"].get(frag, 0.0) for r in results)
+                     for frag in results[0]["split_s"]}
+            print(f"{name}: the first iteration ended {statistics.median(r['first_iteration_s'] for r in results):.1f} s "
+                  f"into the run, then {statistics.median(r['iteration_s'] for r in results) * 1e3:.0f} ms an "
+                  "iteration; cells: " + ", ".join(f"{f} {v * 1e3:.0f} ms" for f, v in split.items()))
+    if trl and statistics.median(_gain(r) for r in trl) <= 0:
+        print("note: TRL's runs did not raise held-out accuracy over the warm start (median): reaching "
+              "its accuracy then says nothing about learning; lower the learning rate or run longer.")
+
+
+def _gain(result: dict) -> float:
+    return result["accuracy"] - result.get("warm_start_accuracy", result["accuracy"])
 
 
 def merge(paths: list[str]) -> tuple[dict, dict]:
@@ -165,13 +204,15 @@ def merge(paths: list[str]) -> tuple[dict, dict]:
     return rows, meta
 
 
-def run_seeds(options, policies: tuple[str, ...], rows: dict[str, list[dict]], client) -> None:
+def run_seeds(options, policies: tuple[str, ...], rows: dict[str, list[dict]], client,
+              after_seed=lambda: None) -> None:
     """Each seed's warm start, then TRL (when in ``rows``) and workbench under ``policies``
-    from it, the results appended to ``rows``."""
+    from it, the results appended to ``rows``; ``after_seed()`` after each (saves the rows
+    so far: a device call cut at its limit keeps the seeds it finished)."""
     warm_lr = options.warm_start_lr or (3e-3 if options.size == "small" else 3e-4)
     for seed in options.seeds:
         cfg = dataclasses.replace(grpo.GRPOConfig(), seed=seed, iterations=options.updates,
-                                  warm_start_steps=options.warm_start_steps, **SIZES[options.size])
+                                  warm_start_steps=options.warm_start_steps, **_sizes(options))
         start = warm_model(cfg, seed, options.device, warm_lr)
         before = heldout_accuracy(start, grpo.tokenizer, grpo.task)
         if "TRL GRPOTrainer" in rows:
@@ -184,6 +225,7 @@ def run_seeds(options, policies: tuple[str, ...], rows: dict[str, list[dict]], c
         print(f"seed {seed}: warm start {before:.3f}; " + "; ".join(
             f"{name} {r[-1]['accuracy']:.3f} in {r[-1]['wall_s']:.1f} s" for name, r in rows.items()),
             flush=True)
+        after_seed()
 
 
 def main() -> None:
@@ -193,6 +235,8 @@ def main() -> None:
     parser.add_argument("--warm-start-steps", type=int, default=grpo.GRPOConfig.warm_start_steps)
     parser.add_argument("--warm-start-lr", type=float, default=None,
                         help="the warm start's Adam lr (default: 3e-3 for small, 3e-4 for 100m)")
+    parser.add_argument("--learning-rate", type=float, default=None,
+                        help="GRPO's Adam lr, both sides (default: the size's, SIZES)")
     parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu",
                         help="cuda: TRL on the GPU, workbench under GPUOnly")
     parser.add_argument("--size", choices=sorted(SIZES), default="small", help="the model built from a config")
@@ -206,6 +250,16 @@ def main() -> None:
         return
     if options.device == "cuda" and not torch.cuda.is_available():
         parser.error("--device cuda: torch sees no CUDA GPU here")
+    cfg = dataclasses.replace(grpo.GRPOConfig(), **_sizes(options))
+    meta = {"updates": options.updates, "device": options.device, "size": options.size, "seeds": options.seeds,
+            "warm_start_steps": options.warm_start_steps, "learning_rate": cfg.learning_rate,
+            "parameters": grpo.count_parameters(grpo.make_model(cfg, grpo.tokenizer))}
+
+    def save() -> None:
+        if options.json:
+            with open(options.json, "w") as f:
+                json.dump({"meta": meta, "rows": rows}, f, indent=1)
+
     policies = () if options.only == "trl" else ("inline", "coarse") if options.device == "cpu" else ("gpuonly",)
     rows: dict[str, list[dict]] = {**({} if options.only == "workbench" else {"TRL GRPOTrainer": []}),
                                    **{f"workbench {p}": [] for p in policies}}
@@ -224,17 +278,10 @@ def main() -> None:
             # notebook's cluster would have done before the run that matters
             warm_cfg = dataclasses.replace(grpo.GRPOConfig(), iterations=1, **SIZES[options.size])
             run_workbench(warm_cfg, grpo.make_model(warm_cfg, grpo.tokenizer), policies[-1], client)
-            run_seeds(options, policies, rows, client)
+            run_seeds(options, policies, rows, client, save)
     else:  # TRL alone: no cluster (nor Dask's wheels on a device host)
-        run_seeds(options, policies, rows, None)
+        run_seeds(options, policies, rows, None, save)
 
-    cfg = dataclasses.replace(grpo.GRPOConfig(), **SIZES[options.size])
-    meta = {"updates": options.updates, "device": options.device, "size": options.size, "seeds": options.seeds,
-            "warm_start_steps": options.warm_start_steps,
-            "parameters": grpo.count_parameters(grpo.make_model(cfg, grpo.tokenizer))}
-    if options.json:
-        with open(options.json, "w") as f:
-            json.dump({"meta": meta, "rows": rows}, f, indent=1)
     print_table(rows, meta)
 
 

@@ -45,8 +45,14 @@ def test_gpuonly_grpo_trains_on_cuda_and_syncs_the_generate_replica():
         grpo.wb.log("test/learner_on_cuda", float(next(model.parameters()).is_cuda))
         return grpo.grpo_update(model, *args, **kwargs)
 
+    def spread_reward(prompt: str, completion: str) -> float:
+        # rewards that differ within a group whatever the untrained model samples: a zero
+        # advantage everywhere (every answer wrong, the exact-answer reward) is no gradient
+        # at all, and "it learned" would hang on a lucky right answer (it failed so on an H200)
+        return float(sum(map(ord, completion)) % 5)
+
     cfg = dataclasses.replace(grpo.GRPOConfig(), prompts_per_step=8, group_size=4, learning_rate=1e-3)
-    namespace = dict(vars(grpo), cfg=cfg, grpo_update=grpo_update_on)
+    namespace = dict(vars(grpo), cfg=cfg, grpo_update=grpo_update_on, reward_fn=spread_reward)
     with LocalCluster(n_workers=1, threads_per_worker=2, processes=True, host="127.0.0.1",
                       dashboard_address="127.0.0.1:0", silence_logs=logging.ERROR) as cluster, \
             Client(cluster, set_as_default=False) as client:
