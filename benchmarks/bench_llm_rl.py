@@ -42,7 +42,7 @@ import tempfile
 import time
 
 if __name__ == "__main__" and "--wheels" in sys.argv:  # before the imports the wheels bring
-    from device_check import rerun_with_wheels
+    from device_wheels import rerun_with_wheels
 
     rerun_with_wheels(sys.argv)
 

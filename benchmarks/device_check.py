@@ -40,112 +40,13 @@ import tempfile
 import time
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from device_wheels import download_wheels, install_wheels  # noqa: E402
+
 ROOT = Path(__file__).resolve().parents[1]
 #: where each part's whole output goes (--logs)
 LOGS: str | None = None
 PARTS = ("facts", "tests", "kernel", "ppo", "mappo", "scaling")
-#: what an accelerator image is expected to have already (never carried as wheels)
-HOST_HAS = {"torch", "numpy", "cupy", "triton", "pandas", "psutil", "msgpack", "pyyaml", "jinja2",
-            "markupsafe", "cloudpickle", "toolz", "sortedcontainers", "tqdm", "packaging", "pytest",
-            "contourpy", "pillow", "typing-extensions", "urllib3", "pygments", "python-dateutil", "six",
-            "tzdata", "pytz", "filelock", "fsspec", "sympy", "mpmath", "networkx", "setuptools", "click",
-            "zipp", "pluggy", "iniconfig", "attrs", "certifi", "idna", "requests", "charset-normalizer"}
-#: workbench's requirements the check leaves out: it runs no notebook server
-NOT_NEEDED = {"jupyterlab"}
-
-
-# ----------------------------------------------------------------------------- wheels
-def _closure(names) -> set[str]:
-    """The installed distributions ``names`` need, transitively (extras left out)."""
-    import re
-    from importlib import metadata
-
-    seen, todo = set(), [n.lower() for n in names]
-    while todo:
-        name = todo.pop()
-        if name in seen:
-            continue
-        seen.add(name)
-        try:
-            requires = metadata.distribution(name).requires or []
-        except metadata.PackageNotFoundError:
-            continue
-        for req in requires:
-            if "extra ==" in req:
-                continue
-            if ";" in req and not _marker_holds(req.split(";", 1)[1]):
-                continue
-            todo.append(re.split(r"[\s;<>=!~\[(]", req, maxsplit=1)[0].lower().replace("_", "-"))
-    return seen
-
-
-def _marker_holds(marker: str) -> bool:
-    try:
-        from packaging.markers import Marker
-
-        return Marker(marker).evaluate()
-    except Exception:  # noqa: BLE001  (an unreadable marker: keep the requirement)
-        return True
-
-
-def download_wheels(directory: str, python_version: str) -> None:
-    """Download, as wheels for ``python_version`` on manylinux x86-64, every installed
-    distribution the check needs that an accelerator image does not have (`HOST_HAS`), at
-    the versions installed here."""
-    import re
-    from importlib import metadata
-
-    core = [re.split(r"[\s;<>=!~\[(]", r, maxsplit=1)[0] for r in metadata.requires("workbench-rl") or []
-            if "extra ==" not in r]
-    download_pinned(sorted(n for n in _closure([c for c in core if c.lower() not in NOT_NEEDED])
-                           if n not in HOST_HAS and not n.startswith(("nvidia-", "cupy"))), directory, python_version)
-
-
-def download_pinned(names: list[str], directory: str, python_version: str) -> list[str]:
-    """Wheels of ``names`` for ``python_version`` on manylinux x86-64 into ``directory``,
-    at the versions installed here (the newest where that version has no such wheel);
-    returns the pins."""
-    from importlib import metadata
-
-    pins = []
-    for name in names:
-        try:
-            pins.append(f"{name}=={metadata.version(name)}")
-        except metadata.PackageNotFoundError:
-            pins.append(name)
-    platforms = [f"--platform={p}" for p in ("manylinux_2_28_x86_64", "manylinux_2_27_x86_64",
-                                             "manylinux_2_17_x86_64", "manylinux2014_x86_64",
-                                             "manylinux1_x86_64", "any")]
-    command = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
-               f"--python-version={python_version}", "--implementation=cp", *platforms, "-d", directory]
-    print(f"downloading {len(pins)} wheels for Python {python_version} into {directory}", flush=True)
-    for pin in pins:  # one at a time: a version with no wheel for that Python falls back to the newest
-        if subprocess.run(command + [pin], capture_output=True).returncode != 0:
-            subprocess.run(command + [pin.split("==")[0]], check=True, capture_output=True)
-    print(f"done: {', '.join(pins)}")
-    return pins
-
-
-def install_wheels(directory: str) -> str:
-    """Install every wheel in ``directory`` into a private folder; returns the folder."""
-    # a folder named site-packages: dill (datasets' fingerprints, TRL's side) pickles the
-    # classes of modules from any other path by value, and pyarrow's cannot be
-    target = str(Path(tempfile.mkdtemp(prefix="workbench-wheels-"), "site-packages"))
-    wheels = sorted(str(p) for p in Path(directory).glob("*.whl"))
-    if not wheels:
-        raise SystemExit(f"--wheels {directory}: no .whl files there (build them with --download-wheels)")
-    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-index", "--no-deps", "--no-compile",
-                    "--disable-pip-version-check", "--target", target, *wheels], check=True)
-    return target
-
-
-def rerun_with_wheels(argv: list[str]) -> None:
-    """For a script run as ``SCRIPT --wheels DIR …``: install DIR's wheels (`install_wheels`)
-    and run ``SCRIPT …`` again with them and the repository on its path (never returns)."""
-    at = argv.index("--wheels")
-    target = install_wheels(argv[at + 1])
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([target, str(ROOT)] + [p for p in [os.environ.get("PYTHONPATH")] if p]))
-    os.execve(sys.executable, [sys.executable, argv[0], *argv[1:at], *argv[at + 2:]], env)
 
 
 # ----------------------------------------------------------------------------- the parts

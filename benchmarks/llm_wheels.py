@@ -13,7 +13,7 @@ call, and the benchmark runs its sides apart (``--only``, ``--json``, then ``--m
     # call 2 (carry .whl-trl and the code): the same with --wheels ../.whl-trl --only trl
     python benchmarks/bench_llm_rl.py --merge trl.json wb.json    # here, the table
 
-What a host image already has (torch, NumPy, pandas…: `device_check.HOST_HAS`) is never
+What a host image already has (torch, NumPy, pandas…: `device_wheels.HOST_HAS`) is never
 carried. pyarrow is carried without the parts datasets never loads (Arrow Flight, the S3
 filesystem, C++ tests and headers: 55 → ~35 MB); `--check` loads the trimmed pyarrow the way
 datasets does, here, from a build for this machine's Python.
@@ -28,7 +28,7 @@ import zipfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import device_check  # noqa: E402  (its wheel helpers)
+import device_wheels  # noqa: E402
 
 #: what each side imports (their installed closures are carried)
 SIDES = {"workbench": ["transformers"], "trl": ["transformers", "trl", "accelerate", "datasets"]}
@@ -41,8 +41,8 @@ def side_names(side: str) -> list[str]:
     """The distributions a side needs that a host image lacks: the installed closure of its
     packages' declared requirements (optional imports such as boto3 are guarded by the
     libraries and left out)."""
-    names = device_check._closure(SIDES[side])
-    return sorted(n for n in names if n not in device_check.HOST_HAS and n not in ("hf-xet", "workbench-rl")
+    names = device_wheels._closure(SIDES[side])
+    return sorted(n for n in names if n not in device_wheels.HOST_HAS and n not in ("hf-xet", "workbench-rl")
                   and not n.startswith(("nvidia-", "cupy", "torch", "triton")))
 
 
@@ -63,8 +63,8 @@ def trim_pyarrow(wheel: Path) -> Path:
 
 
 def download(names: list[str], directory: str, python_version: str) -> None:
-    """`device_check.download_pinned`, then pyarrow trimmed (`trim_pyarrow`), and the size."""
-    pins = device_check.download_pinned(names, directory, python_version)
+    """`device_wheels.download_pinned`, then pyarrow trimmed (`trim_pyarrow`), and the size."""
+    pins = device_wheels.download_pinned(names, directory, python_version)
     for wheel in Path(directory).glob("pyarrow-*.whl"):
         trim_pyarrow(wheel)
     size = sum(p.stat().st_size for p in Path(directory).glob("*.whl")) / 2**20
@@ -75,7 +75,7 @@ def check_trimmed() -> None:
     """pyarrow trimmed as above, for this Python, loaded as datasets loads it."""
     with tempfile.TemporaryDirectory() as tmp:
         download(["pyarrow"], tmp, f"{sys.version_info.major}.{sys.version_info.minor}")
-        target = Path(tmp, "site-packages")  # as device_check.install_wheels installs
+        target = Path(tmp, "site-packages")  # as device_wheels.install_wheels installs
         subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target", str(target),
                         *map(str, Path(tmp).glob("*.whl"))], check=True)
         code = ("import pyarrow, datasets; assert pyarrow.__file__.startswith(%r); "
@@ -94,7 +94,7 @@ def main() -> None:
     if options.check:
         check_trimmed()
     if options.workbench:
-        device_check.download_wheels(options.workbench, options.python_version)
+        device_wheels.download_wheels(options.workbench, options.python_version)
         download(side_names("workbench"), options.workbench, options.python_version)
     if options.trl:
         download(side_names("trl"), options.trl, options.python_version)
