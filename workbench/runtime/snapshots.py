@@ -21,6 +21,7 @@ import threading
 
 import pickle
 
+from workbench.runtime.snapshot_pacing import MOST
 from workbench.runtime.state import RunState
 
 __all__ = ["SnapshotBook", "snapshot_key", "state_from", "DRIVER"]
@@ -111,8 +112,6 @@ def _beyond_keeping(versions, keep: int) -> list[int]:
     >>> _beyond_keeping(dict.fromkeys(range(1, 11)), 2)   # kept: 9, 10, and 8 (a multiple of 8)
     [1, 2, 3, 4, 5, 6, 7]
     """
-    from workbench.runtime.snapshot_pacing import MOST
-
     newest = sorted(versions)
     kept = set(newest[-keep:])
     power = 2
