@@ -133,3 +133,24 @@ def test_the_size_estimate_is_what_the_snapshot_pickles():
     state["learner"]["optimizer"].step()
     pickled = len(dumps_state(state))
     assert abs(state_nbytes(state) - pickled) < 0.02 * pickled
+
+
+def test_a_state_dict_beside_its_model_is_pickled_once_and_shares_memory_again():
+    import pickle
+
+    import torch
+
+    from workbench.runtime.channels import dumps_state
+    from workbench.runtime.state_size import state_nbytes
+
+    model = torch.nn.Linear(500, 400)
+    alone = len(dumps_state({"model": model}))
+    both = {"model": model, "weights": model.state_dict(), "rows": model.weight[1:], "t": model.weight.t()}
+    pickled = dumps_state(both)
+    views = 2 * model.weight.nelement() * 4  # the slice and the transpose are other views: written
+    assert len(pickled) < alone + views + 10_000 and abs(state_nbytes(both) - len(pickled)) < 10_000
+    back = pickle.loads(pickled)
+    assert back["weights"]["weight"].data_ptr() == back["model"].weight.data_ptr()
+    back["model"].weight.data.add_(1.0)  # the restored pair aliases, as the original did
+    assert torch.equal(back["weights"]["weight"], back["model"].weight.detach())
+    assert torch.equal(back["rows"], model.weight[1:].detach()) and torch.equal(back["t"], model.weight.t().detach())

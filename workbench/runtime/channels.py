@@ -55,7 +55,7 @@ ROUTE = "workbench:route-to"
 HANDSHAKE_TIMEOUT_S = 30.0
 
 
-def _reduce_array_value(obj):
+def _reduce_array_value(obj, seen: dict | None = None):
     """How a tensor or a device array crosses a process boundary, or None for the default.
 
     torch tensors and parameters (CPU or CUDA, no autograd history to lose) go as their
@@ -64,6 +64,12 @@ def _reduce_array_value(obj):
     CuPy arrays go as their host buffer and device. The receiver restores each onto that
     device where it has it, else onto the CPU (``_restore_tensor`` / ``_restore_cupy``), so
     a snapshot opens in a notebook without a GPU. One path for channels and states alike.
+
+    With ``seen`` (a dict the pickler keeps for one dump), tensors that are the same view
+    of one storage — a model's parameters and the ``model.state_dict()`` a cell keeps beside
+    it — share one host array, which pickle then writes once: a GRPO learner's state holds
+    its model's weights twice so, 453 MB more for the 113M model. Restored on the CPU they
+    share memory again, as they did.
     """
     module, name = type(obj).__module__, type(obj).__name__
     if module.startswith("torch") and name in ("Tensor", "Parameter"):
@@ -72,16 +78,27 @@ def _reduce_array_value(obj):
         device = obj.device
         if device.type not in ("cpu", "cuda"):
             return None
-        try:
-            # .cpu(): the device→host copy for a CUDA tensor; a no-op on the CPU
-            array = obj.detach().cpu().numpy()
-        except TypeError:  # a dtype NumPy lacks (bfloat16…): torch's own reduction
-            return None
+        key = tensor_view_key(obj) if seen is not None else None
+        array = seen.get(key) if key is not None else None
+        if array is None:
+            try:
+                # .cpu(): the device→host copy for a CUDA tensor; a no-op on the CPU
+                array = obj.detach().cpu().numpy()
+            except TypeError:  # a dtype NumPy lacks (bfloat16…): torch's own reduction
+                return None
+            if key is not None:
+                seen[key] = array
         where = "cpu" if device.type == "cpu" else f"cuda:{device.index or 0}"
         return _restore_tensor, (array, obj.requires_grad, name == "Parameter", where)
     if module.startswith("cupy") and name == "ndarray":
         return _restore_cupy, (obj.get(), f"cuda:{obj.device.id}")
     return None
+
+
+def tensor_view_key(tensor) -> tuple:
+    """What makes two tensors the same data: one storage, seen at one offset, shape, strides."""
+    return (tensor.untyped_storage().data_ptr(), tensor.storage_offset(), tuple(tensor.shape),
+            tuple(tensor.stride()), tensor.dtype, str(tensor.device))
 
 
 def _torch_strided():
@@ -195,9 +212,10 @@ class _StatePickler(cloudpickle.Pickler):
         # before Pickler.__init__, which reads it.
         self.dispatch_table = dict(cloudpickle.Pickler.dispatch_table)
         super().__init__(*args, **kwargs)
+        self._seen: dict = {}  # tensors' host arrays by view (_reduce_array_value)
 
     def reducer_override(self, obj):
-        reduced = _reduce_array_value(obj)
+        reduced = _reduce_array_value(obj, self._seen)
         return super().reducer_override(obj) if reduced is None else reduced
 
 

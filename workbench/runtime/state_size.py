@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from workbench.runtime.channels import _StatePickler
+from workbench.runtime.channels import _StatePickler, tensor_view_key
 
 __all__ = ["state_nbytes"]
 
@@ -33,10 +33,15 @@ class _Discard:
         return len(data)
 
 
-def _array_nbytes(obj) -> int | None:
-    """The data bytes of a tensor, a NumPy or a CuPy array (None: not one)."""
+def _array_nbytes(obj, seen: set) -> int | None:
+    """The data bytes of a tensor, a NumPy or a CuPy array (None: not one); 0 for a view of
+    a tensor's data already counted (the snapshot writes it once)."""
     module, name = type(obj).__module__, type(obj).__name__
     if module.startswith("torch") and name in ("Tensor", "Parameter"):
+        key = tensor_view_key(obj)
+        if key in seen:
+            return 0
+        seen.add(key)
         return obj.element_size() * obj.nelement()
     if (module.startswith("numpy") or module.startswith("cupy")) and name == "ndarray":
         return int(obj.nbytes)
@@ -47,9 +52,10 @@ class _SizingPickler(_StatePickler):
     def __init__(self, file: _Discard) -> None:
         super().__init__(file, protocol=5)
         self.array_bytes = 0
+        self._views: set = set()
 
     def reducer_override(self, obj):
-        nbytes = _array_nbytes(obj)
+        nbytes = _array_nbytes(obj, self._views)
         if nbytes is None:
             return super().reducer_override(obj)
         self.array_bytes += nbytes
