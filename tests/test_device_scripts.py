@@ -78,6 +78,23 @@ def test_merging_the_llm_sides_times_each_workbench_run_against_trl_s_accuracy_o
     assert line.split()[-2:] == ["2.0", "0.18×"]  # median of 3 s and 1 s; ÷ TRL's median wall 11 s
 
 
+def test_a_side_cut_short_is_compared_on_the_seeds_both_finished_and_a_run_that_unlearned_is_said(tmp_path, capsys):
+    trl = {"TRL GRPOTrainer": [{"accuracy": 0.1, "wall_s": 6.0, "tokens_per_s": 100.0, "reach_s": 6.0,
+                                "warm_start_accuracy": 0.2},
+                               {"accuracy": 0.1, "wall_s": 100.0, "tokens_per_s": 100.0, "reach_s": 100.0,
+                                "warm_start_accuracy": 0.2}]}
+    wb = {"workbench gpuonly": [{"accuracy": 0.1, "wall_s": 9.0, "tokens_per_s": 300.0, "curve": [[2.0, 0.15]],
+                                 "warm_start_accuracy": 0.2, "first_iteration_s": 1.5, "iteration_s": 0.14,
+                                 "split_s": {"generate": 0.05, "learner": 0.06}}]}  # seed 2 cut
+    bench_llm_rl = _script("bench_llm_rl")
+    bench_llm_rl.print_table(*bench_llm_rl.merge([_side(tmp_path / "t.json", trl), _side(tmp_path / "w.json", wb)]))
+    out = capsys.readouterr().out
+    assert "medians over seeds [1]:" in out  # TRL's median wall is seed 1's 6 s, not 53 s
+    assert [x for x in out.splitlines() if x.startswith("workbench gpuonly ")][0].split()[-2:] == ["2.0", "0.33×"]
+    assert "then 140 ms an iteration; cells: generate 50 ms, learner 60 ms" in out
+    assert "TRL's runs did not raise held-out accuracy over the warm start" in out
+
+
 def test_merging_sides_that_ran_other_settings_is_refused(tmp_path):
     a = _side(tmp_path / "a.json", {"TRL GRPOTrainer": []})
     b = _side(tmp_path / "b.json", {"workbench gpuonly": []}, updates=40)
