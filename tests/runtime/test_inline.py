@@ -162,3 +162,21 @@ def test_reports_that_arrive_after_every_loop_has_exited_still_count(monkeypatch
     run = toy_fdg().run(iterations=4, steps=2, policy="inline", progress=False)
     assert run.status == "finished", run.error
     assert [row["iteration"] for row in run.rows] == [0, 1, 2, 3]
+
+
+def test_a_kept_state_is_not_trained_by_the_runs_that_resume_from_it():
+    # inline replicas restore by reference no more: resuming twice from one run.state (try
+    # one change, then another, from the same point) starts both from that point, and the
+    # state the user kept stays as it was
+    import torch
+
+    from workbench.algorithms import ppo
+
+    fdg = ppo.build_fdg()
+    first = fdg.run(iterations=2, steps=16, policy="inline", progress=False)
+    kept = {k: v.clone() for k, v in first.state.fragments["learner"][0]["agent"].state_dict().items()}
+    runs = [fdg.run(iterations=2, steps=16, policy="inline", progress=False, resume=first.state) for _ in range(2)]
+    after = first.state.fragments["learner"][0]["agent"].state_dict()
+    assert all(torch.equal(kept[k], after[k]) for k in kept)
+    one, two = (r.state.fragments["learner"][0]["agent"].state_dict() for r in runs)
+    assert all(torch.equal(one[k], two[k]) for k in one) and not all(torch.equal(one[k], kept[k]) for k in one)
