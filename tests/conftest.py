@@ -2,6 +2,7 @@
 interface kind without torch."""
 from __future__ import annotations
 
+import contextlib
 import logging
 
 import pytest
@@ -92,3 +93,18 @@ def toy_fdg(**namespace) -> wb.FDG:
     from workbench.algorithms import counters
 
     return counters.build_fdg(**namespace)
+
+
+@contextlib.contextmanager
+def tls_local_cluster():
+    """A 2-worker LocalCluster on 127.0.0.1 that speaks TLS only (temporary certificates)."""
+    pytest.importorskip("cryptography")
+    from distributed import LocalCluster
+    from distributed.security import Security
+
+    security = Security.temporary()
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, host="127.0.0.1",
+                      dashboard_address="127.0.0.1:0", security=security,
+                      silence_logs=logging.ERROR) as cluster:
+        assert cluster.scheduler_address.startswith("tls://127.0.0.1:")
+        yield cluster

@@ -3,7 +3,6 @@ what the embedded cluster listens on, the CLI's options. Each gets a clear error
 nothing (docs/errors.md; tests/test_bad_input.py holds the rest and checks the catalogue)."""
 from __future__ import annotations
 
-import logging
 import time
 
 import nbformat
@@ -11,27 +10,17 @@ import numpy as np
 import pytest
 
 import workbench as wb
-from tests.conftest import LOOP_CELLS, toy_fdg
+from tests.conftest import LOOP_CELLS, tls_local_cluster, toy_fdg
 from tests.runtime.test_inline import _expected_totals
 from tests.test_bad_input import SLACK_S
 from workbench.cli import main
 from workbench.cluster.connect import connect
 
 
-
 # ---------------------------------------------------------------------------- TLS
 @pytest.fixture(scope="module")
 def tls_cluster():
-    """A 2-worker LocalCluster on 127.0.0.1 that speaks TLS only (temporary certificates)."""
-    pytest.importorskip("cryptography")
-    from distributed import LocalCluster
-    from distributed.security import Security
-
-    security = Security.temporary()
-    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, host="127.0.0.1",
-                      dashboard_address="127.0.0.1:0", security=security,
-                      silence_logs=logging.ERROR) as cluster:
-        assert cluster.scheduler_address.startswith("tls://127.0.0.1:")
+    with tls_local_cluster() as cluster:
         yield cluster
 
 

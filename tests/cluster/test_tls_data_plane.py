@@ -8,7 +8,6 @@ replicas' own sockets and TLS contexts are untouched; only the address they dial
 """
 from __future__ import annotations
 
-import logging
 import secrets
 import socket
 import struct
@@ -18,6 +17,7 @@ import numpy as np
 import pytest
 
 import workbench as wb
+from tests.conftest import tls_local_cluster
 from workbench.cluster import backend, liveness
 from workbench.runtime.channels import Mailbox, SocketServer
 from workbench.runtime.socket_postman import SocketPostman
@@ -193,18 +193,12 @@ def _tls_records(stream: bytes) -> list[int]:
 
 @pytest.fixture(scope="module")
 def tls_client():
-    """A 2-worker LocalCluster on 127.0.0.1 that speaks TLS only (temporary certificates)."""
-    pytest.importorskip("cryptography")
-    from distributed import Client, LocalCluster
-    from distributed.security import Security
+    """A client of a 2-worker TLS-only LocalCluster (tests/conftest.py)."""
+    from distributed import Client
 
-    security = Security.temporary()
-    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, host="127.0.0.1",
-                      dashboard_address="127.0.0.1:0", security=security,
-                      silence_logs=logging.ERROR) as cluster:
-        assert cluster.scheduler_address.startswith("tls://127.0.0.1:")
-        with Client(cluster, security=security, set_as_default=False) as client:
-            yield client
+    with tls_local_cluster() as cluster, \
+            Client(cluster, security=cluster.security, set_as_default=False) as client:
+        yield client
 
 
 def test_a_capture_of_a_tls_clusters_channels_holds_no_plaintext(tls_client, capture):
