@@ -25,7 +25,10 @@ Parts: ``facts`` (GPU, versions, cores), ``tests`` (``pytest -m gpu``), ``kernel
 env-steps/s, CuPy against NumPy, by number of envs), ``ppo`` (the quickstart's PPO on the
 GPU: env-steps/s and wall seconds to solve per seed), ``mappo`` (simple_spread on the GPU,
 the env alone and MAPPO under GPUOnly: `device_check_mappo.py`), ``scaling``
-(``bench_policies.py --scaling``: Coarse and Fine from 1 to 32 workers beside bare processes).
+(``bench_policies.py --scaling``: Coarse and Fine from 1 to 32 workers beside bare processes),
+``llm`` (GRPO's side of ``bench_llm_rl.py``, its JSON in ``--logs``) and, asked for by name
+with TRL's wheels (``llm_wheels.py --trl``: they do not fit beside the others in one device
+call), ``llm_trl``; then ``bench_llm_rl.py --merge`` here.
 """
 from __future__ import annotations
 
@@ -46,7 +49,7 @@ from device_wheels import download_wheels, install_wheels  # noqa: E402
 ROOT = Path(__file__).resolve().parents[1]
 #: where each part's whole output goes (--logs)
 LOGS: str | None = None
-PARTS = ("facts", "tests", "kernel", "ppo", "mappo", "scaling")
+PARTS = ("facts", "tests", "kernel", "ppo", "mappo", "scaling", "llm", "llm_trl")
 
 
 # ----------------------------------------------------------------------------- the parts
@@ -291,6 +294,38 @@ def part_scaling(sizes=(1, 2, 4, 8, 16, 32), pairs: int = 1) -> list[dict]:
     return [{"part": "scaling", "what": "table", "value": "\n".join(table)}]
 
 
+def part_llm(side: str = "workbench", seeds=(1, 2, 3), updates: int = 40, warm_start_steps: int | None = None,
+             logs: str | None = None):
+    """One side of ``bench_llm_rl.py`` (GRPO against TRL, docs/llm.md): on a GPU the 113M
+    model under GPUOnly, else the small one on the CPU. Its JSON goes to ``--logs`` (or a
+    temporary folder) for ``bench_llm_rl.py --merge`` here; each seed's line is printed as it
+    ends, so a cut keeps the seeds done."""
+    import torch
+
+    cuda = torch.cuda.is_available()
+    out = Path(logs or tempfile.mkdtemp(prefix="workbench-llm-"), f"llm_{side}.json")
+    command = [sys.executable, str(ROOT / "benchmarks" / "bench_llm_rl.py"), "--only", side,
+               "--device", "cuda" if cuda else "cpu", "--size", "100m" if cuda else "small",
+               "--seeds", *map(str, seeds), "--updates", str(updates), "--json", str(out)]
+    if warm_start_steps is not None:
+        command += ["--warm-start-steps", str(warm_start_steps)]
+    bench = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    lines = []
+    for line in bench.stdout:
+        print(line, end="", file=sys.stderr, flush=True)
+        lines.append(line.rstrip("\n"))
+    bench.wait()
+    said = [line for line in lines if line.startswith(("seed ", "TRL", "workbench", "GRPO"))]
+    part = "llm" if side == "workbench" else "llm_trl"
+    return [{"part": part, "what": "bench_llm_rl", "value": f"rc {bench.returncode}; json {out}"}] + \
+        [{"part": part, "what": "line", "value": line} for line in said]
+
+
+def part_llm_trl(**kwargs):
+    """TRL's side of :func:`part_llm` (its wheels: ``llm_wheels.py --trl``)."""
+    return part_llm("trl", **kwargs)
+
+
 # ----------------------------------------------------------------------------- the driver
 def run_part(name: str, env: dict, timeout: float, kwargs: dict) -> list[dict]:
     """One part in its own process; a crash or a timeout is a row that says so."""
@@ -352,7 +387,7 @@ def format_rows(rows: list[dict]) -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--parts", nargs="+", choices=PARTS, default=list(PARTS))
+    parser.add_argument("--parts", nargs="+", choices=PARTS, default=[p for p in PARTS if p != "llm_trl"])
     parser.add_argument("--wheels", help="a folder of wheels to install privately first (see above)")
     parser.add_argument("--download-wheels", metavar="DIR", help="download the wheels a GPU host needs, then stop")
     parser.add_argument("--python-version", default="3.12", help="the GPU host's Python (with --download-wheels)")
@@ -373,6 +408,10 @@ def main() -> None:
                         help="ppo: rollout lengths T to try beside the batch rule's at >= 4,096 envs")
     parser.add_argument("--profile", action="store_true",
                         help="ppo: also profile one run at the middle env count (stats in the part's log)")
+    parser.add_argument("--llm-seeds", type=int, nargs="+", default=[1, 2, 3], help="llm, llm_trl: seeds")
+    parser.add_argument("--llm-updates", type=int, default=40, help="llm, llm_trl: GRPO updates a seed")
+    parser.add_argument("--llm-warm-start-steps", type=int, default=None,
+                        help="llm, llm_trl: supervised steps before GRPO (default: bench_llm_rl's)")
     parser.add_argument("--one-part", help=argparse.SUPPRESS)
     parser.add_argument("--kwargs", default="{}", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -398,7 +437,10 @@ def main() -> None:
     for name in args.parts:  # in the order given: put what matters most first
         kwargs = {"ppo": {"seeds": args.seeds, "env_counts": args.envs, "profile": args.profile,
                           "steps": args.steps},
-                  "scaling": {"sizes": args.sizes, "pairs": args.pairs}}.get(name, {})
+                  "scaling": {"sizes": args.sizes, "pairs": args.pairs},
+                  **{llm: {"seeds": args.llm_seeds, "updates": args.llm_updates,
+                           "warm_start_steps": args.llm_warm_start_steps, "logs": args.logs}
+                     for llm in ("llm", "llm_trl")}}.get(name, {})
         left = deadline - time.monotonic()
         if left < 30:  # not worth starting: say so rather than be cut off by the caller
             got = [{"part": name, "what": "not run", "value": f"{max(left, 0):.0f} s of --budget {args.budget:g} s left"}]

@@ -58,6 +58,18 @@ def test_its_mappo_part_runs_mappo_under_gpuonly_on_this_cpu(tmp_path):
         assert row[f"MAPPO gpuonly, env on {where}, env-steps/s"] > 0, row
 
 
+@pytest.mark.slow  # a Dask cluster, then TRL
+def test_its_llm_parts_write_the_two_sides_that_merge_here(tmp_path):
+    pytest.importorskip("trl")
+    logs = tmp_path / "logs"
+    text, rows = _device_check("--parts", "llm", "llm_trl", "--llm-seeds", "1", "--llm-updates", "2",
+                               "--llm-warm-start-steps", "5", "--logs", str(logs), tmp_path=tmp_path)
+    assert [r["value"].split(";")[0] for r in rows if r["what"] == "bench_llm_rl"] == ["rc 0", "rc 0"], text
+    bench_llm_rl = _script("bench_llm_rl")
+    merged, meta = bench_llm_rl.merge([str(logs / "llm_trl.json"), str(logs / "llm_workbench.json")])
+    assert set(merged) == {"TRL GRPOTrainer", "workbench inline", "workbench coarse"} and meta["seeds"] == [1]
+
+
 def _side(path: Path, rows: dict, **meta) -> str:
     settings = {"updates": 2, "device": "cpu", "size": "small", "seeds": [1, 2], "warm_start_steps": 30,
                 "parameters": 100_000, **meta}
