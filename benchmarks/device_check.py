@@ -74,21 +74,26 @@ def part_facts() -> list[dict]:
     return rows
 
 
+def _streamed(command: list[str]) -> tuple[int, list[str]]:
+    """Run ``command`` in the repository, passing each line of its output on to stderr as it
+    comes (a part cut at its time limit keeps what it printed: run_part); its return code
+    and lines."""
+    child = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    lines = []
+    for line in child.stdout:
+        print(line, end="", file=sys.stderr, flush=True)
+        lines.append(line.rstrip("\n"))
+    return child.wait(), lines
+
+
 def part_tests() -> list[dict]:
     """``pytest -m gpu``: passed / failed / skipped, and what failed."""
     # the files that hold gpu-marked tests (collecting the whole suite would need its every extra)
     files = sorted(str(p.relative_to(ROOT)) for p in (ROOT / "tests").rglob("test_*.py")
                    if "mark.gpu" in p.read_text() or "ON_GPU" in p.read_text())
-    # -v, each line passed on as it comes: a part cut at its time limit still says which
-    # tests passed, failed or were running (run_part keeps what it printed)
-    pytest = subprocess.Popen([sys.executable, "-m", "pytest", "-m", "gpu", "-v", "-rfEs", "-p", "no:cacheprovider",
-                               "--tb=short", "--durations=15", "-o", "addopts=", *files],
-                              cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    lines = []
-    for line in pytest.stdout:
-        print(line, end="", file=sys.stderr, flush=True)
-        lines.append(line.rstrip("\n"))
-    pytest.wait()
+    # -v, streamed: a part cut at its time limit still says which tests passed, failed or ran
+    _, lines = _streamed([sys.executable, "-m", "pytest", "-m", "gpu", "-v", "-rfEs", "-p", "no:cacheprovider",
+                          "--tb=short", "--durations=15", "-o", "addopts=", *files])
     lines = [line for line in lines if line.strip()]
     summary = lines[-1] if lines else "no output"
     rows = [{"part": "tests", "what": "pytest -m gpu", "value": summary.strip("= ")}]
@@ -309,15 +314,10 @@ def part_llm(side: str = "workbench", seeds=(1, 2, 3), updates: int = 40, warm_s
                "--seeds", *map(str, seeds), "--updates", str(updates), "--json", str(out)]
     if warm_start_steps is not None:
         command += ["--warm-start-steps", str(warm_start_steps)]
-    bench = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    lines = []
-    for line in bench.stdout:
-        print(line, end="", file=sys.stderr, flush=True)
-        lines.append(line.rstrip("\n"))
-    bench.wait()
+    returncode, lines = _streamed(command)
     said = [line for line in lines if line.startswith(("seed ", "TRL", "workbench", "GRPO"))]
     part = "llm" if side == "workbench" else "llm_trl"
-    return [{"part": part, "what": "bench_llm_rl", "value": f"rc {bench.returncode}; json {out}"}] + \
+    return [{"part": part, "what": "bench_llm_rl", "value": f"rc {returncode}; json {out}"}] + \
         [{"part": part, "what": "line", "value": line} for line in said]
 
 

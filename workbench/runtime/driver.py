@@ -176,13 +176,17 @@ class IterationRecord:
         self.parts.clear()
 
 
+def is_env(value) -> bool:
+    """Whether ``value`` is an environment :func:`close_envs` closes (reset, step and close)."""
+    return callable(getattr(value, "close", None)) and hasattr(value, "step") and hasattr(value, "reset")
+
+
 def close_envs(ns: dict) -> None:
-    """Close the environments a namespace holds (anything with reset, step and close)."""
+    """Close the environments a namespace holds (:func:`is_env`)."""
     for value in list(ns.values()):
-        close = getattr(value, "close", None)
-        if callable(close) and hasattr(value, "step") and hasattr(value, "reset"):
+        if is_env(value):
             try:
-                close()
+                value.close()
             except Exception:  # closing is best effort; the run already has its result
                 pass
 

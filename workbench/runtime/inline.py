@@ -23,7 +23,7 @@ from typing import Any, Callable
 from workbench.fdg.plan import Plan
 from workbench.runtime import exit_guard
 from workbench.runtime.channels import LocalPostman, Mailbox, dumps_state
-from workbench.runtime.driver import Events, StreamSpec, close_envs
+from workbench.runtime.driver import Events, StreamSpec, close_envs, is_env
 from workbench.runtime.fence import Fence, decide
 from workbench.runtime.lanes import join_lanes
 from workbench.runtime.loop import run_loop
@@ -216,10 +216,6 @@ def _outliving(state: dict) -> dict:
     torn down next and never runs again), but a copy of each env, which teardown closes.
     Copying everything doubled a big model's memory at the end of every run: GRPO with a
     64 MB model peaked at 2.35 GB and kept 1.42 GB after it; 1.74 and 1.09 GB so."""
-    return {frag: {name: _copy_of(value) if _is_env(value) else value for name, value in values.items()}
-            if isinstance(values, dict) else values for frag, values in state.items()}
+    return {frag: {name: _copy_of(value) if is_env(value) else value for name, value in values.items()}
+            for frag, values in state.items()}
 
-
-def _is_env(value) -> bool:
-    """What :func:`~workbench.runtime.driver.close_envs` closes."""
-    return callable(getattr(value, "close", None)) and hasattr(value, "step") and hasattr(value, "reset")
