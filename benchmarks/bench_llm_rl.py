@@ -126,7 +126,10 @@ def run_workbench(cfg, model, policy: str, client) -> dict:
             "curve": [[float(metrics.loc[i, "time_s"]), float(v)] for i, v in measured.items()],
             "tokens_per_s": float(metrics["perf/generated_tokens"].sum() / wall),
             "first_iteration_s": float(metrics["time_s"].iloc[0]),
-            "iteration_s": float(metrics["time_s"].diff().median()), "split_s": split}
+            "iteration_s": float(metrics["time_s"].diff().median()), "split_s": split,
+            # on a GPU: the graphs replaying at the end (generate's, by shape; the update's 0/1)
+            "cuda_graphs": {name: float(metrics[f"perf/{name}"].iloc[-1]) for name in
+                            ("generate_cuda_graphs", "update_cuda_graph") if f"perf/{name}" in metrics}}
 
 
 def time_to_reach(curve, target: float, final_accuracy: float, wall: float) -> float | None:
@@ -183,6 +186,10 @@ def print_table(rows: dict[str, list[dict]], meta: dict) -> None:
             print(f"{name}: the first iteration ended {statistics.median(r['first_iteration_s'] for r in results):.1f} s "
                   f"into the run, then {statistics.median(r['iteration_s'] for r in results) * 1e3:.0f} ms an "
                   "iteration; cells: " + ", ".join(f"{f} {v * 1e3:.0f} ms" for f, v in split.items()))
+            graphs = results[-1].get("cuda_graphs")
+            if graphs:  # 0 graphs on a GPU: capturing failed (the worker's log says why) or warming up
+                print(f"{name}: CUDA graphs at the end of the last run: " +
+                      ", ".join(f"{k} {v:.0f}" for k, v in graphs.items()))
     if trl and statistics.median(_gain(r) for r in trl) <= 0:
         print("note: TRL's runs did not raise held-out accuracy over the warm start (median): reaching "
               "its accuracy then says nothing about learning; lower the learning rate or run longer.")

@@ -61,6 +61,10 @@ def test_gpuonly_grpo_trains_on_cuda_and_syncs_the_generate_replica():
     assert run.status == "finished" and run.policy.groups[0].device == "gpu"
     assert run.metrics["test/learner_on_cuda"].tolist() == [1.0] * 3
     assert np.isfinite(run.metrics["losses/loss"]).all()
+    # the CUDA graphs in use: the update captured after its first (eager) run; generation's
+    # decode step after two eager calls of it (three a generation), the prefill by the third
+    assert run.metrics["perf/update_cuda_graph"].tolist() == [1.0] * 3
+    assert run.metrics["perf/generate_cuda_graphs"].iloc[-1] >= 1
     learner, policy = run.state.fragments["learner"][0]["model"], run.state.fragments["generate"][0]["policy"]
     start = grpo.make_model(cfg, grpo.tokenizer)
     weights, synced = learner.state_dict(), policy.state_dict()

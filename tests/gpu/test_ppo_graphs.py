@@ -101,13 +101,14 @@ def test_a_replayed_actor_step_draws_fresh_actions():
     import cupy
     import torch
 
-    from workbench.algorithms import ppo, ppo_graphs
+    from workbench.algorithms import ppo
+    from workbench.algorithms.cuda_graphs import captured_graphs
 
     torch.manual_seed(0)
     policy = ppo.ActorCritic(4, 2).to("cuda:0")
     obs = cupy.zeros((4096, 4), cupy.float32)
     draws = [policy.act(obs) for _ in range(8)]
-    assert ppo_graphs._ACT[policy].graph is not None
+    assert captured_graphs(policy) == 1
     actions = [cupy.asnumpy(a) for a, _, _ in draws]
     assert all(isinstance(a, cupy.ndarray) for a, _, _ in draws)
     assert len({a.tobytes() for a in actions[3:]}) == len(actions[3:])  # every replay draws anew

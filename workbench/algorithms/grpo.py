@@ -31,7 +31,9 @@ import torch
 
 import workbench as wb
 from workbench.algorithms.config_docs import documented
-from workbench.algorithms.ppo import _sync_and_clip
+from workbench.algorithms.ppo import _one_learner, _sync_and_clip
+from workbench.algorithms.cuda_graphs import captured_graphs
+from workbench.algorithms.ppo_graphs import graphed_update, update_captured
 from workbench.llm.generation import model_device, sample, sequence_logp
 from workbench.llm.errors import LLMInputError
 from workbench.llm.models import context_length, count_parameters, frozen_copy, load_causal_lm, weights_copy
@@ -95,6 +97,9 @@ class GRPOConfig:
     generate replicas − 1: keep it at least that"""
     warm_start_steps: int = 150
     """supervised steps before RL in the notebook (0 skips it)"""
+    cuda_graphs: bool = True
+    """on a GPU, replay generation's forwards, the reference's scoring and the update as CUDA
+    graphs (``workbench.llm.generation``; one learner only); no effect on the CPU"""
 
 
 cfg = GRPOConfig()
@@ -134,7 +139,7 @@ def generate_completions(policy, tokenizer, prompt_ids, prompt_mask, cfg: GRPOCo
     try:
         out = sample(policy, prompt_ids, prompt_mask, max_new_tokens=cfg.max_new_tokens,
                      temperature=cfg.temperature, top_p=cfg.top_p, eos_id=tokenizer.eos_token_id,
-                     pad_id=tokenizer.pad_token_id)
+                     pad_id=tokenizer.pad_token_id, cuda_graphs=_graphs(cfg))
     except torch.OutOfMemoryError as exc:
         raise LLMInputError(
             f"generate ran out of memory sampling {prompt_ids.shape[0]} completions ({cfg.prompts_per_step} "
@@ -143,6 +148,8 @@ def generate_completions(policy, tokenizer, prompt_ids, prompt_mask, cfg: GRPOCo
             "parameter model: lower prompts_per_step, group_size or max_new_tokens, or use more "
             "generate replicas.") from exc
     generated = float(out.completion_mask.sum())
+    if model_device(policy).type == "cuda":  # on a GPU: the graphs replaying (prefill, decode, by shape)
+        wb.log("perf/generate_cuda_graphs", captured_graphs(policy))
     wb.log("perf/generated_tokens", generated)
     wb.log("perf/generate_tokens_per_s", generated / max(time.perf_counter() - started, 1e-9))
     return out.tokens, out.completion_mask, out.logp
@@ -154,7 +161,12 @@ def reference_logp(reference, prompt_ids, prompt_mask, tokens, completion_mask, 
     if not cfg.kl_coef:
         return torch.zeros(tokens.shape, dtype=torch.float32, device=tokens.device)
     with torch.no_grad():
-        return sequence_logp(reference, prompt_ids, prompt_mask, tokens, completion_mask, cfg.temperature)
+        return sequence_logp(reference, prompt_ids, prompt_mask, tokens, completion_mask, cfg.temperature,
+                             cuda_graphs=_graphs(cfg))
+
+
+def _graphs(cfg) -> bool:
+    return getattr(cfg, "cuda_graphs", True)  # a config pickled before the field: as it was
 
 
 # ----------------------------------------------------------------------------- the update
@@ -175,6 +187,17 @@ def grpo_loss(logp, old_logp, ref_logp, advantages, mask, *, clip_coef: float, k
     sequence's advantage on every token, plus ``kl_coef`` × the k3 estimate of the KL to the
     reference, averaged over the completion tokens of the whole batch (``mask`` 1: prompt and
     padding tokens carry no loss). Returns ``(loss, stats)``."""
+    loss, clip_fraction, kl = _loss_terms(logp, old_logp, ref_logp, advantages, mask,
+                                          clip_coef=clip_coef, kl_coef=kl_coef)
+    stats = {"losses/clip_fraction": float(clip_fraction)}
+    if kl_coef:  # with the reference skipped there is no KL to measure
+        stats["losses/kl"] = float(kl)
+    return loss, stats
+
+
+def _loss_terms(logp, old_logp, ref_logp, advantages, mask, *, clip_coef: float, kl_coef: float):
+    """:func:`grpo_loss` as tensors ``(loss, clip fraction, mean KL)``, nothing read on the
+    host: the update's CUDA graph records it whole."""
     ratio = (logp - old_logp).exp()
     adv = advantages[:, None]
     per_token = -torch.min(ratio * adv, ratio.clamp(1 - clip_coef, 1 + clip_coef) * adv)
@@ -186,10 +209,7 @@ def grpo_loss(logp, old_logp, ref_logp, advantages, mask, *, clip_coef: float, k
     loss = (per_token * mask).sum() / tokens
     with torch.no_grad():
         clipped = ((ratio - 1).abs() > clip_coef).float()
-        stats = {"losses/clip_fraction": float((clipped * mask).sum() / tokens)}
-        if kl_coef:  # with the reference skipped there is no KL to measure
-            stats["losses/kl"] = float((kl * mask).sum() / tokens)
-    return loss, stats
+        return loss, (clipped * mask).sum() / tokens, (kl * mask).sum() / tokens
 
 
 def _flat(x) -> torch.Tensor:
@@ -209,17 +229,26 @@ def grpo_update(model, optimizer, cfg: GRPOConfig, prompt_ids, prompt_mask, toke
     rewards = torch.as_tensor(np.asarray(rewards, dtype=np.float32)).reshape(-1).to(device)
     advantages = group_advantages(rewards, cfg.group_size)
     optimizer.param_groups[0]["lr"] = cfg.learning_rate
+    batch = (prompt_ids, prompt_mask, tokens, mask, old_logp, ref_logp, advantages)
+    params = [p for p in model.parameters() if p.requires_grad]
+
+    def step(_order, batch) -> tuple:  # the whole batch, in order: advantages belong to groups
+        return _grpo_step(model, optimizer, cfg, params, *batch)
+
     model.train()
-    new_logp = sequence_logp(model, prompt_ids, prompt_mask, tokens, mask, cfg.temperature)
-    loss, stats = grpo_loss(new_logp, old_logp, ref_logp, advantages, mask,
-                            clip_coef=cfg.clip_coef, kl_coef=cfg.kl_coef)
-    optimizer.zero_grad()
-    loss.backward()
-    _sync_and_clip([p for p in model.parameters() if p.requires_grad], cfg.max_grad_norm)
-    optimizer.step()
+    out = None
+    if device.type == "cuda" and _graphs(cfg) and _one_learner():
+        out = graphed_update(model, optimizer, (cfg.clip_coef, cfg.kl_coef, cfg.max_grad_norm, cfg.temperature),
+                             batch, 1, prompt_ids.shape[0], step, shuffle=False, what="the GRPO update")
+    loss, clip_fraction, kl = out if out is not None else step(None, batch)
     model.eval()
+    stats = {"losses/clip_fraction": float(clip_fraction)}
+    if device.type == "cuda":  # 1 once the update is captured (0: eager, warming up, or capturing failed)
+        stats["perf/update_cuda_graph"] = float(update_captured(model))
+    if cfg.kl_coef:  # with the reference skipped there is no KL to measure
+        stats["losses/kl"] = float(kl)
     trained = float(mask.sum())
-    stats.update({"losses/loss": loss.item(), "charts/reward_mean": rewards.mean().item(),
+    stats.update({"losses/loss": float(loss), "charts/reward_mean": rewards.mean().item(),
                   "charts/reward_std": rewards.std().item() if rewards.numel() > 1 else 0.0,
                   "charts/completion_length": trained / mask.shape[0],
                   "charts/learning_rate": cfg.learning_rate,
@@ -227,6 +256,20 @@ def grpo_update(model, optimizer, cfg: GRPOConfig, prompt_ids, prompt_mask, toke
     for name, number in stats.items():
         wb.log(name, number)
     return stats
+
+
+def _grpo_step(model, optimizer, cfg, params, prompt_ids, prompt_mask, tokens, mask, old_logp, ref_logp,
+               advantages) -> tuple:
+    """One Adam step of GRPO's loss; returns ``(loss, clip fraction, KL)`` as detached
+    tensors, read once after the step (or after its graph's replay)."""
+    new_logp = sequence_logp(model, prompt_ids, prompt_mask, tokens, mask, cfg.temperature)
+    loss, clip_fraction, kl = _loss_terms(new_logp, old_logp, ref_logp, advantages, mask,
+                                          clip_coef=cfg.clip_coef, kl_coef=cfg.kl_coef)
+    optimizer.zero_grad()
+    loss.backward()
+    _sync_and_clip(params, cfg.max_grad_norm)
+    optimizer.step()
+    return loss.detach(), clip_fraction, kl
 
 
 # ----------------------------------------------------------------------------- the fragments

@@ -26,55 +26,21 @@ Example (on a GPU)::
 """
 from __future__ import annotations
 
-import warnings
 import weakref
-from dataclasses import dataclass, field
 from typing import Any, Callable
 
 import torch
 
-__all__ = ["graphed_act", "graphed_update", "WARMUP", "UPDATE_WARMUP", "UPDATE_TRIES"]
+from workbench.algorithms.cuda_graphs import (WARMUP, CapturableAdam, Slot, capture, give_up, graphed_call,
+                                              slot_for)
 
-#: the actor's eager calls before its capture (cuBLAS handles, the caching allocator)
-WARMUP = 2
+__all__ = ["graphed_act", "graphed_update", "update_captured", "WARMUP", "UPDATE_WARMUP", "UPDATE_TRIES"]
+
 #: eager updates before the update's capture (Adam's lazy state needs one step)
 UPDATE_WARMUP = 1
 #: the eager update after which a capture that keeps failing is given up
 UPDATE_TRIES = 3
-_ACT: "weakref.WeakKeyDictionary[Any, _Slot]" = weakref.WeakKeyDictionary()
-_UPDATE: "weakref.WeakKeyDictionary[Any, _Slot]" = weakref.WeakKeyDictionary()
-
-
-@dataclass
-class _Slot:
-    key: Any = None
-    calls: int = 0
-    graph: Any = None
-    inputs: tuple = ()
-    outputs: tuple = ()
-    extra: dict = field(default_factory=dict)
-    failed: bool = False
-
-
-def _slot(cache, owner, key) -> _Slot:
-    slot = cache.get(owner)
-    if slot is None or (slot.key != key and not slot.failed):
-        slot = cache[owner] = _Slot(key=key)
-    return slot
-
-
-def _capture(fn: Callable[[], tuple]) -> tuple[Any, tuple]:
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph, capture_error_mode="thread_local"):
-        outputs = fn()
-    return graph, outputs
-
-
-def _give_up(slot: _Slot, what: str, exc: BaseException) -> None:
-    slot.failed, slot.graph = True, None
-    warnings.warn(f"workbench: {what} runs without a CUDA graph from now on (capturing it failed: "
-                  f"{type(exc).__name__}: {str(exc)[:200]}); results are the same, only slower.",
-                  RuntimeWarning, stacklevel=3)
+_UPDATE: "weakref.WeakKeyDictionary[Any, Slot]" = weakref.WeakKeyDictionary()
 
 
 # ----------------------------------------------------------------------------- acting
@@ -82,38 +48,24 @@ def graphed_act(net, sample: Callable[[Any, torch.Tensor], tuple], x: torch.Tens
     """``sample(net, x)`` — (action, logp, value) tensors — replayed from a graph captured
     for ``x``'s shape; None while warming up or where capturing failed (then the caller
     runs eagerly). The outputs are fresh tensors (a replay overwrites the graph's own)."""
-    slot = _slot(_ACT, net, (tuple(x.shape), x.dtype, x.device))
-    if slot.failed:
-        return None
-    slot.calls += 1
-    if slot.graph is None:
-        if slot.calls <= WARMUP:
-            return None
-        try:
-            static_x = x.clone()
-            torch.cuda.synchronize(x.device)
-            slot.graph, slot.outputs = _capture(lambda: sample(net, static_x))
-            slot.inputs = (static_x,)
-        except Exception as exc:  # noqa: BLE001  (eager is always right; say why once)
-            _give_up(slot, "the actor's sampling step", exc)
-            return None
-    slot.inputs[0].copy_(x)
-    slot.graph.replay()
-    return tuple(out.clone() for out in slot.outputs)
+    return graphed_call(net, "the actor's sampling step", lambda x: sample(net, x), (x,))
 
 
 # ----------------------------------------------------------------------------- learning
 def graphed_update(agent, optimizer, key: tuple, batch: tuple[torch.Tensor, ...], epochs: int,
-                   mb_size: int, step: Callable[[torch.Tensor, tuple], tuple]) -> tuple | None:
+                   mb_size: int, step: Callable[[torch.Tensor, tuple], tuple], *, shuffle: bool = True,
+                   what: str = "the PPO update") -> tuple | None:
     """All of an iteration's minibatch steps — ``step(idx, batch)`` for each minibatch of
     each epoch's permutation — replayed from one graph; returns the last step's outputs, or
     None where the caller must run eagerly (a capture that failed). ``key`` holds what the
-    captured work depends on besides shapes (the update's constants)."""
+    captured work depends on besides shapes (the update's constants). ``shuffle=False``
+    draws no permutation (``idx`` is then ``arange``: a step that needs the batch's order,
+    as GRPO's groups do, reads ``batch`` whole); ``what`` names the update in the warning."""
     size = batch[0].shape[0]
     device = batch[0].device
     if len(optimizer.param_groups) != 1:  # one rate scalar serves one group
         return None
-    slot = _slot(_UPDATE, agent, (key, tuple((t.shape, t.dtype) for t in batch), epochs, mb_size, id(optimizer)))
+    slot = slot_for(_UPDATE, agent, (key, tuple((t.shape, t.dtype) for t in batch), epochs, mb_size, id(optimizer)))
     if slot.failed:
         return None
     slot.calls += 1
@@ -125,8 +77,11 @@ def graphed_update(agent, optimizer, key: tuple, batch: tuple[torch.Tensor, ...]
         static, orders = slot.inputs, slot.extra["orders"]
         for dst, src in zip(static, batch):
             dst.copy_(src)
-        for e in range(epochs):
-            orders[e].copy_(torch.randperm(size, device=device))
+        for e in range(epochs):  # unshuffled: drawn once, so the device generator is left alone
+            if shuffle:
+                orders[e].copy_(torch.randperm(size, device=device))
+            elif slot.calls == 1:
+                orders[e].copy_(torch.arange(size, device=device))
 
         def every_step() -> tuple:
             out = ()
@@ -135,7 +90,7 @@ def graphed_update(agent, optimizer, key: tuple, batch: tuple[torch.Tensor, ...]
                     out = step(orders[e, start:start + mb_size], static)
             return out
 
-        with _capturable(optimizer, slot.extra["lr"]):
+        with CapturableAdam(optimizer, slot.extra["lr"]):
             if slot.graph is not None:
                 slot.graph.replay()
                 return slot.outputs
@@ -146,40 +101,22 @@ def graphed_update(agent, optimizer, key: tuple, batch: tuple[torch.Tensor, ...]
                 out = every_step()
             torch.cuda.current_stream(device).wait_stream(side)
     except Exception as exc:  # noqa: BLE001  (Adam refused to be capturable: nothing applied yet)
-        _give_up(slot, "the PPO update", exc)
+        give_up(slot, what, exc)
         return None
     if slot.calls >= UPDATE_WARMUP:
         try:
-            with _capturable(optimizer, slot.extra["lr"]):
+            with CapturableAdam(optimizer, slot.extra["lr"]):
                 optimizer.zero_grad(set_to_none=True)  # the graph allocates the grads itself
                 torch.cuda.synchronize(device)
-                slot.graph, slot.outputs = _capture(every_step)  # recorded, not run
+                slot.graph, slot.outputs = capture(every_step)  # recorded, not run
         except Exception as exc:  # noqa: BLE001  (this iteration's update is done: keep it)
             slot.graph, slot.outputs = None, ()
             if slot.calls >= UPDATE_TRIES:
-                _give_up(slot, "the PPO update", exc)
+                give_up(slot, what, exc)
     return out
 
 
-class _capturable:
-    """Adam made graph-safe for the update: ``capturable`` on, its rate the device scalar
-    ``lr`` (filled from the float the schedule set); both restored afterwards, so the
-    optimizer's state_dict and any eager step look as before."""
-
-    def __init__(self, optimizer, lr: torch.Tensor) -> None:
-        self.optimizer, self.lr = optimizer, lr
-
-    def __enter__(self):
-        self.saved = [(g.get("capturable", False), g["lr"]) for g in self.optimizer.param_groups]
-        for group in self.optimizer.param_groups:
-            self.lr.fill_(float(group["lr"]))
-            group["capturable"], group["lr"] = True, self.lr
-            for p in group["params"]:  # Adam's step counters on the device, as capturable wants
-                state = self.optimizer.state.get(p)
-                if state and "step" in state and state["step"].device != p.device:
-                    state["step"] = state["step"].to(p.device)
-        return self
-
-    def __exit__(self, *exc) -> None:
-        for group, (capturable, lr) in zip(self.optimizer.param_groups, self.saved):
-            group["capturable"], group["lr"] = capturable, lr
+def update_captured(agent) -> bool:
+    """Whether ``agent``'s update is captured (its next update replays the graph)."""
+    slot = _UPDATE.get(agent)
+    return slot is not None and slot.graph is not None

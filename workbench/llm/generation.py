@@ -18,11 +18,20 @@ Example:
 """
 from __future__ import annotations
 
+import warnings
+import weakref
 from dataclasses import dataclass
 
 import torch
 
-__all__ = ["Completions", "sample", "sequence_logp", "positions", "model_device"]
+from workbench.algorithms.cuda_graphs import graphed_call
+
+__all__ = ["Completions", "sample", "sample_static", "sequence_logp", "positions", "model_device"]
+
+#: each model's StaticCaches, by (batch, prompt width + max_new_tokens)
+_CACHES: "weakref.WeakKeyDictionary[torch.nn.Module, dict]" = weakref.WeakKeyDictionary()
+#: models whose static path failed once (a model without StaticCache support): dynamic from then on
+_DYNAMIC_ONLY: "weakref.WeakSet[torch.nn.Module]" = weakref.WeakSet()
 
 
 def model_device(model) -> torch.device:
@@ -68,13 +77,26 @@ def _pick(logits: torch.Tensor, temperature: float, top_p: float, generator) -> 
 @torch.no_grad()
 def sample(model, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, *, max_new_tokens: int,
            eos_id: int, pad_id: int, temperature: float = 1.0, top_p: float = 1.0,
-           seed: int | None = None) -> Completions:
+           seed: int | None = None, cuda_graphs: bool = True) -> Completions:
     """Continue each left-padded prompt by up to ``max_new_tokens`` sampled tokens, stopping
     a row at ``<eos>`` and the batch once every row has stopped. One forward over the
     prompts fills the KV cache; each new token is one forward of width 1. ``temperature``
     0 is greedy. ``seed`` draws from a private generator (else torch's global one). The
-    prompts go to the model's device; what comes back is there too."""
+    prompts go to the model's device; what comes back is there too. On a GPU (with
+    ``cuda_graphs``) the forwards replay CUDA graphs over a static KV cache
+    (:func:`sample_static`); a model that cannot use one falls back to this eager loop."""
     device = model_device(model)
+    if cuda_graphs and device.type == "cuda" and model not in _DYNAMIC_ONLY:
+        try:
+            return sample_static(model, prompt_ids, prompt_mask, max_new_tokens=max_new_tokens, eos_id=eos_id,
+                                 pad_id=pad_id, temperature=temperature, top_p=top_p, seed=seed, graphs=True)
+        except torch.OutOfMemoryError:
+            raise
+        except Exception as exc:  # noqa: BLE001  (the eager loop below is always right; say why once)
+            _DYNAMIC_ONLY.add(model)
+            warnings.warn(f"workbench: sampling from {type(model).__name__} runs without a static KV cache "
+                          f"and CUDA graphs from now on ({type(exc).__name__}: {str(exc)[:200]}); the "
+                          "same tokens, only slower.", RuntimeWarning, stacklevel=3)
     generator = None
     if seed is not None:
         generator = torch.Generator(device=device).manual_seed(seed)
@@ -105,21 +127,108 @@ def sample(model, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, *, max_ne
     return Completions(tokens, live.to(torch.float32), logps)
 
 
+def _static_cache(model, batch: int, length: int):
+    """``model``'s StaticCache for ``batch`` rows of ``length`` positions, made once and
+    reused (a graph replays over the same buffers)."""
+    from transformers import StaticCache
+
+    caches = _CACHES.setdefault(model, {})
+    if (batch, length) not in caches:
+        caches[batch, length] = StaticCache(config=model.config, max_cache_len=length)
+    return caches[batch, length]
+
+
+@torch.no_grad()
+def sample_static(model, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, *, max_new_tokens: int,
+                  eos_id: int, pad_id: int, temperature: float = 1.0, top_p: float = 1.0,
+                  seed: int | None = None, graphs: bool = False) -> Completions:
+    """:func:`sample` with shapes that never change, so that each forward can be a CUDA
+    graph (``graphs``, on a GPU): the KV cache is a StaticCache of ``P + max_new_tokens``
+    slots reset by the prefill, and the attention mask spans all of them from the start
+    (the completion's slots marked real: causality hides the ones not written yet). Only the
+    forwards are graphed; picking tokens runs eagerly on the same generator as
+    :func:`sample`, so both draw the same tokens up to the logits' rounding. On the CPU
+    (``graphs`` off) it is the GPU path's twin, which the tests compare with :func:`sample`.
+
+    >>> from workbench.llm.tokenizers import char_tokenizer
+    >>> from workbench.llm.models import tiny_causal_lm
+    >>> tok = char_tokenizer()
+    >>> model = tiny_causal_lm(tok, context=32, seed=0)
+    >>> batch = tok(["1+2=", "10+20="], padding=True, return_tensors="pt")
+    >>> kw = dict(max_new_tokens=4, eos_id=tok.eos_token_id, pad_id=tok.pad_token_id, seed=0)
+    >>> a = sample(model, batch["input_ids"], batch["attention_mask"], **kw)
+    >>> b = sample_static(model, batch["input_ids"], batch["attention_mask"], **kw)
+    >>> bool((a.tokens == b.tokens).all())
+    True
+    """
+    device = model_device(model)
+    generator = None
+    if seed is not None:
+        generator = torch.Generator(device=device).manual_seed(seed)
+    batch, width = prompt_ids.shape
+    cache = _static_cache(model, batch, width + max_new_tokens)
+    prompt_mask = prompt_mask.to(device).long()
+    mask = torch.cat([prompt_mask, prompt_mask.new_ones((batch, max_new_tokens))], 1)
+    pos = positions(prompt_mask)
+
+    def prefill(ids, mask, pos):
+        cache.reset()  # inside the graph too: every generation starts from an empty cache
+        return (model(input_ids=ids, attention_mask=mask, position_ids=pos, cache=cache,
+                      use_cache=True).logits[:, -1].float(),)
+
+    def decode(token, mask, pos):
+        return (model(input_ids=token[:, None], attention_mask=mask, position_ids=pos[:, None], cache=cache,
+                      use_cache=True).logits[:, -1].float(),)
+
+    shape = f"[{batch}x{width}+{max_new_tokens}]"  # a slot per shape: training and held-out batches alternate
+
+    def forward(name, fn, *inputs):
+        out = graphed_call(model, name + shape, fn, inputs) if graphs else None
+        return (out if out is not None else fn(*inputs))[0]
+
+    logits = forward("prefill", prefill, prompt_ids.to(device), mask, pos)
+    next_pos = pos[:, -1] + 1
+    tokens = torch.full((batch, max_new_tokens), pad_id, dtype=torch.long, device=device)
+    logps = torch.zeros((batch, max_new_tokens), dtype=torch.float32, device=device)
+    live = torch.zeros((batch, max_new_tokens), dtype=torch.bool, device=device)
+    finished = torch.zeros(batch, dtype=torch.bool, device=device)
+    for t in range(max_new_tokens):
+        token, logp = _pick(logits, temperature, top_p, generator)
+        token = token.masked_fill(finished, pad_id)
+        tokens[:, t], live[:, t] = token, ~finished
+        logps[:, t] = logp.masked_fill(finished, 0.0)
+        finished = finished | (token == eos_id)
+        if t == max_new_tokens - 1 or bool(finished.all()):
+            break
+        logits = forward("decode", decode, token, mask, next_pos)
+        next_pos = next_pos + 1
+    return Completions(tokens, live.to(torch.float32), logps)
+
+
 def sequence_logp(model, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, tokens: torch.Tensor,
-                  completion_mask: torch.Tensor, temperature: float = 1.0) -> torch.Tensor:
+                  completion_mask: torch.Tensor, temperature: float = 1.0, *, cuda_graphs: bool = True) -> torch.Tensor:
     """Each completion token's log-probability under ``model`` at ``temperature``: ``[B, C]``,
     one full forward over prompt + completion (with gradients unless the caller turns them
     off). The same numbers, up to rounding, as :func:`sample` recorded with a KV cache. The
-    inputs go to the model's device."""
+    inputs go to the model's device. Without gradients on a GPU (the reference's scoring)
+    the forward replays a CUDA graph (``cuda_graphs``)."""
     device = model_device(model)
-    prompt_ids, prompt_mask = prompt_ids.to(device), prompt_mask.to(device)
-    tokens, completion_mask = tokens.to(device), completion_mask.to(device)
-    width = prompt_ids.shape[1]
-    attention = torch.cat([prompt_mask.long(), completion_mask.long()], 1)
-    logits = model(input_ids=torch.cat([prompt_ids, tokens], 1), attention_mask=attention,
-                   position_ids=positions(attention)).logits
-    # the logits at position i predict token i + 1: the completion's come from P-1 … P+C-2
-    logits = logits[:, width - 1:-1].float()
-    if temperature not in (0, 1):
-        logits = logits / temperature
-    return torch.log_softmax(logits, -1).gather(-1, tokens[..., None]).squeeze(-1)
+    inputs = tuple(x.to(device) for x in (prompt_ids, prompt_mask, tokens, completion_mask))
+
+    def score(prompt_ids, prompt_mask, tokens, completion_mask):
+        width = prompt_ids.shape[1]
+        attention = torch.cat([prompt_mask.long(), completion_mask.long()], 1)
+        logits = model(input_ids=torch.cat([prompt_ids, tokens], 1), attention_mask=attention,
+                       position_ids=positions(attention)).logits
+        # the logits at position i predict token i + 1: the completion's come from P-1 … P+C-2
+        logits = logits[:, width - 1:-1].float()
+        if temperature not in (0, 1):
+            logits = logits / temperature
+        return (torch.log_softmax(logits, -1).gather(-1, tokens[..., None]).squeeze(-1),)
+
+    if cuda_graphs and device.type == "cuda" and not torch.is_grad_enabled():
+        shape = "x".join(map(str, (*prompt_ids.shape, tokens.shape[1])))
+        out = graphed_call(model, f"sequence_logp[{shape}]@{temperature}", score, inputs)
+        if out is not None:
+            return out[0]
+    return score(*inputs)[0]
