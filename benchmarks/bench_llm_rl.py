@@ -177,8 +177,13 @@ def print_table(rows: dict[str, list[dict]], meta: dict) -> None:
     print("vs warm: held-out accuracy less the warm start's, same seed. TRL's wall is train() alone; "
           "workbench's wall and reach include its deploy.")
     if trl and any("setup_s" in r for r in trl):
+        built = statistics.median(r.get("setup_s", 0.0) + r["wall_s"] for r in trl)
         print(f"TRL's trainer took {statistics.median(r.get('setup_s', 0.0) for r in trl):.1f} s more "
-              "to build (median): its model and reference loaded onto the device.")
+              f"to build (median): its model and reference loaded onto the device. Counting it, as "
+              f"workbench's deploy is counted ({built:.1f} s): " + ", ".join(
+                  f"{name} {statistics.median(r['reach_s'] for r in results) / built:.2f}×"
+                  for name, results in rows.items() if name != "TRL GRPOTrainer"
+                  and all(r["reach_s"] is not None for r in results)))
     for name, results in rows.items():
         if results and "split_s" in results[0]:
             split = {frag: statistics.median(r["split_s"].get(frag, 0.0) for r in results)

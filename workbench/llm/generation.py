@@ -218,8 +218,9 @@ def sequence_logp(model, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, to
     def score(prompt_ids, prompt_mask, tokens, completion_mask):
         width = prompt_ids.shape[1]
         attention = torch.cat([prompt_mask.long(), completion_mask.long()], 1)
+        # use_cache off: a full forward keeps no KV cache (the model's config would build one)
         logits = model(input_ids=torch.cat([prompt_ids, tokens], 1), attention_mask=attention,
-                       position_ids=positions(attention)).logits
+                       position_ids=positions(attention), use_cache=False).logits
         # the logits at position i predict token i + 1: the completion's come from P-1 … P+C-2
         logits = logits[:, width - 1:-1].float()
         if temperature not in (0, 1):
