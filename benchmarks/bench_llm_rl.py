@@ -25,8 +25,9 @@ On a host with no registry, ``--wheels DIR`` installs the wheels `llm_wheels.py`
 a private folder first (as ``device_check.py --wheels``).
 
 The goal on a 2-core CPU: workbench reaches TRL's final held-out accuracy in ≤ 0.5× TRL's
-wall time. ``--device cuda`` runs both on the GPU (TRL through accelerate, workbench under
-GPUOnly: every fragment on the GPU) and ``--size 100m`` builds a ~113M-parameter Llama
+wall time. ``--device cuda`` runs both on the GPU (TRL through accelerate; workbench inline on this
+process's GPU, ``wb.Inline(device="gpu")``, and under GPUOnly on a worker's: every
+fragment on the GPU) and ``--size 100m`` builds a ~113M-parameter Llama
 (hidden 768, 12 layers, 12 heads) from a config instead of the small one; the warm start
 then runs on the GPU too, at ``--warm-start-lr``.
 """
@@ -48,6 +49,7 @@ if __name__ == "__main__" and "--wheels" in sys.argv:  # before the imports the 
 
 import torch
 
+import workbench as wb
 from workbench.algorithms import grpo
 from workbench.llm import heldout_accuracy, warm_start
 
@@ -109,10 +111,12 @@ def run_trl(cfg, model, seed: int, device: str = "cpu") -> dict:
             "setup_s": started - built, "tokens_per_s": generated[0] / wall, "reach_s": wall}
 
 
-def run_workbench(cfg, model, policy: str, client) -> dict:
+def run_workbench(cfg, model, policy: str, client, device: str = "cpu") -> dict:
     fdg = grpo.build_fdg(dict(vars(grpo), cfg=dataclasses.replace(cfg, model=model)))
+    # inline on a GPU host: the whole loop in this process on its GPU, as TRL runs
+    spec = wb.Inline(device="gpu") if policy == "inline" and device == "cuda" else policy
     started = time.perf_counter()
-    run = fdg.run(iterations=cfg.iterations, steps=1, policy=policy, progress=False,
+    run = fdg.run(iterations=cfg.iterations, steps=1, policy=spec, progress=False,
                   cluster=client if policy != "inline" else None)
     wall = time.perf_counter() - started
     final = heldout_accuracy(run.state.fragments["learner"][0]["model"], grpo.tokenizer, grpo.task)
@@ -234,7 +238,7 @@ def run_seeds(options, policies: tuple[str, ...], rows: dict[str, list[dict]], c
             torch.manual_seed(seed)
             rows["TRL GRPOTrainer"].append(run_trl(cfg, start, seed, options.device))
         for policy in policies:
-            rows[f"workbench {policy}"].append(run_workbench(cfg, start, policy, client))
+            rows[f"workbench {policy}"].append(run_workbench(cfg, start, policy, client, options.device))
         for results in rows.values():
             results[-1]["warm_start_accuracy"] = before
         print(f"seed {seed}: warm start {before:.3f}; " + "; ".join(
@@ -275,7 +279,8 @@ def main() -> None:
             with open(options.json, "w") as f:
                 json.dump({"meta": meta, "rows": rows}, f, indent=1)
 
-    policies = () if options.only == "trl" else ("inline", "coarse") if options.device == "cpu" else ("gpuonly",)
+    # on a GPU: inline (this process's GPU, nothing copied to a worker) and gpuonly (a worker's)
+    policies = () if options.only == "trl" else ("inline", "coarse") if options.device == "cpu" else ("inline", "gpuonly")
     rows: dict[str, list[dict]] = {**({} if options.only == "workbench" else {"TRL GRPOTrainer": []}),
                                    **{f"workbench {p}": [] for p in policies}}
     if policies:
@@ -292,7 +297,8 @@ def main() -> None:
             # warm-up: the workers import transformers and torch once (about 10 s here), as a
             # notebook's cluster would have done before the run that matters
             warm_cfg = dataclasses.replace(grpo.GRPOConfig(), iterations=1, **SIZES[options.size])
-            run_workbench(warm_cfg, grpo.make_model(warm_cfg, grpo.tokenizer), policies[-1], client)
+            run_workbench(warm_cfg, grpo.make_model(warm_cfg, grpo.tokenizer).to(options.device), policies[-1],
+                          client, options.device)
             run_seeds(options, policies, rows, client, save)
     else:  # TRL alone: no cluster (nor Dask's wheels on a device host)
         run_seeds(options, policies, rows, None, save)

@@ -33,7 +33,8 @@ from workbench.config import RunConfig
 from workbench.errors import CellNotReturningError, ProcessDiedError, RunConfigError, WorkerLostError
 from workbench.fdg.graph import Graph
 from workbench.fdg.plan import make_plan
-from workbench.fdg.policy import IN_PROCESS, Policy, as_policy_spec, needs_cluster, rehome, resolve_policy
+from workbench.fdg.policy import IN_PROCESS, Policy, as_policy_spec, needs_cluster, resolve_policy
+from workbench.fdg.rehome import rehome
 from workbench.progress import make_progress
 from workbench.runtime.checkpoint_writer import CheckpointWriter
 from workbench.runtime.driver import IterationRecord, drive

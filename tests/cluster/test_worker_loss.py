@@ -13,7 +13,8 @@ import pytest
 
 from workbench.cluster._dask_compat import workers_info
 from workbench.fdg.inventory import Inventory, WorkerInfo
-from workbench.fdg.policy import Group, Policy, rehome
+from workbench.fdg.policy import Group, Policy
+from workbench.fdg.rehome import rehome
 from workbench.notebook import load_notebook
 
 QUICKSTART = Path(__file__).resolve().parents[2] / "notebooks" / "quickstart.ipynb"

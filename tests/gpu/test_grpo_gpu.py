@@ -70,3 +70,24 @@ def test_gpuonly_grpo_trains_on_cuda_and_syncs_the_generate_replica():
     weights, synced = learner.state_dict(), policy.state_dict()
     assert all(torch.equal(weights[k].cpu(), synced[k].cpu()) for k in weights)  # the sync, bit for bit
     assert not all(torch.equal(weights[k].cpu(), v) for k, v in start.state_dict().items())  # it learned
+
+
+def test_inline_on_the_gpu_trains_in_this_process_with_the_graphs():
+    import torch
+
+    import workbench as wb
+    from workbench.algorithms import grpo
+
+    cfg = dataclasses.replace(grpo.GRPOConfig(), prompts_per_step=8, group_size=4, learning_rate=1e-3,
+                              eval_every=1)
+    start = grpo.make_model(cfg, grpo.tokenizer).to("cuda:0")
+    cfg.model = start
+    namespace = dict(vars(grpo), cfg=cfg, reward_fn=lambda p, c: float(sum(map(ord, c)) % 5))
+    run = grpo.build_fdg(namespace).run(iterations=4, steps=1, policy=wb.Inline(device="gpu"), progress=False)
+    assert run.status == "finished" and run.policy.groups[0].device == "gpu"
+    learner = run.state.fragments["learner"][0]["model"]
+    assert next(learner.parameters()).is_cuda
+    assert run.metrics["perf/update_cuda_graph"].tolist() == [1.0] * 4
+    assert run.metrics["perf/generate_cuda_graphs"].iloc[-1] >= 2  # prefill and decode replay
+    assert not all(torch.equal(a, b) for a, b in zip(learner.parameters(), start.parameters()))
+    assert np.isfinite(run.metrics["charts/heldout_accuracy"]).all()

@@ -132,3 +132,27 @@ def test_the_plugin_pickles_for_the_workers():
     import cloudpickle
 
     assert cloudpickle.loads(cloudpickle.dumps(GPUDetection(2))).count == 2
+
+
+def test_inline_on_the_gpu_places_every_fragment_in_this_process_there(fdg):
+    from workbench.fdg.errors import PlacementError
+    from workbench.fdg.policy import Inline, needs_cluster
+
+    policy = Inline(device="gpu").place(fdg)
+    assert [(g.workers, g.device, g.replicas) for g in policy.groups] == [(("local",), "gpu", 1)]
+    assert policy.in_process and not needs_cluster(Inline(device="gpu"))
+    assert Inline().place(fdg).groups[0].device == "cpu"  # the default stays the CPU
+    with pytest.raises(PlacementError, match=r"Inline: device must be 'cpu' or 'gpu', not 'cuda'"):
+        Inline(device="cuda")
+
+
+@cpu_host_only
+def test_inline_on_the_gpu_of_a_host_without_one_says_so_and_loses_nothing(fdg):
+    from workbench.devices import DeviceError
+    from workbench.fdg.policy import Inline
+
+    before = {name: list(frag.cells) for name, frag in fdg.fragments.items()}
+    with pytest.raises(DeviceError, match=r"placed on a GPU \('gpu'\), but no CUDA device answers"):
+        fdg.run(iterations=1, policy=Inline(device="gpu"), progress=False)
+    assert {name: list(frag.cells) for name, frag in fdg.fragments.items()} == before
+    assert fdg.run(iterations=1, policy="inline", progress=False).status == "finished"  # still runs

@@ -180,13 +180,28 @@ def _names(value) -> tuple[str, ...]:
 
 
 class Inline:
-    """Every fragment fused in the calling process, one replica each, no Dask: for debugging
-    and as the overhead baseline."""
+    """Every fragment fused in the calling process, one replica each, no Dask: for debugging,
+    as the overhead baseline, and with ``device="gpu"`` for a notebook on a GPU machine (the
+    whole loop on this process's GPU: nothing is copied to another process, as a model in a
+    worker would be).
+
+    >>> Inline(device="gpu")
+    Inline(device='gpu')
+    """
 
     name = "inline"
 
+    def __init__(self, device: str = "cpu") -> None:
+        try:
+            self.device = check_device_kind(device, "Inline")
+        except ValueError as exc:
+            raise PlacementError(str(exc)) from None
+
+    def __repr__(self) -> str:
+        return f"Inline(device={self.device!r})"
+
     def place(self, fdg: Graph, inventory: Inventory | None = None) -> Policy:
-        return Policy(self.name, (Group(tuple(fdg.fragments), 1, (IN_PROCESS,)),))
+        return Policy(self.name, (Group(tuple(fdg.fragments), 1, (IN_PROCESS,), self.device),))
 
 
 class SingleLearnerCoarse:
@@ -459,38 +474,3 @@ def resolve_policy(spec, fdg: Graph, inventory: Inventory | None) -> Policy:
     policy = spec if isinstance(spec, Policy) else spec.place(fdg, inventory)
     policy.check(fdg, inventory)
     return policy
-
-
-def rehome(policy: Policy, inventory: Inventory) -> Policy:
-    """``policy`` with every replica placed on a worker that is gone moved to a worker that
-    is there — the least loaded first, GPU groups only to workers with a GPU.
-
-    >>> from workbench.fdg.inventory import WorkerInfo
-    >>> p = Policy("p", (Group(("actor",), 2, ("w0", "w1")), Group(("learner",), 1, ("w1",))))
-    >>> rehome(p, Inventory((WorkerInfo("tcp://a:1", "w0"), WorkerInfo("tcp://c:1", "w2"))))
-    Policy('p', actor ×2 on w0, w2 | learner ×1 on w0)
-    """
-    load = {w.name: 0 for w in inventory.workers}
-    for group in policy.groups:
-        for worker in group.workers:
-            if worker in load:
-                load[worker] += 1
-    groups = []
-    for group in policy.groups:
-        workers = []
-        for worker in group.workers:
-            if worker == IN_PROCESS or inventory.find(worker) is not None:
-                workers.append(worker)
-                continue
-            able = [w.name for w in inventory.workers if group.device != "gpu" or w.gpus > 0]
-            if not able:
-                kind = "a GPU" if group.device == "gpu" else "any"
-                raise PlacementError(
-                    f"worker {worker!r} of group {group.name!r} is gone and no worker with {kind} "
-                    f"is left to take its place (workers: {', '.join(inventory.names) or 'none'})."
-                )
-            spare = min(able, key=lambda name: (load[name], able.index(name)))
-            load[spare] += 1
-            workers.append(spare)
-        groups.append(Group(group.fragments, group.replicas, tuple(workers), group.device))
-    return Policy(policy.name, tuple(groups), policy.asynchronous)
