@@ -302,7 +302,7 @@ def part_scaling(sizes=(1, 2, 4, 8, 16, 32), pairs: int = 1) -> list[dict]:
 def part_llm(side: str = "workbench", seeds=(1, 2, 3), updates: int = 40, warm_start_steps: int | None = None,
              logs: str | None = None):
     """One side of ``bench_llm_rl.py`` (GRPO against TRL, docs/llm.md): on a GPU the 113M
-    model under GPUOnly, else the small one on the CPU. Its JSON goes to ``--logs`` (or a
+    model inline on the GPU and under GPUOnly, else the small one on the CPU. Its JSON goes to ``--logs`` (or a
     temporary folder) for ``bench_llm_rl.py --merge`` here; each seed's line is printed as it
     ends, so a cut keeps the seeds done."""
     import torch

@@ -69,3 +69,43 @@ def test_rows_stop_at_eos_and_the_batch_stops_when_all_have():
     assert static.tokens[:, 0].tolist() == [TOK.eos_token_id] * 2
     assert static.completion_mask.tolist() == [[1, 0, 0, 0, 0]] * 2
     assert (static.tokens[:, 1:] == TOK.pad_token_id).all()
+
+
+def _from_config(kind: str):
+    import transformers as T
+
+    common = dict(vocab_size=len(TOK), pad_token_id=TOK.pad_token_id, eos_token_id=TOK.eos_token_id,
+                  bos_token_id=None, max_position_embeddings=32)
+    decoder = dict(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+                   num_key_value_heads=2, **common)
+    configs = {
+        "llama-sdpa": lambda: T.LlamaConfig(attn_implementation="sdpa", **decoder),
+        "qwen2": lambda: T.Qwen2Config(**decoder),
+        "mistral": lambda: T.MistralConfig(sliding_window=None, **decoder),
+        "gemma": lambda: T.GemmaConfig(head_dim=8, **decoder),
+        "gpt2": lambda: T.GPT2Config(n_embd=32, n_layer=2, n_head=4, n_positions=32,
+                                     **{k: v for k, v in common.items() if k != "max_position_embeddings"}),
+    }
+    torch.manual_seed(0)
+    return T.AutoModelForCausalLM.from_config(configs[kind]()).eval()
+
+
+@pytest.mark.parametrize("kind", ["llama-sdpa", "qwen2", "mistral", "gemma", "gpt2"])
+def test_other_architectures_built_from_a_config_sample_the_same_over_a_static_cache(kind):
+    """Models this repository does not build (grouped-query attention, sdpa, absolute
+    positions): the GPU path must serve any causal LM a user passes, not only the tiny Llama."""
+    model = _from_config(kind)
+    for seed in range(3):
+        eager, static, _ = _both(model, ["1+2=", "13+14=", "0+0=", "9="], seed)
+        assert torch.equal(eager.tokens, static.tokens)
+        torch.testing.assert_close(eager.logp, static.logp, rtol=1e-5, atol=1e-5)
+
+
+def test_a_lora_wrapped_model_samples_the_same_over_a_static_cache():
+    pytest.importorskip("peft")
+    from workbench.llm import with_lora
+
+    model = with_lora(tiny_causal_lm(TOK, hidden=32, layers=2, context=16, seed=8), rank=4)
+    eager, static, _ = _both(model, ["1+2=", "13+14="], seed=2)
+    assert torch.equal(eager.tokens, static.tokens)
+    torch.testing.assert_close(eager.logp, static.logp, rtol=1e-5, atol=1e-5)
