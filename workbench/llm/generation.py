@@ -26,7 +26,7 @@ import torch
 
 from workbench.algorithms.cuda_graphs import graphed_call
 
-__all__ = ["Completions", "sample", "sample_static", "sequence_logp", "positions", "model_device"]
+__all__ = ["Completions", "sample", "sample_static", "sequence_logp", "scorer", "positions", "model_device"]
 
 #: each model's StaticCaches, by (batch, prompt width + max_new_tokens)
 _CACHES: "weakref.WeakKeyDictionary[torch.nn.Module, dict]" = weakref.WeakKeyDictionary()
@@ -214,6 +214,19 @@ def sequence_logp(model, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, to
     the forward replays a CUDA graph (``cuda_graphs``)."""
     device = model_device(model)
     inputs = tuple(x.to(device) for x in (prompt_ids, prompt_mask, tokens, completion_mask))
+    score = scorer(model, temperature)
+    if cuda_graphs and device.type == "cuda" and not torch.is_grad_enabled():
+        shape = "x".join(map(str, (*prompt_ids.shape, tokens.shape[1])))
+        out = graphed_call(model, f"sequence_logp[{shape}]@{temperature}", score, inputs)
+        if out is not None:
+            return out[0]
+    return score(*inputs)[0]
+
+
+def scorer(model, temperature: float = 1.0):
+    """The function :func:`sequence_logp` runs (and graphs): ``(prompt_ids, prompt_mask,
+    tokens, completion_mask)`` on the model's device → a 1-tuple of ``[B, C]``
+    log-probabilities. Shapes in, shapes out: nothing in it reads a value on the host."""
 
     def score(prompt_ids, prompt_mask, tokens, completion_mask):
         width = prompt_ids.shape[1]
@@ -227,9 +240,4 @@ def sequence_logp(model, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, to
             logits = logits / temperature
         return (torch.log_softmax(logits, -1).gather(-1, tokens[..., None]).squeeze(-1),)
 
-    if cuda_graphs and device.type == "cuda" and not torch.is_grad_enabled():
-        shape = "x".join(map(str, (*prompt_ids.shape, tokens.shape[1])))
-        out = graphed_call(model, f"sequence_logp[{shape}]@{temperature}", score, inputs)
-        if out is not None:
-            return out[0]
-    return score(*inputs)[0]
+    return score
