@@ -86,27 +86,47 @@ def sample(model, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, *, max_ne
     ``cuda_graphs``) the forwards replay CUDA graphs over a static KV cache
     (:func:`sample_static`); a model that cannot use one falls back to this eager loop."""
     device = model_device(model)
+    failed = None
     if cuda_graphs and device.type == "cuda" and model not in _DYNAMIC_ONLY:
         try:
             return sample_static(model, prompt_ids, prompt_mask, max_new_tokens=max_new_tokens, eos_id=eos_id,
                                  pad_id=pad_id, temperature=temperature, top_p=top_p, seed=seed, graphs=True)
         except torch.OutOfMemoryError:
             raise
-        except Exception as exc:  # noqa: BLE001  (the eager loop below is always right; say why once)
-            _DYNAMIC_ONLY.add(model)
-            warnings.warn(f"workbench: sampling from {type(model).__name__} runs without a static KV cache "
-                          f"and CUDA graphs from now on ({type(exc).__name__}: {str(exc)[:200]}); the "
-                          "same tokens, only slower.", RuntimeWarning, stacklevel=3)
-    generator = None
-    if seed is not None:
-        generator = torch.Generator(device=device).manual_seed(seed)
-    batch = prompt_ids.shape[0]
-    prompt_ids = prompt_ids.to(device)
+        except Exception as exc:  # noqa: BLE001  (the eager loop below is always right)
+            failed = exc
     mask = prompt_mask.to(device).long()
     pos = positions(mask)
-    out = model(input_ids=prompt_ids, attention_mask=mask, position_ids=pos, use_cache=True)
-    cache, logits = out.cache, out.logits[:, -1]
-    next_pos = pos[:, -1] + 1
+    out = model(input_ids=prompt_ids.to(device), attention_mask=mask, position_ids=pos, use_cache=True)
+    cache, next_pos = out.cache, pos[:, -1] + 1
+
+    def advance(token):  # one forward of width 1 over the growing cache
+        nonlocal mask, cache, next_pos
+        mask = torch.cat([mask, mask.new_ones((mask.shape[0], 1))], 1)
+        out = model(input_ids=token[:, None], attention_mask=mask, position_ids=next_pos[:, None], cache=cache,
+                    use_cache=True)
+        cache, next_pos = out.cache, next_pos + 1
+        return out.logits[:, -1]
+
+    completions = _sampling_loop(out.logits[:, -1], advance, max_new_tokens, eos_id, pad_id, temperature, top_p,
+                                 _generator(seed, device))
+    if failed is not None:  # only now: an error the eager loop shares (a bad input) is that error
+        _DYNAMIC_ONLY.add(model)
+        warnings.warn(f"workbench: sampling from {type(model).__name__} runs without a static KV cache and "
+                      f"CUDA graphs from now on ({type(failed).__name__}: {str(failed)[:200]}); the same "
+                      "tokens, only slower.", RuntimeWarning, stacklevel=3)
+    return completions
+
+
+def _generator(seed: int | None, device) -> torch.Generator | None:
+    return None if seed is None else torch.Generator(device=device).manual_seed(seed)
+
+
+def _sampling_loop(logits, advance, max_new_tokens: int, eos_id: int, pad_id: int, temperature: float,
+                   top_p: float, generator) -> Completions:
+    """Pick a token per row from ``logits``, then ``advance(token)`` for the next logits,
+    up to ``max_new_tokens`` times or until every row has said ``<eos>`` (rows done pad)."""
+    batch, device = logits.shape[0], logits.device
     tokens = torch.full((batch, max_new_tokens), pad_id, dtype=torch.long, device=device)
     logps = torch.zeros((batch, max_new_tokens), dtype=torch.float32, device=device)
     live = torch.zeros((batch, max_new_tokens), dtype=torch.bool, device=device)
@@ -117,13 +137,9 @@ def sample(model, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, *, max_ne
         tokens[:, t], live[:, t] = token, ~finished
         logps[:, t] = logp.masked_fill(finished, 0.0)
         finished = finished | (token == eos_id)
-        if bool(finished.all()) or t == max_new_tokens - 1:
+        if t == max_new_tokens - 1 or bool(finished.all()):
             break
-        mask = torch.cat([mask, torch.ones((batch, 1), dtype=mask.dtype, device=device)], 1)
-        out = model(input_ids=token[:, None], attention_mask=mask, position_ids=next_pos[:, None],
-                    cache=cache, use_cache=True)
-        cache, logits = out.cache, out.logits[:, -1]
-        next_pos = next_pos + 1
+        logits = advance(token)
     return Completions(tokens, live.to(torch.float32), logps)
 
 
@@ -162,9 +178,6 @@ def sample_static(model, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, *,
     True
     """
     device = model_device(model)
-    generator = None
-    if seed is not None:
-        generator = torch.Generator(device=device).manual_seed(seed)
     batch, width = prompt_ids.shape
     cache = _static_cache(model, batch, width + max_new_tokens)
     prompt_mask = prompt_mask.to(device).long()
@@ -186,23 +199,16 @@ def sample_static(model, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, *,
         out = graphed_call(model, name + shape, fn, inputs) if graphs else None
         return (out if out is not None else fn(*inputs))[0]
 
-    logits = forward("prefill", prefill, prompt_ids.to(device), mask, pos)
     next_pos = pos[:, -1] + 1
-    tokens = torch.full((batch, max_new_tokens), pad_id, dtype=torch.long, device=device)
-    logps = torch.zeros((batch, max_new_tokens), dtype=torch.float32, device=device)
-    live = torch.zeros((batch, max_new_tokens), dtype=torch.bool, device=device)
-    finished = torch.zeros(batch, dtype=torch.bool, device=device)
-    for t in range(max_new_tokens):
-        token, logp = _pick(logits, temperature, top_p, generator)
-        token = token.masked_fill(finished, pad_id)
-        tokens[:, t], live[:, t] = token, ~finished
-        logps[:, t] = logp.masked_fill(finished, 0.0)
-        finished = finished | (token == eos_id)
-        if t == max_new_tokens - 1 or bool(finished.all()):
-            break
+
+    def advance(token):
+        nonlocal next_pos
         logits = forward("decode", decode, token, mask, next_pos)
         next_pos = next_pos + 1
-    return Completions(tokens, live.to(torch.float32), logps)
+        return logits
+
+    return _sampling_loop(forward("prefill", prefill, prompt_ids.to(device), mask, pos), advance, max_new_tokens,
+                          eos_id, pad_id, temperature, top_p, _generator(seed, device))
 
 
 def sequence_logp(model, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, tokens: torch.Tensor,
