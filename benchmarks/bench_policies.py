@@ -5,8 +5,9 @@ steady env-steps/s (first iterations left out), bytes on the wire per iteration,
 time to solve CartPole-v1 (mean of the last 20 returns ≥ 475), one run each.
 
 Part 2 (``--scaling``): an environment whose step waits 2 ms (``--latency-ms``; a remote
-simulator or game server answering) and steps 16 CartPoles, under SingleLearnerCoarse and
-SingleLearnerFine on 1, 2, 4, 8, 16 and 32 single-thread workers (weak scaling: one env
+simulator or game server answering) and steps 16 CartPoles, under SingleLearnerCoarse,
+SingleLearnerFine and SingleLearnerFine acting on arrival (``act_on_arrival=True``: the actor
+runs on whichever env replicas have answered) on 1, 2, 4, 8, 16 and 32 single-thread workers (weak scaling: one env
 replica per worker, which each size's line checks; ``--sizes`` to choose). Rates come from
 pairs of runs, 10 and 40 iterations, by wall clock (median of ``--pairs``). Efficiency =
 throughput(W) / (W × throughput(1)). "cores busy" says when the machine, not the framework,
@@ -211,12 +212,15 @@ def _cpu_seconds(pids) -> float:
     return total
 
 
-def _measure(client, policy, iterations: int, worker_pids, latency_ms: float) -> tuple[float, int, float, float]:
-    """One run: (wall seconds, env steps, this process's CPU seconds, the workers' CPU seconds)."""
+def _measure(client, policy, iterations: int, worker_pids, latency_ms: float,
+             **options) -> tuple[float, int, float, float]:
+    """One run (``options``: more of ``fdg.run``'s): (wall seconds, env steps, this
+    process's CPU seconds, the workers' CPU seconds)."""
     import time
 
     cpu, workers_cpu, start = time.process_time(), _cpu_seconds(worker_pids), time.perf_counter()
-    run = sleepy_fdg(latency_ms).run(iterations=iterations, steps=32, policy=policy, cluster=client, progress=False)
+    run = sleepy_fdg(latency_ms).run(iterations=iterations, steps=32, policy=policy, cluster=client, progress=False,
+                                     **options)
     wall = time.perf_counter() - start
     if run.status != "finished":
         raise RuntimeError(f"the run ended {run.status}")
@@ -224,16 +228,16 @@ def _measure(client, policy, iterations: int, worker_pids, latency_ms: float) ->
 
 
 def _steady(client, policy, worker_pids, latency_ms: float, pairs: int, short: int = 10,
-            long: int = 40) -> dict[str, float]:
+            long: int = 40, **options) -> dict[str, float]:
     """Medians over ``pairs`` pairs of runs, a short and a long one: the long run's extra
     iterations over the short one's, by wall clock. Deploy and teardown cancel out, and
     nothing hangs on when the driver happened to record a row (at 32 workers rows arrive
     in bursts, so rates from row times came out above the envs' own ceiling)."""
-    _measure(client, policy, 3, worker_pids, latency_ms)  # warm: imports, first connections
+    _measure(client, policy, 3, worker_pids, latency_ms, **options)  # warm: imports, first connections
     rates, driver_ms, cores = [], [], []
     for _ in range(pairs):
-        a = _measure(client, policy, short, worker_pids, latency_ms)
-        b = _measure(client, policy, long, worker_pids, latency_ms)
+        a = _measure(client, policy, short, worker_pids, latency_ms, **options)
+        b = _measure(client, policy, long, worker_pids, latency_ms, **options)
         wall, steps = b[0] - a[0], b[1] - a[1]
         rates.append(steps / wall)
         driver_ms.append((b[2] - a[2]) / (long - short) * 1e3)
@@ -258,10 +262,11 @@ def scaling(sizes: tuple[int, ...] = SIZES, latency_ms: float = 2.0, dask_defaul
     print(f"latency {latency_ms:g} ms per env step (one replica's ceiling {ceiling:,.0f} env-steps/s); "
           f"{'Dask default' if dask_defaults else 'lean (workbench.cluster.lean)'} worker settings; "
           f"{os.cpu_count()} cores", flush=True)
-    names = {"coarse": "SingleLearnerCoarse", "fine": "SingleLearnerFine"}
+    names = {"coarse": "SingleLearnerCoarse", "fine": "SingleLearnerFine",
+             "fine-arrival": "SingleLearnerFine, acting on arrival"}
     results: dict[str, dict[int, dict | str]] = {names[p]: {} for p in policies}
     controls = {"bare processes (control)": _bare, "bare lockstep (control)": _lockstep} if bare else {}
-    if "fine" not in policies:
+    if not {"fine", "fine-arrival"} & set(policies):
         controls.pop("bare lockstep (control)", None)
     for name in controls:
         results[name] = {}
@@ -276,10 +281,12 @@ def scaling(sizes: tuple[int, ...] = SIZES, latency_ms: float = 2.0, dask_defaul
                 Client(cluster) as client:
             client.wait_for_workers(workers, timeout=300)
             worker_pids = list(client.run(os.getpid).values())
-            chosen = {"coarse": wb.SingleLearnerCoarse(actors=workers), "fine": wb.SingleLearnerFine(envs=workers)}
-            for name, policy in ((names[p], chosen[p]) for p in policies):
+            chosen = {"coarse": wb.SingleLearnerCoarse(actors=workers), "fine": wb.SingleLearnerFine(envs=workers),
+                      "fine-arrival": wb.SingleLearnerFine(envs=workers)}
+            for key, name, policy in ((p, names[p], chosen[p]) for p in policies):
+                options = {"act_on_arrival": True} if key == "fine-arrival" else {}
                 try:
-                    results[name][workers] = got = _steady(client, policy, worker_pids, latency_ms, pairs)
+                    results[name][workers] = got = _steady(client, policy, worker_pids, latency_ms, pairs, **options)
                     print(f"  {name} × {workers} workers: {got['rate']:,.0f} env-steps/s, "
                           f"{got['cores']:.2f} cores busy, driver+scheduler {got['driver_ms']:.1f} ms CPU "
                           f"per iteration; {_env_replicas_per_worker(client, policy)}", flush=True)
@@ -334,8 +341,10 @@ def main() -> None:
     parser.add_argument("--no-bare", action="store_true",
                         help="skip the control rows (the loop in plain processes, no framework)")
     parser.add_argument("--pairs", type=int, default=3, help="short/long run pairs per point (median)")
-    parser.add_argument("--policies", nargs="+", choices=["coarse", "fine"], default=["coarse", "fine"],
-                        help="which policies the scaling part runs (default: both)")
+    parser.add_argument("--policies", nargs="+", choices=["coarse", "fine", "fine-arrival"],
+                        default=["coarse", "fine", "fine-arrival"],
+                        help="which policies the scaling part runs (fine-arrival: Fine with "
+                             "act_on_arrival=True; default: all)")
     args = parser.parse_args()
     both = not (args.presets or args.scaling)
     if args.presets or both:

@@ -207,6 +207,12 @@ class RunConfig:
                           "(EnvPool), another acts; the same numbers, faster than threads, and than "
                           "one replica of all the envs where each steps many (needs greenlet; "
                           "docs/envpool.md)", check=_lanes, boolean=True)
+    act_on_arrival: bool = _option(False, "under a fine-grained policy, run the actor's step cells on "
+                                   "each env replica's values as they arrive instead of waiting for "
+                                   "all of them every step: a slow env replica no longer holds the "
+                                   "others back; the actor's batches, and so its draws, follow the "
+                                   "arrival order (workbench.runtime.on_arrival)", check=_boolean,
+                                   boolean=True)
     keep_state: bool = _option(True, "keep the final fragment states in run.state (to checkpoint or "
                                "resume from)", check=_boolean, boolean=True)
     # output

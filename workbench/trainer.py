@@ -42,6 +42,7 @@ from workbench.runtime.inline import InlineBackend
 from workbench.runtime.faults import announce, fault_line
 from workbench.runtime.interrupts import shielded
 from workbench.runtime.lanes import NOT_PLACED_FOR_LANES, placed_for_lanes
+from workbench.runtime.on_arrival import check_act_on_arrival
 from workbench.runtime.notebook_values import taken_at_deploy
 from workbench.runtime.replica import group_program
 from workbench.runtime.run import Run
@@ -304,9 +305,12 @@ class Trainer:
         if resolved.in_process:  # as on a cluster: a notebook object changed mid-stretch waits for %fdg update
             notebook = taken_at_deploy(notebook)
         programs = {g: group_program(plan, g, stretch.config.steps, stretch.config.own_random,
-                                     stretch.config.allreduce, stretch.config.lanes) for g in plan.groups}
+                                     stretch.config.allreduce, stretch.config.lanes,
+                                     stretch.config.act_on_arrival) for g in plan.groups}
         if stretch.config.lanes and not placed_for_lanes(plan, programs):  # asked for, not used: say so
             run.note_once("not applied", NOT_PLACED_FOR_LANES)
+        if stretch.config.act_on_arrival:
+            check_act_on_arrival(plan, programs, run)
         if resolved.in_process:
             backend = InlineBackend()
         else:

@@ -402,6 +402,31 @@ def split(value: Any, parts: int) -> list[Any]:
     return np.array_split(value, parts)
 
 
+def split_rows(value: Any, sizes: list[int]) -> list[Any]:
+    """Split a batch along axis 0 into pieces of ``sizes`` rows, in order (the inverse of
+    :func:`gather` of pieces that long); a value with no batch axis goes whole to each.
+
+    >>> [p.tolist() for p in split_rows(np.arange(5), [1, 4])]
+    [[0], [1, 2, 3, 4]]
+    """
+    if isinstance(value, dict):
+        pieces = {k: split_rows(v, sizes) for k, v in value.items()}
+        return [{k: pieces[k][i] for k in value} for i in range(len(sizes))]
+    if isinstance(value, tuple):
+        pieces = [split_rows(v, sizes) for v in value]
+        return [tuple(p[i] for p in pieces) for i in range(len(sizes))]
+    if getattr(value, "ndim", 0) == 0:
+        return [value] * len(sizes)
+    if _is_torch(value):
+        return list(value.split(list(sizes)))
+    bounds = np.cumsum(sizes)[:-1].tolist()
+    if _is_cupy(value):
+        import cupy
+
+        return cupy.split(value, bounds)
+    return np.split(value, bounds)
+
+
 def nbytes(value: Any) -> int:
     """Approximate payload size of a value, for the plan's traffic figures."""
     if isinstance(value, dict):

@@ -144,5 +144,24 @@ class Mailbox:
                 out.append(versions[task])
             return out
 
+    def take_ready(self, key: str, wanted: dict[int, int], stopped: Callable[[], bool],
+                   poll: float = 0.05) -> list[tuple[int, Any]]:
+        """Every value of ``key`` that is in from the replicas of ``wanted`` (replica → the
+        version it must send next), as ``(replica, value)`` in replica order, once at least
+        one is (older versions dropped): a consumer that acts on what has arrived."""
+        with self._lock:
+            def ready() -> list[int]:
+                return [r for r, task in wanted.items() if task in self._items.get((key, r), ())]
+
+            if not ready():
+                self._block(_Wait(key, None, set(), self._lock), lambda: bool(ready()), stopped, poll)
+            out = []
+            for replica in sorted(ready()):
+                versions = self._items[(key, replica)]
+                for old in [t for t in versions if t < wanted[replica]]:
+                    del versions[old]
+                out.append((replica, versions[wanted[replica]]))
+            return out
+
     def __len__(self) -> int:
         return sum(len(v) for v in self._items.values())

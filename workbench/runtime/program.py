@@ -94,6 +94,9 @@ class GroupProgram:
     #: step its co-located replicas as lanes of one thread (RunConfig.lanes;
     #: workbench.runtime.lanes)
     lanes: bool = False
+    #: run the group's steps on each sender's values as they arrive (RunConfig.act_on_arrival;
+    #: workbench.runtime.on_arrival)
+    act_on_arrival: bool = False
 
     @property
     def steps_on_its_own(self) -> bool:
@@ -155,7 +158,7 @@ class TaskReport:
 
 
 def group_program(plan: Plan, group: str, steps: int, own_random: bool = True,
-                  allreduce: str = "auto", lanes: bool = False) -> GroupProgram:
+                  allreduce: str = "auto", lanes: bool = False, act_on_arrival: bool = False) -> GroupProgram:
     """Compile the plan's view of one group into a :class:`GroupProgram`."""
     members = plan.groups[group].fragments
     code, bindings = {}, {}
@@ -182,7 +185,7 @@ def group_program(plan: Plan, group: str, steps: int, own_random: bool = True,
     state_names = {name: tuple(n for n in plan.fdg[name].writes if n != "replica") for name in members}
     return GroupProgram(group, code, bindings, recorded, emits, steps, step_sends, counted=counted,
                         env_groups=env_groups, arrival_keys=arrival_keys, state_names=state_names,
-                        own_random=own_random, allreduce=allreduce, lanes=lanes)
+                        own_random=own_random, allreduce=allreduce, lanes=lanes, act_on_arrival=act_on_arrival)
 
 
 def _bindings_for(plan: Plan, group: str, fragment: str, rate: str) -> tuple[Binding, ...]:

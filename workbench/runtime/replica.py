@@ -19,6 +19,7 @@ from workbench.runtime.cell_exit import install as catch_process_exits, is_cell_
 from workbench.runtime.channels import Stopped, dumps_state
 from workbench.runtime.deferred_metrics import DeferredMetricError
 from workbench.runtime.lanes import Lanes, run_as_lane
+from workbench.runtime.on_arrival import acts_on_arrival, step_on_arrival
 from workbench.runtime.counting import (ENV_STEPS_KEY, RANDOM_KEY, REBUILT_KEY, batch_of, counter_of, explicit,
                                         one_plain_env, without_counters)
 from workbench.runtime.process_group import allreduce_for
@@ -218,6 +219,8 @@ class GroupReplica(CellErrors):
         return outbox, report
 
     def _run_steps(self, item: Item, inbox: dict, report: TaskReport, ctx: ReplicaContext) -> None:
+        if self.peers is not None and acts_on_arrival(self.program, self.peers.counts):  # act_on_arrival=True
+            return step_on_arrival(self, item, inbox, report, ctx)
         if self.lanes is None:
             return self._step_loop(item, inbox, report, ctx)
         run_as_lane(self, lambda: self._step_loop(item, inbox, report, ctx), ctx)
