@@ -104,19 +104,20 @@ def step_on_arrival(replica, item, inbox: dict, report, ctx) -> None:
     senders = list(range(peers.counts[gathers[0][1].producer_group]))
     steps = program.steps
     done = dict.fromkeys(senders, 0)
-    read_base = {(b.key, frag): replica._read.get((b.key, frag), 0) + b.offset for frag, b in gathers}
+    read = {(b.key, frag): replica._read.get((b.key, frag), 0) for frag, b in gathers}  # before this iteration
+    tag_base = {(b.key, frag): read[(b.key, frag)] + b.offset for frag, b in gathers}  # sender k's step t: + t
     sent_base = {s.key: replica._sent.get(s.key, 0) for f in item.fragments for s in replica._sends[f]}
     rows = {f: {n: {k: [] for k in senders} for n in program.recorded[f]} for f in item.fragments}
     clock = dict.fromkeys(item.fragments, 0.0)
     first_frag, first = gathers[0]
     while any(done[k] < steps for k in senders):
         waiting = time.perf_counter()
-        wanted = {k: read_base[(first.key, first_frag)] + done[k] for k in senders if done[k] < steps}
+        wanted = {k: tag_base[(first.key, first_frag)] + done[k] for k in senders if done[k] < steps}
         arrived = dict(peers.mailbox.take_ready(first.key, wanted, peers.stopped))
         batch = sorted(arrived)
         values = {(first.key, first_frag): [arrived[k] for k in batch]}
         for frag, b in gathers[1:]:  # the same replicas' other values of their step
-            values[(b.key, frag)] = [peers.mailbox.take(b.key, read_base[(b.key, frag)] + done[k], k, peers.stopped)
+            values[(b.key, frag)] = [peers.mailbox.take(b.key, tag_base[(b.key, frag)] + done[k], k, peers.stopped)
                                      for k in batch]
         replica.step_wait_seconds += time.perf_counter() - waiting
         if any(isinstance(v, Unbatched) for vs in values.values() for v in vs):
@@ -124,15 +125,15 @@ def step_on_arrival(replica, item, inbox: dict, report, ctx) -> None:
                 "act_on_arrival needs env replicas that step a batch of envs (values with a batch axis): "
                 "this one steps one plain env. Use a vector env (wb.envs.make(…, num_envs=N)) or run "
                 "without act_on_arrival."), item.iteration)
-        sizes = [len(v) for v in values[(first.key, first_frag)]]
+        sizes = [_rows(v) for v in values[(first.key, first_frag)]]
         ctx.step = min(done[k] for k in batch)
         for frag in item.fragments:
             clock[frag] += _run_cell(replica, frag, item, inbox, values, batch, sizes, done, rows[frag], sent_base)
         for k in batch:
             done[k] += 1
     ctx.step = None
-    for (key, frag), base in read_base.items():
-        replica._read[(key, frag)] = base - next(b.offset for f, b in gathers if (b.key, f) == (key, frag)) + steps
+    for where, count in read.items():
+        replica._read[where] = count + steps
     for key, base in sent_base.items():
         replica._sent[key] = base + steps
     for frag in item.fragments:  # each step's rows of every replica, in replica order
@@ -141,6 +142,13 @@ def step_on_arrival(replica, item, inbox: dict, report, ctx) -> None:
     replica.steps_done += steps
     for frag, seconds in clock.items():
         report.compute_seconds[frag] = report.compute_seconds.get(frag, 0.0) + seconds
+
+
+def _rows(value) -> int:
+    """Rows of a replica's batch (a dict or tuple of arrays: of its first)."""
+    while isinstance(value, (dict, tuple)):
+        value = next(iter(value.values())) if isinstance(value, dict) else value[0]
+    return len(value)
 
 
 def _run_cell(replica, frag, item, inbox, values, batch, sizes, done, rows, sent_base) -> float:
