@@ -286,12 +286,13 @@ def part_mappo(**kwargs) -> list[dict]:
     return mappo_rows(**kwargs)
 
 
-def part_scaling(sizes=(1, 2, 4, 8, 16, 32), pairs: int = 1) -> list[dict]:
-    """bench_policies.py's scaling sweep (medians of ``pairs`` pairs of runs), its table kept
-    as printed."""
+def part_scaling(sizes=(1, 2, 4, 8, 16, 32), pairs: int = 1,
+                 policies=("coarse", "fine", "fine-arrival")) -> list[dict]:
+    """bench_policies.py's scaling sweep (medians of ``pairs`` pairs of runs) for
+    ``policies`` (fine-arrival: Fine with ``act_on_arrival=True``), its table kept as printed."""
     out = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "bench_policies.py"), "--scaling",
-                          "--pairs", str(pairs), "--sizes", *map(str, sizes)], cwd=ROOT, capture_output=True,
-                         text=True)
+                          "--pairs", str(pairs), "--sizes", *map(str, sizes), "--policies", *policies],
+                         cwd=ROOT, capture_output=True, text=True)
     table = [line for line in out.stdout.splitlines() if line.startswith("|")]
     if out.returncode or not table:
         return [{"part": "scaling", "what": "bench_policies --scaling",
@@ -401,6 +402,8 @@ def main() -> None:
     parser.add_argument("--envs", type=int, nargs="+", default=[32, 4096, 16384, 65536],
                         help="ppo: numbers of envs")
     parser.add_argument("--sizes", type=int, nargs="+", default=[1, 2, 4, 8, 16, 32], help="scaling: workers")
+    parser.add_argument("--scaling-policies", nargs="+", choices=("coarse", "fine", "fine-arrival"),
+                        default=["coarse", "fine", "fine-arrival"], help="scaling: which policies")
     parser.add_argument("--pairs", type=int, default=1,
                         help="scaling: pairs of runs per size, medians (1: ~190 s on an H100 host; "
                              "3 settles a size within a few points)")
@@ -437,7 +440,7 @@ def main() -> None:
     for name in args.parts:  # in the order given: put what matters most first
         kwargs = {"ppo": {"seeds": args.seeds, "env_counts": args.envs, "profile": args.profile,
                           "steps": args.steps},
-                  "scaling": {"sizes": args.sizes, "pairs": args.pairs},
+                  "scaling": {"sizes": args.sizes, "pairs": args.pairs, "policies": args.scaling_policies},
                   **{llm: {"seeds": args.llm_seeds, "updates": args.llm_updates,
                            "warm_start_steps": args.llm_warm_start_steps, "logs": args.logs}
                      for llm in ("llm", "llm_trl")}}.get(name, {})
