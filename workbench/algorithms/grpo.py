@@ -36,7 +36,7 @@ from workbench.algorithms.cuda_graphs import captured_graphs
 from workbench.algorithms.ppo_graphs import graphed_update, update_captured
 from workbench.llm.generation import model_device, sample, sequence_logp
 from workbench.llm.errors import LLMInputError
-from workbench.llm.models import context_length, count_parameters, frozen_copy, load_causal_lm, weights_copy
+from workbench.llm.models import context_length, count_parameters, frozen, load_causal_lm, weights_copy
 from workbench.llm.tasks import (AdditionTask, decode_completions, encode_prompts, exact_answer_reward,
                                  heldout_accuracy, score_completions)
 from workbench.llm.tokenizers import char_tokenizer
@@ -290,7 +290,7 @@ policy = make_model(cfg, tokenizer, weights).to(replica.device)
 policy_version = update                # the learner's update count these weights come from
 """),
     ("%%fragment reference --init", """\
-reference = frozen_copy(make_model(cfg, tokenizer, reference_weights)).to(replica.device)   # the starting weights, frozen
+reference = frozen(make_model(cfg, tokenizer, reference_weights)).to(replica.device)   # the starting weights, frozen
 """),
     ("%%fragment prompts", """\
 prompt_texts = prompt_batch(task, rng, cfg, replica.count)

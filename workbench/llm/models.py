@@ -20,7 +20,7 @@ import torch
 from workbench.llm.errors import LLMInputError
 
 __all__ = ["tiny_causal_lm", "load_causal_lm", "check_vocabulary", "context_length",
-           "frozen_copy", "weights_copy", "count_parameters", "with_lora"]
+           "frozen", "frozen_copy", "weights_copy", "count_parameters", "with_lora"]
 
 
 def tiny_causal_lm(tokenizer, *, hidden: int = 64, layers: int = 2, heads: int = 4, context: int = 64,
@@ -85,12 +85,18 @@ def context_length(model) -> int:
     return int(getattr(model.config, "max_position_embeddings", None) or getattr(model.config, "n_positions"))
 
 
-def frozen_copy(model):
-    """A copy of ``model`` with gradients off, in eval mode: GRPO's reference for the KL term."""
-    ref = copy.deepcopy(model).eval()
-    for p in ref.parameters():
+def frozen(model):
+    """``model`` itself with gradients off, in eval mode (returned): GRPO's reference for the
+    KL term, built fresh by its cell, so no second copy of the weights is made."""
+    model.eval()
+    for p in model.parameters():
         p.requires_grad_(False)
-    return ref
+    return model
+
+
+def frozen_copy(model):
+    """A copy of ``model`` with gradients off, in eval mode (``model`` stays as it was)."""
+    return frozen(copy.deepcopy(model))
 
 
 def weights_copy(model) -> dict[str, torch.Tensor]:

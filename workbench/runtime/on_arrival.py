@@ -88,7 +88,12 @@ def refusal(plan: Plan, group: str) -> str | None:
                     "group wrote the step before: acting on each env replica's values as they arrive would "
                     "mix the replicas' rows of it. Keep such state per env (in the env fragment) or run "
                     "without act_on_arrival.")
+    answered = {r.producer_group for r in plan.routes_into(group) if r.per_step}
     for route in plan.routes_out_of(group):
+        if route.per_step and route.consumer_group not in answered:
+            return (f"{route.interface.producer!r} sends {route.interface.name!r} every step to "
+                    f"{route.consumer_group!r}, which sends this group nothing every step: acting on arrival "
+                    "answers only the replicas whose values it acted on. Run without act_on_arrival.")
         if route.per_step and route.spatial != "scatter":
             return (f"{route.interface.producer!r} sends {route.interface.name!r} to "
                     f"{route.consumer_group!r} every step as a {route.spatial}, not split by rows: acting on "
