@@ -31,7 +31,7 @@ from __future__ import annotations
 import time
 
 from workbench.fdg.plan import Plan
-from workbench.runtime.arrays import Unbatched, gather, split_rows
+from workbench.runtime.arrays import Unbatched, gather, handed_over, split_rows
 from workbench.runtime.cell_exit import is_cell_error
 from workbench.runtime.channels import Stopped
 
@@ -181,13 +181,19 @@ def _run_cell(replica, frag, item, inbox, values, batch, sizes, done, rows, sent
         raise replica._error(frag, "step", exc, item.iteration) from None
     seconds = time.perf_counter() - start
     replica._ran.add((frag, "step"))
+    pieces = {}  # each written name split once (an action is both recorded and sent)
+
+    def split(name):
+        if name not in pieces:
+            pieces[name] = split_rows(replica._written(frag, "step", ns, name, item.iteration), sizes)
+        return pieces[name]
+
     for name, per in rows.items():
-        for k, piece in zip(batch, split_rows(replica._written(frag, "step", ns, name, item.iteration), sizes)):
-            per[k].append(piece)
+        for k, piece in zip(batch, split(name)):
+            per[k].append(handed_over(piece))  # as it is now, as the lockstep loop keeps it
     sending = time.perf_counter()
     for send in replica._sends[frag]:
-        pieces = split_rows(replica._written(frag, "step", ns, send.name, item.iteration), sizes)
-        for k, piece in zip(batch, pieces):
+        for k, piece in zip(batch, split(send.name)):
             replica.peers.postman.send((send.consumer_group, k), send.key, sent_base[send.key] + done[k],
                                        replica.index, piece)
     replica.step_send_seconds += time.perf_counter() - sending
