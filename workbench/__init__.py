@@ -26,6 +26,7 @@ from workbench.fdg.policy import (
     GPUOnly,
     Inline,
     MultiLearner,
+    Pipelined,
     Policy,
     SingleLearnerCoarse,
     SingleLearnerFine,
@@ -42,7 +43,7 @@ import logging as _logging
 _logging.getLogger("workbench").addHandler(_logging.NullHandler())
 
 __all__ = [
-    "FDG", "Policy", "Inline", "SingleLearnerCoarse", "SingleLearnerFine", "MultiLearner", "GPUOnly", "Async",
+    "FDG", "Policy", "Inline", "SingleLearnerCoarse", "SingleLearnerFine", "MultiLearner", "GPUOnly", "Async", "Pipelined",
     "placement",
     "ReplicaInfo", "log", "allreduce", "env_steps", "count_env_steps", "step_elsewhere",
     "WorkbenchError", "FragmentError", "FragmentSyntaxError", "FragmentOptionError",

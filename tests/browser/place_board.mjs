@@ -81,6 +81,12 @@ try {
   await check.locator(".jp-InputArea-editor").click();
   await page.keyboard.press("Shift+Enter");
   result.after = await boardOutput(page, 2);
+
+  // the Pipelined preset: the kernel places it and the board says the actors lag
+  await page.click('.wb-board [data-preset="pipelined"]');
+  const piped = page.locator(".wb-board .wb-policy", { hasText: "pipelined, lag 1" });
+  await piped.waitFor({ timeout: 15000 });
+  result.pipelined = await piped.innerText();
   await page.screenshot({ path: pageShot, fullPage: false });
   result.ok = true;
 } catch (err) {

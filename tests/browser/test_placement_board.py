@@ -118,6 +118,8 @@ def test_drag_a_fragment_onto_a_worker_in_jupyterlab(jupyterlab, tmp_path):
     assert after["name"] == "custom" and result["message"] == "✓ learner → 1 (cpu)"
     # the malformed import was refused on the board with the reason, and changed nothing
     assert result["refusal"].startswith("Refused: policy JSON is malformed")
+    # the Pipelined preset, picked after: its label says the actors lag the learner
+    assert result["pipelined"] == 'policy "Pipelined" · pipelined, lag 1'
     assert board_png.exists() and board_png.stat().st_size > 10_000
     if os.environ.get("WORKBENCH_UPDATE_SCREENSHOT"):
         shutil.copyfile(board_png, REPO / "docs" / "placement_board.png")

@@ -133,7 +133,8 @@ def test_resolve_policy_by_name_preset_and_object(ppo_fdg):
     p = coarse(ppo_fdg, 2)
     assert resolve_policy(p, ppo_fdg, inv) is p
     assert set(PRESETS) == {"inline", "coarse", "SingleLearnerCoarse", "fine", "SingleLearnerFine",
-                            "multilearner", "MultiLearner", "gpuonly", "GPUOnly", "async", "Async"}
+                            "multilearner", "MultiLearner", "gpuonly", "GPUOnly", "async", "Async", "pipelined",
+                            "Pipelined"}
 
 
 def test_resolve_policy_unknown_name(ppo_fdg):

@@ -51,6 +51,20 @@ def test_async_takes_each_arrival_once_and_keeps_the_staleness_bound(client, max
         assert dropped > 0
 
 
+def test_pipelined_generates_one_update_behind_and_the_learner_says_so(client):
+    """Under Pipelined the generate replica samples iteration i + 1 while the learner
+    learns from iteration i: every batch after the first is one update old (the clipped
+    ratio against the sampling log-probabilities corrects for it), none is dropped."""
+    fdg, _ = small()
+    run = fdg.run(iterations=4, steps=1, policy="pipelined", cluster=client, progress=False)
+    assert run.status == "finished", run.error
+    assert run.metrics["charts/staleness"].tolist() == [0, 1, 1, 1]
+    learner, (generate,) = run.state.fragments["learner"][0], run.state.fragments["generate"]
+    assert learner["update"] == 4 and learner["dropped"] == 0
+    # the last weights it loaded are those of update 3: one behind the learner's 4
+    assert generate["policy_version"] == 3 and not same_weights(generate["policy"], learner["model"])
+
+
 def test_gpuonly_falls_back_to_the_cpu_twin_without_a_gpu(client):
     if torch.cuda.is_available():
         pytest.skip("this machine has a GPU: tests/gpu covers it")

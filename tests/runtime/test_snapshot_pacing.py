@@ -13,7 +13,7 @@ from workbench.fdg.policy import resolve_policy
 from workbench.runtime.driver import drive
 from workbench.runtime.inline import InlineBackend
 from workbench.runtime.replica import group_program
-from workbench.runtime.snapshot_pacing import BIG_BYTES, MOST, SnapshotPacer
+from workbench.runtime.snapshot_pacing import BIG_BYTES, MOST, SMALL_MOST, SnapshotPacer
 
 
 def _snapshotted(floats: int, iterations: int = 24, **snapshots) -> list[int]:
@@ -58,6 +58,38 @@ def test_a_slow_small_snapshot_does_not_pace():
     pacer.due(2, now=0.01)
     pacer.took(0.5, size=150_000)  # a busy machine's outlier: the size decides
     assert pacer.every == 1 and pacer.due(3, now=0.02)
+
+
+def _small_pacing(cost: float, iteration: float = 0.03, snapshots: int = 6) -> list[int]:
+    """The intervals after each of ``snapshots`` small snapshots of ``cost`` seconds, with
+    iterations of ``iteration`` seconds."""
+    pacer, now, out, i = SnapshotPacer(), 0.0, [], 0
+    while len(out) < snapshots:
+        i += 1
+        now += iteration
+        if pacer.due(i, now=now):
+            pacer.took(cost, size=2_000_000)
+            now += cost
+            out.append(pacer.every)
+    return out
+
+
+def test_a_small_snapshot_that_keeps_costing_a_share_of_the_iteration_paces():
+    # a GRPO learner: 2 MB, ~6 ms to pickle its model object, 30 ms iterations: 20 % of each,
+    # so after three timed snapshots every 4th (6 / (0.05 × 30) = 4)
+    assert _small_pacing(0.006) == [1, 1, 4, 4, 4, 4]
+    # however costly, a small state is snapshotted within SMALL_MOST iterations
+    assert _small_pacing(0.5)[-1] == SMALL_MOST
+    # a PPO learner's ~1 ms snapshots stay every iteration, whatever the share
+    assert _small_pacing(0.001, iteration=0.004) == [1] * 6
+
+
+def test_one_busy_moment_among_quick_small_snapshots_does_not_pace():
+    pacer = SnapshotPacer()
+    for i, cost in enumerate([0.0005, 0.3, 0.0005, 0.0005, 0.4], start=1):
+        pacer.due(i, now=i * 0.03)
+        pacer.took(cost, size=150_000)
+        assert pacer.every == 1
 
 
 def test_a_big_first_snapshot_waits_for_the_iteration_to_be_timed():

@@ -132,7 +132,7 @@ def test_replica_counts(board):
 
 @pytest.mark.parametrize("preset, name", [
     ("coarse", "SingleLearnerCoarse"), ("fine", "SingleLearnerFine"), ("multilearner", "MultiLearner"),
-    ("gpuonly", "GPUOnly"), ("async", "Async"),
+    ("gpuonly", "GPUOnly"), ("async", "Async"), ("pipelined", "Pipelined"),
 ])
 def test_presets_fill_the_board(board, preset, name):
     send(board, type="replicas", fragment="learner", count=2)  # something to replace
@@ -142,7 +142,7 @@ def test_presets_fill_the_board(board, preset, name):
     placed = {f for g in board.groups for f in g["fragments"]}
     assert placed == {"env", "learner", "actor"}
     assert all(set(g["workers"]) <= {"0", "1"} for g in board.groups)
-    assert board.asynchronous == (preset == "async")
+    assert board.asynchronous == (preset == "async") and board.lag == (preset == "pipelined")
 
 
 def test_auto_is_chosen_at_run_time_or_taken_from_the_last_auto_run(board):

@@ -31,7 +31,7 @@ __all__ = ["BOARD_PRESETS", "move_fragment", "set_replicas", "fill_preset", "loa
 
 #: The presets a board offers, by the names ``--policy`` takes. ``inline`` is not among
 #: them: it places nothing on the cluster's workers.
-BOARD_PRESETS = ("coarse", "fine", "multilearner", "gpuonly", "async", "auto")
+BOARD_PRESETS = ("coarse", "fine", "multilearner", "gpuonly", "async", "pipelined", "auto")
 
 
 def move_fragment(policy: Policy, fdg: Graph, fragment: str, worker: str, device: str,
@@ -69,7 +69,7 @@ def move_fragment(policy: Policy, fdg: Graph, fragment: str, worker: str, device
     else:
         g = groups[home]
         groups[home] = Group(_in_fdg_order(fdg, (*g.fragments, fragment)), 1, g.workers, g.device)
-    return _checked(Policy("custom", tuple(groups), policy.asynchronous), fdg, inventory)
+    return _checked(Policy("custom", tuple(groups), policy.asynchronous, policy.lag), fdg, inventory)
 
 
 def set_replicas(policy: Policy, fdg: Graph, fragment: str, count: int, inventory: Inventory) -> Policy:
@@ -84,7 +84,7 @@ def set_replicas(policy: Policy, fdg: Graph, fragment: str, count: int, inventor
         pool = pool + tuple(n for n in inventory.names if n not in pool)
     workers = tuple(pool[i % len(pool)] for i in range(count))
     groups = tuple(Group(g.fragments, count, workers, g.device) if g is group else g for g in policy.groups)
-    return _checked(Policy("custom", groups, policy.asynchronous), fdg, inventory)
+    return _checked(Policy("custom", groups, policy.asynchronous, policy.lag), fdg, inventory)
 
 
 def fill_preset(name: str, fdg: Graph, inventory: Inventory, *, auto_table: list[dict] | None = None) -> Policy:

@@ -59,6 +59,8 @@ class Route:
     spatial: str
     #: taken as it arrives, one producer replica at a time (an asynchronous policy)
     arrival: bool = False
+    #: read this many iterations late (a learner's weights to pipelined actors: Policy.lag)
+    lag: int = 0
 
     @property
     def per_step(self) -> bool:
@@ -293,7 +295,7 @@ def make_plan(fdg: Graph, policy: Policy) -> Plan:
         # when every replica wrote the same), as every other policy does
         arrival = (policy.asynchronous and spatial == "gather" and edge.timing != "per-step"
                    and tuple(edge.producer_rates) != ("init",))
-        routes.append(Route(edge, src.name, dst.name, spatial, arrival))
+        routes.append(Route(edge, src.name, dst.name, spatial, arrival, _lag(policy, edge, src, dst, schedule)))
     plan = Plan(fdg, policy, schedule, tuple(routes))
     independent, overridden = independent_learners(fdg, policy), overridden_options(fdg, policy)
     plan.warnings = independent + overridden
@@ -301,6 +303,21 @@ def make_plan(fdg: Graph, policy: Policy) -> Plan:
         for message in messages:
             warnings.warn(category(message), stacklevel=2)
     return plan
+
+
+def _lag(policy: Policy, edge, src, dst, schedule: Schedule) -> int:
+    """``policy.lag`` for what a group without step cells (a learner) writes each iteration
+    for a group with them (actors) to read; else 0."""
+    acting = set(schedule.step_order)
+    feedback = (not acting & set(src.fragments) and acting & set(dst.fragments)
+                and edge.timing in ("per-iteration", "latest") and "iteration" in edge.producer_rates)
+    if feedback and policy.lag and "init" not in edge.producer_rates:
+        raise PlacementError(
+            f"{edge.describe()}: with lag {policy.lag} ({policy.name}), {edge.consumer!r} reads {edge.name!r} "
+            f"{policy.lag} iteration(s) late, so its first iterations read the value {edge.producer!r} "
+            f"wrote before its first iteration: give {edge.name!r} a first value in the --init cell of "
+            f"{edge.producer!r}, or use a policy without a lag.")
+    return policy.lag if feedback else 0
 
 
 class OverriddenOptionWarning(UserWarning):

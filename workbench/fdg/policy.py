@@ -25,9 +25,10 @@ from workbench.fdg.errors import PlacementError
 from workbench.fdg.graph import Graph
 from workbench.fdg.vocabulary import IN_PROCESS, check_device_kind
 from workbench.fdg.inventory import Inventory, WorkerInfo
+from workbench.fdg.placing import _check_count, _env_workers, _home, _spread, _whole
 
 __all__ = ["Group", "Policy", "Inline", "SingleLearnerCoarse", "SingleLearnerFine", "MultiLearner",
-           "GPUOnly", "Async", "auto_candidates", "resolve_policy", "as_policy_spec",
+           "GPUOnly", "Async", "Pipelined", "auto_candidates", "resolve_policy", "as_policy_spec",
            "needs_cluster", "PRESETS"]
 
 #: Where an unplaced replica runs: the calling process (no Dask).
@@ -77,11 +78,26 @@ class Policy:
     ``asynchronous``: a group that gathers per-iteration values from many replicas takes
     each replica's value as it arrives (running its cells once per value) and replies to
     that replica alone, instead of waiting for all of them (MSRL's async interfaces, A3C).
+
+    ``lag``: the groups with step cells (actors) read what the groups without them (the
+    learner) write each iteration ``lag`` iterations late, so they act on iteration ``i + 1``
+    while the learner learns from iteration ``i`` (one-step off-policy with ``lag=1``: the
+    actors' weights are one update behind). Still deterministic: every value is the same
+    on every run, only older.
     """
 
     name: str
     groups: tuple[Group, ...] = field(default_factory=tuple)
     asynchronous: bool = False
+    lag: int = 0
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.lag, int) or isinstance(self.lag, bool) or self.lag < 0:
+            raise PlacementError(f"policy {self.name!r}: lag must be a whole number ≥ 0, got {self.lag!r}.")
+        if self.lag and self.asynchronous:
+            raise PlacementError(
+                f"policy {self.name!r}: lag and asynchronous do not combine (an asynchronous "
+                "learner answers each actor's arrival at once); use one of them.")
 
     @property
     def in_process(self) -> bool:
@@ -134,7 +150,7 @@ class Policy:
 
     def to_dict(self) -> dict:
         """Plain data (what ``to_json`` writes)."""
-        return {"name": self.name, "asynchronous": self.asynchronous,
+        return {"name": self.name, "asynchronous": self.asynchronous, "lag": self.lag,
                 "groups": [g.to_dict() for g in self.groups]}
 
     def to_json(self) -> str:
@@ -157,7 +173,7 @@ class Policy:
             asynchronous = data.get("asynchronous", False)
             if not isinstance(asynchronous, bool):
                 raise TypeError(f"asynchronous must be true or false, got {asynchronous!r}")
-            return cls(str(data.get("name", "custom")), groups, asynchronous)
+            return cls(str(data.get("name", "custom")), groups, asynchronous, data.get("lag", 0))
         except (ValueError, KeyError, TypeError, AttributeError) as exc:
             raise PlacementError(
                 f"policy JSON is malformed ({exc}); expected "
@@ -169,7 +185,7 @@ class Policy:
         for g in self.groups:
             where = f" on {', '.join(dict.fromkeys(g.workers))}" if g.workers else ""
             parts.append(f"{g.name} ×{g.replicas}{where}")
-        mode = ", async" if self.asynchronous else ""
+        mode = ", async" if self.asynchronous else f", lag {self.lag}" if self.lag else ""
         return f"Policy({self.name!r}, {' | '.join(parts)}{mode})"
 
 
@@ -208,17 +224,25 @@ class SingleLearnerCoarse:
     """Acting fragments (those with step cells) fused and replicated over the workers; the
     rest (the learner) as one replica, on a GPU worker when there is one.
 
-    ``actors`` is the number of acting replicas (default: one per worker).
+    ``actors`` is the number of acting replicas (default: one per worker). ``lag=1``
+    pipelines them with the learner (see :class:`Policy`): they act on the next iteration
+    with weights one update old while it learns, so on separate cores both run at once; the
+    actors then go to the workers other than the learner's first.
+
+    >>> SingleLearnerCoarse(actors=1, lag=1)
+    SingleLearnerCoarse(actors=1, lag=1)
     """
 
     name = "SingleLearnerCoarse"
 
-    def __init__(self, actors: int | None = None) -> None:
+    def __init__(self, actors: int | None = None, lag: int = 0) -> None:
         _check_count(self.name, "actors", actors)  # the class's own name: Async is one too
-        self.actors = actors
+        if not isinstance(lag, int) or isinstance(lag, bool) or lag < 0:
+            raise PlacementError(f"{self.name}(lag=…) must be a whole number ≥ 0, got {lag!r}.")
+        self.actors, self.lag = actors, lag
 
     def __repr__(self) -> str:
-        return f"SingleLearnerCoarse(actors={self.actors!r})"
+        return f"SingleLearnerCoarse(actors={self.actors!r}" + (f", lag={self.lag})" if self.lag else ")")
 
     def place(self, fdg: Graph, inventory: Inventory) -> Policy:
         if not inventory.workers:
@@ -232,13 +256,14 @@ class SingleLearnerCoarse:
             )
         names = inventory.names
         count = self.actors or len(names)
-        workers = tuple(names[i % len(names)] for i in range(count))
+        home: WorkerInfo = (inventory.gpu_workers() or inventory.workers)[0]
+        lag = getattr(self, "lag", 0)  # a preset unpickled from before the option: none
+        # pipelined, the actors and the learner compute at once: the learner's worker last
+        workers = _env_workers(inventory, home, count) if lag and learning else _spread(names, count)
         groups = [Group(acting, count, workers, _wished_device(fdg, acting, workers, inventory))]
         if learning:
-            home: WorkerInfo = (inventory.gpu_workers() or inventory.workers)[0]
-            device = "gpu" if home.gpus else "cpu"
-            groups.append(Group(learning, 1, (home.name,), device))
-        return Policy(self.name, tuple(groups))
+            groups.append(Group(learning, 1, (home.name,), "gpu" if home.gpus else "cpu"))
+        return Policy(self.name, tuple(groups), lag=lag if learning else 0)
 
 
 def _wished_device(fdg: Graph, fragments, workers, inventory: Inventory, default: str = "cpu") -> str:
@@ -250,30 +275,6 @@ def _wished_device(fdg: Graph, fragments, workers, inventory: Inventory, default
     return "gpu" if wished and workers and has_gpus else "cpu"
 
 
-def _whole(replicas):
-    """A JSON replica count as it is: 2.7 or true must not quietly become 2 or 1."""
-    if not isinstance(replicas, int) or isinstance(replicas, bool):
-        raise TypeError(f"replicas must be a whole number ≥ 1, got {json.dumps(replicas)}")
-    return replicas
-
-
-def _spread(names: tuple[str, ...], count: int) -> tuple[str, ...]:
-    """``count`` replicas round-robin over ``names``."""
-    return tuple(names[i % len(names)] for i in range(count))
-
-
-def _home(inventory: Inventory) -> WorkerInfo:
-    """Where the single learner goes: a GPU worker if there is one, else the first worker."""
-    if not inventory.workers:
-        raise PlacementError("this policy needs a cluster with at least one worker.")
-    return (inventory.gpu_workers() or inventory.workers)[0]
-
-
-def _check_count(preset: str, parameter: str, value) -> None:
-    if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
-        raise PlacementError(f"{preset}({parameter}=…) must be a whole number ≥ 1, got {value!r}.")
-
-
 class Async(SingleLearnerCoarse):
     """SingleLearnerCoarse's placement, asynchronous: each acting replica's per-iteration
     output (A3C's gradients) reaches the learner as it arrives; the learner runs once per
@@ -281,12 +282,46 @@ class Async(SingleLearnerCoarse):
 
     name = "Async"
 
+    def __init__(self, actors: int | None = None) -> None:  # no lag: arrivals are answered at once
+        super().__init__(actors)
+
     def __repr__(self) -> str:
         return f"Async(actors={self.actors!r})"
 
     def place(self, fdg: Graph, inventory: Inventory) -> Policy:
         coarse = super().place(fdg, inventory)
         return Policy(self.name, coarse.groups, asynchronous=True)
+
+
+class Pipelined(SingleLearnerCoarse):
+    """SingleLearnerCoarse pipelined (``lag=1``, see :class:`Policy`): the learner alone on
+    the first worker, the acting replicas on the others (default: one per other worker),
+    acting on iteration ``i + 1`` with the weights of update ``i - 1`` while the learner
+    learns from iteration ``i``. Both compute at once, so an iteration lasts about the
+    longer of the two rather than their sum; the batches are one update off-policy (GRPO's
+    and PPO's clipped ratio corrects for it). Deterministic, as the synchronous presets.
+
+    >>> from workbench.fdg.graph import Graph
+    >>> fdg = Graph()
+    >>> _ = fdg.add_fragment("learner", "w = 0", rate="init")
+    >>> _ = fdg.add_fragment("actor", "x = w", rate="step")
+    >>> _ = fdg.add_fragment("learner", "w = x.sum()", rate="iteration")
+    >>> Pipelined().place(fdg, Inventory((WorkerInfo("tcp://a:1", "w0"), WorkerInfo("tcp://b:1", "w1"))))
+    Policy('Pipelined', actor ×1 on w1 | learner ×1 on w0, lag 1)
+    """
+
+    name = "Pipelined"
+
+    def __init__(self, actors: int | None = None, lag: int = 1) -> None:
+        super().__init__(actors, lag)
+
+    def __repr__(self) -> str:
+        return f"Pipelined(actors={self.actors!r}, lag={self.lag!r})"
+
+    def place(self, fdg: Graph, inventory: Inventory) -> Policy:
+        others = max(1, len(inventory.names) - 1)  # the learner's worker computes for it alone
+        placed = SingleLearnerCoarse(self.actors or others, self.lag).place(fdg, inventory)
+        return Policy(self.name, placed.groups, lag=placed.lag)
 
 
 class SingleLearnerFine:
@@ -338,26 +373,6 @@ class SingleLearnerFine:
         groups.append(Group(tuple(n for n in stepping if n in envs) + tuple(
             n for n in envs if n not in stepping), count, _env_workers(inventory, home, count)))
         return Policy(self.name, tuple(groups))
-
-
-def _env_workers(inventory: Inventory, home: WorkerInfo, count: int) -> tuple[str, ...]:
-    """Where SingleLearnerFine's ``count`` env replicas go: round-robin over the workers
-    other than ``home`` (the learner's), then ``home`` itself, so the replicas per worker
-    differ by at most one. Up to one per other worker, that is the other workers alone.
-
-    Why ``home`` takes a share rather than none: each step the actor waits for every env
-    replica, so it idles while they step; but two env replicas in one process take turns
-    (one cell at a time, for per-replica random streams: workbench.runtime.randomness), so
-    a worker holding two makes every step last two env steps. ``envs=W`` on W workers put
-    two on one worker and ran at 52 % of W × the 1-worker rate (docs/performance.md).
-
-        >>> from workbench.fdg.inventory import Inventory, WorkerInfo
-        >>> inv = Inventory(tuple(WorkerInfo(f"tcp://w{i}", str(i)) for i in range(3)))
-        >>> _env_workers(inv, inv.workers[0], 2), _env_workers(inv, inv.workers[0], 4)
-        (('1', '2'), ('1', '2', '0', '1'))
-    """
-    others = tuple(w.name for w in inventory.workers if w.name != home.name)
-    return _spread(others + (home.name,), count)
 
 
 class MultiLearner:
@@ -424,6 +439,8 @@ PRESETS = {
     "GPUOnly": GPUOnly,
     "async": Async,
     "Async": Async,
+    "pipelined": Pipelined,
+    "Pipelined": Pipelined,
 }
 
 

@@ -41,4 +41,4 @@ def rehome(policy: Policy, inventory: Inventory) -> Policy:
             load[spare] += 1
             workers.append(spare)
         groups.append(Group(group.fragments, group.replicas, tuple(workers), group.device))
-    return Policy(policy.name, tuple(groups), policy.asynchronous)
+    return Policy(policy.name, tuple(groups), policy.asynchronous, policy.lag)

@@ -85,6 +85,9 @@ def wire_stream(plan: Plan, iterations: int, start: int = 0, *,
     # at init (and never again) stays the broadcast from its init task
     answered: set[str] = set()
     answering = plan.arrival_groups
+    # a lagged route (Policy.lag) reads an older emission: each key's last few, by iteration
+    lags = {r.key: r.lag for r in plan.routes if r.lag}
+    history: dict[str, list[tuple[int | None, int, str]]] = {}  # key → [(iteration, task, group)]
     readers: dict[str, list[tuple[str, str, bool]]] = {}  # key → [(consumer group, spatial, arrival)]
     for route in plan.routes:
         if route.per_step:
@@ -109,6 +112,8 @@ def wire_stream(plan: Plan, iterations: int, start: int = 0, *,
                     f"{edge.producer!r}'s --init cell."
                 )
             producer_task, producer_group = latest[route.key]
+            if route.lag:
+                producer_task, producer_group = _lagged(history[route.key], route)
             if producer_group in answering and route.key in answered:
                 producer_task = last_sent.get((spec.group, producer_group), producer_task)
             inputs.append(WiredInput(route.key, producer_group, producer_task, route.spatial,
@@ -116,6 +121,8 @@ def wire_stream(plan: Plan, iterations: int, start: int = 0, *,
         emitted = _emitted_keys(plan, spec)
         for key in emitted:
             latest[key] = (index, spec.group)
+            if key in lags:  # the newest lag + 1 are all a later reader can want
+                history[key] = (history.get(key, []) + [(spec.iteration, index, spec.group)])[-lags[key] - 1:]
         emits = tuple(
             WiredEmit(key, group, spatial, reply=spec.group in answering and
                       any(w.arrival for w in inputs), arrival=arrival)
@@ -127,6 +134,17 @@ def wire_stream(plan: Plan, iterations: int, start: int = 0, *,
             if emit.reply:
                 answered.add(emit.key)
         yield WiredTask(index, spec, tuple(inputs), emits)
+
+
+def _lagged(emissions: list[tuple[int | None, int, str]], route) -> tuple[int, str]:
+    """The (task, group) of the newest emission ``route.lag`` iterations older than the
+    newest, which a reader without the lag would take. The producer wrote the value at init
+    too (make_plan checks), and that is older than every iteration: the first ``lag``
+    iterations read it."""
+    newest = emissions[-1][0]
+    return next(((task, group) for iteration, task, group in reversed(emissions)
+                 if iteration is None or newest is None or iteration <= newest - route.lag),
+                emissions[0][1:])  # the kept window always holds one: the oldest of lag + 1
 
 
 def wire(plan: Plan, iterations: int, start: int = 0, *, with_init: bool = True) -> list[WiredTask]:

@@ -26,7 +26,8 @@ import torch
 
 from workbench.algorithms.cuda_graphs import graphed_call
 
-__all__ = ["Completions", "sample", "sample_static", "sequence_logp", "scorer", "positions", "model_device"]
+__all__ = ["Completions", "sample", "sample_static", "sequence_logp", "scorer", "distinct_prompts", "positions",
+           "model_device"]
 
 #: each model's StaticCaches, by (batch, prompt width + max_new_tokens)
 _CACHES: "weakref.WeakKeyDictionary[torch.nn.Module, dict]" = weakref.WeakKeyDictionary()
@@ -81,7 +82,8 @@ def sample(model, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, *, max_ne
     """Continue each left-padded prompt by up to ``max_new_tokens`` sampled tokens, stopping
     a row at ``<eos>`` and the batch once every row has stopped. One forward over the
     prompts fills the KV cache; each new token is one forward of width 1. ``temperature``
-    0 is greedy. ``seed`` draws from a private generator (else torch's global one). The
+    0 is greedy. A prompt that repeats (GRPO's groups) is prefilled once and its cache
+    copied. ``seed`` draws from a private generator (else torch's global one). The
     prompts go to the model's device; what comes back is there too. On a GPU (with
     ``cuda_graphs``) the forwards replay CUDA graphs over a static KV cache
     (:func:`sample_static`); a model that cannot use one falls back to this eager loop."""
@@ -97,8 +99,16 @@ def sample(model, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, *, max_ne
             failed = exc
     mask = prompt_mask.to(device).long()
     pos = positions(mask)
-    out = model(input_ids=prompt_ids.to(device), attention_mask=mask, position_ids=pos, use_cache=True)
-    cache, next_pos = out.cache, pos[:, -1] + 1
+    shared = distinct_prompts(prompt_ids.to(device), mask)
+    if shared is None:
+        out = model(input_ids=prompt_ids.to(device), attention_mask=mask, position_ids=pos, use_cache=True)
+        cache, first = out.cache, out.logits[:, -1]
+    else:  # a group's prompt once: its KV cache copied to each row that repeats it
+        ids, distinct_mask, inverse = shared
+        out = model(input_ids=ids, attention_mask=distinct_mask, position_ids=positions(distinct_mask), use_cache=True)
+        cache, first = out.cache, out.logits[:, -1][inverse]
+        cache.batch_select_indices(inverse)
+    next_pos = pos[:, -1] + 1
 
     def advance(token):  # one forward of width 1 over the growing cache
         nonlocal mask, cache, next_pos
@@ -108,7 +118,7 @@ def sample(model, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, *, max_ne
         cache, next_pos = out.cache, next_pos + 1
         return out.logits[:, -1]
 
-    completions = _sampling_loop(out.logits[:, -1], advance, max_new_tokens, eos_id, pad_id, temperature, top_p,
+    completions = _sampling_loop(first, advance, max_new_tokens, eos_id, pad_id, temperature, top_p,
                                  _generator(seed, device))
     if failed is not None:  # only now: an error the eager loop shares (a bad input) is that error
         _DYNAMIC_ONLY.add(model)
@@ -214,8 +224,9 @@ def sample_static(model, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, *,
 def sequence_logp(model, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, tokens: torch.Tensor,
                   completion_mask: torch.Tensor, temperature: float = 1.0, *, cuda_graphs: bool = True) -> torch.Tensor:
     """Each completion token's log-probability under ``model`` at ``temperature``: ``[B, C]``,
-    one full forward over prompt + completion (with gradients unless the caller turns them
-    off). The same numbers, up to rounding, as :func:`sample` recorded with a KV cache. The
+    with gradients unless the caller turns them off. A batch whose prompts repeat (GRPO's
+    groups) runs each distinct prompt once (:func:`distinct_prompts`), else one full
+    forward over prompt + completion. The same numbers, up to rounding, as :func:`sample` recorded with a KV cache. The
     inputs go to the model's device. Without gradients on a GPU (the reference's scoring)
     the forward replays a CUDA graph (``cuda_graphs``)."""
     device = model_device(model)
@@ -226,7 +237,57 @@ def sequence_logp(model, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, to
         out = graphed_call(model, f"sequence_logp[{shape}]@{temperature}", score, inputs)
         if out is not None:
             return out[0]
+    shared = None if _capturing() else distinct_prompts(*inputs[:2])
+    if shared is not None:  # GRPO's groups: each prompt's forward once, not group_size times
+        return _shared_prompt_logp(model, temperature, shared, *inputs)
     return score(*inputs)[0]
+
+
+def _capturing() -> bool:
+    """A CUDA graph is being captured (False on a build without CUDA, whose check raises)."""
+    try:
+        return torch.cuda.is_current_stream_capturing()
+    except RuntimeError:
+        return False
+
+
+def distinct_prompts(prompt_ids: torch.Tensor, prompt_mask: torch.Tensor):
+    """``(ids, mask, inverse)`` of the distinct rows of a prompt batch (row ``r`` is
+    distinct row ``inverse[r]``), or None when no row repeats. It reads the batch on the
+    host: never inside a CUDA graph.
+
+    >>> ids = torch.tensor([[1, 2], [1, 2], [3, 4]])
+    >>> distinct_prompts(ids, torch.ones_like(ids))[2].tolist(), distinct_prompts(ids[1:], torch.ones(2, 2))
+    ([0, 0, 1], None)
+    """
+    rows, inverse = torch.unique(torch.cat([prompt_ids, prompt_mask.to(prompt_ids.dtype)], 1), dim=0,
+                                 return_inverse=True)
+    if rows.shape[0] == prompt_ids.shape[0]:
+        return None
+    width = prompt_ids.shape[1]
+    return rows[:, :width], rows[:, width:], inverse
+
+
+def _shared_prompt_logp(model, temperature, shared, prompt_ids, prompt_mask, tokens, completion_mask):
+    """:func:`scorer`'s numbers with each distinct prompt run once: a forward over the
+    distinct prompts fills a KV cache (gradients flow through it), copied to every row
+    that repeats the prompt, then one forward over the completions. The logits at the
+    prompt's last position predict the first completion token."""
+    ids, mask, inverse = shared
+    width, length = prompt_ids.shape[1], tokens.shape[1]
+    out = model(input_ids=ids, attention_mask=mask, position_ids=positions(mask), use_cache=length > 1)
+    logits = out.logits[:, -1:][inverse]
+    if length > 1:
+        cache = out.cache
+        cache.batch_select_indices(inverse)  # each row's copy of its prompt's keys and values
+        attention = torch.cat([prompt_mask.long(), completion_mask.long()], 1)[:, :-1]
+        rest = model(input_ids=tokens[:, :-1], attention_mask=attention,
+                     position_ids=positions(attention)[:, width:], cache=cache, use_cache=True).logits
+        logits = torch.cat([logits, rest], 1)
+    logits = logits.float()
+    if temperature not in (0, 1):
+        logits = logits / temperature
+    return torch.log_softmax(logits, -1).gather(-1, tokens[..., None]).squeeze(-1)
 
 
 def scorer(model, temperature: float = 1.0):

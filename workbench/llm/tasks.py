@@ -114,20 +114,23 @@ def encode_prompts(tokenizer, prompts: list[str], width: int, *, max_new_tokens:
                    context: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """Token ids and attention mask ``[B, width]``, left-padded. A prompt longer than
     ``width``, or a ``width + max_new_tokens`` past the model's ``context``, is an
-    :class:`LLMInputError` naming the prompt and the sizes."""
-    lengths = [len(ids) for ids in tokenizer(prompts)["input_ids"]]
-    longest = max(range(len(prompts)), key=lengths.__getitem__)
+    :class:`LLMInputError` naming the prompt and the sizes. Each distinct prompt is
+    tokenized once (a GRPO batch repeats each ``group_size`` times)."""
+    distinct = list(dict.fromkeys(prompts))
+    lengths = [len(ids) for ids in tokenizer(distinct)["input_ids"]]
+    longest = max(range(len(distinct)), key=lengths.__getitem__)
     if lengths[longest] > width:
-        raise LLMInputError(f"prompt {prompts[longest]!r} is {lengths[longest]} tokens, longer than the "
+        raise LLMInputError(f"prompt {distinct[longest]!r} is {lengths[longest]} tokens, longer than the "
                             f"prompt width {width}: raise the width or shorten the prompt.")
     if context is not None and width + max_new_tokens > context:
-        raise LLMInputError(f"prompt {prompts[longest]!r}: {width} prompt positions + {max_new_tokens} "
+        raise LLMInputError(f"prompt {distinct[longest]!r}: {width} prompt positions + {max_new_tokens} "
                             f"new tokens need {width + max_new_tokens} positions but the model's "
                             f"context is {context}: lower max_new_tokens or build the model with a "
                             "longer context.")
-    encoded = tokenizer(prompts, padding="max_length", max_length=width, return_tensors="pt")
-    ids, mask = encoded["input_ids"], encoded["attention_mask"]
-    return ids, mask
+    encoded = tokenizer(distinct, padding="max_length", max_length=width, return_tensors="pt")
+    row = {prompt: i for i, prompt in enumerate(distinct)}
+    order = torch.tensor([row[prompt] for prompt in prompts])
+    return encoded["input_ids"][order], encoded["attention_mask"][order]
 
 
 def decode_completions(tokenizer, tokens: torch.Tensor) -> list[str]:

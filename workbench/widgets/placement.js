@@ -228,7 +228,8 @@ function render({ model, el }) {
 
   function draw() {
     const name = model.get("policy_name");
-    policyLabel.textContent = name ? `policy ${JSON.stringify(name)} · ${model.get("asynchronous") ? "async" : "sync"}` : "no placement yet";
+    const mode = model.get("asynchronous") ? "async" : model.get("lag") ? `pipelined, lag ${model.get("lag")}` : "sync";
+    policyLabel.textContent = name ? `policy ${JSON.stringify(name)} · ${mode}` : "no placement yet";
     const msg = model.get("message") || {};
     message.className = `wb-message wb-${msg.level || "none"}`;
     const prefix = { error: "Refused: ", ok: "✓ " }[msg.level] || "";
@@ -253,7 +254,7 @@ function render({ model, el }) {
       : [h("div", { class: "wb-empty" }, "no workers yet: they appear here as they join")]));
   }
 
-  const traits = ["workers", "fragments", "groups", "policy_json", "policy_name", "asynchronous",
+  const traits = ["workers", "fragments", "groups", "policy_json", "policy_name", "asynchronous", "lag",
                   "steps", "wire", "sizes_note", "message", "status", "running"];
   // one update from the kernel changes several traits: draw once for all of them
   let queued = false;

@@ -44,7 +44,7 @@ __all__ = ["PlacementBoard", "placement"]
 POLL_SECONDS = 1.0
 #: what the preset buttons say
 PRESET_LABELS = {"coarse": "Coarse", "fine": "Fine", "multilearner": "MultiLearner",
-                 "gpuonly": "GPUOnly", "async": "Async", "auto": "auto"}
+                 "gpuonly": "GPUOnly", "async": "Async", "pipelined": "Pipelined", "auto": "auto"}
 _HERE = Path(__file__).resolve().parent
 
 
@@ -79,6 +79,8 @@ class PlacementBoard(anywidget.AnyWidget):
     policy_json = traitlets.Unicode("").tag(sync=True)
     policy_name = traitlets.Unicode("").tag(sync=True)
     asynchronous = traitlets.Bool(False).tag(sync=True)
+    #: iterations the actors read the learner's values late (Policy.lag; 0: in step)
+    lag = traitlets.Int(0).tag(sync=True)
     #: steps per iteration the traffic is shown for; the front end may change it
     steps = traitlets.Int(128).tag(sync=True)
     #: bytes crossing processes per iteration, human-readable ("" when not measured)
@@ -311,6 +313,7 @@ class PlacementBoard(anywidget.AnyWidget):
         self.policy_json = policy.to_json()
         self.policy_name = policy.name
         self.asynchronous = policy.asynchronous
+        self.lag = policy.lag
 
     def _fragment_row(self, name: str, policy: Policy, colors: dict, sends: list[dict]) -> dict:
         fragment, group = self.fdg[name], policy.group_of(name)

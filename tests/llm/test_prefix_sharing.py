@@ -1,0 +1,108 @@
+"""A GRPO batch repeats each prompt ``group_size`` times; sampling and scoring run each
+distinct prompt once and copy its KV cache to the rows that repeat it. The numbers must be
+the ones a forward over every row gives — log-probabilities, their gradients, the sampled
+tokens — for any causal LM, any left padding, with rows in any order."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+pytest.importorskip("transformers")
+
+from tests.llm.test_static_sampling import _from_config  # noqa: E402
+from workbench.llm.generation import distinct_prompts, sample, sample_static, scorer, sequence_logp  # noqa: E402
+from workbench.llm.models import tiny_causal_lm  # noqa: E402
+from workbench.llm.tasks import encode_prompts  # noqa: E402
+from workbench.llm.tokenizers import char_tokenizer  # noqa: E402
+
+TOK = char_tokenizer()
+#: groups of repeated prompts, shuffled together, of 3 to 7 tokens (rows mostly padding and none)
+PROMPTS = ["13+14=", "1+2=", "13+14=", "99+99=", "1+2=", "7=", "99+99=", "1+2=", "7=", "13+14="]
+KINDS = ["tiny-llama", "llama-sdpa", "qwen2", "mistral", "gemma", "gpt2"]
+
+
+def model_of(kind: str):
+    return tiny_causal_lm(TOK, hidden=32, layers=2, context=16, seed=3) if kind == "tiny-llama" else _from_config(kind)
+
+
+def batch(width: int = 7):
+    return encode_prompts(TOK, PROMPTS, width)
+
+
+def test_distinct_prompts_maps_every_row_to_its_prompt():
+    ids, mask = batch()
+    rows, row_mask, inverse = distinct_prompts(ids, mask)
+    assert rows.shape[0] == len(set(PROMPTS)) == 4
+    assert torch.equal(rows[inverse], ids) and torch.equal(row_mask[inverse].long(), mask.long())
+    assert distinct_prompts(*encode_prompts(TOK, sorted(set(PROMPTS)), 7)) is None  # nothing repeats
+
+
+def test_the_same_tokens_with_another_padding_are_another_prompt():
+    ids, mask = batch()
+    moved = mask.clone()
+    moved[0, 0] = 1  # the first row's first pad now attended: not the prompt the others repeat
+    assert distinct_prompts(ids, moved)[0].shape[0] == 5
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_shared_scoring_gives_a_full_forwards_log_probs_and_gradients(kind):
+    model = model_of(kind)
+    ids, mask = batch()
+    out = sample(model, ids, mask, max_new_tokens=4, eos_id=TOK.eos_token_id, pad_id=TOK.pad_token_id, seed=0)
+    weights = torch.linspace(-1, 1, out.tokens.numel()).reshape(out.tokens.shape) * out.completion_mask
+
+    def scored(fn):
+        model.zero_grad()
+        logp = fn(model, ids, mask, out.tokens, out.completion_mask)
+        (logp * weights).sum().backward()
+        return logp.detach(), [p.grad.clone() for p in model.parameters() if p.grad is not None]
+
+    shared, shared_grads = scored(sequence_logp)
+    full, full_grads = scored(lambda m, *x: scorer(m)(*x)[0])
+    live = out.completion_mask.bool()
+    torch.testing.assert_close(shared[live], full[live], rtol=1e-5, atol=1e-5)
+    assert len(shared_grads) == len(full_grads) > 0
+    for a, b in zip(shared_grads, full_grads):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_sampling_with_a_shared_prefill_draws_an_unshared_prefills_tokens(kind):
+    """sample_static prefills every row (its shapes never change); sample prefills each
+    distinct prompt once. Same generator, same tokens."""
+    model = model_of(kind)
+    ids, mask = batch()
+    for seed in range(3):
+        kw = dict(max_new_tokens=4, eos_id=TOK.eos_token_id, pad_id=TOK.pad_token_id, seed=seed)
+        shared, every_row = sample(model, ids, mask, **kw), sample_static(model, ids, mask, **kw)
+        assert torch.equal(shared.tokens, every_row.tokens)
+        torch.testing.assert_close(shared.logp, every_row.logp, rtol=1e-5, atol=1e-5)
+
+
+def test_a_one_token_completion_is_scored_from_the_prompts_forward_alone():
+    model = model_of("tiny-llama")
+    ids, mask = batch()
+    tokens = torch.full((len(PROMPTS), 1), TOK.eos_token_id)
+    ones = torch.ones_like(tokens, dtype=torch.float32)
+    with torch.no_grad():
+        torch.testing.assert_close(sequence_logp(model, ids, mask, tokens, ones), scorer(model)(ids, mask, tokens, ones)[0])
+
+
+def test_lora_adapters_get_the_full_forwards_gradients_through_the_shared_cache():
+    pytest.importorskip("peft")
+    from workbench.llm import with_lora
+
+    model = with_lora(tiny_causal_lm(TOK, hidden=32, layers=2, context=16, seed=8), rank=4)
+    for p in model.parameters():  # LoRA's B starts at zero: move it so that A's gradient is not 0
+        if p.requires_grad:
+            p.data.normal_(0, 0.1)
+    ids, mask = batch()
+    out = sample(model, ids, mask, max_new_tokens=3, eos_id=TOK.eos_token_id, pad_id=TOK.pad_token_id, seed=1)
+    grads = []
+    for fn in (sequence_logp, lambda m, *x: scorer(m)(*x)[0]):
+        model.zero_grad()
+        (fn(model, ids, mask, out.tokens, out.completion_mask) * out.completion_mask).sum().backward()
+        grads.append([p.grad.clone() for p in model.parameters() if p.requires_grad])
+    for a, b in zip(*grads):
+        assert a.abs().sum() > 0
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
