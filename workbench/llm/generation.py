@@ -224,9 +224,9 @@ def sample_static(model, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, *,
 def sequence_logp(model, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, tokens: torch.Tensor,
                   completion_mask: torch.Tensor, temperature: float = 1.0, *, cuda_graphs: bool = True) -> torch.Tensor:
     """Each completion token's log-probability under ``model`` at ``temperature``: ``[B, C]``,
-    with gradients unless the caller turns them off. A batch whose prompts repeat (GRPO's
-    groups) runs each distinct prompt once (:func:`distinct_prompts`), else one full
-    forward over prompt + completion. The same numbers, up to rounding, as :func:`sample` recorded with a KV cache. The
+    with gradients unless the caller turns them off. Off a GPU, a batch whose prompts repeat
+    (GRPO's groups) runs each distinct prompt once (:func:`distinct_prompts`); else one
+    full forward over prompt + completion. The same numbers, up to rounding, as :func:`sample` recorded with a KV cache. The
     inputs go to the model's device. Without gradients on a GPU (the reference's scoring)
     the forward replays a CUDA graph (``cuda_graphs``)."""
     device = model_device(model)
@@ -237,7 +237,9 @@ def sequence_logp(model, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, to
         out = graphed_call(model, f"sequence_logp[{shape}]@{temperature}", score, inputs)
         if out is not None:
             return out[0]
-    shared = None if _capturing() else distinct_prompts(*inputs[:2])
+    # on a GPU the update's forward is captured as a graph after eager warm-up calls, which
+    # must run the ops the graph records: the full forward there, the shared one elsewhere
+    shared = None if device.type == "cuda" or _capturing() else distinct_prompts(*inputs[:2])
     if shared is not None:  # GRPO's groups: each prompt's forward once, not group_size times
         return _shared_prompt_logp(model, temperature, shared, *inputs)
     return score(*inputs)[0]
