@@ -60,7 +60,7 @@ def test_a_slow_small_snapshot_does_not_pace():
     assert pacer.every == 1 and pacer.due(3, now=0.02)
 
 
-def _small_pacing(cost: float, iteration: float = 0.03, snapshots: int = 6) -> list[int]:
+def _small_pacing(cost: float, iteration: float = 0.03, snapshots: int = 6, size: int = 2_000_000) -> list[int]:
     """The intervals after each of ``snapshots`` small snapshots of ``cost`` seconds, with
     iterations of ``iteration`` seconds."""
     pacer, now, out, i = SnapshotPacer(), 0.0, [], 0
@@ -68,7 +68,7 @@ def _small_pacing(cost: float, iteration: float = 0.03, snapshots: int = 6) -> l
         i += 1
         now += iteration
         if pacer.due(i, now=now):
-            pacer.took(cost, size=2_000_000)
+            pacer.took(cost, size=size)
             now += cost
             out.append(pacer.every)
     return out
@@ -82,6 +82,8 @@ def test_a_small_snapshot_that_keeps_costing_a_share_of_the_iteration_paces():
     assert _small_pacing(0.5)[-1] == SMALL_MOST
     # a PPO learner's ~1 ms snapshots stay every iteration, whatever the share
     assert _small_pacing(0.001, iteration=0.004) == [1] * 6
+    # and its 150 KB are never paced, however slow a busy machine makes them
+    assert _small_pacing(0.05, size=150_000) == [1] * 6
 
 
 def test_one_busy_moment_among_quick_small_snapshots_does_not_pace():

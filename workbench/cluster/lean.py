@@ -30,8 +30,9 @@ Example::
 from __future__ import annotations
 
 import os
+import sys
 
-__all__ = ["LEAN_DASK_CONFIG", "environment", "oversubscribed"]
+__all__ = ["LEAN_DASK_CONFIG", "environment", "oversubscribed", "deadlock_free_config"]
 
 #: Dask config keys (dotted) and the values that quiet a worker's background work
 LEAN_DASK_CONFIG: dict[str, object] = {
@@ -40,6 +41,22 @@ LEAN_DASK_CONFIG: dict[str, object] = {
     "distributed.admin.system-monitor.interval": "5s",
     "distributed.worker.memory.monitor-interval": "1s",
 }
+
+
+def deadlock_free_config(version: tuple = sys.version_info) -> dict[str, object]:
+    """Dask settings that keep a worker clear of a CPython 3.11 deadlock: the statistical
+    profiler's ``sys._current_frames()`` holds the interpreter's thread-list lock while a
+    garbage collection it triggers waits for the GIL, and a thread starting at that moment
+    (a run's deploy starts channel threads) waits for the lock holding the GIL: the whole
+    worker freezes until its nanny kills it (cpython#116969, dask/distributed#8616; seen here
+    as a deploy hung for 467 s). Dask already skips its event-loop profiler on 3.11 for this;
+    its per-thread one stays on, so workbench turns it off there (the dashboard's *Profile*
+    page is then empty; workbench's page is not). Nothing on other versions.
+
+    >>> deadlock_free_config((3, 11, 7)), deadlock_free_config((3, 12, 4))
+    ({'distributed.worker.profile.enabled': False}, {})
+    """
+    return {"distributed.worker.profile.enabled": False} if tuple(version[:2]) == (3, 11) else {}
 
 
 def environment(config: dict[str, object] | None = None) -> dict[str, str]:

@@ -10,8 +10,9 @@ a restart that takes longer than 15 s costs the cluster that worker for good: th
 closed, and every later run finds fewer workers, or none.
 
 :class:`PatientLocalCluster` waits ``LOST_WORKER_GRACE_S`` instead; the rest is
-``LocalCluster``. The embedded cluster is one. A ``LocalCluster`` you start yourself
-can get the same effect from the config::
+``LocalCluster``. The embedded cluster is one. On Python 3.11 its workers' statistical
+profiler is off (:func:`~workbench.cluster.lean.deadlock_free_config`). A ``LocalCluster``
+you start yourself can get the patience from the config::
 
     dask.config.set({"distributed.deploy.lost-worker-timeout": "2 minutes"})
 
@@ -24,6 +25,7 @@ from __future__ import annotations
 import dask
 from distributed import LocalCluster
 
+from workbench.cluster.lean import deadlock_free_config
 from workbench.cluster.restarts import RESTART_WAIT_S
 
 __all__ = ["PatientLocalCluster", "LOST_WORKER_GRACE_S"]
@@ -36,6 +38,11 @@ LOST_WORKER_GRACE_S = RESTART_WAIT_S
 class PatientLocalCluster(LocalCluster):
     """``LocalCluster`` whose lost workers get ``LOST_WORKER_GRACE_S`` to restart (see the
     module docstring) before their nannies are closed."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        # each nanny takes the config as it is now, for its worker and every restart of it
+        with dask.config.set(deadlock_free_config()):
+            super().__init__(*args, **kwargs)
 
     def _update_worker_status(self, op, msg):
         # SpecCluster reads the timeout here, when a worker leaves, and schedules the close

@@ -13,8 +13,9 @@ iterations' time: after each one it sets its interval to the smallest power of t
 with ``cost ≤ BUDGET × k × iteration time`` (at most :data:`MOST`), and snapshots at the
 iterations that are multiples of ``k``. Smaller snapshots are taken every iteration,
 however long one of them happened to take (one busy moment decides nothing, so a run of
-small states loses at most the iteration in flight) — unless the median of the last few
-costs :data:`SMALL_FLOOR_S` or more: then they keep to the budget too, within
+small states loses at most the iteration in flight) — unless the state is at least
+:data:`SMALL_PACED_BYTES` and the median of its last few costs :data:`SMALL_FLOOR_S` or
+more: then they keep to the budget too, within
 :data:`SMALL_MOST` iterations (a lost worker costs at most that many; a GRPO learner's
 small model object pickles in ~6 ms against a 30 ms iteration). Powers of two keep replicas that
 chose different intervals consistent without asking each other: the driver resumes from an
@@ -49,8 +50,8 @@ from __future__ import annotations
 import time
 from collections import deque
 
-__all__ = ["SnapshotPacer", "BUDGET", "MOST", "FLOOR_S", "BIG_BYTES", "ASSUMED_BYTES_PER_S", "SMALL_SEEN",
-           "SMALL_FLOOR_S", "SMALL_MOST"]
+__all__ = ["SnapshotPacer", "BUDGET", "MOST", "FLOOR_S", "BIG_BYTES", "ASSUMED_BYTES_PER_S", "SMALL_PACED_BYTES",
+           "SMALL_SEEN", "SMALL_FLOOR_S", "SMALL_MOST"]
 
 #: the share of an iteration's time that snapshots may take, on average
 BUDGET = 0.05
@@ -63,10 +64,11 @@ FLOOR_S = 0.02
 MOST = 4096
 #: what a big state's snapshot is costed at before one has been timed (bytes a second)
 ASSUMED_BYTES_PER_S = 1e9
-#: a small state's snapshots pace only once this many were timed, their median at least
-#: SMALL_FLOOR_S (a GRPO learner's model object pickles in ~6 ms, 20 % of a 30 ms iteration;
-#: a PPO learner's in ~1 ms), and then within SMALL_MOST iterations
-SMALL_SEEN, SMALL_FLOOR_S, SMALL_MOST = 3, 0.002, 8
+#: a small state's snapshots pace only when it is at least SMALL_PACED_BYTES and once
+#: SMALL_SEEN were timed, their median at least SMALL_FLOOR_S (a GRPO learner's 2 MB, its
+#: model object, pickles in ~6 ms, 20 % of a 30 ms iteration; a PPO learner's 150 KB in ~1 ms,
+#: more on a busy machine, and is never paced), and then within SMALL_MOST iterations
+SMALL_PACED_BYTES, SMALL_SEEN, SMALL_FLOOR_S, SMALL_MOST = 1 << 20, 3, 0.002, 8
 
 
 class SnapshotPacer:
@@ -110,7 +112,9 @@ class SnapshotPacer:
             # (the median: one busy moment decides nothing), then within SMALL_MOST
             self._small.append(seconds)
             typical = sorted(self._small)[len(self._small) // 2]
-            paced = len(self._small) >= SMALL_SEEN and typical >= SMALL_FLOOR_S
+            # the size first: a PPO learner's 150 KB is never paced, however busy the machine
+            paced = (size is not None and size >= SMALL_PACED_BYTES and len(self._small) >= SMALL_SEEN
+                     and typical >= SMALL_FLOOR_S)
             self._cost, self._most = (typical, SMALL_MOST) if paced else (None, self.most)
             self.every = self._interval(typical) if paced else 1
             return
