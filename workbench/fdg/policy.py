@@ -409,8 +409,8 @@ class GPUOnly:
 
 def auto_candidates(fdg: Graph, inventory: Inventory) -> list[tuple[str, object]]:
     """The presets ``policy="auto"`` tries: every synchronous preset that can place this
-    FDG on this cluster (Async changes the algorithm's semantics, so it is never chosen
-    for you)."""
+    FDG on this cluster (Async and Pipelined change the algorithm's semantics, acting on
+    older weights, so they are never chosen for you)."""
     out = []
     for preset in (SingleLearnerCoarse(), SingleLearnerFine(), MultiLearner(), GPUOnly()):
         try:

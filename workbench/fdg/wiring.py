@@ -121,8 +121,8 @@ def wire_stream(plan: Plan, iterations: int, start: int = 0, *,
         emitted = _emitted_keys(plan, spec)
         for key in emitted:
             latest[key] = (index, spec.group)
-            if key in lags:  # the newest lag + 1 are all a later reader can want
-                history[key] = (history.get(key, []) + [(spec.iteration, index, spec.group)])[-lags[key] - 1:]
+            if key in lags:
+                history[key] = _kept(history.get(key, []) + [(spec.iteration, index, spec.group)], lags[key])
         emits = tuple(
             WiredEmit(key, group, spatial, reply=spec.group in answering and
                       any(w.arrival for w in inputs), arrival=arrival)
@@ -136,15 +136,26 @@ def wire_stream(plan: Plan, iterations: int, start: int = 0, *,
         yield WiredTask(index, spec, tuple(inputs), emits)
 
 
+def _old_enough(iteration: int | None, newest: int | None, lag: int) -> bool:
+    """An emission of ``iteration`` is ``lag`` iterations older than one of ``newest`` (an
+    init value, None, is older than every iteration)."""
+    return iteration is None or newest is None or iteration <= newest - lag
+
+
+def _kept(emissions: list[tuple[int | None, int, str]], lag: int) -> list[tuple[int | None, int, str]]:
+    """What a lagged reader may still want: the newest emission old enough and all after it."""
+    newest = emissions[-1][0]
+    return emissions[max((k for k, e in enumerate(emissions) if _old_enough(e[0], newest, lag)), default=0):]
+
+
 def _lagged(emissions: list[tuple[int | None, int, str]], route) -> tuple[int, str]:
     """The (task, group) of the newest emission ``route.lag`` iterations older than the
     newest, which a reader without the lag would take. The producer wrote the value at init
     too (make_plan checks), and that is older than every iteration: the first ``lag``
     iterations read it."""
     newest = emissions[-1][0]
-    return next(((task, group) for iteration, task, group in reversed(emissions)
-                 if iteration is None or newest is None or iteration <= newest - route.lag),
-                emissions[0][1:])  # the kept window always holds one: the oldest of lag + 1
+    return next((task, group) for iteration, task, group in reversed(emissions)
+                if _old_enough(iteration, newest, route.lag))
 
 
 def wire(plan: Plan, iterations: int, start: int = 0, *, with_init: bool = True) -> list[WiredTask]:
