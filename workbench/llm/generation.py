@@ -226,9 +226,10 @@ def sequence_logp(model, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, to
     """Each completion token's log-probability under ``model`` at ``temperature``: ``[B, C]``,
     with gradients unless the caller turns them off. Off a GPU, a batch whose prompts repeat
     (GRPO's groups) runs each distinct prompt once (:func:`distinct_prompts`); else one
-    full forward over prompt + completion. The same numbers, up to rounding, as :func:`sample` recorded with a KV cache. The
-    inputs go to the model's device. Without gradients on a GPU (the reference's scoring)
-    the forward replays a CUDA graph (``cuda_graphs``)."""
+    full forward over prompt + completion. The same numbers, up to rounding, as
+    :func:`sample` recorded with a KV cache. The inputs go to the model's device. Without
+    gradients on a GPU (the reference's scoring) the forward replays a CUDA graph
+    (``cuda_graphs``)."""
     device = model_device(model)
     inputs = tuple(x.to(device) for x in (prompt_ids, prompt_mask, tokens, completion_mask))
     score = scorer(model, temperature)
@@ -286,10 +287,7 @@ def _shared_prompt_logp(model, temperature, shared, prompt_ids, prompt_mask, tok
         rest = model(input_ids=tokens[:, :-1], attention_mask=attention,
                      position_ids=positions(attention)[:, width:], cache=cache, use_cache=True).logits
         logits = torch.cat([logits, rest], 1)
-    logits = logits.float()
-    if temperature not in (0, 1):
-        logits = logits / temperature
-    return torch.log_softmax(logits, -1).gather(-1, tokens[..., None]).squeeze(-1)
+    return _token_logp(logits, tokens, temperature)
 
 
 def scorer(model, temperature: float = 1.0):
@@ -304,9 +302,14 @@ def scorer(model, temperature: float = 1.0):
         logits = model(input_ids=torch.cat([prompt_ids, tokens], 1), attention_mask=attention,
                        position_ids=positions(attention), use_cache=False).logits
         # the logits at position i predict token i + 1: the completion's come from P-1 … P+C-2
-        logits = logits[:, width - 1:-1].float()
-        if temperature not in (0, 1):
-            logits = logits / temperature
-        return (torch.log_softmax(logits, -1).gather(-1, tokens[..., None]).squeeze(-1),)
+        return (_token_logp(logits[:, width - 1:-1], tokens, temperature),)
 
     return score
+
+
+def _token_logp(logits: torch.Tensor, tokens: torch.Tensor, temperature: float) -> torch.Tensor:
+    """Each token's log-probability under ``logits`` ``[B, C, V]`` at ``temperature``."""
+    logits = logits.float()
+    if temperature not in (0, 1):
+        logits = logits / temperature
+    return torch.log_softmax(logits, -1).gather(-1, tokens[..., None]).squeeze(-1)
