@@ -187,3 +187,19 @@ def test_lora_trains_only_the_adapters():
     start = wrapped.state_dict()
     moved = {k for k in after if not torch.equal(after[k], start[k])}
     assert moved and all("lora_" in k for k in moved)
+
+
+def test_a_model_passed_as_an_object_samples_the_same_run_after_run(client):
+    """cfg.model given (a warm-started model, as the benchmark passes): building it draws
+    nothing, so before make_model seeded the cell's draws itself, sampling followed whatever
+    state the worker's generator had from the runs before, and two runs of one seed differed."""
+    model = grpo.make_model(grpo.GRPOConfig(), grpo.tokenizer)
+    fdg, _ = small_fdg(learning_rate=1e-3, model=model)
+    runs = [fdg.run(iterations=3, steps=1, policy="pipelined", cluster=client, progress=False) for _ in range(2)]
+    torch.rand(100)  # draws in this process between runs change nothing either
+    runs.append(fdg.run(iterations=3, steps=1, progress=False))
+    rewards = [run.metrics["charts/reward_mean"].tolist() for run in runs]
+    assert rewards[0] == rewards[1]
+    assert _weights_equal(learner_and_generate(runs[0])[0]["model"], learner_and_generate(runs[1])[0]["model"])
+    # inline samples the first batch with the same weights and streams as pipelined
+    assert rewards[2][0] == rewards[0][0]

@@ -115,7 +115,11 @@ def reward_fn(prompt: str, completion: str) -> float:
 # ----------------------------------------------------------------------------- the model
 def make_model(cfg: GRPOConfig, tokenizer, weights: dict | None = None):
     """The model every fragment holds a copy of: ``cfg.model`` (or a small Llama built from
-    ``cfg``'s sizes, seeded by ``cfg.seed``), with ``weights`` loaded when given."""
+    ``cfg``'s sizes, seeded by ``cfg.seed``), with ``weights`` loaded when given. It seeds
+    torch's generator with ``cfg.seed`` first, whatever the model's source: the draws the
+    cell makes after it (generate's sampling) follow the seed, not what the process drew
+    before (a model passed as an object or a directory draws nothing to build)."""
+    torch.manual_seed(cfg.seed)
     model = load_causal_lm(cfg.model, tokenizer, hidden=cfg.hidden, layers=cfg.layers, heads=cfg.heads,
                            context=cfg.context, seed=cfg.seed)
     if weights is not None:
