@@ -97,11 +97,11 @@ def sample(model, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, *, max_ne
             raise
         except Exception as exc:  # noqa: BLE001  (the eager loop below is always right)
             failed = exc
-    mask = prompt_mask.to(device).long()
+    prompt_ids, mask = prompt_ids.to(device), prompt_mask.to(device).long()
     pos = positions(mask)
-    shared = distinct_prompts(prompt_ids.to(device), mask)
+    shared = distinct_prompts(prompt_ids, mask)
     if shared is None:
-        out = model(input_ids=prompt_ids.to(device), attention_mask=mask, position_ids=pos, use_cache=True)
+        out = model(input_ids=prompt_ids, attention_mask=mask, position_ids=pos, use_cache=True)
         cache, first = out.cache, out.logits[:, -1]
     else:  # a group's prompt once: its KV cache copied to each row that repeats it
         ids, distinct_mask, inverse = shared

@@ -86,8 +86,8 @@ class SnapshotPacer:
         self._cost: float | None = None  # the last big snapshot's seconds
         #: an iteration's own time, snapshots left out (a moving average)
         self.iteration_s: float | None = None
-        self._small: deque[float] = deque(maxlen=SMALL_SEEN + 2)  # the last small snapshots' seconds
-        self._most = most  # the longest interval now: SMALL_MOST while small snapshots pace
+        #: the last small snapshots' seconds (cleared by a big one): while they pace, within SMALL_MOST
+        self._small: deque[float] = deque(maxlen=SMALL_SEEN + 2)
 
     def due(self, iteration: int, now: float | None = None) -> bool:
         """Whether to snapshot on entering ``iteration``."""
@@ -115,11 +115,11 @@ class SnapshotPacer:
             # the size first: a PPO learner's 150 KB is never paced, however busy the machine
             paced = (size is not None and size >= SMALL_PACED_BYTES and len(self._small) >= SMALL_SEEN
                      and typical >= SMALL_FLOOR_S)
-            self._cost, self._most = (typical, SMALL_MOST) if paced else (None, self.most)
+            self._cost = typical if paced else None
             self.every = self._interval(typical) if paced else 1
             return
         self._small.clear()
-        self._cost, self._most = seconds, self.most
+        self._cost = seconds
         self.every = self._interval(seconds)
 
     def _cost_from_size(self, nbytes: int | None) -> None:
@@ -132,6 +132,7 @@ class SnapshotPacer:
         (:data:`MOST` while no iteration has been timed: the next entry times one)."""
         wanted = cost / (self.budget * self.iteration_s) if self.iteration_s else float("inf")
         every = 1
-        while every < wanted and every < min(self.most, self._most):
+        most = min(self.most, SMALL_MOST) if self._small else self.most
+        while every < wanted and every < most:
             every *= 2
         return every
