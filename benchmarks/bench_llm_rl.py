@@ -1,18 +1,29 @@
 """GRPO against TRL's ``GRPOTrainer``, same run: held-out accuracy, wall time and tokens/s.
 
-Both start from the same supervised warm start (one per seed) of the same small Llama built
-from a config, with the same character tokenizer, training prompts, exact-answer reward,
+Both start from the same supervised warm start (one per seed, trained until greedy accuracy
+on training prompts reaches ``--warm-until``) of the same small Llama built from a config,
+with the same character tokenizer, training prompts (sums of operands up to
+``--max-operand``: 49 gives 2,000 training pairs and 500 held out), exact-answer reward,
 group size, batch (prompts × group per update), completion length, temperature, lr
 (constant), Adam, KL coefficient, clipping, token-level loss ("dapo") and number of updates.
-Then workbench runs the same GRPO inline and coarse (a 2-worker LocalCluster, started
-before the clock). For each: the final held-out accuracy (greedy, on prompts never trained
-on), the wall time of training, completion tokens generated per second, and the time
-workbench took to first reach TRL's final held-out accuracy (measured every ``eval_every``
-updates). Medians over seeds.
+Then workbench runs the same GRPO inline, coarse and pipelined (a 2-worker LocalCluster,
+started before the clock), going on past TRL's update count (``--workbench-updates``, 2× by
+default): the goal is a time to an accuracy. For each: held-out accuracy (greedy, on prompts
+never trained on) at TRL's update count, the wall time to it, completion tokens generated
+per second, and the time workbench took to first reach TRL's final held-out accuracy on
+that seed ("reaches") and to stay there ("and holds"). workbench's held-out curve comes from
+the learner's weights saved every ``eval_every`` updates and measured after the run, off the
+clock as TRL's final measurement is. Medians over seeds.
 
     pip install -e ".[bench]"          # trl
-    python benchmarks/bench_llm_rl.py --seeds 1 2 3 --updates 40
+    python benchmarks/bench_llm_rl.py --seeds 1 2 3 4 5 --updates 20
     python benchmarks/bench_llm_rl.py --device cuda --size 100m   # on a GPU host
+
+Where TRL's final accuracy lies decides what "reaches" can resolve: 20 updates end on the
+rising part of the curve (~+0.004 a update against ±0.01 between measurements: the update
+it is reached at is known to ±3); 40 end on its flat top (~+0.001 a update: ±10 updates),
+where two runs that learn the same per update cross each other's level by chance
+(docs/llm.md has both).
 
 The two sides can run apart (another process, another call on a device host whose carry
 cannot hold both sides' wheels) and be put together after::
@@ -51,7 +62,7 @@ import torch
 
 import workbench as wb
 from workbench.algorithms import grpo
-from workbench.llm import heldout_accuracy, warm_start
+from workbench.llm import AdditionTask, heldout_accuracy, warm_start
 
 
 #: ``--size``: the model's sizes (hidden, layers, heads) and GRPO's lr for it; ``100m`` is
@@ -67,13 +78,55 @@ def _sizes(options) -> dict:
     return {**SIZES[options.size], **lr}
 
 
-def warm_model(cfg, seed: int, device: str = "cpu", lr: float = 3e-3):
+def make_task(cfg) -> AdditionTask:
+    """The comparison's task: ``cfg.max_operand`` (the benchmark's 49: 2,000 training pairs,
+    500 held out) split as GRPO's module splits its own."""
+    return AdditionTask(cfg.max_operand, heldout_fraction=cfg.heldout_fraction, seed=grpo.cfg.seed)
+
+
+def warm_model(cfg, task: AdditionTask, seed: int, device: str = "cpu", lr: float = 3e-3,
+               until: float | None = None):
+    """A model built from ``cfg``, trained supervised until ``until`` (at most
+    ``cfg.warm_start_steps`` steps): every seed's GRPO starts with a reward that is often 1."""
     model = grpo.make_model(cfg, grpo.tokenizer).to(device)
-    warm_start(model, grpo.tokenizer, grpo.task, steps=cfg.warm_start_steps, seed=seed, lr=lr)
+    warm_start(model, grpo.tokenizer, task, steps=cfg.warm_start_steps, seed=seed, lr=lr, until=until)
     return model
 
 
-def run_trl(cfg, model, seed: int, device: str = "cpu") -> dict:
+class RecordingUpdate:
+    """``grpo_update`` as the benchmark's workbench runs call it: the update, then after
+    every ``every``-th one the learner's weights and the wall-clock time saved to
+    ``directory`` (about 1 ms, on the clock), so that held-out accuracy is measured after the
+    run, off the clock, as TRL's final one is (measuring 500 prompts in the loop would cost
+    workbench ~40 ms each time, which TRL's side does not pay)."""
+
+    def __init__(self, directory: str, every: int) -> None:
+        self.directory, self.every, self.count = directory, every, 0
+
+    def __call__(self, model, *args, **kwargs):
+        stats = grpo.grpo_update(model, *args, **kwargs)
+        self.count += 1
+        if self.count % self.every == 0:
+            weights = {k: v.detach().to("cpu", copy=True) for k, v in model.state_dict().items()}
+            torch.save({"time": time.time(), "update": self.count, "weights": weights},
+                       f"{self.directory}/{self.count:06d}.pt")
+        return stats
+
+
+def recorded_curve(directory: str, cfg, task: AdditionTask, started: float, device: str) -> list[list[float]]:
+    """``[seconds into the run, update, held-out accuracy]`` of each weights file
+    :class:`RecordingUpdate` saved."""
+    import glob
+
+    model, curve = grpo.make_model(cfg, grpo.tokenizer).to(device), []
+    for path in sorted(glob.glob(f"{directory}/*.pt")):
+        saved = torch.load(path)
+        model.load_state_dict(saved["weights"])
+        curve.append([saved["time"] - started, saved["update"], heldout_accuracy(model, grpo.tokenizer, task)])
+    return curve
+
+
+def run_trl(cfg, model, task: AdditionTask, seed: int, device: str = "cpu") -> dict:
     """TRL's GRPOTrainer with cfg's settings; returns accuracy, wall time, tokens."""
     from datasets import Dataset
     from trl import GRPOConfig as TRLConfig, GRPOTrainer
@@ -99,7 +152,7 @@ def run_trl(cfg, model, seed: int, device: str = "cpu") -> dict:
             logging_steps=cfg.iterations, disable_tqdm=True)
         built = time.perf_counter()
         trainer = GRPOTrainer(model=f"{out}/start", reward_funcs=[exact_answer], args=args,
-                              train_dataset=Dataset.from_dict({"prompt": grpo.task.train}),
+                              train_dataset=Dataset.from_dict({"prompt": task.train}),
                               processing_class=grpo.tokenizer)
         started = time.perf_counter()
         trainer.train()
@@ -107,27 +160,38 @@ def run_trl(cfg, model, seed: int, device: str = "cpu") -> dict:
     trained = trainer.model.eval()
     # wall: train() alone; building the trainer (the model and its reference loaded from
     # disk onto the device) is setup_s, which workbench's wall holds (its deploy)
-    return {"accuracy": heldout_accuracy(trained, grpo.tokenizer, grpo.task), "wall_s": wall,
+    return {"accuracy": heldout_accuracy(trained, grpo.tokenizer, task), "wall_s": wall,
             "setup_s": started - built, "tokens_per_s": generated[0] / wall, "reach_s": wall}
 
 
-def run_workbench(cfg, model, policy: str, client, device: str = "cpu") -> dict:
-    fdg = grpo.build_fdg(dict(vars(grpo), cfg=dataclasses.replace(cfg, model=model)))
-    # inline on a GPU host: the whole loop in this process on its GPU, as TRL runs
-    spec = wb.Inline(device="gpu") if policy == "inline" and device == "cuda" else policy
-    started = time.perf_counter()
-    run = fdg.run(iterations=cfg.iterations, steps=1, policy=spec, progress=False,
-                  cluster=client if policy != "inline" else None)
-    wall = time.perf_counter() - started
-    final = heldout_accuracy(run.state.fragments["learner"][0]["model"], grpo.tokenizer, grpo.task)
+def run_workbench(cfg, model, task: AdditionTask, policy: str, client, device: str = "cpu",
+                  updates: int | None = None) -> dict:
+    """GRPO under ``policy`` for ``cfg.iterations`` updates (the accuracy and wall TRL's are
+    compared with), then on to ``updates`` (reaching TRL's accuracy may take longer): the
+    held-out curve from the weights saved every ``cfg.eval_every`` updates, measured after."""
+    updates = max(updates or 0, cfg.iterations)
+    with tempfile.TemporaryDirectory(prefix="workbench-grpo-") as kept:
+        namespace = dict(vars(grpo), task=task, grpo_update=RecordingUpdate(kept, cfg.eval_every),
+                         # no held-out measure in the loop: RecordingUpdate's, after the run
+                         cfg=dataclasses.replace(cfg, model=model, eval_every=10**9, iterations=updates))
+        fdg = grpo.build_fdg(namespace)
+        # inline on a GPU host: the whole loop in this process on its GPU, as TRL runs
+        spec = wb.Inline(device="gpu") if policy == "inline" and device == "cuda" else policy
+        started, epoch = time.perf_counter(), time.time()
+        run = fdg.run(iterations=updates, steps=1, policy=spec, progress=False,
+                      cluster=client if policy != "inline" else None)
+        wall = time.perf_counter() - started
+        curve = recorded_curve(kept, cfg, task, epoch, device)
+    final = heldout_accuracy(run.state.fragments["learner"][0]["model"], grpo.tokenizer, task)
     metrics = run.metrics
-    # measured every cfg.eval_every updates (none in a run shorter than that)
-    measured = metrics.get("charts/heldout_accuracy", metrics.iloc[:0, :0]).dropna()
+    # at TRL's update count: its weights were saved then (cfg.iterations a multiple of eval_every)
+    at = [point for point in curve if point[1] == cfg.iterations]
     # where an iteration's time goes: each fragment's cells, median over the iterations
     split = {c[len("time/"):-len("_compute_s")]: float(metrics[c].median()) for c in metrics.columns
              if c.startswith("time/") and c.endswith("_compute_s") and "[" not in c}
-    return {"accuracy": final, "wall_s": wall,
-            "curve": [[float(metrics.loc[i, "time_s"]), float(v)] for i, v in measured.items()],
+    return {"accuracy": at[0][2] if at else final, "wall_s": at[0][0] if at else wall,
+            "final_accuracy": final, "final_wall_s": wall, "updates": updates,
+            "curve": [[seconds, accuracy] for seconds, _, accuracy in curve],
             "tokens_per_s": float(metrics["perf/generated_tokens"].sum() / wall),
             "first_iteration_s": float(metrics["time_s"].iloc[0]),
             "iteration_s": float(metrics["time_s"].diff().median()), "split_s": split,
@@ -180,11 +244,16 @@ def print_table(rows: dict[str, list[dict]], meta: dict) -> None:
             if name != "TRL GRPOTrainer":
                 for key, hold in (("reach_s", False), ("hold_s", True)):
                     result[key] = None if not trl else time_to_reach(
-                        result.get("curve", []), trl[k]["accuracy"], result["accuracy"], result["wall_s"], hold)
+                        result.get("curve", []), trl[k]["accuracy"], result.get("final_accuracy", result["accuracy"]),
+                        result.get("final_wall_s", result["wall_s"]), hold)
     trl_wall = statistics.median(r["wall_s"] for r in trl) if trl else None
     print(f"\nGRPO, {meta['updates']} updates of {grpo.GRPOConfig.prompts_per_step} prompts × "
           f"{grpo.GRPOConfig.group_size} completions, a {meta['parameters'] / 1e6:.1f}M-parameter model on "
-          f"{meta['device']}, medians over seeds {seeds}:")
+          f"{meta['device']}, medians over seeds {seeds}"
+          + (f"; addition up to {meta['max_operand']}, warm start to {meta['warm_until']} train accuracy; workbench's "
+             "held-out and wall at that many updates, its runs going on to "
+             f"{max(r.get('updates', 0) for rs in rows.values() for r in rs)} to reach TRL's accuracy:"
+             if "max_operand" in meta else ":"))
     print(f"{'':20} {'held-out acc':>12} {'vs warm':>8} {'wall s':>7} {'gen tok/s':>9} {'reaches TRL acc s':>17} "
           f"{'÷ TRL wall':>10} {'and holds s':>11} {'÷ TRL wall':>10}")
     for name, results in rows.items():
@@ -256,14 +325,17 @@ def run_seeds(options, policies: tuple[str, ...], rows: dict[str, list[dict]], c
     warm_lr = options.warm_start_lr or (3e-3 if options.size == "small" else 3e-4)
     for seed in options.seeds:
         cfg = dataclasses.replace(grpo.GRPOConfig(), seed=seed, iterations=options.updates,
-                                  warm_start_steps=options.warm_start_steps, **_sizes(options))
-        start = warm_model(cfg, seed, options.device, warm_lr)
-        before = heldout_accuracy(start, grpo.tokenizer, grpo.task)
+                                  warm_start_steps=options.warm_start_steps, max_operand=options.max_operand,
+                                  **_sizes(options))
+        task = make_task(cfg)
+        start = warm_model(cfg, task, seed, options.device, warm_lr, options.warm_until)
+        before = heldout_accuracy(start, grpo.tokenizer, task)
         if "TRL GRPOTrainer" in rows:
             torch.manual_seed(seed)
-            rows["TRL GRPOTrainer"].append(run_trl(cfg, start, seed, options.device))
+            rows["TRL GRPOTrainer"].append(run_trl(cfg, start, task, seed, options.device))
         for policy in policies:
-            rows[f"workbench {policy}"].append(run_workbench(cfg, start, policy, client, options.device))
+            rows[f"workbench {policy}"].append(run_workbench(cfg, start, task, policy, client, options.device,
+                                                             options.workbench_updates or 2 * options.updates))
         for results in rows.values():
             results[-1]["warm_start_accuracy"] = before
         print(f"seed {seed}: warm start {before:.3f}; " + "; ".join(
@@ -276,7 +348,15 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3])
     parser.add_argument("--updates", type=int, default=grpo.GRPOConfig.iterations)
-    parser.add_argument("--warm-start-steps", type=int, default=grpo.GRPOConfig.warm_start_steps)
+    parser.add_argument("--warm-start-steps", type=int, default=800,
+                        help="the most supervised steps before GRPO (see --warm-until)")
+    parser.add_argument("--warm-until", type=float, default=0.6,
+                        help="stop the warm start at this greedy accuracy on training prompts")
+    parser.add_argument("--max-operand", type=int, default=49,
+                        help="prompts a+b= with a, b ≤ this; a fifth of the pairs held out (49: 500)")
+    parser.add_argument("--workbench-updates", type=int, default=None,
+                        help="workbench's runs go on to this many updates (default 2 × --updates): "
+                             "reaching TRL's accuracy may take more than its count")
     parser.add_argument("--warm-start-lr", type=float, default=None,
                         help="the warm start's Adam lr (default: 3e-3 for small, 3e-4 for 100m)")
     parser.add_argument("--learning-rate", type=float, default=None,
@@ -297,6 +377,7 @@ def main() -> None:
     cfg = dataclasses.replace(grpo.GRPOConfig(), **_sizes(options))
     meta = {"updates": options.updates, "device": options.device, "size": options.size, "seeds": options.seeds,
             "warm_start_steps": options.warm_start_steps, "learning_rate": cfg.learning_rate,
+            "warm_until": options.warm_until, "max_operand": options.max_operand,
             "parameters": grpo.count_parameters(grpo.make_model(cfg, grpo.tokenizer))}
 
     def save() -> None:
@@ -321,9 +402,10 @@ def main() -> None:
                 Client(cluster, set_as_default=False) as client:
             # warm-up: the workers import transformers and torch once (about 10 s here), as a
             # notebook's cluster would have done before the run that matters
-            warm_cfg = dataclasses.replace(grpo.GRPOConfig(), iterations=1, **SIZES[options.size])
-            run_workbench(warm_cfg, grpo.make_model(warm_cfg, grpo.tokenizer).to(options.device), policies[-1],
-                          client, options.device)
+            warm_cfg = dataclasses.replace(grpo.GRPOConfig(), iterations=1, max_operand=options.max_operand,
+                                           **SIZES[options.size])
+            run_workbench(warm_cfg, grpo.make_model(warm_cfg, grpo.tokenizer).to(options.device), make_task(warm_cfg),
+                          policies[-1], client, options.device)
             run_seeds(options, policies, rows, client, save)
     else:  # TRL alone: no cluster (nor Dask's wheels on a device host)
         run_seeds(options, policies, rows, None, save)
