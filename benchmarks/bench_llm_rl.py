@@ -98,32 +98,38 @@ class RecordingUpdate:
     every ``every``-th one the learner's weights and the wall-clock time saved to
     ``directory`` (about 1 ms, on the clock), so that held-out accuracy is measured after the
     run, off the clock, as TRL's final one is (measuring 500 prompts in the loop would cost
-    workbench ~40 ms each time, which TRL's side does not pay)."""
+    workbench ~40 ms each time, which TRL's side does not pay). Each file also holds the
+    seconds the saves before it took, which the table reports: a 113M-parameter model's
+    450 MB take far longer than the small model's 0.5 MB (space them with ``--eval-every``)."""
 
     def __init__(self, directory: str, every: int) -> None:
-        self.directory, self.every, self.count = directory, every, 0
+        self.directory, self.every, self.count, self.saving_s = directory, every, 0, 0.0
 
     def __call__(self, model, *args, **kwargs):
         stats = grpo.grpo_update(model, *args, **kwargs)
         self.count += 1
         if self.count % self.every == 0:
+            began, stamp = time.perf_counter(), time.time()
             weights = {k: v.detach().to("cpu", copy=True) for k, v in model.state_dict().items()}
-            torch.save({"time": time.time(), "update": self.count, "weights": weights},
+            torch.save({"time": stamp, "update": self.count, "weights": weights, "saving_s": self.saving_s},
                        f"{self.directory}/{self.count:06d}.pt")
+            self.saving_s += time.perf_counter() - began
         return stats
 
 
-def recorded_curve(directory: str, cfg, task: AdditionTask, started: float, device: str) -> list[list[float]]:
+def recorded_curve(directory: str, cfg, task: AdditionTask, started: float,
+                   device: str) -> tuple[list[list[float]], float]:
     """``[seconds into the run, update, held-out accuracy]`` of each weights file
-    :class:`RecordingUpdate` saved."""
+    :class:`RecordingUpdate` saved, and the seconds the saves before the last one took."""
     import glob
 
-    model, curve = grpo.make_model(cfg, grpo.tokenizer).to(device), []
+    model, curve, saving = grpo.make_model(cfg, grpo.tokenizer).to(device), [], 0.0
     for path in sorted(glob.glob(f"{directory}/*.pt")):
         saved = torch.load(path)
         model.load_state_dict(saved["weights"])
         curve.append([saved["time"] - started, saved["update"], heldout_accuracy(model, grpo.tokenizer, task)])
-    return curve
+        saving = saved["saving_s"]
+    return curve, saving
 
 
 def run_trl(cfg, model, task: AdditionTask, seed: int, device: str = "cpu") -> dict:
@@ -181,7 +187,7 @@ def run_workbench(cfg, model, task: AdditionTask, policy: str, client, device: s
         run = fdg.run(iterations=updates, steps=1, policy=spec, progress=False,
                       cluster=client if policy != "inline" else None)
         wall = time.perf_counter() - started
-        curve = recorded_curve(kept, cfg, task, epoch, device)
+        curve, saving = recorded_curve(kept, cfg, task, epoch, device)
     final = heldout_accuracy(run.state.fragments["learner"][0]["model"], grpo.tokenizer, task)
     metrics = run.metrics
     # at TRL's update count: its weights were saved then (cfg.iterations a multiple of eval_every)
@@ -190,7 +196,7 @@ def run_workbench(cfg, model, task: AdditionTask, policy: str, client, device: s
     split = {c[len("time/"):-len("_compute_s")]: float(metrics[c].median()) for c in metrics.columns
              if c.startswith("time/") and c.endswith("_compute_s") and "[" not in c}
     return {"accuracy": at[0][2] if at else final, "wall_s": at[0][0] if at else wall,
-            "final_accuracy": final, "final_wall_s": wall, "updates": updates,
+            "final_accuracy": final, "final_wall_s": wall, "updates": updates, "saving_s": saving,
             "curve": [[seconds, accuracy] for seconds, _, accuracy in curve],
             "tokens_per_s": float(metrics["perf/generated_tokens"].sum() / wall),
             "first_iteration_s": float(metrics["time_s"].iloc[0]),
@@ -270,10 +276,11 @@ def print_table(rows: dict[str, list[dict]], meta: dict) -> None:
     print("vs warm: held-out accuracy less the warm start's, same seed. TRL's wall is train() alone; "
           "workbench's wall and reach include its deploy. Reaches: the first held-out measurement at or above "
           "TRL's final accuracy on the same seed; and holds: the first from which every later one stays there. "
-          "Medians over the seeds, a seed that never did counting as never (" + "; ".join(
+          "Medians over the seeds, a seed that never did counting as never" + (" (" + "; ".join(
               f"{name} reached it on {sum(r['reach_s'] is not None for r in results)}, held it on "
               f"{sum(r.get('hold_s') is not None for r in results)} of {len(results)}"
-              for name, results in rows.items() if name != "TRL GRPOTrainer") + ").")
+              for name, results in rows.items() if name != "TRL GRPOTrainer") + ")." if trl else
+              "; no TRL row: --merge it with TRL's side for the reach times."))
     if trl and any("setup_s" in r for r in trl):
         built = statistics.median(r.get("setup_s", 0.0) + r["wall_s"] for r in trl)
         print(f"TRL's trainer took {statistics.median(r.get('setup_s', 0.0) for r in trl):.1f} s more "
@@ -288,7 +295,9 @@ def print_table(rows: dict[str, list[dict]], meta: dict) -> None:
                      for frag in results[0]["split_s"]}
             print(f"{name}: the first iteration ended {statistics.median(r['first_iteration_s'] for r in results):.1f} s "
                   f"into the run, then {statistics.median(r['iteration_s'] for r in results) * 1e3:.0f} ms an "
-                  "iteration; cells: " + ", ".join(f"{f} {v * 1e3:.0f} ms" for f, v in split.items()))
+                  "iteration; cells: " + ", ".join(f"{f} {v * 1e3:.0f} ms" for f, v in split.items())
+                  + (f"; saving weights for the held-out curve: {statistics.median(r['saving_s'] for r in results):.2f} s "
+                     "of its wall (on the clock)" if "saving_s" in results[0] else ""))
             graphs = results[-1].get("cuda_graphs")
             if graphs:  # 0 graphs on a GPU: capturing failed (the worker's log says why) or warming up
                 print(f"{name}: CUDA graphs at the end of the last run: " +
@@ -326,6 +335,7 @@ def run_seeds(options, policies: tuple[str, ...], rows: dict[str, list[dict]], c
     for seed in options.seeds:
         cfg = dataclasses.replace(grpo.GRPOConfig(), seed=seed, iterations=options.updates,
                                   warm_start_steps=options.warm_start_steps, max_operand=options.max_operand,
+                                  eval_every=options.eval_every,
                                   **_sizes(options))
         task = make_task(cfg)
         start = warm_model(cfg, task, seed, options.device, warm_lr, options.warm_until)
@@ -354,6 +364,8 @@ def main() -> None:
                         help="stop the warm start at this greedy accuracy on training prompts")
     parser.add_argument("--max-operand", type=int, default=49,
                         help="prompts a+b= with a, b ≤ this; a fifth of the pairs held out (49: 500)")
+    parser.add_argument("--eval-every", type=int, default=grpo.GRPOConfig.eval_every,
+                        help="workbench's weights saved for its held-out curve every this many updates")
     parser.add_argument("--workbench-updates", type=int, default=None,
                         help="workbench's runs go on to this many updates (default 2 × --updates): "
                              "reaching TRL's accuracy may take more than its count")
@@ -377,7 +389,7 @@ def main() -> None:
     cfg = dataclasses.replace(grpo.GRPOConfig(), **_sizes(options))
     meta = {"updates": options.updates, "device": options.device, "size": options.size, "seeds": options.seeds,
             "warm_start_steps": options.warm_start_steps, "learning_rate": cfg.learning_rate,
-            "warm_until": options.warm_until, "max_operand": options.max_operand,
+            "warm_until": options.warm_until, "max_operand": options.max_operand, "eval_every": options.eval_every,
             "parameters": grpo.count_parameters(grpo.make_model(cfg, grpo.tokenizer))}
 
     def save() -> None:
