@@ -102,13 +102,13 @@ class RecordingUpdate:
     seconds the saves before it took, which the table reports: a 113M-parameter model's
     450 MB take far longer than the small model's 0.5 MB (space them with ``--eval-every``)."""
 
-    def __init__(self, directory: str, every: int) -> None:
-        self.directory, self.every, self.count, self.saving_s = directory, every, 0, 0.0
+    def __init__(self, directory: str, every: int, also: int | None = None) -> None:
+        self.directory, self.every, self.also, self.count, self.saving_s = directory, every, also, 0, 0.0
 
     def __call__(self, model, *args, **kwargs):
         stats = grpo.grpo_update(model, *args, **kwargs)
         self.count += 1
-        if self.count % self.every == 0:
+        if self.count % self.every == 0 or self.count == self.also:  # also: TRL's update count
             began, stamp = time.perf_counter(), time.time()
             weights = {k: v.detach().to("cpu", copy=True) for k, v in model.state_dict().items()}
             torch.save({"time": stamp, "update": self.count, "weights": weights, "saving_s": self.saving_s},
@@ -177,7 +177,7 @@ def run_workbench(cfg, model, task: AdditionTask, policy: str, client, device: s
     held-out curve from the weights saved every ``cfg.eval_every`` updates, measured after."""
     updates = max(updates or 0, cfg.iterations)
     with tempfile.TemporaryDirectory(prefix="workbench-grpo-") as kept:
-        namespace = dict(vars(grpo), task=task, grpo_update=RecordingUpdate(kept, cfg.eval_every),
+        namespace = dict(vars(grpo), task=task, grpo_update=RecordingUpdate(kept, cfg.eval_every, cfg.iterations),
                          # no held-out measure in the loop: RecordingUpdate's, after the run
                          cfg=dataclasses.replace(cfg, model=model, eval_every=10**9, iterations=updates))
         fdg = grpo.build_fdg(namespace)
@@ -190,7 +190,7 @@ def run_workbench(cfg, model, task: AdditionTask, policy: str, client, device: s
         curve, saving = recorded_curve(kept, cfg, task, epoch, device)
     final = heldout_accuracy(run.state.fragments["learner"][0]["model"], grpo.tokenizer, task)
     metrics = run.metrics
-    # at TRL's update count: its weights were saved then (cfg.iterations a multiple of eval_every)
+    # at TRL's update count: RecordingUpdate saved the weights then
     at = [point for point in curve if point[1] == cfg.iterations]
     # where an iteration's time goes: each fragment's cells, median over the iterations
     split = {c[len("time/"):-len("_compute_s")]: float(metrics[c].median()) for c in metrics.columns
