@@ -42,3 +42,11 @@ def test_an_accuracy_never_reached_runs_every_step():
 def test_without_until_it_runs_every_step_and_never_checks():
     task = AdditionTask(9, seed=0)
     assert len(warm_start(_model(), TOKENIZER, task, steps=15, batch=8)) == 15
+
+
+def test_a_check_interval_below_one_step_is_refused_before_any_training():
+    model = _model()
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    with pytest.raises(ValueError, match="check_every must be a positive number of steps"):
+        warm_start(model, TOKENIZER, AdditionTask(9, seed=0), steps=5, until=0.5, check_every=0)
+    assert all((v == before[k]).all() for k, v in model.state_dict().items())  # nothing trained

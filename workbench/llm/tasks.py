@@ -157,6 +157,8 @@ def warm_start(model, tokenizer, task: AdditionTask, *, steps: int = 300, batch:
         >>> len(warm_start(model, tok, task, steps=50, batch=8, until=0.0, check_every=10))
         10
     """
+    if until is not None and check_every < 1:
+        raise ValueError(f"warm_start: check_every must be a positive number of steps, not {check_every!r}.")
     rng = np.random.default_rng(seed)
     torch.manual_seed(seed)
     probe = task.sample(np.random.default_rng(seed + 1), 256) if until is not None else []
