@@ -52,6 +52,7 @@ import statistics
 import sys
 import tempfile
 import time
+from pathlib import Path
 
 if __name__ == "__main__" and "--wheels" in sys.argv:  # before the imports the wheels bring
     from device_wheels import rerun_with_wheels
@@ -116,8 +117,7 @@ class RecordingUpdate:
             torch.save({"time": stamp, "update": self.count, "weights": weights, "saving_s": self.saving_s},
                        f"{self.directory}/{self.count:06d}.pt")
             self.saving_s += time.perf_counter() - began
-            with open(f"{self.directory}/saving_s", "w") as f:
-                f.write(repr(self.saving_s))
+            Path(self.directory, "saving_s").write_text(repr(self.saving_s))
         return stats
 
 
@@ -126,17 +126,14 @@ def recorded_curve(directory: str, cfg, task: AdditionTask, started: float,
     """``[seconds into the run, update, held-out accuracy]`` of each weights file
     :class:`RecordingUpdate` saved, the seconds of the saves before it taken off, and the
     seconds all the saves took."""
-    import glob
-    import os
-
     model, curve = grpo.make_model(cfg, grpo.tokenizer).to(device), []
-    for path in sorted(glob.glob(f"{directory}/*.pt")):
+    for path in sorted(Path(directory).glob("*.pt")):
         saved = torch.load(path)
         model.load_state_dict(saved["weights"])
         curve.append([saved["time"] - started - saved["saving_s"], saved["update"],
                       heldout_accuracy(model, grpo.tokenizer, task)])
-    total = os.path.join(directory, "saving_s")
-    return curve, float(open(total).read()) if os.path.exists(total) else 0.0
+    total = Path(directory, "saving_s")
+    return curve, float(total.read_text()) if total.exists() else 0.0
 
 
 def run_trl(cfg, model, task: AdditionTask, seed: int, device: str = "cpu") -> dict:
