@@ -388,6 +388,8 @@ def main() -> None:
     if options.merge:
         print_table(*merge(options.merge))
         return
+    if options.eval_every is not None and options.eval_every < 1:
+        parser.error(f"--eval-every {options.eval_every}: save workbench's weights every 1 or more updates")
     if options.device == "cuda" and not torch.cuda.is_available():
         parser.error("--device cuda: torch sees no CUDA GPU here")
     cfg = dataclasses.replace(grpo.GRPOConfig(), **_sizes(options))

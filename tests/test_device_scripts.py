@@ -91,6 +91,12 @@ def test_workbench_s_held_out_curve_comes_from_weights_saved_every_eval_every_up
     assert result["saving_s"] > 0  # the saves' time, measured, is what comes off workbench's times
 
 
+def test_the_llm_benchmark_refuses_a_save_interval_below_one_update(tmp_path):
+    done = subprocess.run([sys.executable, str(BENCHMARKS / "bench_llm_rl.py"), "--eval-every", "0"],
+                          capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert done.returncode == 2 and "--eval-every 0: save workbench's weights every 1 or more updates" in done.stderr
+
+
 def _side(path: Path, rows: dict, **meta) -> str:
     settings = {"updates": 2, "device": "cpu", "size": "small", "seeds": [1, 2], "warm_start_steps": 30,
                 "parameters": 100_000, **meta}
