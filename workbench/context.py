@@ -77,6 +77,8 @@ class ReplicaContext:
     counted: int | None = None
     #: the run's env steps before the current iteration (and step), for ``env_steps()``
     env_steps: Callable[[], int] | None = None
+    #: names logged with ``prog_bar=True``, in the order first logged: the progress shows them
+    shown: list[str] = field(default_factory=list)
 
     def record(self, name: str, value: Any) -> None:
         self.add(name, as_floats(value))
@@ -128,7 +130,7 @@ def deactivate(token: contextvars.Token) -> None:
     _current.reset(token)
 
 
-def log(name: str, value: Any, *, allow_nan: bool = False) -> None:
+def log(name: str, value: Any, *, allow_nan: bool = False, prog_bar: bool = False) -> None:
     """Record a metric for this iteration: a number, or an array of numbers (each kept).
 
     Use flat names such as ``charts/episodic_return`` or ``losses/policy_loss``. A device
@@ -139,6 +141,12 @@ def log(name: str, value: Any, *, allow_nan: bool = False) -> None:
     metric, so a diverging loss stops the run at the line that logged it instead of
     training on garbage; ``allow_nan=True`` records such a value anyway (for a metric that
     is legitimately undefined at times, such as an explained variance of constant returns).
+
+    ``prog_bar=True`` (as Lightning's ``self.log``) puts the metric's newest value in the
+    run's progress bar, its live view and its summary line, beside env-steps/s and the
+    return: what tells a run without episodes (GRPO's reward and held-out accuracy) how it
+    goes. ``wb.log("charts/heldout_accuracy", acc, prog_bar=True)`` shows
+    ``heldout_accuracy 0.724``.
     """
     if not isinstance(name, str) or not name:
         from workbench.errors import MetricError
@@ -149,15 +157,16 @@ def log(name: str, value: Any, *, allow_nan: bool = False) -> None:
                           f"wb.log('name', value).")
     from workbench.runtime.deferred_metrics import Deferred, is_deferred, where_logged
 
+    ctx = _current.get()
+    if prog_bar and ctx is not None and name not in ctx.shown:
+        ctx.shown.append(name)
     if is_deferred(value):
-        ctx = _current.get()
         if ctx is not None:
             ctx.add(name, [Deferred(value, allow_nan, where_logged())])
         return
     values = metric_values(name, value)
     if not allow_nan:
         check_finite(name, values)
-    ctx = _current.get()
     if ctx is not None:
         ctx.add(name, values)
 

@@ -238,17 +238,44 @@ def _python_only(source: str) -> str:
 
 
 def _needed(cells: list[str], wanted: set[str]) -> list[str]:
-    """The cells that define ``wanted`` names, with the cells those depend on, in order."""
+    """The cells that define ``wanted`` names or change them in place (``cfg.model =
+    start``: a warm start handing the fragments its model), with the cells those depend
+    on, in order."""
     analyses = []
     for source in cells:
         try:
-            analyses.append(analyse_code(source))
-        except FragmentError:
+            analyses.append((analyse_code(source), _changed_in_place(source)))
+        except (FragmentError, SyntaxError):
             analyses.append(None)  # not Python: never needed
     keep = [False] * len(cells)
     for index in range(len(cells) - 1, -1, -1):
         found = analyses[index]
-        if found is not None and wanted & set(found.writes):
+        if found is not None and wanted & (set(found[0].writes) | found[1]):
             keep[index] = True
-            wanted |= set(found.inputs)
+            wanted |= set(found[0].inputs)
     return [source for source, kept in zip(cells, keep) if kept]
+
+
+def _changed_in_place(source: str) -> set[str]:
+    """Names whose attributes or items a cell assigns (``cfg.model = …``, ``table[k] += 1``,
+    ``del obj.x``): the object is the same, so the dataflow analysis sees no write, but a
+    fragment reading it reads the change.
+
+    >>> sorted(_changed_in_place("cfg.model = start\\nlr = 1\\nstats['n'] += 1\\na.b.c = 2\\nprint(cfg)"))
+    ['a', 'cfg', 'stats']
+    """
+    import ast
+
+    changed = set()
+    for node in ast.walk(ast.parse(source)):
+        targets = (node.targets if isinstance(node, (ast.Assign, ast.Delete)) else
+                   [node.target] if isinstance(node, (ast.AugAssign, ast.AnnAssign)) else [])
+        for target in targets:
+            for part in ast.walk(target):  # tuples of targets too: a, cfg.x = …
+                if isinstance(part, (ast.Attribute, ast.Subscript)) and isinstance(part.ctx, (ast.Store, ast.Del)):
+                    root = part.value
+                    while isinstance(root, (ast.Attribute, ast.Subscript)):
+                        root = root.value
+                    if isinstance(root, ast.Name):
+                        changed.add(root.id)
+    return changed

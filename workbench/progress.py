@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from workbench.runtime.run import Run
 
-__all__ = ["make_progress", "TextProgress"]
+__all__ = ["make_progress", "TextProgress", "progress_text"]
 
 
 def make_progress(progress, total: int, label: str):
@@ -25,7 +25,7 @@ def make_progress(progress, total: int, label: str):
 
 
 class TextProgress:
-    """tqdm's bar (a widget in notebooks, text elsewhere) with throughput and return."""
+    """tqdm's bar (a widget in notebooks, text elsewhere) with :func:`progress_text`."""
 
     def __init__(self, total: int, label: str) -> None:
         from tqdm.auto import tqdm
@@ -34,13 +34,28 @@ class TextProgress:
 
     def advance(self, run: "Run") -> None:
         self.bar.update(1)
-        self.bar.set_postfix_str(_postfix(run), refresh=False)
+        self.bar.set_postfix_str(progress_text(run), refresh=False)
 
     def finish(self, run: "Run") -> None:
         self.bar.close()
 
 
-def _postfix(run: "Run") -> str:
-    mean = run.mean_return()
-    ret = f"{mean:.0f}" if mean is not None else "–"
-    return f"{run.steps_per_second:,.0f} env-steps/s · return {ret}"
+def progress_text(run: "Run") -> str:
+    """What the bar (and the notebook's live view) says after an iteration: env-steps/s,
+    the mean return, and the newest value of each metric logged with ``prog_bar=True``;
+    a run that finishes no episodes but shows metrics (GRPO) leaves the return out.
+
+    >>> from workbench.runtime.driver import IterationRecord
+    >>> from workbench.runtime.run import Run
+    >>> run = Run(policy_name="inline", iterations=2, steps=1)
+    >>> run.record(IterationRecord(0, metrics={"charts/reward_mean": [0.75]}, shown=["charts/reward_mean"]))
+    >>> progress_text(run).split(" · ", 1)[1]
+    'reward_mean 0.75'
+    """
+    from workbench.runtime.run import headline_text
+
+    mean, headline = run.mean_return(), headline_text(run.headline())
+    parts = [f"{run.steps_per_second:,.0f} env-steps/s"]
+    if mean is not None or not headline:
+        parts.append(f"return {mean:.0f}" if mean is not None else "return –")
+    return " · ".join(parts + ([headline] if headline else []))

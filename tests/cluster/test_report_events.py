@@ -93,3 +93,39 @@ def test_the_relay_passes_on_reports_msgpack_cannot_take(client):
     assert state.absorb(events) == 2
     assert state.replicas[("actor+env", 3)].tasks == 2
     assert [report_fields(m)["metrics"] for _, m in events[0][1]["batch"]][1] == {"7": {"odd": [1.5]}}
+
+
+def test_a_run_without_episodes_puts_its_prog_bar_metrics_on_the_page(client):
+    """GRPO ends no episodes: the page's curve plots the first ``charts/`` metric logged with
+    prog_bar=True, from the worker's reports, and its header gives each one's newest value."""
+    from tests.runtime.test_prog_bar import logging_loop
+    from workbench.cluster.dashboard import WorkbenchPage
+
+    before = _workbench_topics(client)
+    run = logging_loop().run(iterations=5, steps=2, policy="coarse", cluster=client, progress=False)
+    (topic,) = _workbench_topics(client) - before
+    state = RunState(topic)
+    state.absorb(_topic_events(client, topic))
+    assert state.shown == run.shown_metrics == ["charts/updates", "charts/every_third", "perf/actions_per_call"]
+    assert state.curve_metric == "charts/updates"
+    curve, points = state.return_curve()
+    assert curve["iteration"] == [0, 1, 2, 3, 4] and curve["mean"] == [1.0, 2.0, 3.0, 4.0, 5.0]
+    assert state.headline()[:2] == [("charts/updates", 5.0), ("charts/every_third", 30.0)]
+    page = WorkbenchPage(None, standalone=True)
+    page._refresh_header(state)
+    page._refresh(state)
+    assert page.return_fig.title.text.startswith("charts/updates (logged with prog_bar=True")
+    assert "updates 5 · every_third 30 · actions_per_call" in page.header.text
+    assert "last return" not in page.header.text
+
+
+def test_the_page_plots_the_return_once_episodes_end(client):
+    from tests.runtime.test_prog_bar import logging_loop
+
+    before = _workbench_topics(client)
+    logging_loop(episodes_from=3).run(iterations=5, steps=2, policy="coarse", cluster=client, progress=False)
+    (topic,) = _workbench_topics(client) - before
+    state = RunState(topic)
+    state.absorb(_topic_events(client, topic))
+    assert state.curve_metric == "charts/episodic_return"
+    assert state.return_curve()[0]["mean"] == [103.0, 104.0, 105.0]

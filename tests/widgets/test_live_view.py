@@ -57,3 +57,36 @@ def test_the_live_view_lists_what_happened_to_the_run():
     run.note("edited", "learner: new iteration cell, applied from iteration 2", 2)
     views[0].close(run)
     assert "iteration 2 · edited · learner: new iteration cell, applied from iteration 2" in views[0].events.value
+
+
+def _viewed(fdg, iterations):
+    views = []
+
+    def factory(total, label):
+        views.append(live.LiveView(total, label))
+        return views[-1]
+
+    run = fdg.run(iterations=iterations, steps=2, progress=factory)
+    return run, views[0]
+
+
+def test_a_run_without_episodes_plots_its_first_prog_bar_metric():
+    """GRPO finishes no episodes: the first plot shows what its cells log with prog_bar=True."""
+    from tests.runtime.test_prog_bar import logging_loop
+
+    run, view = _viewed(logging_loop(), 6)
+    assert view.first_plot.title.text == "charts/updates"
+    assert view.returns.data["iteration"] == list(range(6)) and view.returns.data["mean"] == [1, 2, 3, 4, 5, 6]
+    assert "updates 6 · every_third 60" in view.label.value and "return" not in view.label.value
+    assert len(view.rates.data["sps"]) == 6  # the throughput plot as before
+
+
+def test_the_plot_turns_to_the_return_once_episodes_end():
+    """Returns from the 4th update on: the return replaces the prog_bar metric, from its first value."""
+    from tests.runtime.test_prog_bar import logging_loop
+
+    run, view = _viewed(logging_loop(episodes_from=4), 6)
+    assert view.first_plot.title.text == live.RETURN_TITLE
+    assert view.returns.data["iteration"] == [3, 4, 5]
+    assert view.returns.data["mean"] == [104.0, 104.5, 105.0]  # the mean return so far, per iteration
+    assert "return 105" in view.label.value

@@ -55,8 +55,9 @@ class GRPOConfig:
 
     seed: int = 1
     """seeds the model, the data split and the sampling (prompt replica ``i`` draws with ``seed + i``)"""
-    max_operand: int = 19
-    """prompts are ``a+b=`` with ``a, b`` in ``0 … max_operand``"""
+    max_operand: int = 49
+    """prompts are ``a+b=`` with ``a, b`` in ``0 … max_operand`` (49: 2,000 training pairs and 500
+    held out, whose accuracy moves ±0.01 between measurements; 19 holds out 80, ±0.05)"""
     heldout_fraction: float = 0.2
     """the pairs never trained on, for held-out accuracy"""
     model: Any = None
@@ -95,8 +96,12 @@ class GRPOConfig:
     """under async: the most updates a batch's sampling weights may lag the learner; a staler
     batch is dropped (``charts/dropped_stale_batches`` counts them). Replicas at one pace lag by at most
     generate replicas − 1: keep it at least that"""
-    warm_start_steps: int = 150
-    """supervised steps before RL in the notebook (0 skips it)"""
+    warm_start_steps: int = 800
+    """the most supervised steps before RL in the notebook (0 skips it); it stops sooner at ``warm_until``"""
+    warm_until: float | None = 0.6
+    """the notebook's warm start stops once greedy accuracy on 256 training prompts reaches this
+    (None: all ``warm_start_steps``). A fixed step count leaves seeds between 0.07 and 0.35, and
+    GRPO barely moves a model that is rarely right"""
     cuda_graphs: bool = True
     """on a GPU, replay generation's forwards, the reference's scoring and the update as CUDA
     graphs (``workbench.llm.generation``; one learner only); no effect on the CPU"""
@@ -155,7 +160,7 @@ def generate_completions(policy, tokenizer, prompt_ids, prompt_mask, cfg: GRPOCo
     if model_device(policy).type == "cuda":  # on a GPU: the graphs replaying (prefill, decode, by shape)
         wb.log("perf/generate_cuda_graphs", captured_graphs(policy))
     wb.log("perf/generated_tokens", generated)
-    wb.log("perf/generate_tokens_per_s", generated / max(time.perf_counter() - started, 1e-9))
+    wb.log("perf/generate_tokens_per_s", generated / max(time.perf_counter() - started, 1e-9), prog_bar=True)
     return out.tokens, out.completion_mask, out.logp
 
 
@@ -258,7 +263,7 @@ def grpo_update(model, optimizer, cfg: GRPOConfig, prompt_ids, prompt_mask, toke
                   "charts/learning_rate": cfg.learning_rate,
                   "perf/trained_tokens_per_s": trained / max(time.perf_counter() - started, 1e-9)})
     for name, number in stats.items():
-        wb.log(name, number)
+        wb.log(name, number, prog_bar=name == "charts/reward_mean")  # beside held-out accuracy in the bar
     return stats
 
 
@@ -318,7 +323,7 @@ if staleness <= cfg.max_staleness:      # a staler batch (a slow replica under a
     grpo_update(model, optimizer, cfg, prompt_ids, prompt_mask, tokens, completion_mask, logp, ref_logp, rewards)
     update += 1
     if update % cfg.eval_every == 0:
-        wb.log("charts/heldout_accuracy", heldout_accuracy(model, tokenizer, task))
+        wb.log("charts/heldout_accuracy", heldout_accuracy(model, tokenizer, task), prog_bar=True)
 else:
     dropped += 1
     wb.log("charts/dropped_stale_batches", dropped)

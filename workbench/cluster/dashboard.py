@@ -35,7 +35,10 @@ from workbench.cluster._dask_compat import TOPIC_PREFIX
 from workbench.cluster.dashboard_model import (BYTES_COLOR, EventCursor, ReplicaStats, RunState,  # noqa: F401
                                                log_length, workbench_topics)
 from workbench.fdg.plan import human_bytes
-from workbench.runtime.run import RETURN_METRIC
+from workbench.runtime.run import RETURN_METRIC, headline_text
+
+#: the curve's title while it plots the return
+RETURN_TITLE = f"Return ({RETURN_METRIC}): mean per iteration, min–max band, episodes"
 
 __all__ = ["INDIVIDUAL_ROUTE", "ROUTE", "RunState", "TOPIC_PREFIX", "dask_setup", "install",
            "individual_workbench_doc", "workbench_doc"]
@@ -112,7 +115,7 @@ class WorkbenchPage:
         self.rate_fig.y_range.start = 0
         self.rate_fig.add_tools(HoverTool(tooltips=[("t", "@t{0.0} s"), ("env-steps/s", "@rate{0,0}")], mode="vline"))
 
-        self.return_fig = figure(title=f"Return ({RETURN_METRIC}): mean per iteration, min–max band, episodes",
+        self.return_fig = figure(title=RETURN_TITLE,
                                  height=280, sizing_mode="stretch_width", tools=tools, toolbar_location="above",
                                  x_axis_label="iteration", y_axis_label="episodic return")
         self.return_fig.varea(x="iteration", y1="low", y2="high", source=self.curve_source,
@@ -224,6 +227,7 @@ class WorkbenchPage:
         rate = state.env_steps / state.elapsed if state.elapsed > 0 else 0.0
         rets = state.returns.get(max(state.returns)) if state.returns else None
         last_return = f"{sum(rets) / len(rets):.2f}" if rets else "–"
+        headline = headline_text(state.headline())  # what the cells log with prog_bar=True
         groups = sorted({s.group for s in state.replicas.values()})
         colors = state.fragment_colors()
         chips = " ".join(f"<span style='background:{c};color:white;border-radius:3px;padding:1px 6px;"
@@ -237,7 +241,8 @@ class WorkbenchPage:
             f"<div><b>{state.env_steps:,}</b> env steps</div>"
             f"<div><b>{rate:,.0f}</b> env-steps/s (mean)</div>"
             f"<div><b>{state.elapsed:.1f} s</b> elapsed</div>"
-            f"<div>last return <b>{last_return}</b></div>"
+            + (f"<div>last return <b>{last_return}</b></div>" if rets or not headline else "")
+            + (f"<div>{html.escape(headline)}</div>" if headline else "") +
             f"<div><b>{len(state.replicas)}</b> replicas in {len(groups)} groups: {', '.join(groups)}</div>"
             f"</div><div style='margin-top:4px'>fragments: {chips}</div>"
             + "".join(f"<div style='color:#c62828;margin-top:4px'>⚠ {html.escape(kind)} "
@@ -261,6 +266,12 @@ class WorkbenchPage:
         self.rate_source.data = {"t": t, "rate": rate}
         self.rate_fig.title.text = f"Env steps per second (sliding {window:.2g} s window)" if t else "Env steps per second"
         curve, episodes = state.return_curve()
+        metric = state.curve_metric
+        title = RETURN_TITLE if metric == RETURN_METRIC else (
+            f"{metric} (logged with prog_bar=True; no episode has ended): mean per iteration, min–max band")
+        if self.return_fig.title.text != title:
+            self.return_fig.title.text = title
+            self.return_fig.yaxis.axis_label = "episodic return" if metric == RETURN_METRIC else metric
         self.curve_source.data = curve
         self.episodes_source.data = episodes
         self.table_source.data = {

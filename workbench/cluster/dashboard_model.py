@@ -23,7 +23,7 @@ from typing import Any, Iterable, Sequence
 from workbench.cluster._dask_compat import workbench_topic_names
 from workbench.cluster.report_events import report_fields
 from workbench.cluster.report_relay import batch_items
-from workbench.runtime.run import RETURN_METRIC
+from workbench.runtime.run import RETURN_METRIC, headline_text, merge_shown
 
 __all__ = ["EventCursor", "ReplicaStats", "RunState", "RUN_EVENT", "FRAGMENT_COLORS", "WAIT_COLOR",
            "SEND_COLOR", "BYTES_COLOR", "workbench_topics", "log_length"]
@@ -104,6 +104,10 @@ class RunState:
         self.replicas: dict[tuple[str, int], ReplicaStats] = {}
         self.fragments: set[str] = set()
         self.returns: dict[int, list[float]] = {}
+        #: metrics logged with prog_bar=True (``merge_shown``'s order) and their values per iteration:
+        #: a run without episodes (GRPO) plots the first instead of the return
+        self.shown: list[str] = []
+        self.shown_values: dict[str, dict[int, list[float]]] = {}
         self.step_times: list[float] = []   # event time (s since t0) of each report with env steps
         self.step_cumsum: list[int] = []     # env steps done up to and including that report
         self.events = 0
@@ -154,10 +158,15 @@ class RunState:
             stats.env_steps += steps
             self.step_times.append(ts - self.t0)
             self.step_cumsum.append((self.step_cumsum[-1] if self.step_cumsum else 0) + steps)
+        self.shown = merge_shown(self.shown, [str(name) for name in rep.get("shown") or ()])
         for it, metrics in (rep.get("metrics") or {}).items():
             values = (metrics or {}).get(RETURN_METRIC)
             if values:
                 self.returns.setdefault(int(it), []).extend(float(v) for v in values)
+            for name in self.shown:
+                values = (metrics or {}).get(name)
+                if values:
+                    self.shown_values.setdefault(name, {}).setdefault(int(it), []).extend(float(v) for v in values)
 
     # -- views ---------------------------------------------------------------------------
     @property
@@ -228,17 +237,30 @@ class RunState:
         i = bisect_right(self.step_times, t)
         return self.step_cumsum[i - 1] if i else 0
 
+    @property
+    def curve_metric(self) -> str:
+        """What the curve plots: the return, or (while no episode has ended) the first metric
+        logged with prog_bar=True."""
+        return RETURN_METRIC if self.returns or not self.shown else self.shown[0]
+
+    def headline(self) -> list[tuple[str, float]]:
+        """Each prog_bar metric's newest iteration's mean (``Run.headline`` on the page)."""
+        return [(name, sum(by[max(by)]) / len(by[max(by)])) for name in self.shown
+                if (by := self.shown_values.get(name))]
+
     def return_curve(self, max_points: int = 5000) -> tuple[dict[str, list], dict[str, list]]:
-        """(per-iteration mean, min, max) and the individual episodes (the latest max_points)."""
-        its = sorted(self.returns)
+        """(per-iteration mean, min, max) and the individual episodes (the latest max_points),
+        of :attr:`curve_metric`."""
+        series = self.returns if self.curve_metric == RETURN_METRIC else self.shown_values.get(self.curve_metric, {})
+        its = sorted(series)
         curve = {"iteration": its,
-                 "mean": [sum(self.returns[i]) / len(self.returns[i]) for i in its],
-                 "low": [min(self.returns[i]) for i in its],
-                 "high": [max(self.returns[i]) for i in its],
-                 "episodes": [len(self.returns[i]) for i in its]}
+                 "mean": [sum(series[i]) / len(series[i]) for i in its],
+                 "low": [min(series[i]) for i in its],
+                 "high": [max(series[i]) for i in its],
+                 "episodes": [len(series[i]) for i in its]}
         xs, ys = [], []
         for i in reversed(its):
-            vals = self.returns[i]
+            vals = series[i]
             xs.extend([i] * len(vals))
             ys.extend(vals)
             if len(xs) >= max_points:

@@ -136,6 +136,8 @@ class IterationRecord:
     replica_episodes: dict[str, int] = field(default_factory=dict)
     #: warnings replicas sent with their reports: (the run's event kind, the message)
     notes: list[tuple[str, str]] = field(default_factory=list)
+    #: metric names logged with ``prog_bar=True`` (the progress shows them), first logged first
+    shown: list[str] = field(default_factory=list)
     #: (group, replica) → its metrics as its reports came; `settle` moves them to ``metrics``
     parts: dict[tuple[str, int], dict[str, list]] = field(default_factory=dict, repr=False)
 
@@ -149,6 +151,7 @@ class IterationRecord:
         if of == max(report.iterations, default=of):  # once per report, however many iterations it spans
             self.env_steps_base += report.env_steps_base
         self.notes.extend(n for n in report.notes if n not in self.notes)
+        self.shown.extend(name for name in report.shown if name not in self.shown)
         who = f"{report.group}[{report.replica}]"
         if of in report.env_steps:
             self.replica_env_steps[who] = self.replica_env_steps.get(who, 0) + report.env_steps[of]

@@ -131,6 +131,8 @@ class TaskReport:
     env_steps_base: int = 0
     #: warnings for the notebook, each sent once: (the run's event kind, the message)
     notes: list[tuple[str, str]] = field(default_factory=list)
+    #: metric names its cells logged with ``prog_bar=True`` (the progress shows them)
+    shown: list[str] = field(default_factory=list)
 
     def to_message(self) -> dict:
         """Plain msgpack-able form (string keys only), for Dask events."""
@@ -141,7 +143,7 @@ class TaskReport:
             "compute_seconds": self.compute_seconds,
             "wait_seconds": self.wait_seconds, "send_seconds": self.send_seconds,
             "other_seconds": self.other_seconds, "iterations": self.iterations, "sent_bytes": self.sent_bytes,
-            "env_steps_base": self.env_steps_base, "notes": self.notes,
+            "env_steps_base": self.env_steps_base, "notes": self.notes, "shown": self.shown,
         }
 
     @classmethod
@@ -154,6 +156,7 @@ class TaskReport:
             wait_seconds=msg["wait_seconds"], send_seconds=msg["send_seconds"],
             other_seconds=msg.get("other_seconds", 0.0), iterations=list(msg["iterations"]), sent_bytes=msg["sent_bytes"],
             env_steps_base=msg.get("env_steps_base", 0), notes=[tuple(n) for n in msg.get("notes", ())],
+            shown=list(msg.get("shown", ())),
         )
 
 

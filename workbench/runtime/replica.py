@@ -214,7 +214,7 @@ class GroupReplica(CellErrors):
         finally:
             deactivate(token)
             self.running_cell = None
-        report.metrics = ctx.metrics
+        report.metrics, report.shown = ctx.metrics, ctx.shown
         outbox = {e.key: self._emit(e, ctx.iteration) for e in self.program.emits if e.key in emit_keys}
         return outbox, report
 

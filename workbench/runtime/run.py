@@ -15,7 +15,7 @@ from typing import Any, Literal
 
 from workbench.runtime.driver import IterationRecord
 
-__all__ = ["Run", "RunEvent", "RunStatus", "EventKind", "RETURN_METRIC"]
+__all__ = ["Run", "RunEvent", "RunStatus", "EventKind", "RETURN_METRIC", "headline_text", "merge_shown"]
 
 #: Where a run is: training, or how it ended.
 RunStatus = Literal["running", "finished", "solved", "stopped", "interrupted", "failed"]
@@ -79,6 +79,10 @@ class Run:
     lost_iterations: int = 0
     #: env steps taken in iterations a stop left unfinished (in ``env_steps``, in no row)
     unfinished_env_steps: int = 0
+    #: metrics the cells logged with ``wb.log(…, prog_bar=True)``: ``charts/`` ones first, each
+    #: kind in the order first logged
+    shown_metrics: list[str] = field(default_factory=list)
+    _newest: dict[str, float] = field(default_factory=dict, repr=False)
 
     # -- recording ---------------------------------------------------------------------
     def record(self, rec: IterationRecord) -> None:
@@ -112,6 +116,8 @@ class Run:
                 row[name] = sum(values) / len(values)
         row["charts/mean_return_last_%d" % self.window] = self.mean_return()
         row["charts/episodes"] = len(self.episode_returns)  # finished in this run so far
+        self.shown_metrics = merge_shown(self.shown_metrics, rec.shown)
+        self._newest.update((name, row[name]) for name in self.shown_metrics if name in row)
         for frag, seconds in rec.compute_seconds.items():
             row[f"time/{frag}_compute_s"] = seconds
         for name, seconds in rec.comm_seconds.items():
@@ -159,6 +165,7 @@ class Run:
             self.replica_env_steps, self.replica_episodes = dict(steps_by), dict(episodes_by)
             if self.solved_at is not None and self.solved_at["iteration"] >= iteration:
                 self.solved_at = None
+            self._newest = {name: row[name] for row in self.rows for name in self.shown_metrics if name in row}
         return dropped
 
     def note(self, kind: EventKind, message: str, iteration: int | None = None) -> None:
@@ -191,6 +198,17 @@ class Run:
                                       warn=lambda text: self.note_once("state not saved", text)))
         self.checkpoints.append(written)
         return written
+
+    def headline(self) -> list[tuple[str, float]]:
+        """``(name, newest value)`` of each metric logged with ``prog_bar=True`` (see
+        ``wb.log``), in the order first logged: what the progress bar shows beside the return.
+
+        >>> run = Run(policy_name="inline", iterations=1, steps=1)
+        >>> run.record(IterationRecord(0, metrics={"charts/reward_mean": [0.5, 0.7]}, shown=["charts/reward_mean"]))
+        >>> run.headline(), headline_text(run.headline())
+        ([('charts/reward_mean', 0.6)], 'reward_mean 0.6')
+        """
+        return [(name, self._newest[name]) for name in self.shown_metrics if name in self._newest]
 
     def mean_return(self) -> float | None:
         """Mean of the last ``window`` episode returns (None before any episode ends)."""
@@ -277,10 +295,13 @@ class Run:
         mean_text = f"{sum(last) / len(last):.1f}" if last else "n/a"
         unfinished = (f" ({self.unfinished_env_steps:,} of them in iterations the stop left unfinished)"
                       if self.unfinished_env_steps else "")
+        headline = headline_text(self.headline())
         text = (f"{self.status}: {self.completed_iterations}/{self.iterations} iterations under "
                 f"{self.policy_name}, {self.env_steps:,} env steps{unfinished} in {self.wall_time:.1f} s "
-                f"({self.steps_per_second:,.0f} env-steps/s); mean return of the last "
-                f"{window} episodes {mean_text}")
+                f"({self.steps_per_second:,.0f} env-steps/s); ")
+        # a run without episodes (GRPO) says what it logged for the progress bar instead
+        text += (headline if headline and not last else
+                 f"mean return of the last {window} episodes {mean_text}" + (f"; {headline}" if headline else ""))
         if self.solved_at:
             text += (f"; solved (≥ {self.target_return:g}) at iteration {self.solved_at['iteration']}"
                      f" after {self.solved_at['time_s']:.2f} s, {self.solved_at['env_steps']:,} env steps"
@@ -299,3 +320,33 @@ class Run:
 
     def _repr_html_(self) -> str:
         return f"<div style='font-family:monospace'><b>workbench run</b> — {html.escape(self.summary())}</div>"
+
+
+def merge_shown(shown: list[str], names) -> list[str]:
+    """``shown`` with the prog_bar metric ``names`` it lacks added: ``charts/`` ones first
+    (the learning curve, CleanRL's namespace), each kind in the order first logged, so the
+    order is the same whichever replica's report came first.
+
+    >>> merge_shown(["perf/tokens_per_s"], ["charts/reward", "perf/tokens_per_s", "charts/accuracy"])
+    ['charts/reward', 'charts/accuracy', 'perf/tokens_per_s']
+    """
+    added = [name for name in dict.fromkeys(names) if name not in shown]
+    return sorted(shown + added, key=lambda name: not name.startswith("charts/")) if added else shown
+
+
+def headline_text(pairs: list[tuple[str, float]]) -> str:
+    """``Run.headline()`` as the progress bar shows it: each name's last part (the whole
+    name where two share it) and its value to 3 significant digits, thousands grouped.
+
+    >>> headline_text([("charts/heldout_accuracy", 0.72366), ("perf/generate_tokens_per_s", 24103.7)])
+    'heldout_accuracy 0.724 · generate_tokens_per_s 24,104'
+    >>> headline_text([("charts/loss", 1.5), ("losses/loss", 2e-05)])
+    'charts/loss 1.5 · losses/loss 2e-05'
+    """
+    short = [name.rsplit("/", 1)[-1] for name, _ in pairs]
+    return " · ".join(f"{label if short.count(label) == 1 else name} {_number(value)}"
+                      for (name, value), label in zip(pairs, short))
+
+
+def _number(value: float) -> str:
+    return f"{value:,.0f}" if abs(value) >= 1000 else f"{value:.3g}"

@@ -1,5 +1,6 @@
 """The live view of a run in a notebook: progress, and Bokeh plots of the return and of
-env-steps/s that update every iteration.
+env-steps/s that update every iteration. A run that finishes no episodes (GRPO) plots the
+first metric its cells log with ``wb.log(…, prog_bar=True)`` instead of the return.
 
 It is an ipywidgets box (a progress bar plus a ``jupyter_bokeh`` BokehModel), so updates
 travel over the kernel's widget channel: no Bokeh server, nothing fetched from a CDN
@@ -20,10 +21,14 @@ from bokeh.models import ColumnDataSource
 from bokeh.plotting import figure
 from jupyter_bokeh.widgets import BokehModel
 
+from workbench.progress import progress_text
+
 __all__ = ["LiveView"]
 
 #: the plots redraw at most this often (a fast run finishes iterations in milliseconds)
 MIN_REDRAW_SECONDS = 0.25
+#: the first plot's title while it shows the return
+RETURN_TITLE = "mean return (last 20 episodes)"
 
 
 class LiveView:
@@ -37,8 +42,10 @@ class LiveView:
         self.title = title
         self.returns = ColumnDataSource({"iteration": [], "mean": []})
         self.rates = ColumnDataSource({"time": [], "sps": []})
-        ret = figure(height=220, width=420, title="mean return (last 20 episodes)",
-                     x_axis_label="iteration", toolbar_location=None)
+        ret = figure(height=220, width=420, title=RETURN_TITLE, x_axis_label="iteration", toolbar_location=None)
+        self.first_plot = ret
+        #: the metric the first plot shows: the mean return, or a prog_bar metric while no episode ended
+        self.series: str | None = None
         ret.line("iteration", "mean", source=self.returns, line_width=2, color="#5aae61")
         sps = figure(height=220, width=420, title="env-steps/s", x_axis_label="seconds",
                      toolbar_location=None)
@@ -77,10 +84,16 @@ class LiveView:
         self._last_draw = now
         rows = run.rows[self._shown:]
         self._shown = done
-        mean = run.mean_return()
-        extra = f"· {run.steps_per_second:,.0f} env-steps/s · return {mean:.0f}" if mean is not None else ""
-        self.label.value = self._label_text(done, self.title, extra)
-        fresh = [(r["iteration"], r.get("charts/mean_return_last_20")) for r in rows]
+        self.label.value = self._label_text(done, self.title, f"· {progress_text(run)}" if run.rows else "")
+        returns = f"charts/mean_return_last_{run.window}"
+        series = returns if run.episode_returns else (run.shown_metrics[0] if run.shown_metrics else None)
+        plotted = rows
+        if series is not None and series != self.series and self.series != returns:
+            # the first choice, or the return once episodes end: redrawn from the first row
+            self.series, plotted = series, run.rows
+            self.first_plot.title.text = RETURN_TITLE if series == returns else series
+            self.returns.data = {"iteration": [], "mean": []}
+        fresh = [(r["iteration"], r.get(self.series)) for r in plotted] if self.series else []
         fresh = [(i, m) for i, m in fresh if m is not None]
         if fresh:
             self.returns.stream({"iteration": [i for i, _ in fresh], "mean": [m for _, m in fresh]})
