@@ -55,6 +55,17 @@ def test_cli_rejects_a_file_that_is_not_a_notebook(tmp_path, capsys):
     assert "cannot read" in capsys.readouterr().err
 
 
+def test_cli_says_a_notebook_without_fragment_cells_is_not_for_it(tmp_path, capsys):
+    """A notebook that builds its runs in Python (policies.ipynb) is refused before any of
+    its cells runs: one line saying what workbench run trains and how to run it instead."""
+    nb = tmp_path / "python_built.ipynb"
+    nbformat.write(nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("raise SystemExit('ran a cell')")]), nb)
+    assert main(["run", str(nb)]) == 2
+    err = capsys.readouterr().err
+    assert "has no %%fragment cells" in err and "nbconvert --to notebook --execute" in err
+    assert "ran a cell" not in err and len(err.strip().splitlines()) == 1
+
+
 def test_cli_names_the_cell_of_a_broken_fragment(tmp_path, capsys):
     nb = nbformat.read(QUICKSTART, as_version=4)
     index = next(i for i, c in enumerate(nb.cells) if c.source.startswith("%%fragment actor\n"))

@@ -143,3 +143,16 @@ def test_a_required_count_given_as_none_is_refused_before_anything_runs(name):
     with pytest.raises(wb.errors.RunConfigError, match=f"--{name} must be a whole number ≥ 1, got None"):
         fdg.run(progress=False, **{name: None})
     assert fdg.last_run is None  # refused before a run began
+
+
+def test_the_policy_option_names_every_preset(capsys):
+    """`workbench run --help` (and `%fdg run`'s) lists each preset a user may type."""
+    import pytest
+
+    from workbench.cli import main
+    from workbench.fdg.policy import PRESETS
+
+    with pytest.raises(SystemExit):
+        main(["run", "--help"])
+    text = " ".join(capsys.readouterr().out.split())  # argparse wraps the help's lines
+    assert all(name in text for name in PRESETS if name.islower())

@@ -168,7 +168,7 @@ class RunConfig:
     steps: int = _option(DEFAULT_STEPS, "environment steps per iteration, T", check=_whole(1, optional=False), type=int,
                          metavar="T")
     # where
-    policy: Any = _option("inline", "inline | coarse | fine | multilearner | gpuonly | async | auto | "
+    policy: Any = _option("inline", "inline | coarse | fine | multilearner | gpuonly | async | pipelined | auto | "
                           "FILE.json (a saved wb.Policy); default inline, or coarse when --cluster "
                           "is given", check=_policy, metavar="P")
     cluster: Any = _option(None, "a Dask scheduler address, tcp://HOST:PORT or tls://HOST:PORT (TLS "

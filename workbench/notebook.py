@@ -102,6 +102,10 @@ def load_notebook(path: str | Path, overrides: list[str] = ()) -> tuple[FDG, dic
                 run_line = match.group(1)
         ordinary.append(_python_only(source))
         numbers.append(number)
+    if not fdg.fragments:  # before running any cell: a notebook of Python-built runs would train them all
+        raise RunConfigError(f"{path} has no %%fragment cells: `workbench run` trains the FDG a notebook's "
+                             "%%fragment cells build, and this one builds its runs in Python cells. Run it "
+                             f"in Jupyter, or headless with `jupyter nbconvert --to notebook --execute {path}`.")
     namespace: dict = {"__name__": "__main__"}
     needed = {id(s) for s in _needed(ordinary, set(fdg.notebook_names()) | {o[0] for o in pending})}
     for number, source in zip(numbers, ordinary):
