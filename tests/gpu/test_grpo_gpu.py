@@ -11,9 +11,9 @@ import logging
 import numpy as np
 import pytest
 
-from tests.gpu import ON_GPU
+from tests.gpu import ON_TORCH_GPU
 
-pytestmark = ON_GPU
+pytestmark = ON_TORCH_GPU
 pytest.importorskip("transformers")
 
 

@@ -10,9 +10,9 @@ import dataclasses
 
 import pytest
 
-from tests.gpu import ON_GPU
+from tests.gpu import ON_TORCH_GPU
 
-pytestmark = ON_GPU
+pytestmark = ON_TORCH_GPU
 pytest.importorskip("transformers")
 
 

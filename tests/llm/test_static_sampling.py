@@ -109,3 +109,31 @@ def test_a_lora_wrapped_model_samples_the_same_over_a_static_cache():
     eager, static, _ = _both(model, ["1+2=", "13+14="], seed=2)
     assert torch.equal(eager.tokens, static.tokens)
     torch.testing.assert_close(eager.logp, static.logp, rtol=1e-5, atol=1e-5)
+
+
+def test_a_sliding_window_model_samples_over_a_static_cache_but_never_through_a_graph():
+    """A sliding-window layer counts its tokens in a Python int that the mask reads: a CUDA
+    graph would replay the mask of the step it captured. Such a model samples the same
+    eagerly over its static cache and asks for no graph (on a CPU the first calls of a
+    graphed function only count, which shows whether a graph was asked for)."""
+    import transformers as T
+
+    from workbench.algorithms.cuda_graphs import _CALLS
+    from workbench.llm.generation import graph_safe
+
+    common = dict(vocab_size=len(TOK), pad_token_id=TOK.pad_token_id, eos_token_id=TOK.eos_token_id,
+                  bos_token_id=None, max_position_embeddings=32, hidden_size=32, intermediate_size=64,
+                  num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2)
+    torch.manual_seed(0)
+    windowed = T.AutoModelForCausalLM.from_config(T.MistralConfig(sliding_window=4, **common)).eval()
+    plain = tiny_causal_lm(TOK, hidden=32, layers=2, context=16, seed=3)
+    for seed in range(3):  # a window of 4 over 7 + 5 tokens: the window really cuts
+        eager, static, _ = _both(windowed, ["1+2=", "13+14=", "0+0=", "9="], seed)
+        assert torch.equal(eager.tokens, static.tokens)
+        torch.testing.assert_close(eager.logp, static.logp, rtol=1e-5, atol=1e-5)
+    ids, mask = encode_prompts(TOK, ["1+2="], 7)
+    for model, safe in ((windowed, False), (plain, True)):  # one call: below the warm-up, nothing captured
+        sample_static(model, ids, mask, max_new_tokens=2, eos_id=TOK.eos_token_id, pad_id=TOK.pad_token_id,
+                      seed=0, graphs=True)
+        assert graph_safe(_CACHES[model][1, 9]) is safe
+        assert sorted(_CALLS.get(model, {})) == ([] if not safe else ["decode[1x7+2]", "prefill[1x7+2]"])

@@ -19,6 +19,7 @@ Example (on a GPU)::
 """
 from __future__ import annotations
 
+import threading
 import warnings
 import weakref
 from dataclasses import dataclass, field
@@ -57,12 +58,30 @@ def slot_for(cache, owner, key) -> Slot:
     return slot
 
 
-def capture(fn: Callable[[], tuple]) -> tuple[Any, tuple]:
-    """``fn()`` recorded (not run) into a new graph; returns the graph and ``fn``'s outputs,
-    the buffers each replay overwrites."""
+#: a capture stream per GPU: torch's default is one per process, made on whichever GPU was
+#: current first, and a capture on another GPU's stream records nothing (pytorch#87894)
+_CAPTURE_STREAMS: dict[torch.device, Any] = {}
+#: one capture at a time in a process (replica threads of one worker share its GPUs' streams)
+_CAPTURING = threading.RLock()
+
+
+def capture(fn: Callable[[], tuple], device) -> tuple[Any, tuple]:
+    """``fn()`` recorded (not run) into a new graph on ``device`` (where its tensors are);
+    returns the graph and ``fn``'s outputs, the buffers each replay overwrites."""
+    device = torch.device(device)
+    if device.index is None:
+        device = torch.device("cuda", torch.cuda.current_device())
     graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph, capture_error_mode="thread_local"):
-        outputs = fn()
+    with _CAPTURING, torch.cuda.device(device):
+        stream = _CAPTURE_STREAMS.get(device)
+        if stream is None:
+            stream = _CAPTURE_STREAMS[device] = torch.cuda.Stream(device)
+        before = torch.cuda.current_stream(device)
+        try:
+            with torch.cuda.graph(graph, stream=stream, capture_error_mode="thread_local"):
+                outputs = fn()
+        finally:  # a capture that raised leaves the thread on the capture stream (torch skips its exit)
+            torch.cuda.set_stream(before)
     return graph, outputs
 
 
@@ -93,7 +112,7 @@ def graphed_call(owner, name: str, fn: Callable[..., tuple], inputs: tuple[torch
         try:
             static = tuple(x.clone() for x in inputs)
             torch.cuda.synchronize(inputs[0].device)
-            slot.graph, slot.outputs = capture(lambda: fn(*static))
+            slot.graph, slot.outputs = capture(lambda: fn(*static), inputs[0].device)
             slot.inputs = static
         except Exception as exc:  # noqa: BLE001  (eager is always right; say why once)
             give_up(slot, f"{name} of {type(owner).__name__}", exc)

@@ -108,7 +108,7 @@ def graphed_update(agent, optimizer, key: tuple, batch: tuple[torch.Tensor, ...]
             with CapturableAdam(optimizer, slot.extra["lr"]):
                 optimizer.zero_grad(set_to_none=True)  # the graph allocates the grads itself
                 torch.cuda.synchronize(device)
-                slot.graph, slot.outputs = capture(every_step)  # recorded, not run
+                slot.graph, slot.outputs = capture(every_step, device)  # recorded, not run
         except Exception as exc:  # noqa: BLE001  (this iteration's update is done: keep it)
             slot.graph, slot.outputs = None, ()
             if slot.calls >= UPDATE_TRIES:

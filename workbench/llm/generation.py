@@ -27,7 +27,7 @@ import torch
 from workbench.algorithms.cuda_graphs import graphed_call
 
 __all__ = ["Completions", "sample", "sample_static", "sequence_logp", "scorer", "distinct_prompts", "positions",
-           "model_device"]
+           "model_device", "graph_safe"]
 
 #: each model's StaticCaches, by (batch, prompt width + max_new_tokens)
 _CACHES: "weakref.WeakKeyDictionary[torch.nn.Module, dict]" = weakref.WeakKeyDictionary()
@@ -190,6 +190,7 @@ def sample_static(model, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, *,
     device = model_device(model)
     batch, width = prompt_ids.shape
     cache = _static_cache(model, batch, width + max_new_tokens)
+    graphs = graphs and graph_safe(cache)
     prompt_mask = prompt_mask.to(device).long()
     mask = torch.cat([prompt_mask, prompt_mask.new_ones((batch, max_new_tokens))], 1)
     pos = positions(prompt_mask)
@@ -219,6 +220,24 @@ def sample_static(model, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, *,
 
     return _sampling_loop(forward("prefill", prefill, prompt_ids.to(device), mask, pos), advance, max_new_tokens,
                           eos_id, pad_id, temperature, top_p, _generator(seed, device))
+
+
+def graph_safe(cache) -> bool:
+    """Whether a CUDA graph may replay forwards over ``cache``: every layer a plain
+    ``StaticLayer``, whose write position lives on the device. A sliding-window layer
+    (Mistral with ``sliding_window``, Gemma 2/3, Qwen2 with a window) counts tokens in a
+    Python int that the attention mask reads: a graph would bake in the step it was captured
+    at and replay that mask every step after. Such a model samples eagerly, the same tokens.
+
+    >>> from transformers import LlamaConfig, StaticCache
+    >>> graph_safe(StaticCache(config=LlamaConfig(hidden_size=8, intermediate_size=8, num_hidden_layers=1,
+    ...                                           num_attention_heads=2), max_cache_len=4))
+    True
+    """
+    from transformers.cache_utils import StaticLayer
+
+    layers = getattr(cache, "layers", None)
+    return layers is not None and all(type(layer) is StaticLayer for layer in layers)
 
 
 def sequence_logp(model, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, tokens: torch.Tensor,
