@@ -24,6 +24,7 @@ try {
   await cell.evaluate((el) => el.scrollIntoView({ block: "start" }));
 } catch (e) { /* fall back to the page as is */ }
 await page.waitForTimeout(1500);
+try { await page.click("button:has-text('No')", { timeout: 2000 }); } catch (e) { /* the prompt came late, or never */ }
 await page.screenshot({ path: out });
 console.log(JSON.stringify({ errors }));
 await browser.close();

@@ -180,3 +180,30 @@ def test_table_follows_the_run_and_then_the_next_run(tmp_path):
     stale = [s for s in second if s["t"] > since + 1.0 and {g for g, _ in table(s)} != {"sim", "learner"}]
     assert not stale, f"the second run's table showed other rows: {stale[:2]}"
     assert all(i == SLOW_ITERATIONS - 1 for _, i in table(second[-1])), second[-1]
+
+
+def test_a_run_without_episodes_shows_its_prog_bar_metrics(tmp_path):
+    """GRPO ends no episodes: the page's header gives the newest value of each metric its
+    cells log with prog_bar=True (from the workers' reports), in a real browser."""
+    _require_browser()
+    from distributed import Client, LocalCluster
+
+    from tests.runtime.test_prog_bar import logging_loop
+    from workbench.cluster import dashboard as page
+
+    assert page.install()
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, host="127.0.0.1",
+                      dashboard_address="127.0.0.1:0", silence_logs=logging.ERROR) as cluster:
+        with Client(cluster, set_as_default=False) as client:
+            logging_loop().run(iterations=30, steps=2, policy="coarse", cluster=client, progress=False)
+            base = client.dashboard_link.rsplit("/", 1)[0]
+            shot = tmp_path / "prog_bar.png"
+            proc = subprocess.run([NODE, str(SCRIPT), f"{base}/workbench", str(shot), "90000",
+                                   "updates 30 · every_third 300 · actions_per_call 2"], cwd=HERE,
+                                  capture_output=True, text=True, timeout=240, env={**os.environ, "CHROMIUM": CHROMIUM})
+    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("{")]
+    assert lines, f"node printed no result (rc {proc.returncode}): {proc.stdout}\n{proc.stderr}"
+    result = json.loads(lines[-1])
+    assert "error" not in result, result["error"]
+    assert result["page_errors"] == [] and result["console_errors"] == [], result
+    assert result["missing"] == [], f"not shown in the page: {result['missing']}"

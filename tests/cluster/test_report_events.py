@@ -114,7 +114,7 @@ def test_a_run_without_episodes_puts_its_prog_bar_metrics_on_the_page(client):
     page = WorkbenchPage(None, standalone=True)
     page._refresh_header(state)
     page._refresh(state)
-    assert page.return_fig.title.text.startswith("charts/updates (logged with prog_bar=True")
+    assert page.return_fig.title.text == "charts/updates: mean per iteration, min–max band"
     assert "updates 5 · every_third 30 · actions_per_call" in page.header.text
     assert "last return" not in page.header.text
 

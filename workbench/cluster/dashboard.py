@@ -267,8 +267,8 @@ class WorkbenchPage:
         self.rate_fig.title.text = f"Env steps per second (sliding {window:.2g} s window)" if t else "Env steps per second"
         curve, episodes = state.return_curve()
         metric = state.curve_metric
-        title = RETURN_TITLE if metric == RETURN_METRIC else (
-            f"{metric} (logged with prog_bar=True; no episode has ended): mean per iteration, min–max band")
+        # no episode has ended: the first metric the cells log with prog_bar=True (GRPO's reward)
+        title = RETURN_TITLE if metric == RETURN_METRIC else f"{metric}: mean per iteration, min–max band"
         if self.return_fig.title.text != title:
             self.return_fig.title.text = title
             self.return_fig.yaxis.axis_label = "episodic return" if metric == RETURN_METRIC else metric
