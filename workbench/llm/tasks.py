@@ -27,7 +27,8 @@ from workbench.llm.errors import LLMInputError, RewardError
 from workbench.llm.generation import sample, sequence_logp
 
 __all__ = ["AdditionTask", "exact_answer_reward", "batched_reward", "score_completions",
-           "encode_prompts", "decode_completions", "warm_start", "heldout_accuracy"]
+           "encode_prompts", "check_special_tokens", "decode_completions", "answer_targets", "warm_start",
+           "heldout_accuracy"]
 
 
 class AdditionTask:
@@ -112,10 +113,13 @@ def score_completions(reward_fn, prompts: list[str], completions: list[str]) -> 
 
 def encode_prompts(tokenizer, prompts: list[str], width: int, *, max_new_tokens: int = 0,
                    context: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-    """Token ids and attention mask ``[B, width]``, left-padded. A prompt longer than
-    ``width``, or a ``width + max_new_tokens`` past the model's ``context``, is an
-    :class:`LLMInputError` naming the prompt and the sizes. Each distinct prompt is
+    """Token ids and attention mask ``[B, width]``, left-padded whatever the tokenizer's own
+    ``padding_side`` (most tokenizers pad on the right: generation continues a prompt from
+    its last position). A prompt longer than ``width``, or a ``width + max_new_tokens`` past
+    the model's ``context``, is an :class:`LLMInputError` naming the prompt and the sizes,
+    and so is a tokenizer without a pad or an end-of-sequence token. Each distinct prompt is
     tokenized once (a GRPO batch repeats each ``group_size`` times)."""
+    check_special_tokens(tokenizer)
     distinct = list(dict.fromkeys(prompts))
     lengths = [len(ids) for ids in tokenizer(distinct)["input_ids"]]
     longest = max(range(len(distinct)), key=lengths.__getitem__)
@@ -127,10 +131,24 @@ def encode_prompts(tokenizer, prompts: list[str], width: int, *, max_new_tokens:
                             f"new tokens need {width + max_new_tokens} positions but the model's "
                             f"context is {context}: lower max_new_tokens or build the model with a "
                             "longer context.")
-    encoded = tokenizer(distinct, padding="max_length", max_length=width, return_tensors="pt")
+    encoded = tokenizer(distinct, padding="max_length", max_length=width, padding_side="left", return_tensors="pt")
     row = {prompt: i for i, prompt in enumerate(distinct)}
     order = torch.tensor([row[prompt] for prompt in prompts])
     return encoded["input_ids"][order], encoded["attention_mask"][order]
+
+
+def check_special_tokens(tokenizer) -> None:
+    """Raise :class:`LLMInputError` unless ``tokenizer`` has a pad token (prompts of
+    different lengths share a batch) and an end-of-sequence token (completions stop at it).
+    GPT-2-style tokenizers have no pad token: ``tokenizer.pad_token = tokenizer.eos_token``."""
+    missing = [name for name in ("pad_token", "eos_token") if getattr(tokenizer, f"{name}_id", None) is None]
+    if missing:
+        raise LLMInputError(
+            f"the tokenizer ({type(tokenizer).__name__}) has no {' and no '.join(missing)}: GRPO pads prompts "
+            "to one width and stops completions at the end-of-sequence token. Set them before building "
+            "the FDG, e.g. tokenizer.pad_token = tokenizer.eos_token (a GPT-2-style tokenizer has no "
+            "pad token), or tokenizer.add_special_tokens({'eos_token': '</s>'}) and resize the model's "
+            "embeddings.")
 
 
 def decode_completions(tokenizer, tokens: torch.Tensor) -> list[str]:
@@ -163,14 +181,12 @@ def warm_start(model, tokenizer, task: AdditionTask, *, steps: int = 300, batch:
     torch.manual_seed(seed)
     probe = task.sample(np.random.default_rng(seed + 1), 256) if until is not None else []
     optimizer = torch.optim.Adam(model.parameters(), lr=lr)
-    eos = tokenizer.eos_token
     losses = []
     model.train()
     for step in range(1, steps + 1):
         prompts = task.sample(rng, batch)
         ids, mask = encode_prompts(tokenizer, prompts, task.prompt_width)
-        targets = tokenizer([task.answer(p) + eos for p in prompts], padding="max_length",
-                            max_length=task.answer_width, padding_side="right", return_tensors="pt")
+        targets = answer_targets(tokenizer, task, prompts)
         logp = sequence_logp(model, ids, mask, targets["input_ids"], targets["attention_mask"])
         answer = targets["attention_mask"].to(logp.device)  # the model's device
         loss = -(logp * answer).sum() / answer.sum()
@@ -184,11 +200,28 @@ def warm_start(model, tokenizer, task: AdditionTask, *, steps: int = 300, batch:
     return losses
 
 
+def answer_targets(tokenizer, task, prompts: list[str]):
+    """The warm start's targets: each prompt's answer and ``<eos>`` as token ids, right-padded
+    to ``task.answer_width``, with no special token the tokenizer adds at a text's start (the
+    answer continues the prompt: a BOS there would teach the model to say BOS).
+
+    >>> from workbench.llm import char_tokenizer
+    >>> tok = char_tokenizer()
+    >>> tok.batch_decode(answer_targets(tok, AdditionTask(9, seed=0), ["3+4=", "9+9="])["input_ids"])
+    ['7<eos><pad>', '18<eos>']
+    """
+    return tokenizer([task.answer(p) + tokenizer.eos_token for p in prompts], padding="max_length",
+                     add_special_tokens=False, max_length=task.answer_width, padding_side="right",
+                     return_tensors="pt")
+
+
 def heldout_accuracy(model, tokenizer, task: AdditionTask, prompts: list[str] | None = None) -> float:
-    """Greedy exact-answer accuracy on ``prompts`` (default: the task's held-out set)."""
+    """Greedy exact-answer accuracy on ``prompts`` (default: the task's held-out set): the
+    completion, spaces stripped, equals ``task.answer(prompt)`` (an :class:`AdditionTask` or a
+    :class:`~workbench.llm.prompt_task.PromptTask` of your own prompts and answers)."""
     prompts = task.heldout if prompts is None else prompts
     ids, mask = encode_prompts(tokenizer, prompts, task.prompt_width)
     out = sample(model, ids, mask, max_new_tokens=task.answer_width, temperature=0,
                  eos_id=tokenizer.eos_token_id, pad_id=tokenizer.pad_token_id)
     texts = decode_completions(tokenizer, out.tokens)
-    return float(np.mean([exact_answer_reward(p, c) for p, c in zip(prompts, texts)]))
+    return float(np.mean([c.strip() == task.answer(p) for p, c in zip(prompts, texts)]))
