@@ -47,3 +47,15 @@ def test_a_cell_that_changes_a_name_no_fragment_reads_does_not_run(tmp_path):
                      *FRAGMENTS, "%fdg run --iterations 1 --steps 1")
     fdg, options = load_notebook(path)
     assert fdg.run(progress=False, **options).metrics["seen/scale"].tolist() == [1.0]
+
+
+def test_cells_after_the_run_line_never_run_before_it(tmp_path):
+    """A change of the config after the run (for a background run, with %fdg update) and a
+    later redefinition are not what the run sees at its line."""
+    path = _notebook(tmp_path, "import numpy as np\nimport workbench as wb",
+                     "class Config:\n    scale = 1.0\ncfg = Config()",
+                     *FRAGMENTS, "run = %fdg run --iterations 1 --steps 1",
+                     "cfg.scale = 50.0\n%fdg update cfg",
+                     "class Config:\n    scale = 70.0\ncfg = Config()")
+    fdg, options = load_notebook(path)
+    assert fdg.run(progress=False, **options).metrics["seen/scale"].tolist() == [1.0]

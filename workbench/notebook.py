@@ -85,7 +85,7 @@ def load_notebook(path: str | Path, overrides: list[str] = ()) -> tuple[FDG, dic
     fdg = FDG()
     ordinary: list[str] = []
     numbers: list[int] = []  # each ordinary cell's code cell number, for errors
-    run_line = ""
+    run_line, run_cell = "", None
     for number, source in enumerate(notebook_cells(path), start=1):
         stripped = source.lstrip()
         if stripped.startswith("%%fragment"):
@@ -99,7 +99,7 @@ def load_notebook(path: str | Path, overrides: list[str] = ()) -> tuple[FDG, dic
         for line in source.splitlines():
             match = _RUN_LINE.match(line)
             if match:
-                run_line = match.group(1)
+                run_line, run_cell = match.group(1), len(ordinary)
         ordinary.append(_python_only(source))
         numbers.append(number)
     if not fdg.fragments:  # before running any cell: a notebook of Python-built runs would train them all
@@ -107,7 +107,10 @@ def load_notebook(path: str | Path, overrides: list[str] = ()) -> tuple[FDG, dic
                              "%%fragment cells build, and this one builds its runs in Python cells. Run it "
                              f"in Jupyter, or headless with `jupyter nbconvert --to notebook --execute {path}`.")
     namespace: dict = {"__name__": "__main__"}
-    needed = {id(s) for s in _needed(ordinary, set(fdg.notebook_names()) | {o[0] for o in pending})}
+    # what the run sees at its %fdg run line: cells after it (looking at results, or changing a
+    # config while a background run trains) are never run before it
+    before_run = ordinary if run_cell is None else ordinary[:run_cell + 1]
+    needed = {id(s) for s in _needed(before_run, set(fdg.notebook_names()) | {o[0] for o in pending})}
     for number, source in zip(numbers, ordinary):
         if id(source) not in needed:  # the very cells _needed kept (equal sources may differ)
             continue
