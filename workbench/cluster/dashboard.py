@@ -228,6 +228,9 @@ class WorkbenchPage:
         rets = state.returns.get(max(state.returns)) if state.returns else None
         last_return = f"{sum(rets) / len(rets):.2f}" if rets else "–"
         headline = headline_text(state.headline())  # what the cells log with prog_bar=True
+        # the last return, and the prog_bar metrics; a run without episodes (GRPO) shows only the latter
+        learning = ((f"<div>last return <b>{last_return}</b></div>" if rets or not headline else "")
+                    + (f"<div>{html.escape(headline)}</div>" if headline else ""))
         groups = sorted({s.group for s in state.replicas.values()})
         colors = state.fragment_colors()
         chips = " ".join(f"<span style='background:{c};color:white;border-radius:3px;padding:1px 6px;"
@@ -241,8 +244,7 @@ class WorkbenchPage:
             f"<div><b>{state.env_steps:,}</b> env steps</div>"
             f"<div><b>{rate:,.0f}</b> env-steps/s (mean)</div>"
             f"<div><b>{state.elapsed:.1f} s</b> elapsed</div>"
-            + (f"<div>last return <b>{last_return}</b></div>" if rets or not headline else "")
-            + (f"<div>{html.escape(headline)}</div>" if headline else "") +
+            f"{learning}"
             f"<div><b>{len(state.replicas)}</b> replicas in {len(groups)} groups: {', '.join(groups)}</div>"
             f"</div><div style='margin-top:4px'>fragments: {chips}</div>"
             + "".join(f"<div style='color:#c62828;margin-top:4px'>⚠ {html.escape(kind)} "
