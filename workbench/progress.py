@@ -6,10 +6,7 @@ Example:
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from workbench.runtime.run import Run
+from workbench.runtime.run import Run, headline_text
 
 __all__ = ["make_progress", "TextProgress", "progress_text"]
 
@@ -32,15 +29,15 @@ class TextProgress:
 
         self.bar = tqdm(total=total, desc=f"training ({label})", unit="it", leave=True)
 
-    def advance(self, run: "Run") -> None:
+    def advance(self, run: Run) -> None:
         self.bar.update(1)
         self.bar.set_postfix_str(progress_text(run), refresh=False)
 
-    def finish(self, run: "Run") -> None:
+    def finish(self, run: Run) -> None:
         self.bar.close()
 
 
-def progress_text(run: "Run") -> str:
+def progress_text(run: Run) -> str:
     """What the bar (and the notebook's live view) says after an iteration: env-steps/s,
     the mean return, and the newest value of each metric logged with ``prog_bar=True``;
     a run that finishes no episodes but shows metrics (GRPO) leaves the return out.
@@ -52,8 +49,6 @@ def progress_text(run: "Run") -> str:
     >>> progress_text(run).split(" · ", 1)[1]
     'reward_mean 0.75'
     """
-    from workbench.runtime.run import headline_text
-
     mean, headline = run.mean_return(), headline_text(run.headline())
     parts = [f"{run.steps_per_second:,.0f} env-steps/s"]
     if mean is not None or not headline:

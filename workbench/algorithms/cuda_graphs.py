@@ -68,9 +68,7 @@ _CAPTURING = threading.RLock()
 def capture(fn: Callable[[], tuple], device) -> tuple[Any, tuple]:
     """``fn()`` recorded (not run) into a new graph on ``device`` (where its tensors are);
     returns the graph and ``fn``'s outputs, the buffers each replay overwrites."""
-    device = torch.device(device)
-    if device.index is None:
-        device = torch.device("cuda", torch.cuda.current_device())
+    device = torch.device(device)  # a tensor's: its index is set
     graph = torch.cuda.CUDAGraph()
     with _CAPTURING, torch.cuda.device(device):
         stream = _CAPTURE_STREAMS.get(device)
