@@ -106,3 +106,18 @@ def test_lora_adapters_get_the_full_forwards_gradients_through_the_shared_cache(
     for a, b in zip(*grads):
         assert a.abs().sum() > 0
         torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
+
+
+def test_rows_whose_hashes_collide_stay_apart(monkeypatch):
+    """distinct_prompts hashes rows to find repeats; two different rows with one hash must
+    not be taken for one prompt (the check after the hash falls back to torch.unique)."""
+    from workbench.llm import generation
+
+    ids, mask = batch()
+    real_unique = torch.unique
+    # every row to key 0: all rows "collide", and the answer must still be the true one
+    monkeypatch.setattr(generation.torch, "unique", lambda x, **kw: (
+        real_unique(torch.zeros_like(x), **kw) if x.dim() == 1 else real_unique(x, **kw)))
+    rows, row_mask, inverse = distinct_prompts(ids, mask)
+    assert rows.shape[0] == 4
+    assert torch.equal(rows[inverse], ids) and torch.equal(row_mask[inverse].long(), mask.long())

@@ -33,6 +33,7 @@ import workbench as wb
 from workbench.algorithms.config_docs import documented
 from workbench.algorithms.ppo import _one_learner, _sync_and_clip
 from workbench.algorithms.cuda_graphs import captured_graphs
+from workbench.algorithms.optim import adam
 from workbench.algorithms.ppo_graphs import graphed_update, update_captured
 from workbench.llm.generation import model_device, sample, sequence_logp
 from workbench.llm.errors import LLMInputError
@@ -41,7 +42,7 @@ from workbench.llm.tasks import (AdditionTask, decode_completions, encode_prompt
                                  heldout_accuracy, score_completions)
 from workbench.llm.tokenizers import char_tokenizer
 
-__all__ = ["GRPOConfig", "group_advantages", "grpo_loss", "grpo_update", "make_model", "prompt_batch",
+__all__ = ["GRPOConfig", "group_advantages", "grpo_loss", "grpo_update", "make_model", "adam", "prompt_batch",
            "generate_completions", "reference_logp", "FRAGMENT_CELLS", "build_fdg", "cfg", "task",
            "tokenizer", "reward_fn"]
 
@@ -289,7 +290,7 @@ rng = np.random.default_rng(cfg.seed + replica.index)   # this replica's draws o
 """),
     ("%%fragment learner --init", """\
 model = make_model(cfg, tokenizer).to(replica.device)
-optimizer = torch.optim.Adam(model.parameters(), lr=cfg.learning_rate)
+optimizer = adam(model.parameters(), cfg.learning_rate, eps=1e-8, device=replica.device)   # CPU: torch's fused kernel
 update, dropped = 0, 0
 weights = model.state_dict()
 reference_weights = weights_copy(model)   # the learner keeps them: checkpoints and re-placements carry them

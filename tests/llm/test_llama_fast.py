@@ -1,0 +1,139 @@
+"""On the CPU a plain Llama samples and scores through ``workbench.llm.llama_fast``: the
+same function as transformers' forward with a fraction of its ops. It must give transformers'
+logits (grouped-query attention, scaled rotary embeddings, left padding, a KV cache), their
+gradients and the same sampled tokens, be the path actually taken, and step aside for any
+model it does not compute (other architectures, biases, LoRA, switched off)."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+pytest.importorskip("transformers")
+
+from tests.llm.test_static_sampling import _from_config  # noqa: E402
+from workbench.llm import llama_fast  # noqa: E402
+from workbench.llm.generation import positions, sample, scorer, sequence_logp  # noqa: E402
+from workbench.llm.tasks import encode_prompts  # noqa: E402
+from workbench.llm.tokenizers import char_tokenizer  # noqa: E402
+
+TOK = char_tokenizer()
+PROMPTS = ["13+14=", "1+2=", "13+14=", "99+99=", "1+2=", "7=", "99+99=", "1+2="]
+
+
+def llama(**changes):
+    """A Llama unlike the notebook's: grouped-query attention, another rope base, and weights
+    moved off their initialisation (norm weights of 1 would hide a missing norm)."""
+    import transformers as T
+
+    fields = dict(vocab_size=len(TOK), hidden_size=48, intermediate_size=80, num_hidden_layers=3,
+                  num_attention_heads=6, num_key_value_heads=2, max_position_embeddings=32, rope_theta=500.0,
+                  pad_token_id=TOK.pad_token_id, eos_token_id=TOK.eos_token_id, bos_token_id=None,
+                  tie_word_embeddings=False, attn_implementation="eager")
+    fields.update(changes)
+    torch.manual_seed(5)
+    model = T.LlamaForCausalLM(T.LlamaConfig(**fields)).eval()
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(torch.randn_like(p) * 0.05)
+    return model
+
+
+def transformers_logits(model, ids, mask):
+    return model(input_ids=ids, attention_mask=mask, position_ids=positions(mask), use_cache=False).logits
+
+
+@pytest.mark.parametrize("changes", [{}, {"attn_implementation": "sdpa"}, {"tie_word_embeddings": True},
+                                     {"rope_scaling": {"rope_type": "linear", "factor": 2.0}}],
+                         ids=["gqa", "sdpa", "tied", "scaled-rope"])
+def test_logits_and_gradients_are_transformers_own(changes):
+    model = llama(**changes)
+    ids, mask = encode_prompts(TOK, PROMPTS, 8)  # left padding on most rows
+    real = mask.bool()
+    ours, _ = llama_fast.forward(model, ids, positions(mask), real)
+    theirs = transformers_logits(model, ids, mask)
+    torch.testing.assert_close(ours[real], theirs[real], rtol=1e-5, atol=1e-5)
+    assert torch.isfinite(ours).all()  # padding queries (no real key to see) too
+
+    weights = torch.linspace(-1, 1, ours[real].numel()).reshape(ours[real].shape)
+    grads = []
+    for logits in (lambda: llama_fast.forward(model, ids, positions(mask), real)[0],
+                   lambda: transformers_logits(model, ids, mask)):
+        model.zero_grad()
+        (logits()[real] * weights).sum().backward()
+        grads.append([p.grad.clone() for p in model.parameters()])
+    for a, b in zip(*grads):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
+
+
+def test_a_kv_cache_continues_the_full_forward():
+    """Prefill three quarters, then the rest one token at a time over the returned keys and
+    values: each step's logits are the full forward's at that position."""
+    model = llama()
+    ids, mask = encode_prompts(TOK, PROMPTS, 8)
+    full = transformers_logits(model, ids, mask)
+    pos, real = positions(mask), mask.bool()
+    logits, kv = llama_fast.forward(model, ids[:, :5], pos[:, :5], real[:, :5])
+    steps = [logits[:, -1]]
+    for t in range(5, 8):
+        logits, kv = llama_fast.forward(model, ids[:, t:t + 1], pos[:, t:t + 1], real[:, :t + 1], past=kv)
+        steps.append(logits[:, -1])
+    assert kv[0][0].shape[2] == 8
+    real = real[:, 4:]  # a padding position's output is nobody's input: read the real ones
+    torch.testing.assert_close(torch.stack(steps, 1)[real], full[:, 4:][real], rtol=1e-5, atol=1e-5)
+
+
+def test_sampling_and_scoring_take_the_fast_path_and_match_transformers(monkeypatch):
+    model = llama()
+    ids, mask = encode_prompts(TOK, PROMPTS, 8)
+    kw = dict(max_new_tokens=4, eos_id=TOK.eos_token_id, pad_id=TOK.pad_token_id, seed=3)
+
+    def run():
+        out = sample(model, ids, mask, **kw)
+        with torch.no_grad():
+            return out, sequence_logp(model, ids, mask, out.tokens, out.completion_mask)
+
+    monkeypatch.setattr(llama_fast, "_ENABLED", False)
+    slow, slow_logp = run()
+    monkeypatch.setattr(llama_fast, "_ENABLED", True)
+    calls = []
+    original = llama_fast.forward
+    monkeypatch.setattr(llama_fast, "forward", lambda *a, **k: calls.append(1) or original(*a, **k))
+    monkeypatch.setattr(model, "forward", _never)  # transformers' forward must not run
+    fast, fast_logp = run()
+    assert len(calls) >= 2 + 1  # a prefill, decode steps, the scoring
+    assert torch.equal(fast.tokens, slow.tokens)
+    torch.testing.assert_close(fast.logp, slow.logp, rtol=1e-5, atol=1e-5)
+    live = fast.completion_mask.bool()
+    torch.testing.assert_close(fast_logp[live], slow_logp[live], rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(fast_logp[live], fast.logp[live], rtol=1e-4, atol=1e-4)  # what was sampled
+
+
+def _never(*args, **kwargs):
+    raise AssertionError("transformers' forward ran where the fast path should have")
+
+
+@pytest.mark.parametrize("kind", ["qwen2", "mistral", "gemma", "gpt2", "llama-bias", "lora"])
+def test_models_it_does_not_compute_run_transformers_forward(kind, monkeypatch):
+    if kind == "lora":
+        pytest.importorskip("peft")
+        from workbench.llm import with_lora
+
+        model = with_lora(llama(), rank=4)
+    else:
+        model = llama(attention_bias=True) if kind == "llama-bias" else _from_config(kind)
+    assert not llama_fast.supports(model)
+    monkeypatch.setattr(llama_fast, "forward", _never)
+    ids, mask = encode_prompts(TOK, PROMPTS[:4], 8)
+    out = sample(model, ids, mask, max_new_tokens=3, eos_id=TOK.eos_token_id, pad_id=TOK.pad_token_id, seed=0)
+    with torch.no_grad():
+        logp = sequence_logp(model, ids, mask, out.tokens, out.completion_mask)
+        full = scorer(model)(ids, mask, out.tokens, out.completion_mask)[0]
+    live = out.completion_mask.bool()
+    torch.testing.assert_close(logp[live], full[live], rtol=1e-5, atol=1e-5)
+
+
+def test_the_switch_turns_it_off(monkeypatch):
+    model = llama()
+    assert llama_fast.supports(model)
+    monkeypatch.setattr(llama_fast, "_ENABLED", False)
+    assert not llama_fast.supports(model)

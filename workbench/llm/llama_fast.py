@@ -1,0 +1,127 @@
+"""A Llama forward pass with few ops, for the small models GRPO trains on a CPU.
+
+``transformers``' Llama forward spends most of a small model's time outside the arithmetic:
+per call it builds a 4-D mask, runs output-capturing and deprecation wrappers, a
+``Cache`` object's bookkeeping and ~50 ops a layer. For the notebook's 2-layer model a
+decode step of 128 rows took 2.7 ms there, of which the matmuls are ~0.3 ms. This module
+computes the same function with the model's own modules (embedding, projections, norms,
+its rotary embedding, ``lm_head``) and nothing else: one boolean mask per call, the keys
+and values as plain tensors. The numbers equal ``transformers``' eager attention's up to
+float rounding (the tests compare logits, sampled tokens and gradients).
+
+It applies to a ``LlamaForCausalLM`` with the plain architecture (SiLU MLP, no biases,
+no attention dropout, no sliding window, not wrapped by ``peft``): :func:`supports`
+says. Everything else, and every CUDA-graph path, runs ``transformers``' own forward.
+
+Example:
+    >>> import torch
+    >>> from workbench.llm.tokenizers import char_tokenizer
+    >>> from workbench.llm.models import tiny_causal_lm
+    >>> model = tiny_causal_lm(char_tokenizer(), context=16, seed=0)
+    >>> ids = torch.tensor([[5, 6, 7]])
+    >>> mask = torch.ones_like(ids, dtype=torch.bool)
+    >>> logits, kv = forward(model, ids, torch.arange(3)[None], mask)
+    >>> expected = model(input_ids=ids).logits
+    >>> bool(torch.allclose(logits, expected, atol=1e-5)), len(kv), tuple(kv[0][0].shape)
+    (True, 2, (1, 4, 3, 16))
+"""
+from __future__ import annotations
+
+import os
+
+import torch
+
+__all__ = ["supports", "forward", "select_rows", "KV"]
+
+#: per layer, ``(keys, values)`` of shape ``[B, kv heads, S, head dim]``
+KV = list
+
+#: ``WORKBENCH_FAST_LLAMA=0`` turns this path off (to compare, or should a model misbehave on it)
+_ENABLED = os.environ.get("WORKBENCH_FAST_LLAMA", "1") != "0"
+
+
+def supports(model) -> bool:
+    """Whether :func:`forward` computes ``model``'s function: a plain ``LlamaForCausalLM``.
+
+    >>> from workbench.llm.tokenizers import char_tokenizer
+    >>> from workbench.llm.models import tiny_causal_lm
+    >>> supports(tiny_causal_lm(char_tokenizer(), context=16)), supports(torch.nn.Linear(2, 2))
+    (True, False)
+    """
+    if not _ENABLED or type(model).__name__ != "LlamaForCausalLM":
+        return False
+    from transformers import LlamaForCausalLM
+
+    if type(model) is not LlamaForCausalLM:  # a subclass may change the forward; peft wraps it in another type
+        return False
+    config = model.config
+    return (getattr(config, "hidden_act", None) == "silu" and not getattr(config, "attention_bias", False)
+            and not getattr(config, "mlp_bias", False) and not getattr(config, "attention_dropout", 0.0)
+            and getattr(config, "pretraining_tp", 1) in (None, 1)
+            and getattr(config, "sliding_window", None) is None
+            and hasattr(model.model, "rotary_emb") and hasattr(model, "lm_head"))
+
+
+def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """Rotary position embedding, as ``transformers``' ``apply_rotary_pos_emb`` (halves rotated)."""
+    half = x.shape[-1] // 2
+    rotated = torch.cat((-x[..., half:], x[..., :half]), -1)
+    return x * cos + rotated * sin
+
+
+def _softmax(scores: torch.Tensor) -> torch.Tensor:
+    """``torch.softmax(scores, -1)`` in four ops: on the CPU torch's kernel is slow for rows as
+    short as attention's here (a [128, 4, 3, 9] batch: 272 µs against 47, backward included
+    402 against 239). The shift is detached: the result does not depend on it."""
+    shifted = (scores - scores.amax(-1, keepdim=True).detach()).exp()
+    return shifted / shifted.sum(-1, keepdim=True)
+
+
+def forward(model, ids: torch.Tensor, positions: torch.Tensor, key_mask: torch.Tensor,
+            past: KV | None = None) -> tuple[torch.Tensor, KV]:
+    """Logits ``[B, T, V]`` of ``ids`` ``[B, T]`` at ``positions``, attending causally to
+    ``past``'s keys and then their own; ``key_mask`` ``[B, S]`` (bool, ``S`` = past + T)
+    marks the real keys (False: padding). Returns the logits and every layer's keys and
+    values over all ``S`` positions (``past`` extended), with gradients when enabled.
+
+    A query with no real key to see (a left-padding position) attends uniformly, as in
+    ``transformers``' eager attention (every score at the same floor); nothing reads it."""
+    inner = model.model
+    batch, width = ids.shape
+    x = inner.embed_tokens(ids)
+    cos, sin = inner.rotary_emb(x, positions)
+    cos, sin = cos[:, None], sin[:, None]  # over the heads
+    total = key_mask.shape[1]
+    query_at = torch.arange(total - width, total, device=ids.device)[:, None]
+    key_at = torch.arange(total, device=ids.device)[None]
+    visible = (key_at <= query_at)[None] & key_mask[:, None, :].bool()
+    bias = torch.zeros(visible.shape, dtype=x.dtype, device=x.device).masked_fill_(~visible, torch.finfo(x.dtype).min)
+    bias = bias[:, None]  # [B, 1, T, S]: the same for every head
+    kv = []
+    for index, layer in enumerate(inner.layers):
+        attention = layer.self_attn
+        h = layer.input_layernorm(x)
+        shape = (batch, width, -1, attention.head_dim)
+        q = _rotate(attention.q_proj(h).view(shape).transpose(1, 2), cos, sin)
+        k = _rotate(attention.k_proj(h).view(shape).transpose(1, 2), cos, sin)
+        v = attention.v_proj(h).view(shape).transpose(1, 2)
+        if past is not None:
+            k, v = torch.cat([past[index][0], k], 2), torch.cat([past[index][1], v], 2)
+        kv.append((k, v))
+        groups = attention.num_key_value_groups
+        if groups > 1:  # grouped-query attention: each key/value head serves `groups` query heads
+            k, v = k.repeat_interleave(groups, 1), v.repeat_interleave(groups, 1)
+        # softmax in float32, as transformers' eager attention (the weights back in x's dtype)
+        weights = _softmax(((q @ k.transpose(2, 3)) * attention.scaling + bias).float())
+        out = (weights.to(v.dtype) @ v).transpose(1, 2).reshape(batch, width, -1)
+        x = x + attention.o_proj(out)
+        mlp = layer.mlp
+        h = layer.post_attention_layernorm(x)
+        x = x + mlp.down_proj(torch.nn.functional.silu(mlp.gate_proj(h)) * mlp.up_proj(h))
+    return model.lm_head(inner.norm(x)), kv
+
+
+def select_rows(kv: KV, rows: torch.Tensor) -> KV:
+    """``kv`` with batch row ``i`` taken from row ``rows[i]``: a repeated prompt's keys and
+    values copied to each completion that continues it (gradients flow back to the prompt)."""
+    return [(k[rows], v[rows]) for k, v in kv]
