@@ -59,3 +59,17 @@ def test_cells_after_the_run_line_never_run_before_it(tmp_path):
                      "class Config:\n    scale = 70.0\ncfg = Config()")
     fdg, options = load_notebook(path)
     assert fdg.run(progress=False, **options).metrics["seen/scale"].tolist() == [1.0]
+
+
+def test_fragment_cells_after_the_run_line_are_not_part_of_the_run(tmp_path):
+    """In Jupyter a %%fragment cell below the run line runs after the run started (a live
+    edit of a background run, or the next experiment); headless, the run is the FDG at its
+    line. A new fragment, and a redefinition of one, below it are left out."""
+    path = _notebook(tmp_path, "import numpy as np\nimport workbench as wb",
+                     "class Config:\n    scale = 1.0\ncfg = Config()",
+                     *FRAGMENTS, "run = %fdg run --iterations 1 --steps 1",
+                     "%%fragment learner\nwb.log('seen/scale', 99.0)\n",
+                     "%%fragment probe\nraise RuntimeError('a fragment cell below the run line ran')\n")
+    fdg, options = load_notebook(path)
+    assert sorted(fdg.fragments) == ["env", "learner"]
+    assert fdg.run(progress=False, **options).metrics["seen/scale"].tolist() == [1.0]

@@ -86,8 +86,15 @@ def load_notebook(path: str | Path, overrides: list[str] = ()) -> tuple[FDG, dic
     ordinary: list[str] = []
     numbers: list[int] = []  # each ordinary cell's code cell number, for errors
     run_line, run_cell = "", None
-    for number, source in enumerate(notebook_cells(path), start=1):
+    cells = notebook_cells(path)
+    # the FDG as the run finds it at its line: a %%fragment cell below it would, in Jupyter,
+    # run later (a live edit of a background run), not be part of the run from its start
+    last_run = max((n for n, source in enumerate(cells, start=1)
+                    if any(_RUN_LINE.match(line) for line in source.splitlines())), default=len(cells) + 1)
+    for number, source in enumerate(cells, start=1):
         stripped = source.lstrip()
+        if stripped.startswith("%%fragment") and number > last_run:
+            continue
         if stripped.startswith("%%fragment"):
             first, _, body = stripped.partition("\n")
             try:
