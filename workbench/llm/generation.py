@@ -144,8 +144,8 @@ def _prefill(model, prompt_ids, mask):
 
 
 def _fast_prefill(model, prompt_ids, mask):
-    """:func:`_prefill` through :func:`llama_fast.forward`: the same logits, a third of the
-    time a step for the notebook's model on the CPU."""
+    """:func:`_prefill` through :func:`llama_fast.forward`: the same logits, sooner (a decode
+    step of the notebook's 128 rows: 1.9 ms against transformers' 2.7)."""
     pos, keys = positions(mask), mask.bool()
     shared = distinct_prompts(prompt_ids, mask)
     if shared is None:
@@ -355,10 +355,10 @@ def _shared_prompt_logp(model, temperature, shared, prompt_ids, prompt_mask, tok
     distinct prompts fills a KV cache (gradients flow through it), copied to every row
     that repeats the prompt, then one forward over the completions. The logits at the
     prompt's last position predict the first completion token."""
-    ids, mask, inverse = shared
-    width, length = prompt_ids.shape[1], tokens.shape[1]
     if _fast(model):
         return _fast_shared_prompt_logp(model, temperature, shared, prompt_ids, prompt_mask, tokens, completion_mask)
+    ids, mask, inverse = shared
+    width, length = prompt_ids.shape[1], tokens.shape[1]
     out = model(input_ids=ids, attention_mask=mask, position_ids=positions(mask), use_cache=length > 1)
     logits = out.logits[:, -1:][inverse]
     if length > 1:
