@@ -75,6 +75,12 @@ def _finite(name: str, value) -> None:
         raise RunConfigError(f"{_flag(name)} must be a finite number, got {value!r}.")
 
 
+def _unit(name: str, value) -> None:
+    if not isinstance(value, str) or not value.strip() or len(value) > 40 or not value.isprintable():
+        raise RunConfigError(f"{_flag(name)} names what one env step is (e.g. completions, samples): "
+                             f"a word or two of at most 40 printable characters, got {value!r}.")
+
+
 def _boolean(name: str, value) -> None:
     if not isinstance(value, bool):
         raise RunConfigError(f"{name} must be True or False, got {value!r}.")
@@ -218,6 +224,9 @@ class RunConfig:
     # output
     log_dir: str | None = _option(None, "write metrics.csv (and TensorBoard events, when installed) "
                                   "to DIR", check=_directory, metavar="DIR")
+    unit: str = _option("env steps", "what one env step is called in the progress bar, the summary, the "
+                        "live view and the dashboard page (a language model's GRPO: completions)",
+                        check=_unit, metavar="NAME")
     progress: Any = _option(True, "show progress (a live view in notebooks, a bar elsewhere)",
                             check=_progress, boolean=True)
     loggers: tuple = _option((), "objects with log(row) and close() fed each finished iteration",

@@ -6,7 +6,7 @@ Example:
 """
 from __future__ import annotations
 
-from workbench.runtime.run import Run, headline_text
+from workbench.runtime.run import Run, headline_text, rate_label
 
 __all__ = ["make_progress", "TextProgress", "progress_text"]
 
@@ -38,9 +38,10 @@ class TextProgress:
 
 
 def progress_text(run: Run) -> str:
-    """What the bar (and the notebook's live view) says after an iteration: env-steps/s,
-    the mean return, and the newest value of each metric logged with ``prog_bar=True``;
-    a run that finishes no episodes but shows metrics (GRPO) leaves the return out.
+    """What the bar (and the notebook's live view) says after an iteration: env-steps/s (the
+    run's ``unit`` a second), the mean return, and the newest value of each metric logged
+    with ``prog_bar=True``; a run that finishes no episodes but shows metrics (GRPO) leaves
+    the return out.
 
     >>> from workbench.runtime.driver import IterationRecord
     >>> from workbench.runtime.run import Run
@@ -50,7 +51,7 @@ def progress_text(run: Run) -> str:
     'reward_mean 0.75'
     """
     mean, headline = run.mean_return(), headline_text(run.headline())
-    parts = [f"{run.steps_per_second:,.0f} env-steps/s"]
+    parts = [f"{run.steps_per_second:,.0f} {rate_label(run.unit)}"]
     if mean is not None or not headline:
         parts.append(f"return {mean:.0f}" if mean is not None else "return –")
     return " · ".join(parts + ([headline] if headline else []))

@@ -45,7 +45,7 @@ from workbench.runtime.lanes import NOT_PLACED_FOR_LANES, placed_for_lanes
 from workbench.runtime.on_arrival import check_act_on_arrival
 from workbench.runtime.notebook_values import taken_at_deploy
 from workbench.runtime.replica import group_program
-from workbench.runtime.run import Run
+from workbench.runtime.run import DEFAULT_UNIT, Run
 from workbench.runtime.serialisable import check_notebook, readers_of
 from workbench.runtime.state import RunState
 from workbench.stretch_state import collect_state, counts_in, say_left_out, settle_counts, snapshot_state, states_for
@@ -141,7 +141,7 @@ class Trainer:
         self._resume = self._resume_state(config.resume)
         policy = self._policy
         label = policy if isinstance(policy, str) else getattr(policy, "name", "custom")
-        run = Run(label, config.iterations, config.steps, target_return=config.target_return)
+        run = Run(label, config.iterations, config.steps, target_return=config.target_return, unit=config.unit)
         run.fdg = self.fdg.copy()
         self.run_record = run
         return run
@@ -316,7 +316,11 @@ class Trainer:
         else:
             from workbench.cluster.backend import DaskBackend
 
+            from workbench.cluster.dashboard_model import UNIT_EVENT
+
             backend = DaskBackend(client, inventory)
+            if stretch.config.unit != DEFAULT_UNIT:  # the dashboard page names the steps as the run does
+                backend.announce(UNIT_EVENT, stretch.config.unit, resume.iteration if resume is not None else 0)
         fault, self._fault = getattr(self, "_fault", None), None
         if fault is not None:
             lost, before, resume_at, dropped = fault

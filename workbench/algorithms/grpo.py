@@ -18,7 +18,7 @@ Example:
     >>> fdg = grpo.build_fdg()
     >>> sorted(fdg.fragments)
     ['generate', 'learner', 'prompts', 'reference', 'reward']
-    >>> run = fdg.run(iterations=10, steps=1, progress=False)   # doctest: +SKIP
+    >>> run = fdg.run(iterations=10, steps=1, unit="completions", progress=False)   # doctest: +SKIP
 """
 from __future__ import annotations
 

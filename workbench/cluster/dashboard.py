@@ -35,7 +35,7 @@ from workbench.cluster._dask_compat import TOPIC_PREFIX
 from workbench.cluster.dashboard_model import (BYTES_COLOR, EventCursor, ReplicaStats, RunState,  # noqa: F401
                                                log_length, workbench_topics)
 from workbench.fdg.plan import human_bytes
-from workbench.runtime.run import RETURN_METRIC, headline_text
+from workbench.runtime.run import DEFAULT_UNIT, RETURN_METRIC, headline_text, rate_label
 
 #: the curve's title while it plots the return
 RETURN_TITLE = f"Return ({RETURN_METRIC}): mean per iteration, min–max band, episodes"
@@ -127,13 +127,17 @@ class WorkbenchPage:
             ("max", "@high{0.00}"), ("episodes", "@episodes")]))
 
         secs = NumberFormatter(format="0.000")
+        # titled after the run's unit (--unit) once the page knows it, as the rate plot
+        self._steps_column = TableColumn(field="env_steps", title=DEFAULT_UNIT, width=80,
+                                         formatter=NumberFormatter(format="0,0"))
+        self._unit = DEFAULT_UNIT
         cols = [TableColumn(field="group", title="group", width=120),
                 TableColumn(field="replica", title="replica", width=60),
                 TableColumn(field="worker", title="worker", width=70),
                 TableColumn(field="address", title="address", width=170),
                 TableColumn(field="tasks", title="tasks", width=60),
                 TableColumn(field="iteration", title="last iteration", width=90),
-                TableColumn(field="env_steps", title="env steps", width=80, formatter=NumberFormatter(format="0,0")),
+                self._steps_column,
                 TableColumn(field="compute", title="compute s", width=80, formatter=secs),
                 TableColumn(field="wait", title="wait s", width=80, formatter=secs),
                 TableColumn(field="send", title="send s", width=80, formatter=secs),
@@ -220,7 +224,16 @@ class WorkbenchPage:
                             "the page fills in as soon as a run's replicas finish their first tasks "
                             f"(Dask events <code>{TOPIC_PREFIX}&lt;run id&gt;</code>).</p>")
 
+    def _name_the_steps(self, unit: str) -> None:
+        """The rate plot's axis and the table column say the run's unit (``--unit
+        completions``); :meth:`_refresh` titles the plot."""
+        if unit != self._unit:
+            self._unit = unit
+            self.rate_fig.yaxis.axis_label = rate_label(unit)
+            self._steps_column.title = unit
+
     def _refresh_header(self, state: RunState) -> None:
+        self._name_the_steps(state.unit)
         now = time.time()
         since = now - state.t_last if state.t_last else 0.0
         live = since < 5.0
@@ -241,8 +254,8 @@ class WorkbenchPage:
             f"<h2 style='margin:4px 0'>workbench run <code>{state.run_id}</code> {status}</h2>"
             "<div style='display:flex;gap:22px;flex-wrap:wrap'>"
             f"<div><b>{state.iterations_done}</b> iterations</div>"
-            f"<div><b>{state.env_steps:,}</b> env steps</div>"
-            f"<div><b>{rate:,.0f}</b> env-steps/s (mean)</div>"
+            f"<div><b>{state.env_steps:,}</b> {html.escape(state.unit)}</div>"
+            f"<div><b>{rate:,.0f}</b> {html.escape(rate_label(state.unit))} (mean)</div>"
             f"<div><b>{state.elapsed:.1f} s</b> elapsed</div>"
             f"{learning}"
             f"<div><b>{len(state.replicas)}</b> replicas in {len(groups)} groups: {', '.join(groups)}</div>"
@@ -266,7 +279,8 @@ class WorkbenchPage:
                                   "tasks": [s.tasks for s in replicas]}
         t, rate, window = state.step_rate()
         self.rate_source.data = {"t": t, "rate": rate}
-        self.rate_fig.title.text = f"Env steps per second (sliding {window:.2g} s window)" if t else "Env steps per second"
+        per_second = f"{state.unit[:1].upper()}{state.unit[1:]} per second"  # "Env steps per second"
+        self.rate_fig.title.text = f"{per_second} (sliding {window:.2g} s window)" if t else per_second
         curve, episodes = state.return_curve()
         metric = state.curve_metric
         # no episode has ended: the first metric the cells log with prog_bar=True (GRPO's reward)

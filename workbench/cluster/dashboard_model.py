@@ -4,7 +4,8 @@ draws it).
 
 Besides replicas' task reports, a run's topic carries what happened to the run
 (``{RUN_EVENT: {"kind", "message", "iteration"}}``, logged by the driver: a lost worker's
-line, :mod:`workbench.runtime.faults`); :attr:`RunState.run_events` keeps them in order.
+line, :mod:`workbench.runtime.faults`); :attr:`RunState.run_events` keeps them in order,
+except the one of kind :data:`UNIT_EVENT`, which names what the run's env steps are.
 
 Example:
     >>> state = RunState("abc")
@@ -23,13 +24,15 @@ from typing import Any, Iterable, Sequence
 from workbench.cluster._dask_compat import workbench_topic_names
 from workbench.cluster.report_events import report_fields
 from workbench.cluster.report_relay import batch_items
-from workbench.runtime.run import RETURN_METRIC, headline_text, merge_shown
+from workbench.runtime.run import DEFAULT_UNIT, RETURN_METRIC, headline_text, merge_shown
 
-__all__ = ["EventCursor", "ReplicaStats", "RunState", "RUN_EVENT", "FRAGMENT_COLORS", "WAIT_COLOR",
+__all__ = ["EventCursor", "ReplicaStats", "RunState", "RUN_EVENT", "UNIT_EVENT", "FRAGMENT_COLORS", "WAIT_COLOR",
            "SEND_COLOR", "BYTES_COLOR", "workbench_topics", "log_length"]
 
 #: the key of a run event (not a report) on a run's topic
 RUN_EVENT = "run_event"
+#: a run event's kind that says what one env step is called (``--unit``), not a line to show
+UNIT_EVENT = "unit"
 
 # Category10 without its grey (kept for waiting) — one colour per fragment
 FRAGMENT_COLORS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b",
@@ -115,12 +118,17 @@ class RunState:
         self.truncated = False
         #: what happened to the run, in order: (kind, message, iteration) — a lost worker's line
         self.run_events: list[tuple[str, str, int | None]] = []
+        #: what one env step is called (the run's ``--unit``)
+        self.unit = DEFAULT_UNIT
 
     # -- absorbing -----------------------------------------------------------------------
     def absorb(self, events: Iterable[tuple[float, Any]]) -> int:
         n = 0
         for stamped, message in events:
             said = message.get(RUN_EVENT) if isinstance(message, dict) else None
+            if isinstance(said, dict) and said.get("kind") == UNIT_EVENT:
+                self.unit = str(said.get("message") or DEFAULT_UNIT)
+                continue
             if isinstance(said, dict):
                 self.run_events.append((str(said.get("kind", "")), str(said.get("message", "")),
                                         said.get("iteration")))

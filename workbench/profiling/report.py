@@ -41,12 +41,14 @@ def _figure(title: str, x_label: str, y_label: str, **kw):
 def _plots(run):
     from bokeh.models import ColumnDataSource
     from workbench.profiling.accounting import KINDS, _columns, profile
+    from workbench.runtime.run import rate_label
 
     rows = run.rows
     it = [r["iteration"] for r in rows]
     plots = []
 
-    ret = _figure("episodic return", "env steps", "return")
+    unit = run.unit
+    ret = _figure("episodic return", unit, "return")
     name = "charts/episodic_return"
     pts = [(r["env_steps"], r[name]) for r in rows if name in r]
     if pts:
@@ -62,7 +64,7 @@ def _plots(run):
     ret.legend.location = "bottom_right"
     plots.append(ret)
 
-    sps = _figure("throughput", "iteration", "env-steps/s")
+    sps = _figure("throughput", "iteration", rate_label(unit))
     prev_t, prev_s, inst = 0.0, 0, []
     for r in rows:
         dt = r["time_s"] - prev_t

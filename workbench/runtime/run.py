@@ -15,7 +15,8 @@ from typing import Any, Literal
 
 from workbench.runtime.driver import IterationRecord
 
-__all__ = ["Run", "RunEvent", "RunStatus", "EventKind", "RETURN_METRIC", "headline_text", "merge_shown"]
+__all__ = ["Run", "RunEvent", "RunStatus", "EventKind", "RETURN_METRIC", "headline_text", "merge_shown", "rate_label",
+           "DEFAULT_UNIT"]
 
 #: Where a run is: training, or how it ended.
 RunStatus = Literal["running", "finished", "solved", "stopped", "interrupted", "failed"]
@@ -37,6 +38,19 @@ class RunEvent:
 RETURN_METRIC = "charts/episodic_return"
 
 
+#: what one env step is called unless a run says otherwise (``--unit``)
+DEFAULT_UNIT = "env steps"
+
+
+def rate_label(unit: str) -> str:
+    """What a rate of ``unit`` is called: the words joined by dashes, per second.
+
+    >>> rate_label("env steps"), rate_label("completions")
+    ('env-steps/s', 'completions/s')
+    """
+    return "-".join(unit.split()) + "/s"
+
+
 @dataclass
 class Run:
     """What a call to ``run`` did. Returned by ``fdg.run(...)`` and ``%fdg run``."""
@@ -46,6 +60,8 @@ class Run:
     steps: int
     target_return: float | None = None
     window: int = 20
+    #: what one env step is called in what the run says (``--unit``: a language model's GRPO counts completions)
+    unit: str = DEFAULT_UNIT
     started: float = field(default_factory=time.perf_counter)
     status: RunStatus = "running"
     error: BaseException | None = None
@@ -297,14 +313,14 @@ class Run:
                       if self.unfinished_env_steps else "")
         headline = headline_text(self.headline())
         text = (f"{self.status}: {self.completed_iterations}/{self.iterations} iterations under "
-                f"{self.policy_name}, {self.env_steps:,} env steps{unfinished} in {self.wall_time:.1f} s "
-                f"({self.steps_per_second:,.0f} env-steps/s); ")
+                f"{self.policy_name}, {self.env_steps:,} {self.unit}{unfinished} in {self.wall_time:.1f} s "
+                f"({self.steps_per_second:,.0f} {rate_label(self.unit)}); ")
         # a run without episodes (GRPO) says what it logged for the progress bar instead
         text += (headline if headline and not last else
                  f"mean return of the last {window} episodes {mean_text}" + (f"; {headline}" if headline else ""))
         if self.solved_at:
             text += (f"; solved (≥ {self.target_return:g}) at iteration {self.solved_at['iteration']}"
-                     f" after {self.solved_at['time_s']:.2f} s, {self.solved_at['env_steps']:,} env steps"
+                     f" after {self.solved_at['time_s']:.2f} s, {self.solved_at['env_steps']:,} {self.unit}"
                      f", with {ev['episodes']} episodes finished by "
                      f"{len(ev['per_replica'])} env replica{'s' if len(ev['per_replica']) != 1 else ''}"
                      f" (the first {ev['burn_in']} not counted)")

@@ -22,6 +22,7 @@ from bokeh.plotting import figure
 from jupyter_bokeh.widgets import BokehModel
 
 from workbench.progress import progress_text
+from workbench.runtime.run import rate_label
 
 __all__ = ["LiveView"]
 
@@ -50,6 +51,7 @@ class LiveView:
         sps = figure(height=220, width=420, title="env-steps/s", x_axis_label="seconds",
                      toolbar_location=None)
         sps.line("time", "sps", source=self.rates, line_width=2, color="#4393c3")
+        self.rate_plot = sps  # titled after the run's unit at the first update
         self.plots = BokehModel(row(ret, sps))
         #: what happened to the run (edits landing, updates, re-placements, lost workers):
         #: a background run's thread cannot print into a finished cell (Jupyter drops it),
@@ -98,6 +100,7 @@ class LiveView:
         if fresh:
             self.returns.stream({"iteration": [i for i, _ in fresh], "mean": [m for _, m in fresh]})
         if rows:
+            self.rate_plot.title.text = rate_label(run.unit)
             self.rates.stream({"time": [r["time_s"] for r in rows], "sps": [r["charts/SPS"] for r in rows]})
         if len(run.events) != self._events_shown:
             self._events_shown = len(run.events)
