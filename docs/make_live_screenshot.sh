@@ -19,10 +19,16 @@ for cell in nb["cells"]:
         cell["source"] = "".join(cell["source"]).replace("--iterations {cfg.iterations}", f"--iterations {iterations}")
 json.dump(nb, open(f"{work}/{name}.ipynb", "w"))
 PY
-jupyter lab --allow-root --no-browser --port 8899 --ip 127.0.0.1 --ServerApp.token='' \
+# no "notified about Jupyter news?" toast over the picture: a private settings dir (outside
+# the notebook's folder, which the file browser shows) says no
+settings=$(mktemp -d)
+mkdir -p "$settings/@jupyterlab/apputils-extension"
+echo '{"fetchNews": "false", "checkForUpdates": false}' \
+    > "$settings/@jupyterlab/apputils-extension/notification.jupyterlab-settings"
+JUPYTERLAB_SETTINGS_DIR="$settings" jupyter lab --allow-root --no-browser --port 8899 --ip 127.0.0.1 --ServerApp.token='' \
     --ServerApp.password='' --ServerApp.root_dir="$work" > "$work/server.log" 2>&1 &
 server=$!
-trap 'kill $server; rm -rf "$work"' EXIT
+trap 'kill $server; rm -rf "$work" "$settings"' EXIT
 sleep 10
 (cd tests/browser && node shoot_notebook.mjs "http://127.0.0.1:8899/lab/tree/$name.ipynb" \
     "$(pwd)/../../$out" "$wait_s")
