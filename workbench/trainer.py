@@ -45,7 +45,7 @@ from workbench.runtime.lanes import NOT_PLACED_FOR_LANES, placed_for_lanes
 from workbench.runtime.on_arrival import check_act_on_arrival
 from workbench.runtime.notebook_values import taken_at_deploy
 from workbench.runtime.replica import group_program
-from workbench.runtime.run import DEFAULT_UNIT, Run
+from workbench.runtime.run import DEFAULT_UNIT, Run, rate_label
 from workbench.runtime.serialisable import check_notebook, readers_of
 from workbench.runtime.state import RunState
 from workbench.stretch_state import collect_state, counts_in, say_left_out, settle_counts, snapshot_state, states_for
@@ -410,7 +410,7 @@ class Trainer:
                                  f"more than {trial} per candidate policy.")
         best = max(table, key=lambda row: row["env-steps/s"])
         run.policy_name = f"auto → {best['policy']}"
-        print(auto_summary(table, best["policy"]))
+        print(auto_summary(table, best["policy"], rate_label(run.unit)))
         if not run.is_solved() and not self._stop.is_set():
             self._run_stretches(run, dict(candidates)[best["policy"]], stretch, state)
 

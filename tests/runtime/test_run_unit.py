@@ -71,3 +71,11 @@ def test_the_dashboard_page_names_the_steps_from_the_runs_events(client):
     assert f"<b>{run.env_steps:,}</b> completions" in page.header.text and "completions/s (mean)" in page.header.text
     assert page.rate_fig.yaxis.axis_label == "completions/s" and page.rate_fig.title.text.startswith("Completions per second")
     assert page._steps_column.title == "completions"
+
+
+def test_auto_names_its_measured_rates_after_the_unit(client, capsys):
+    run = logging_loop().run(iterations=9, steps=2, policy="auto", cluster=client, unit="completions",
+                             progress=False)
+    assert run.completed_iterations == 9, run.error
+    printed = capsys.readouterr().out
+    assert "policy auto measured (completions/s," in printed and "env-steps" not in printed
