@@ -2,7 +2,8 @@
 same function as transformers' forward with a fraction of its ops. It must give transformers'
 logits (grouped-query attention, scaled rotary embeddings, left padding, a KV cache), their
 gradients and the same sampled tokens, be the path actually taken, and step aside for any
-model it does not compute (other architectures, biases, LoRA, switched off)."""
+model it does not compute (other architectures, biases, LoRA, hooks it would skip, gradient
+checkpointing, switched off)."""
 from __future__ import annotations
 
 import pytest
@@ -112,15 +113,31 @@ def _never(*args, **kwargs):
     raise AssertionError("transformers' forward ran where the fast path should have")
 
 
-@pytest.mark.parametrize("kind", ["qwen2", "mistral", "gemma", "gpt2", "llama-bias", "lora"])
+def _hooked_llama():
+    model = llama()
+    model.model.layers[1].self_attn.register_forward_hook(lambda module, args, out: None)
+    return model
+
+
+def _checkpointed_llama():
+    model = llama()
+    model.gradient_checkpointing_enable()
+    return model
+
+
+@pytest.mark.parametrize("kind", ["qwen2", "mistral", "gemma", "gpt2", "llama-bias", "lora", "hooked",
+                                  "checkpointed"])
 def test_models_it_does_not_compute_run_transformers_forward(kind, monkeypatch):
     if kind == "lora":
         pytest.importorskip("peft")
         from workbench.llm import with_lora
 
         model = with_lora(llama(), rank=4)
+    elif kind in ("hooked", "checkpointed", "llama-bias"):
+        model = {"hooked": _hooked_llama, "checkpointed": _checkpointed_llama,
+                 "llama-bias": lambda: llama(attention_bias=True)}[kind]()
     else:
-        model = llama(attention_bias=True) if kind == "llama-bias" else _from_config(kind)
+        model = _from_config(kind)
     assert not llama_fast.supports(model)
     monkeypatch.setattr(llama_fast, "forward", _never)
     ids, mask = encode_prompts(TOK, PROMPTS[:4], 8)

@@ -10,8 +10,8 @@ and values as plain tensors. The numbers equal ``transformers``' eager attention
 float rounding (the tests compare logits, sampled tokens and gradients).
 
 It applies to a ``LlamaForCausalLM`` with the plain architecture (SiLU MLP, no biases,
-no attention dropout, no sliding window, not wrapped by ``peft``): :func:`supports`
-says. Everything else, and every CUDA-graph path, runs ``transformers``' own forward.
+no attention dropout, no sliding window, not wrapped by ``peft``), without gradient
+checkpointing or forward hooks on the blocks it steps over: :func:`supports` says. Everything else, and every CUDA-graph path, runs ``transformers``' own forward.
 
 Example:
     >>> import torch
@@ -59,7 +59,19 @@ def supports(model) -> bool:
             and not getattr(config, "mlp_bias", False) and not getattr(config, "attention_dropout", 0.0)
             and getattr(config, "pretraining_tp", 1) in (None, 1)
             and getattr(config, "sliding_window", None) is None
-            and hasattr(model.model, "rotary_emb") and hasattr(model, "lm_head"))
+            and hasattr(model.model, "rotary_emb") and hasattr(model, "lm_head")
+            # the user asked for transformers' own behaviour: recomputed activations, or hooks on
+            # modules this forward does not call (hooks on the ones it calls still run)
+            and not getattr(model.model, "gradient_checkpointing", False) and not _hooked(model))
+
+
+def _hooked(model) -> bool:
+    """Whether a forward hook sits on a module :func:`forward` steps over (the model, its
+    decoder, layers, attention and MLP blocks), which it would silently not call."""
+    skipped = [model, model.model]
+    for layer in model.model.layers:
+        skipped += [layer, layer.self_attn, layer.mlp]
+    return any(m._forward_hooks or m._forward_pre_hooks for m in skipped)
 
 
 def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
