@@ -75,6 +75,10 @@ def _finite(name: str, value) -> None:
         raise RunConfigError(f"{_flag(name)} must be a finite number, got {value!r}.")
 
 
+#: what one env step is called unless a run says otherwise (``--unit``)
+DEFAULT_UNIT = "env steps"
+
+
 def _unit(name: str, value) -> None:
     if not isinstance(value, str) or not value.strip() or len(value) > 40 or not value.isprintable():
         raise RunConfigError(f"{_flag(name)} names what one env step is (e.g. completions, samples): "
@@ -224,7 +228,7 @@ class RunConfig:
     # output
     log_dir: str | None = _option(None, "write metrics.csv (and TensorBoard events, when installed) "
                                   "to DIR", check=_directory, metavar="DIR")
-    unit: str = _option("env steps", "what one env step is called in the progress bar, the summary, the "
+    unit: str = _option(DEFAULT_UNIT, "what one env step is called in the progress bar, the summary, the "
                         "live view and the dashboard page (a language model's GRPO: completions)",
                         check=_unit, metavar="NAME")
     progress: Any = _option(True, "show progress (a live view in notebooks, a bar elsewhere)",

@@ -93,9 +93,9 @@ def load_notebook(path: str | Path, overrides: list[str] = ()) -> tuple[FDG, dic
                     if any(_RUN_LINE.match(line) for line in source.splitlines())), default=len(cells) + 1)
     for number, source in enumerate(cells, start=1):
         stripped = source.lstrip()
-        if stripped.startswith("%%fragment") and number > last_run:
-            continue
         if stripped.startswith("%%fragment"):
+            if number > last_run:
+                continue
             first, _, body = stripped.partition("\n")
             try:
                 fdg.add_cell(first, body)

@@ -311,16 +311,16 @@ class Trainer:
             run.note_once("not applied", NOT_PLACED_FOR_LANES)
         if stretch.config.act_on_arrival:
             check_act_on_arrival(plan, programs, run)
+        start = resume.iteration if resume is not None else 0
         if resolved.in_process:
             backend = InlineBackend()
         else:
             from workbench.cluster.backend import DaskBackend
-
             from workbench.cluster.dashboard_model import UNIT_EVENT
 
             backend = DaskBackend(client, inventory)
             if stretch.config.unit != DEFAULT_UNIT:  # the dashboard page names the steps as the run does
-                backend.announce(UNIT_EVENT, stretch.config.unit, resume.iteration if resume is not None else 0)
+                backend.announce(UNIT_EVENT, stretch.config.unit, start)
         fault, self._fault = getattr(self, "_fault", None), None
         if fault is not None:
             lost, before, resume_at, dropped = fault
@@ -330,7 +330,6 @@ class Trainer:
             run.policy_name = resolved.name
         run.policy = resolved
         run.plan_text = plan.explain()
-        start = resume.iteration if resume is not None else 0
         completed = 0
         every, full_every = stretch.snapshots_for(resolved)
 

@@ -19,6 +19,6 @@ from workbench.llm.tokenizers import ARITHMETIC_ALPHABET, char_tokenizer
 
 __all__ = ["LLMInputError", "RewardError", "Completions", "sample", "sequence_logp",
            "check_vocabulary", "context_length", "count_parameters", "frozen", "frozen_copy", "load_causal_lm",
-           "tiny_causal_lm", "weights_copy", "with_lora", "AdditionTask", "PromptTask", "batched_reward", "exact_answer_reward",
-           "heldout_accuracy", "score_completions",
-           "warm_start", "ARITHMETIC_ALPHABET", "char_tokenizer"]
+           "tiny_causal_lm", "weights_copy", "with_lora", "AdditionTask", "PromptTask", "batched_reward",
+           "exact_answer_reward", "heldout_accuracy", "score_completions", "warm_start", "ARITHMETIC_ALPHABET",
+           "char_tokenizer"]

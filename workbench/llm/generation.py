@@ -99,8 +99,7 @@ def sample(model, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, *, max_ne
         except Exception as exc:  # noqa: BLE001  (the eager loop below is always right)
             failed = exc
     prompt_ids, mask = prompt_ids.to(device), prompt_mask.to(device).long()
-    start = _fast_prefill if _fast(model) else _prefill
-    first, advance = start(model, prompt_ids, mask)
+    first, advance = _prefill(model, prompt_ids, mask)
     completions = _sampling_loop(first, advance, max_new_tokens, eos_id, pad_id, temperature, top_p,
                                  _generator(seed, device))
     if failed is not None:  # only now: an error the eager loop shares (a bad input) is that error
@@ -117,50 +116,47 @@ def _fast(model) -> bool:
     return llama_fast.supports(model) and model_device(model).type == "cpu"
 
 
+def _forwards(model):
+    """``(forward, select)`` for the eager paths: ``forward(ids, positions, mask, past)`` →
+    ``(logits, past)`` continues ``past`` (None: nothing yet; ``mask`` covers past and
+    ``ids``), and ``select(past, rows)`` gives row ``i`` row ``rows[i]``'s keys and values.
+    :mod:`~workbench.llm.llama_fast`'s where it computes the model (:func:`_fast`: the same
+    logits, a decode step of the notebook's 128 rows in 1.9 ms against 2.7), else
+    transformers' forward over its KV cache."""
+    if _fast(model):
+        return (lambda ids, pos, mask, past: llama_fast.forward(model, ids, pos, mask.bool(), past),
+                llama_fast.select_rows)
+
+    def forward(ids, pos, mask, past):
+        out = model(input_ids=ids, attention_mask=mask, position_ids=pos, cache=past, use_cache=True)
+        return out.logits, out.cache
+
+    def select(cache, rows):
+        cache.batch_select_indices(rows)
+        return cache
+
+    return forward, select
+
+
 def _prefill(model, prompt_ids, mask):
     """The logits after each prompt and ``advance(token)``, which feeds the sampled tokens
-    back through transformers' forward over a growing KV cache for the next logits."""
+    back through the model's forward over the growing keys and values for the next logits."""
+    forward, select = _forwards(model)
     pos = positions(mask)
     shared = distinct_prompts(prompt_ids, mask)
     if shared is None:
-        out = model(input_ids=prompt_ids, attention_mask=mask, position_ids=pos, use_cache=True)
-        cache, first = out.cache, out.logits[:, -1]
-    else:  # a group's prompt once: its KV cache copied to each row that repeats it
-        ids, distinct_mask, inverse = shared
-        out = model(input_ids=ids, attention_mask=distinct_mask, position_ids=positions(distinct_mask), use_cache=True)
-        cache, first = out.cache, out.logits[:, -1][inverse]
-        cache.batch_select_indices(inverse)
-    next_pos = pos[:, -1] + 1
-
-    def advance(token):  # one forward of width 1 over the growing cache
-        nonlocal mask, cache, next_pos
-        mask = torch.cat([mask, mask.new_ones((mask.shape[0], 1))], 1)
-        out = model(input_ids=token[:, None], attention_mask=mask, position_ids=next_pos[:, None], cache=cache,
-                    use_cache=True)
-        cache, next_pos = out.cache, next_pos + 1
-        return out.logits[:, -1]
-
-    return first, advance
-
-
-def _fast_prefill(model, prompt_ids, mask):
-    """:func:`_prefill` through :func:`llama_fast.forward`: the same logits, sooner (a decode
-    step of the notebook's 128 rows: 1.9 ms against transformers' 2.7)."""
-    pos, keys = positions(mask), mask.bool()
-    shared = distinct_prompts(prompt_ids, mask)
-    if shared is None:
-        logits, kv = llama_fast.forward(model, prompt_ids, pos, keys)
+        logits, past = forward(prompt_ids, pos, mask, None)
         first = logits[:, -1]
     else:  # a group's prompt once: its keys and values copied to each row that repeats it
         ids, distinct_mask, inverse = shared
-        logits, kv = llama_fast.forward(model, ids, positions(distinct_mask), distinct_mask.bool())
-        first, kv = logits[:, -1][inverse], llama_fast.select_rows(kv, inverse)
+        logits, past = forward(ids, positions(distinct_mask), distinct_mask, None)
+        first, past = logits[:, -1][inverse], select(past, inverse)
     next_pos = pos[:, -1] + 1
 
-    def advance(token):
-        nonlocal keys, kv, next_pos
-        keys = torch.cat([keys, keys.new_ones((keys.shape[0], 1))], 1)
-        logits, kv = llama_fast.forward(model, token[:, None], next_pos[:, None], keys, past=kv)
+    def advance(token):  # one forward of width 1 over the growing keys and values
+        nonlocal mask, past, next_pos
+        mask = torch.cat([mask, mask.new_ones((mask.shape[0], 1))], 1)
+        logits, past = forward(token[:, None], next_pos[:, None], mask, past)
         next_pos = next_pos + 1
         return logits[:, -1]
 
@@ -355,31 +351,14 @@ def _shared_prompt_logp(model, temperature, shared, prompt_ids, prompt_mask, tok
     distinct prompts fills a KV cache (gradients flow through it), copied to every row
     that repeats the prompt, then one forward over the completions. The logits at the
     prompt's last position predict the first completion token."""
-    if _fast(model):
-        return _fast_shared_prompt_logp(model, temperature, shared, prompt_ids, prompt_mask, tokens, completion_mask)
+    forward, select = _forwards(model)
     ids, mask, inverse = shared
-    width, length = prompt_ids.shape[1], tokens.shape[1]
-    out = model(input_ids=ids, attention_mask=mask, position_ids=positions(mask), use_cache=length > 1)
-    logits = out.logits[:, -1:][inverse]
-    if length > 1:
-        cache = out.cache
-        cache.batch_select_indices(inverse)  # each row's copy of its prompt's keys and values
-        attention = torch.cat([prompt_mask.long(), completion_mask.long()], 1)[:, :-1]
-        rest = model(input_ids=tokens[:, :-1], attention_mask=attention,
-                     position_ids=positions(attention)[:, width:], cache=cache, use_cache=True).logits
-        logits = torch.cat([logits, rest], 1)
-    return _token_logp(logits, tokens, temperature)
-
-
-def _fast_shared_prompt_logp(model, temperature, shared, prompt_ids, prompt_mask, tokens, completion_mask):
-    """:func:`_shared_prompt_logp` through :func:`llama_fast.forward`."""
-    ids, mask, inverse = shared
-    logits, kv = llama_fast.forward(model, ids, positions(mask), mask.bool())
+    logits, past = forward(ids, positions(mask), mask, None)
     logits = logits[:, -1:][inverse]
     if tokens.shape[1] > 1:
         attention = torch.cat([prompt_mask.long(), completion_mask.long()], 1)[:, :-1]
-        rest, _ = llama_fast.forward(model, tokens[:, :-1], positions(attention)[:, prompt_ids.shape[1]:],
-                                     attention.bool(), past=llama_fast.select_rows(kv, inverse))
+        rest, _ = forward(tokens[:, :-1], positions(attention)[:, prompt_ids.shape[1]:], attention,
+                          select(past, inverse))  # each row's copy of its prompt's keys and values
         logits = torch.cat([logits, rest], 1)
     return _token_logp(logits, tokens, temperature)
 

@@ -11,7 +11,8 @@ float rounding (the tests compare logits, sampled tokens and gradients).
 
 It applies to a ``LlamaForCausalLM`` with the plain architecture (SiLU MLP, no biases,
 no attention dropout, no sliding window, not wrapped by ``peft``), without gradient
-checkpointing or forward hooks on the blocks it steps over: :func:`supports` says. Everything else, and every CUDA-graph path, runs ``transformers``' own forward.
+checkpointing or forward hooks on the blocks it steps over: :func:`supports` says.
+Everything else, and every CUDA-graph path, runs ``transformers``' own forward.
 
 Example:
     >>> import torch

@@ -13,6 +13,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from workbench.config import DEFAULT_UNIT
 from workbench.runtime.driver import IterationRecord
 
 __all__ = ["Run", "RunEvent", "RunStatus", "EventKind", "RETURN_METRIC", "headline_text", "merge_shown", "rate_label",
@@ -36,10 +37,6 @@ class RunEvent:
 
 #: The metric fragments log episode returns under (CleanRL's name).
 RETURN_METRIC = "charts/episodic_return"
-
-
-#: what one env step is called unless a run says otherwise (``--unit``)
-DEFAULT_UNIT = "env steps"
 
 
 def rate_label(unit: str) -> str:
