@@ -136,8 +136,9 @@ def recorded_curve(directory: str, cfg, task: AdditionTask, started: float,
     return curve, float(total.read_text()) if total.exists() else 0.0
 
 
-def run_trl(cfg, model, task: AdditionTask, seed: int, device: str = "cpu") -> dict:
-    """TRL's GRPOTrainer with cfg's settings; returns accuracy, wall time, tokens."""
+def run_trl(cfg, model, task: AdditionTask, seed: int, device: str = "cpu", evaluate: bool = True) -> dict:
+    """TRL's GRPOTrainer with cfg's settings; returns accuracy (None unless ``evaluate``),
+    wall time, tokens."""
     from datasets import Dataset
     from trl import GRPOConfig as TRLConfig, GRPOTrainer
 
@@ -170,7 +171,7 @@ def run_trl(cfg, model, task: AdditionTask, seed: int, device: str = "cpu") -> d
     trained = trainer.model.eval()
     # wall: train() alone; building the trainer (the model and its reference loaded from
     # disk onto the device) is setup_s, which workbench's wall holds (its deploy)
-    return {"accuracy": heldout_accuracy(trained, grpo.tokenizer, task), "wall_s": wall,
+    return {"accuracy": heldout_accuracy(trained, grpo.tokenizer, task) if evaluate else None, "wall_s": wall,
             "setup_s": started - built, "tokens_per_s": generated[0] / wall, "reach_s": wall}
 
 

@@ -87,6 +87,8 @@ def test_inline_on_the_gpu_trains_in_this_process_with_the_graphs():
     assert run.status == "finished" and run.policy.groups[0].device == "gpu"
     learner = run.state.fragments["learner"][0]["model"]
     assert next(learner.parameters()).is_cuda
+    # the reference's starting weights wait in host memory: the GPU holds one copy, the reference's
+    assert all(t.device.type == "cpu" for t in run.state.fragments["learner"][0]["reference_weights"].values())
     assert run.metrics["perf/update_cuda_graph"].tolist() == [1.0] * 4
     assert run.metrics["perf/generate_cuda_graphs"].iloc[-1] >= 2  # prefill and decode replay
     assert not all(torch.equal(a, b) for a, b in zip(learner.parameters(), start.parameters()))

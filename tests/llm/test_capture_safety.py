@@ -15,7 +15,6 @@ from torch.utils._python_dispatch import TorchDispatchMode
 pytest.importorskip("transformers")
 
 from workbench.algorithms import grpo  # noqa: E402
-from workbench.algorithms.ppo import _sync_and_clip  # noqa: E402
 from workbench.llm import generation  # noqa: E402
 from workbench.llm.models import tiny_causal_lm  # noqa: E402
 from workbench.llm.tasks import encode_prompts  # noqa: E402
@@ -91,7 +90,7 @@ def test_the_reference_scoring_and_the_updates_backward_read_nothing_on_the_host
         loss, clip_fraction, kl = grpo._loss_terms(logp, logp.detach() - 0.1, ref, advantages, completion,
                                                    clip_coef=cfg.clip_coef, kl_coef=cfg.kl_coef)
         loss.backward()
-        _sync_and_clip([p for p in model.parameters() if p.requires_grad], cfg.max_grad_norm)
+        grpo._clip_gradients([p for p in model.parameters() if p.requires_grad], cfg.max_grad_norm)
         return loss, clip_fraction, kl
 
     (loss, _, _), reads = _watched(forward_backward)

@@ -37,14 +37,15 @@ from workbench.algorithms.optim import adam
 from workbench.algorithms.ppo_graphs import graphed_update, update_captured
 from workbench.llm.generation import model_device, sample, sequence_logp
 from workbench.llm.errors import LLMInputError
-from workbench.llm.models import context_length, count_parameters, frozen, load_causal_lm, weights_copy
+from workbench.llm.models import (context_length, count_parameters, frozen, load_causal_lm, load_weights,
+                                  weights_copy)
 from workbench.llm.tasks import (AdditionTask, decode_completions, encode_prompts, exact_answer_reward,
                                  heldout_accuracy, score_completions)
 from workbench.llm.tokenizers import char_tokenizer
 
 __all__ = ["GRPOConfig", "group_advantages", "grpo_loss", "grpo_update", "make_model", "adam", "prompt_batch",
            "generate_completions", "reference_logp", "FRAGMENT_CELLS", "build_fdg", "cfg", "task",
-           "tokenizer", "reward_fn"]
+           "tokenizer", "reward_fn", "load_weights"]
 
 
 # ----------------------------------------------------------------------------- hyperparameters
@@ -250,7 +251,13 @@ def grpo_update(model, optimizer, cfg: GRPOConfig, prompt_ids, prompt_mask, toke
     if device.type == "cuda" and _graphs(cfg) and _one_learner():
         out = graphed_update(model, optimizer, (cfg.clip_coef, cfg.kl_coef, cfg.max_grad_norm, cfg.temperature),
                              batch, 1, prompt_ids.shape[0], step, shuffle=False, what="the GRPO update")
-    loss, clip_fraction, kl = out if out is not None else step(None, batch)
+    if out is None:
+        loss, clip_fraction, kl = step(None, batch)
+        # freed until the next update, as TRL's trainer does: the weights' size less while the
+        # model samples and scores (a replayed update keeps them: the graph writes them in place)
+        optimizer.zero_grad(set_to_none=True)
+    else:
+        loss, clip_fraction, kl = out
     model.eval()
     stats = {"losses/clip_fraction": float(clip_fraction)}
     if device.type == "cuda":  # 1 once the update is captured (0: eager, warming up, or capturing failed)
@@ -277,9 +284,24 @@ def _grpo_step(model, optimizer, cfg, params, prompt_ids, prompt_mask, tokens, m
                                           clip_coef=cfg.clip_coef, kl_coef=cfg.kl_coef)
     optimizer.zero_grad()
     loss.backward()
-    _sync_and_clip(params, cfg.max_grad_norm)
+    _clip_gradients(params, cfg.max_grad_norm)
     optimizer.step()
     return loss.detach(), clip_fraction, kl
+
+
+def _clip_gradients(params: list[torch.Tensor], max_grad_norm: float | None) -> None:
+    """The gradient sync point and global-norm clipping. With one learner the gradients are
+    scaled where they are, from per-tensor norms (as ``torch.nn.utils.clip_grad_norm_``):
+    PPO's ``_sync_and_clip`` builds one flat vector and a scaled copy of it, two model sizes
+    of memory at the update's peak, which a language model cannot spare. Several learners
+    all-reduce that flat vector (one collective a step), as PPO does."""
+    if not _one_learner():
+        _sync_and_clip(params, max_grad_norm)
+        return
+    grads = [p.grad for p in params if p.grad is not None]
+    if max_grad_norm and grads:
+        norm = torch.linalg.vector_norm(torch.stack(torch._foreach_norm(grads)))
+        torch._foreach_mul_(grads, (max_grad_norm / (norm + 1e-6)).clamp(max=1.0))
 
 
 # ----------------------------------------------------------------------------- the fragments
@@ -296,11 +318,13 @@ weights = model.state_dict()
 reference_weights = weights_copy(model)   # the learner keeps them: checkpoints and re-placements carry them
 """),
     ("%%fragment generate --init", """\
-policy = make_model(cfg, tokenizer, weights).to(replica.device)
+policy = make_model(cfg, tokenizer).to(replica.device)
+load_weights(policy, weights)          # the handed weights become the policy's own: in memory once
 policy_version = update                # the learner's update count these weights come from
 """),
     ("%%fragment reference --init", """\
-reference = frozen(make_model(cfg, tokenizer, reference_weights)).to(replica.device)   # the starting weights, frozen
+reference = frozen(make_model(cfg, tokenizer)).to(replica.device)
+load_weights(reference, reference_weights)   # the starting weights, frozen
 """),
     ("%%fragment prompts", """\
 prompt_texts = prompt_batch(task, rng, cfg, replica.count)
@@ -331,7 +355,7 @@ else:
 weights = model.state_dict()
 """),
     ("%%fragment generate --every iteration", """\
-policy.load_state_dict(weights)
+load_weights(policy, weights)
 policy_version = update
 """),
 ]

@@ -20,7 +20,7 @@ import torch
 from workbench.llm.errors import LLMInputError
 
 __all__ = ["tiny_causal_lm", "load_causal_lm", "check_vocabulary", "context_length",
-           "frozen", "frozen_copy", "weights_copy", "count_parameters", "with_lora"]
+           "frozen", "frozen_copy", "weights_copy", "load_weights", "count_parameters", "with_lora"]
 
 
 def tiny_causal_lm(tokenizer, *, hidden: int = 64, layers: int = 2, heads: int = 4, context: int = 64,
@@ -100,8 +100,42 @@ def frozen_copy(model):
 
 
 def weights_copy(model) -> dict[str, torch.Tensor]:
-    """A copy of ``model``'s state dict that later training does not change."""
-    return {name: tensor.detach().clone() for name, tensor in model.state_dict().items()}
+    """A copy of ``model``'s state dict that later training does not change, in host memory:
+    it is read only to build a model from (GRPO's reference) and by checkpoints, so a model on
+    a GPU does not keep a second copy of itself there.
+
+    >>> from workbench.llm.tokenizers import char_tokenizer
+    >>> model = tiny_causal_lm(char_tokenizer(), hidden=16, layers=1, context=8, seed=0)
+    >>> kept = weights_copy(model)
+    >>> _ = model.lm_head.weight.data.add_(1.0)
+    >>> bool((kept["lm_head.weight"] == model.lm_head.weight).any()), kept["lm_head.weight"].device.type
+    (False, 'cpu')
+    """
+    return {name: tensor.detach().to("cpu", copy=True) for name, tensor in model.state_dict().items()}
+
+
+def load_weights(model, weights: dict) -> None:
+    """Copy the state dict ``weights`` into ``model`` (which keeps its tensors, and their
+    addresses: CUDA graphs replaying it read them there), then point ``weights``' entries at
+    the model's own tensors. The values stay the same, and the copy a replica was handed is
+    freed: the weights are in memory once, not twice (for a language model, its size).
+
+    >>> from workbench.llm.tokenizers import char_tokenizer
+    >>> tok = char_tokenizer()
+    >>> learner = tiny_causal_lm(tok, hidden=16, layers=1, context=8, seed=0)
+    >>> policy = tiny_causal_lm(tok, hidden=16, layers=1, context=8, seed=1)
+    >>> handed = weights_copy(learner)
+    >>> load_weights(policy, handed)
+    >>> handed["lm_head.weight"].data_ptr() == policy.lm_head.weight.data_ptr()
+    True
+    >>> bool(torch.equal(policy.lm_head.weight, learner.lm_head.weight))
+    True
+    """
+    model.load_state_dict(weights)
+    own = model.state_dict()
+    for name in list(weights):
+        if name in own:
+            weights[name] = own[name]
 
 
 def count_parameters(model) -> int:
