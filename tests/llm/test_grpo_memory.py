@@ -37,6 +37,15 @@ def test_load_weights_keeps_the_models_tensors_and_frees_the_handed_copy():
     assert all(ref() is None for ref in handed_refs)  # nothing else kept the copy alive
 
 
+def test_tied_embeddings_stay_one_tensor_through_the_copies():
+    learner, policy = model(0), model(1)
+    kept = weights_copy(learner)  # the learner's copy of the reference's weights: the embedding once
+    assert kept["lm_head.weight"].data_ptr() == kept["model.embed_tokens.weight"].data_ptr()
+    load_weights(policy, kept)
+    assert policy.lm_head.weight is policy.model.embed_tokens.weight
+    assert kept["lm_head.weight"].data_ptr() == policy.lm_head.weight.data_ptr()
+
+
 def test_load_weights_refuses_a_state_dict_of_another_model_and_changes_nothing():
     policy, other = model(1), tiny_causal_lm(TOK, hidden=48, layers=2, heads=4, context=16, seed=2)
     before = {k: v.clone() for k, v in policy.state_dict().items()}

@@ -85,6 +85,12 @@ def test_the_copy_keeps_types_devices_and_containers():
     view = np.arange(6).reshape(2, 3)[:, 1]
     assert handed_over(view).base is None  # a view becomes an array of its own
 
+    tied = {"embed": param.detach(), "head": param.detach(), "other": param.detach()[:1]}
+    copy = handed_over(tied)  # one view of one storage: one copy, tied as the producer's was
+    assert copy["embed"] is copy["head"] and copy["embed"].data_ptr() != param.data_ptr()
+    assert copy["other"].data_ptr() != copy["embed"].data_ptr() and torch.equal(copy["other"], param[:1])
+    assert len({t.data_ptr() for t in handed_over([param.detach(), param.detach()])}) == 1
+
     class Opaque:  # other objects are handed over as they are (documented: read-only)
         pass
 

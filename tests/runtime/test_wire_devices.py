@@ -3,6 +3,7 @@ host buffers with their device recorded, and land on the CPU where that device i
 a value that does not unpickle fails the waiting replica with its own error."""
 from __future__ import annotations
 
+import io
 import pickle
 import secrets
 import threading
@@ -57,9 +58,25 @@ def test_shared_parameters_stay_shared():
 
 def test_both_picklers_reduce_tensors_the_same_way():
     tensor = torch.arange(4.0)
-    assert channels._Pickler.reducer_override(None, tensor)[0] is channels._restore_tensor
+    assert channels._Pickler(io.BytesIO()).reducer_override(tensor)[0] is channels._restore_tensor
     reduced = channels._reduce_array_value(tensor)
     assert reduced[0] is channels._restore_tensor and reduced[1][3] == "cpu"
+
+
+@pytest.mark.parametrize("dump", [dumps, dumps_state], ids=["channel", "state"])
+def test_one_view_of_one_storage_travels_once_and_arrives_tied(dump):
+    """A tied embedding: two names of one tensor in a state dict (a language model's
+    largest matrix) are one host array on the wire and one tensor on arrival."""
+    embedding = torch.nn.Embedding(1000, 64)
+    weights = {"embed.weight": embedding.weight.detach(), "head.weight": embedding.weight.detach(),
+               "halves": [embedding.weight.detach()[:500], embedding.weight.detach()[500:]]}
+    untied = {"embed.weight": embedding.weight.detach().clone(), "head.weight": embedding.weight.detach().clone()}
+    back = pickle.loads(dump(weights))
+    assert back["embed.weight"].data_ptr() == back["head.weight"].data_ptr()
+    assert torch.equal(back["head.weight"], embedding.weight)
+    first, second = back["halves"]  # other views of the storage: each its own array, as before
+    assert torch.equal(torch.cat([first, second]), embedding.weight) and first.data_ptr() != back["embed.weight"].data_ptr()
+    assert len(dump({k: weights[k] for k in untied})) < 0.6 * len(dump(untied))
 
 
 def test_a_cuda_tensor_lands_on_the_cpu_where_there_is_no_gpu(monkeypatch):

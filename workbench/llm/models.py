@@ -18,6 +18,7 @@ from pathlib import Path
 import torch
 
 from workbench.llm.errors import LLMInputError
+from workbench.runtime.arrays import tensor_view_key
 
 __all__ = ["tiny_causal_lm", "load_causal_lm", "check_vocabulary", "context_length",
            "frozen", "frozen_copy", "weights_copy", "load_weights", "count_parameters", "with_lora"]
@@ -111,7 +112,14 @@ def weights_copy(model) -> dict[str, torch.Tensor]:
     >>> bool((kept["lm_head.weight"] == model.lm_head.weight).any()), kept["lm_head.weight"].device.type
     (False, 'cpu')
     """
-    return {name: tensor.detach().to("cpu", copy=True) for name, tensor in model.state_dict().items()}
+    copies: dict[tuple, torch.Tensor] = {}  # one copy per view: a tied embedding's two names share it
+    out = {}
+    for name, tensor in model.state_dict().items():
+        key = tensor_view_key(tensor)
+        if key not in copies:
+            copies[key] = tensor.detach().to("cpu", copy=True)
+        out[name] = copies[key]
+    return out
 
 
 def load_weights(model, weights: dict) -> None:

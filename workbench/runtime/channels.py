@@ -31,7 +31,7 @@ from typing import Any
 import cloudpickle
 
 from workbench.runtime import wire
-from workbench.runtime.arrays import handed_over
+from workbench.runtime.arrays import handed_over, tensor_view_key
 from workbench.runtime import collectives
 from workbench.runtime.collectives import CHUNKED_MIN_BYTES
 from workbench.runtime.mailbox import Mailbox, Stopped
@@ -93,12 +93,6 @@ def _reduce_array_value(obj, seen: dict | None = None):
     if module.startswith("cupy") and name == "ndarray":
         return _restore_cupy, (obj.get(), f"cuda:{obj.device.id}")
     return None
-
-
-def tensor_view_key(tensor) -> tuple:
-    """What makes two tensors the same data: one storage, seen at one offset, shape, strides."""
-    return (tensor.untyped_storage().data_ptr(), tensor.storage_offset(), tuple(tensor.shape),
-            tuple(tensor.stride()), tensor.dtype, str(tensor.device))
 
 
 def _torch_strided():
@@ -192,12 +186,17 @@ def _restore_array(buffer, dtype: str, shape: tuple[int, ...]):
 
 class _Pickler(pickle.Pickler):
     """pickle, with small NumPy arrays as raw buffers (`_reduce_small_array`), tensors and
-    device arrays as host buffers (`_reduce_array_value`)."""
+    device arrays as host buffers (`_reduce_array_value`); tensors that are one view of one
+    storage (a tied embedding's two names in a state dict) go once and arrive tied."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self._seen: dict = {}
 
     def reducer_override(self, obj):
         reduced = _reduce_small_array(obj)
         if reduced is None:
-            reduced = _reduce_array_value(obj)
+            reduced = _reduce_array_value(obj, self._seen)
         return NotImplemented if reduced is None else reduced
 
 

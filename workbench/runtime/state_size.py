@@ -17,7 +17,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from workbench.runtime.channels import _StatePickler, tensor_view_key
+from workbench.runtime.arrays import tensor_view_key
+from workbench.runtime.channels import _StatePickler
 
 __all__ = ["state_nbytes"]
 
