@@ -318,8 +318,15 @@ def part_llm(side: str = "workbench", seeds=(1, 2, 3), updates: int = 40, warm_s
     returncode, lines = _streamed(command)
     said = [line for line in lines if line.startswith(("seed ", "TRL", "workbench", "GRPO"))]
     part = "llm" if side == "workbench" else "llm_trl"
+    # then this side's peak memory, one process (bench_llm_memory.py, docs/llm.md), the same model
+    size = (["--device", "cuda", "--hidden", "768", "--layers", "12", "--heads", "12"] if cuda else
+            ["--hidden", "64", "--layers", "2", "--heads", "4"])  # the CPU check of this script: the small model
+    _, memory = _streamed([sys.executable, str(ROOT / "benchmarks" / "bench_llm_memory.py"), "--only", side,
+                           "--repeats", "1", *size])
     return [{"part": part, "what": "bench_llm_rl", "value": f"rc {returncode}; json {out}"}] + \
-        [{"part": part, "what": "line", "value": line} for line in said]
+        [{"part": part, "what": "line", "value": line} for line in said] + \
+        [{"part": part, "what": "peak memory", "value": line} for line in memory
+         if line.startswith(("GRPO peak", "TRL", "workbench"))]
 
 
 def part_llm_trl(**kwargs):

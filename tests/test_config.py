@@ -56,6 +56,8 @@ def test_run_options_are_declared_only_in_runconfig():
     ({"policy": 42}, "--policy must be a preset name"),
     ({"cluster": "garbage"}, "--cluster must be a Dask scheduler address"),
     ({"snapshot_every": -1}, "--snapshot-every must be a whole number ≥ 0"),
+    ({"policy": "auto", "auto_lag": -1}, "--auto-lag must be a whole number ≥ 0"),
+    ({"auto_lag": 1}, "--auto-lag 1 widens what --policy auto tries, and this run's policy is 'inline'"),
     ({"checkpoint_every": 3}, "--checkpoint-every needs --checkpoint-dir"),
     ({"loggers": [object()]}, "has no log\\(row\\) and close\\(\\) methods"),
     ({"progress": "yes"}, "progress must be True, False or a factory"),

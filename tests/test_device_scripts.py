@@ -65,6 +65,8 @@ def test_its_llm_parts_write_the_two_sides_that_merge_here(tmp_path):
     text, rows = _device_check("--parts", "llm", "llm_trl", "--llm-seeds", "1", "--llm-updates", "2",
                                "--llm-warm-start-steps", "5", "--logs", str(logs), tmp_path=tmp_path)
     assert [r["value"].split(";")[0] for r in rows if r["what"] == "bench_llm_rl"] == ["rc 0", "rc 0"], text
+    peaks = [r for r in rows if r["what"] == "peak memory" and r["value"].endswith("×")]  # each side's, after its run
+    assert [(r["part"], r["value"].split()[0]) for r in peaks] == [("llm", "workbench"), ("llm_trl", "TRL")], text
     bench_llm_rl = _script("bench_llm_rl")
     merged, meta = bench_llm_rl.merge([str(logs / "llm_trl.json"), str(logs / "llm_workbench.json")])
     on_cpu = {"workbench inline", "workbench coarse", "workbench pipelined"}  # a GPU host runs inline, gpuonly

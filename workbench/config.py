@@ -106,7 +106,7 @@ def _policy(name: str, value) -> None:
         return
     raise RunConfigError(
         f"--policy must be a preset name (inline, coarse, fine, multilearner, gpuonly, async, "
-        f"auto), a FILE.json, a preset object or a wb.Policy; got {type(value).__name__} {value!r}.")
+        f"pipelined, auto), a FILE.json, a preset object or a wb.Policy; got {type(value).__name__} {value!r}.")
 
 
 def _allreduce(name: str, value) -> None:
@@ -181,6 +181,11 @@ class RunConfig:
     policy: Any = _option("inline", "inline | coarse | fine | multilearner | gpuonly | async | pipelined | auto | "
                           "FILE.json (a saved wb.Policy); default inline, or coarse when --cluster "
                           "is given", check=_policy, metavar="P")
+    auto_lag: int = _option(0, "let --policy auto also try Pipelined, its acting replicas this many "
+                            "updates behind the learner (batches as many updates off-policy, which "
+                            "PPO's and GRPO's clipped ratio corrects for); 0 keeps auto to the "
+                            "synchronous presets, which never change what is learned",
+                            check=_whole(0, optional=False), type=int, metavar="N")
     cluster: Any = _option(None, "a Dask scheduler address, tcp://HOST:PORT or tls://HOST:PORT (TLS "
                            "certificates from Dask's config, distributed.comm.tls.*, or workbench "
                            "run's --tls-* flags; see docs/security.md); default: the notebook's "
@@ -243,6 +248,10 @@ class RunConfig:
             check = f.metadata["check"]
             if check is not None:
                 check(f.name, getattr(self, f.name))
+        if self.auto_lag and self.policy != "auto":
+            raise RunConfigError(f"--auto-lag {self.auto_lag} widens what --policy auto tries, and this run's "
+                                 f"policy is {self.policy!r}: use --policy auto, or --policy pipelined "
+                                 "for Pipelined itself.")
         if self.checkpoint_every is not None and self.checkpoint_dir is None:
             raise RunConfigError("--checkpoint-every needs --checkpoint-dir: the directory to write "
                                  "checkpoints to.")

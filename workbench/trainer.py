@@ -391,7 +391,7 @@ class Trainer:
 
         iterations = run.iterations
         wait_for_restarts(stretch.cluster)
-        candidates = auto_candidates(self.fdg, inventory_of(stretch.cluster))
+        candidates = auto_candidates(self.fdg, inventory_of(stretch.cluster), self.config.auto_lag)
         trial = trial_length(iterations, len(candidates))
         check_budget(iterations, candidates, trial, run.completed_iterations)
         state, table = resume, []

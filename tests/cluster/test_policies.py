@@ -135,6 +135,18 @@ def test_auto_tries_presets_and_keeps_learning(client, capsys):
     assert _replicas_left(client) == 0
 
 
+def test_auto_tries_pipelined_only_when_asked_to_allow_a_lag(client):
+    fdg = toy_fdg()
+    run = fdg.run(iterations=21, steps=2, policy="auto", auto_lag=2, cluster=client, progress=False)
+    assert [row["policy"] for row in run.auto_table][-1] == "Pipelined" and len(run.auto_table) == 5
+    assert run.completed_iterations == 21
+    with pytest.raises(wb.RunConfigError, match="--auto-lag 1 widens what --policy auto tries.*pipelined"):
+        fdg.run(iterations=2, steps=2, policy="coarse", auto_lag=1, cluster=client, progress=False)
+    with pytest.raises(wb.RunConfigError, match="too few for policy auto.*Pipelined.*needs at least 11"):
+        fdg.run(iterations=8, steps=2, policy="auto", auto_lag=1, cluster=client, progress=False)
+    assert _replicas_left(client) == 0
+
+
 @pytest.mark.parametrize("iterations", [3, 8])
 def test_auto_refuses_a_run_too_short_to_try_every_candidate(client, iterations):
     """auto measures every preset it may choose, or refuses before any runs: it never

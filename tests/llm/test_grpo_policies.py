@@ -65,6 +65,21 @@ def test_pipelined_generates_one_update_behind_and_the_learner_says_so(client):
     assert generate["policy_version"] == 3 and not same_weights(generate["policy"], learner["model"])
 
 
+def test_auto_tries_pipelined_when_a_lag_is_allowed_and_its_trial_learns_one_update_behind(client):
+    """``--auto-lag 1`` adds Pipelined to what auto measures (last); during its trial the
+    learner learns from batches one update old, during the synchronous ones from fresh ones."""
+    fdg, _ = small()
+    run = fdg.run(iterations=21, steps=1, policy="auto", auto_lag=1, cluster=client, progress=False)
+    assert run.status == "finished", run.error
+    tried = [row["policy"] for row in run.auto_table]
+    # coarse, multilearner, gpuonly (fine needs env fragments), then Pipelined
+    assert tried == ["SingleLearnerCoarse", "MultiLearner", "GPUOnly", "Pipelined"]
+    staleness = run.metrics["charts/staleness"].tolist()
+    # 4 iterations a trial: the synchronous presets' 12, then Pipelined's (its first batch
+    # sampled before it made an update, then one behind)
+    assert staleness[:12] == [0] * 12 and staleness[12:16] == [0, 1, 1, 1]
+
+
 def test_gpuonly_falls_back_to_the_cpu_twin_without_a_gpu(client):
     if torch.cuda.is_available():
         pytest.skip("this machine has a GPU: tests/gpu covers it")

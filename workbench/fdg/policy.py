@@ -407,12 +407,14 @@ class GPUOnly:
         return Policy(self.name, (Group(_ordered(fdg), 1, (home.name,), "gpu" if home.gpus else "cpu"),))
 
 
-def auto_candidates(fdg: Graph, inventory: Inventory) -> list[tuple[str, object]]:
+def auto_candidates(fdg: Graph, inventory: Inventory, lag: int = 0) -> list[tuple[str, object]]:
     """The presets ``policy="auto"`` tries: every synchronous preset that can place this
-    FDG on this cluster (Async and Pipelined change the algorithm's semantics, acting on
-    older weights, so they are never chosen for you)."""
+    FDG on this cluster, and ``Pipelined(lag=lag)`` when ``lag`` (``--auto-lag``) allows it.
+    Async and Pipelined change the algorithm's semantics, acting on older weights, so they
+    are never chosen for you unasked."""
     out = []
-    for preset in (SingleLearnerCoarse(), SingleLearnerFine(), MultiLearner(), GPUOnly()):
+    lagging = [Pipelined(lag=lag)] if lag else []
+    for preset in (SingleLearnerCoarse(), SingleLearnerFine(), MultiLearner(), GPUOnly(), *lagging):
         try:
             preset.place(fdg, inventory)
         except PlacementError:
