@@ -106,9 +106,11 @@ def _tensor_copy(tensor: Any, views: dict | None = None) -> Any:
 
 
 def tensor_view_key(tensor) -> tuple:
-    """What makes two tensors the same data: one storage, seen at one offset, shape, strides."""
-    return (tensor.untyped_storage().data_ptr(), tensor.storage_offset(), tuple(tensor.shape),
-            tuple(tensor.stride()), tensor.dtype, str(tensor.device))
+    """What makes two tensors the same data: the same first element's address, shape, strides,
+    dtype and device (an empty tensor's address is 0: each is its own)."""
+    if tensor.numel() == 0:
+        return (id(tensor),)
+    return tensor.data_ptr(), tensor.shape, tensor.stride(), tensor.dtype, tensor.device
 
 
 def _is_array(x: Any) -> bool:
