@@ -61,11 +61,15 @@ def test_replayed_sampling_draws_the_eager_loops_tokens():
 def test_weights_loaded_into_the_model_reach_the_replay():
     import torch
 
+    from workbench.llm import load_weights, weights_copy
+
     model, ids, mask = _model_and_prompts()
     for seed in range(4):
         _sample(model, ids, mask, seed)
     other, _, _ = _model_and_prompts(seed=7)
-    model.load_state_dict(other.state_dict())  # in place, as the generate replica's sync does
+    addresses = [p.data_ptr() for p in model.parameters()]
+    load_weights(model, weights_copy(other))  # as the generate replica's sync does: host copy, in place
+    assert [p.data_ptr() for p in model.parameters()] == addresses
     graphed = _sample(model, ids, mask, 0)
     assert all(s.graph is not None for s in _slots(model).values())
     assert torch.equal(graphed.tokens, _sample(other, ids, mask, 0, cuda_graphs=False).tokens)
