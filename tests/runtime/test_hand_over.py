@@ -87,7 +87,11 @@ def test_the_copy_keeps_types_devices_and_containers():
 
     tied = {"embed": param.detach(), "head": param.detach(), "other": param.detach()[:1]}
     copy = handed_over(tied)  # one view of one storage: one copy, tied as the producer's was
-    assert copy["embed"] is copy["head"] and copy["embed"].data_ptr() != param.data_ptr()
+    assert copy["embed"].data_ptr() == copy["head"].data_ptr() != param.data_ptr()
+    assert not isinstance(copy["head"], torch.nn.Parameter)
+    mixed = handed_over([param, param.detach(), param])  # the same object twice: one copy, as pickle
+    assert mixed[0] is mixed[2] and isinstance(mixed[0], torch.nn.Parameter) and mixed[0].requires_grad
+    assert type(mixed[1]) is torch.Tensor and mixed[1].data_ptr() == mixed[0].data_ptr()
     assert copy["other"].data_ptr() != copy["embed"].data_ptr() and torch.equal(copy["other"], param[:1])
     assert len({t.data_ptr() for t in handed_over([param.detach(), param.detach()])}) == 1
 

@@ -90,18 +90,27 @@ def handed_over(value: Any, _views: dict | None = None) -> Any:
 
 
 def _tensor_copy(tensor: Any, views: dict | None = None) -> Any:
+    """A detached copy of ``tensor`` that keeps whether it is a Parameter and requires grad.
+    With ``views`` (one value's memo), the same object gives the same copy and another name
+    of the same data a new tensor over the same copy, as the wire restores them."""
     import torch
 
+    if views is not None and id(tensor) in views:
+        return views[id(tensor)][1]
     key = tensor_view_key(tensor) if views is not None else None
-    if key is not None and key in views:
-        return views[key]
-    out = tensor.detach().clone()
+    data = views.get(key) if key is not None else None
+    if data is None:
+        data = tensor.detach().clone()
+        if key is not None:
+            views[key] = data
+    else:
+        data = data.detach()  # one more tensor over the copy: each name keeps its own type
     if isinstance(tensor, torch.nn.Parameter):  # as the wire restores it: a Parameter still
-        out = torch.nn.Parameter(out, requires_grad=tensor.requires_grad)
-    elif tensor.requires_grad and tensor.is_leaf:
-        out.requires_grad_()
-    if key is not None:
-        views[key] = out
+        out = torch.nn.Parameter(data, requires_grad=tensor.requires_grad)
+    else:
+        out = data.requires_grad_() if tensor.requires_grad and tensor.is_leaf else data
+    if views is not None:
+        views[id(tensor)] = (tensor, out)  # the source kept alive: its id stays its own
     return out
 
 
