@@ -8,6 +8,7 @@ exactly what a fresh generator seeded with ``SEED + k`` draws, step after step.
 from __future__ import annotations
 
 import random
+import sys
 import threading
 import time
 
@@ -19,7 +20,7 @@ import workbench as wb
 from workbench.fdg.policy import Group, Policy
 from workbench.fdg.vocabulary import IN_PROCESS
 from workbench.runtime.channels import Stopped
-from workbench.runtime.randomness import Turns
+from workbench.runtime.randomness import PATIENCE_S, Turns
 
 SEED, ACTORS, ITERATIONS, STEPS = 100, 4, 2, 3
 
@@ -303,6 +304,29 @@ def test_own_random_off_lets_replicas_of_one_process_overlap_their_cells(own_ran
         assert any("the actor step cell of replica" in e.message for e in said)
     else:
         assert said == []
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="a thread's CPU time is read from /proc")
+def test_a_cell_that_computes_past_the_patience_keeps_the_turn_and_the_draws_stay_their_own():
+    """A replica's cell that holds the turn for longer than PATIENCE_S while computing (an
+    import, building a model: its thread's CPU time grows) is not waiting for anyone: the
+    other replica of its process waits on, nothing is said, and each draws its own numbers
+    (the gate test above is the other side: a holder that waits is run beside after 1 s)."""
+    fdg = wb.FDG(namespace={"np": np, "time": time, "PATIENCE_S": PATIENCE_S})
+    fdg.add_fragment("actor", "np.random.seed(7 + replica.index)\ndrawn = []", rate="init")
+    fdg.add_fragment("actor", (
+        "started = time.thread_time()\n"
+        "while time.thread_time() - started < 1.5 * PATIENCE_S:   # computing, not waiting\n"
+        "    np.ones((64, 64)) @ np.ones((64, 64))\n"
+        "drawn.append(float(np.random.rand()))\n"
+        "reward = np.zeros(1)"), rate="step")
+    fdg.add_fragment("learner", "total = float(reward.sum())", rate="iteration")
+    policy = Policy("actors here", (Group(("actor",), 2, (IN_PROCESS,) * 2), Group(("learner",), 1, (IN_PROCESS,))))
+    run = fdg.run(iterations=1, steps=2, policy=policy, progress=False, keep_state=True)
+    assert run.status == "finished", run.error
+    assert [e for e in run.events if e.kind == "random streams shared"] == []
+    for k, replica in enumerate(run.state.fragments["actor"]):
+        assert replica["drawn"] == list(np.random.RandomState(7 + k).rand(2))
 
 
 def test_own_random_is_a_flag_of_every_surface():

@@ -16,7 +16,10 @@ with one replica never swaps. A cell that waits for other replicas (``wb.allredu
 ``wb.env_steps``) gives the turn up while it waits, so replicas that meet inside a cell
 never wait on each other. A cell that waits some other way (a gate of your own) keeps the
 turn; a replica that waits more than :data:`PATIENCE_S` for it runs its cell without one,
-and says so in the run's events, since its draws are then no longer its own.
+and says so in the run's events, since its draws are then no longer its own. A cell that
+keeps the turn longer while its thread computes (an import, building a language model, a
+long forward pass: its thread's CPU time grows) is not waiting for anyone, so the others
+wait on for it, up to :data:`BUSY_PATIENCE_S` (on Linux, which counts a thread's CPU time).
 
 Every replica's streams start as the process's were when the run was deployed there: a
 replica that seeds in its init cell (``torch.manual_seed(cfg.seed + replica.index)``)
@@ -49,6 +52,7 @@ from __future__ import annotations
 
 import copy
 import ctypes
+import os
 import random
 import struct
 import sys
@@ -60,7 +64,7 @@ from typing import Any
 
 from workbench.runtime.channels import Stopped
 
-__all__ = ["Turns", "Streams", "SharedStreams", "SHARED_STREAMS", "PATIENCE_S"]
+__all__ = ["Turns", "Streams", "SharedStreams", "SHARED_STREAMS", "PATIENCE_S", "BUSY_PATIENCE_S"]
 
 #: how often a replica waiting for its turn looks at the run's stop flag (seconds)
 _STOP_POLL_S = 0.05
@@ -68,6 +72,12 @@ _STOP_POLL_S = 0.05
 #: turn that long may be waiting for this replica (a gate of the user's, a file, a queue),
 #: and two replicas waiting on each other must not hang the run
 PATIENCE_S = 1.0
+#: the longest a cell waits while the cell holding the turn computes (its thread's CPU time
+#: grows by at least :data:`_BUSY_SHARE` of the time waited): it cannot be waiting for this
+#: replica then, and running beside it would cost both their own draws. A busy loop that
+#: polls for this replica would look the same, hence the bound.
+BUSY_PATIENCE_S = 120.0
+_BUSY_SHARE = 0.1
 
 
 #: bytes of NumPy's MT19937 state in memory: ``uint32 key[624]`` then ``int pos``
@@ -203,6 +213,7 @@ class Turns:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._holder: Streams | None = None  # whose states the generators hold now
+        self._holder_thread: int | None = None  # the native id of the thread holding the turn
         self._start = Streams()
         self._start.save()
 
@@ -278,12 +289,22 @@ class Turns:
         runs beside it without a turn (it may be waiting for this replica), and its draws
         are no longer its own."""
         if not self._lock.acquire(blocking=False):  # free, the usual case: no clock reads
-            deadline = time.monotonic() + patience
+            start = time.monotonic()
+            deadline, watched = start + patience, (start, self._holder_thread, _thread_cpu_s(self._holder_thread))
             while not self._lock.acquire(timeout=_STOP_POLL_S):
                 if stopped():
                     raise Stopped()
-                if time.monotonic() > deadline:
-                    return False
+                now = time.monotonic()
+                if now > deadline:
+                    holder = self._holder_thread
+                    busy = _thread_cpu_s(holder)
+                    since, was, cpu = watched
+                    if now - start > BUSY_PATIENCE_S or busy is None or cpu is None or (
+                            holder == threading.get_native_id()) or (  # a lane of this thread
+                            holder == was and busy - cpu < _BUSY_SHARE * (now - since)):
+                        return False  # the holder waits (maybe for this replica): run beside it
+                    deadline, watched = now + patience, (now, holder, busy)  # it computes: wait on
+        self._holder_thread = threading.get_native_id()
         if self._holder is not streams:  # another replica ran since: swap (lazily, so a
             try:                         # process with one replica never pays for it)
                 if self._holder is not None:
@@ -295,6 +316,22 @@ class Turns:
             self._holder = streams
         streams.holding = True
         return True
+
+
+def _thread_cpu_s(native_id: int | None) -> float | None:
+    """CPU seconds the thread ``native_id`` of this process has used, from
+    ``/proc/self/task/ID/stat`` (Linux; None elsewhere, or once the thread has ended)."""
+    if native_id is None:
+        return None
+    try:
+        with open(f"/proc/self/task/{native_id}/stat", "rb") as f:
+            fields = f.read().rsplit(b")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / _CLOCK_TICKS  # utime + stime, in ticks
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+_CLOCK_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 
 
 class SharedStreams:
