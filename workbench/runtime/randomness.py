@@ -285,25 +285,24 @@ class Turns:
 
     def take(self, streams: Streams, stopped: Callable[[], bool], patience: float = PATIENCE_S) -> bool:
         """Begin a turn of the replica whose streams these are (see :meth:`turn`). False
-        when another replica's cell kept the turn for ``patience`` seconds: the cell then
-        runs beside it without a turn (it may be waiting for this replica), and its draws
-        are no longer its own."""
+        when another replica's cell kept the turn for ``patience`` seconds without computing
+        (its thread's CPU time still; up to :data:`BUSY_PATIENCE_S` while it computes): the
+        cell then runs beside it without a turn (it may be waiting for this replica), and
+        its draws are no longer its own."""
         if not self._lock.acquire(blocking=False):  # free, the usual case: no clock reads
             start = time.monotonic()
-            deadline, watched = start + patience, (start, self._holder_thread, _thread_cpu_s(self._holder_thread))
+            deadline, watched = start + patience, None
             while not self._lock.acquire(timeout=_STOP_POLL_S):
                 if stopped():
                     raise Stopped()
                 now = time.monotonic()
-                if now > deadline:
-                    holder = self._holder_thread
-                    busy = _thread_cpu_s(holder)
-                    since, was, cpu = watched
-                    if now - start > BUSY_PATIENCE_S or busy is None or cpu is None or (
-                            holder == threading.get_native_id()) or (  # a lane of this thread
-                            holder == was and busy - cpu < _BUSY_SHARE * (now - since)):
+                if watched is None and now > deadline - patience / 2:  # a long wait: watch the holder
+                    watched = (now, self._holder_thread, _thread_cpu_s(self._holder_thread))
+                if now > deadline and watched is not None:
+                    watched = self._computed_since(watched, now)
+                    if watched is None or now - start > BUSY_PATIENCE_S:
                         return False  # the holder waits (maybe for this replica): run beside it
-                    deadline, watched = now + patience, (now, holder, busy)  # it computes: wait on
+                    deadline = now + patience  # it computes: wait on
         self._holder_thread = threading.get_native_id()
         if self._holder is not streams:  # another replica ran since: swap (lazily, so a
             try:                         # process with one replica never pays for it)
@@ -316,6 +315,19 @@ class Turns:
             self._holder = streams
         streams.holding = True
         return True
+
+    def _computed_since(self, watched: tuple, now: float) -> tuple | None:
+        """``(now, holder's thread, its CPU seconds)`` when the thread holding the turn used a
+        tenth of a core or more since ``watched`` (over 0.2 s or more), or the turn changed
+        hands; None when it did not, or cannot be told (no /proc; a lane of this thread)."""
+        since, was, cpu = watched
+        holder = self._holder_thread
+        busy = _thread_cpu_s(holder)
+        if busy is None or cpu is None or holder == threading.get_native_id():
+            return None
+        if holder == was and (now - since < 0.2 or busy - cpu < _BUSY_SHARE * (now - since)):
+            return None
+        return now, holder, busy
 
 
 def _thread_cpu_s(native_id: int | None) -> float | None:
