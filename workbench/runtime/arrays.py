@@ -69,21 +69,20 @@ def handed_over(value: Any, _views: dict | None = None) -> Any:
         return value.copy()
     if isinstance(value, (str, bytes, int, float, bool, type(None), np.generic)):
         return value  # immutable, and by far the most common: the cheap exit first
+    # one memo for a whole container: its tensors that are one view stay one copy
+    views = {} if _views is None and isinstance(value, (dict, list, tuple)) else _views
     if isinstance(value, dict):
-        views = {} if _views is None else _views
         out = copy.copy(value)  # keeps the type and attributes (a state_dict's _metadata)
         for key, item in value.items():
             out[key] = handed_over(item, views)
         return out
     if type(value) is list:
-        views = {} if _views is None else _views
         return [handed_over(item, views) for item in value]
     if isinstance(value, tuple):
-        views = {} if _views is None else _views
         items = [handed_over(item, views) for item in value]
         return type(value)(*items) if hasattr(value, "_fields") else type(value)(items)
     if _is_torch(value) and hasattr(value, "detach"):
-        return _tensor_copy(value, _views)
+        return _tensor_copy(value, views)
     if _is_cupy(value) and hasattr(value, "copy"):
         return value.copy()
     return value
