@@ -56,6 +56,19 @@ def test_load_weights_refuses_a_state_dict_of_another_model_and_changes_nothing(
     assert handed["lm_head.weight"].shape[1] == 48  # the caller's dict is left as it was
 
 
+@pytest.mark.parametrize("layers", [1, 3], ids=["fewer-layers", "more-layers"])
+def test_load_weights_given_a_state_dict_that_fits_in_part_changes_nothing(layers):
+    """Same widths, another depth: most tensors fit, some are missing or extra. torch's
+    load_state_dict copies the ones that fit before it raises; load_weights checks first."""
+    policy = model(1)
+    before = {k: v.clone() for k, v in policy.state_dict().items()}
+    handed = weights_copy(tiny_causal_lm(TOK, hidden=32, layers=layers, heads=4, context=16, seed=2))
+    kind, layer = ("missing keys", 1) if layers < 2 else ("unexpected keys", 2)
+    with pytest.raises(RuntimeError, match=rf"nothing was loaded.*{kind} \(\d+\): model\.layers\.{layer}\."):
+        load_weights(policy, handed)
+    assert all(torch.equal(v, before[k]) for k, v in policy.state_dict().items())
+
+
 def _gradients(seed: int):
     net = model(seed)
     ids = torch.randint(0, len(TOK), (4, 6))

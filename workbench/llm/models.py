@@ -139,11 +139,36 @@ def load_weights(model, weights: dict) -> None:
     >>> bool(torch.equal(policy.lm_head.weight, learner.lm_head.weight))
     True
     """
-    model.load_state_dict(weights)
     own = model.state_dict()
+    _check_fits(own, weights)  # before copying: load_state_dict copies what fits, then raises
+    model.load_state_dict(weights)
     for name in list(weights):
         if name in own:
             weights[name] = own[name]
+
+
+def _check_fits(own: dict, weights: dict) -> None:
+    """Raise (a ``RuntimeError``, as ``load_state_dict``) unless ``weights`` has exactly the
+    names of the model's state dict ``own``, each of its shape: a dict that fits in part would
+    otherwise leave the model half-loaded.
+
+    >>> _check_fits({"w": torch.zeros(2)}, {"w": torch.zeros(3), "b": torch.zeros(1)})
+    Traceback (most recent call last):
+    RuntimeError: these weights do not fit the model, nothing was loaded: size mismatch for w: ...
+    """
+    problems = [f"size mismatch for {name}: the weights have {tuple(weights[name].shape)}, "
+                f"the model {tuple(tensor.shape)}"
+                for name, tensor in own.items() if name in weights and weights[name].shape != tensor.shape]
+    missing = [name for name in own if name not in weights]
+    unexpected = [name for name in weights if name not in own]
+    for label, names in (("missing keys", missing), ("unexpected keys", unexpected)):
+        if names:
+            shown = ", ".join(names[:5]) + (f" and {len(names) - 5} more" if len(names) > 5 else "")
+            problems.append(f"{label} ({len(names)}): {shown}")
+    if problems:
+        raise RuntimeError("these weights do not fit the model, nothing was loaded: " + "; ".join(problems)
+                           + ". Build the model with the same config as the one the weights come from "
+                           "(the learner's), or load them with load_state_dict(..., strict=False) yourself.")
 
 
 def count_parameters(model) -> int:
