@@ -52,15 +52,16 @@ def steady_rate(rows: list[dict]) -> float:
     return steps / seconds if seconds > 0 else 0.0
 
 
-def auto_summary(table: list[dict], best: str, rate: str = "env-steps/s") -> str:
-    """The lines auto prints once every candidate was tried; ``rate`` names the rates (the
-    run's unit a second: completions/s for GRPO).
+def auto_summary(table: list[dict], best: str) -> str:
+    """The lines auto prints once every candidate was tried: ``table`` is the run's
+    ``auto_table``, a row per candidate of its ``policy``, ``rate`` and the rate's ``unit``
+    (the run's unit a second: completions/s for GRPO).
 
-    >>> print(auto_summary([{"policy": "coarse", "env-steps/s": 3730.0}], "coarse", "completions/s"))
+    >>> print(auto_summary([{"policy": "coarse", "rate": 3730.0, "unit": "completions/s"}], "coarse"))
     policy auto measured (completions/s, first iteration of each left out):
       coarse                        3,730   ← continuing with this
     """
-    lines = [f"policy auto measured ({rate}, first iteration of each left out):"]
-    lines += [f"  {row['policy']:<22} {row['env-steps/s']:>12,.0f}" + ("   ← continuing with this" if row["policy"] == best else "")
+    lines = [f"policy auto measured ({table[0]['unit']}, first iteration of each left out):"]
+    lines += [f"  {row['policy']:<22} {row['rate']:>12,.0f}" + ("   ← continuing with this" if row["policy"] == best else "")
               for row in table]
     return "\n".join(lines)

@@ -29,8 +29,9 @@ from collections.abc import Mapping
 from typing import Any
 
 from workbench.auto_trials import AUTO_TRIAL_ITERATIONS, auto_summary, check_budget, steady_rate, trial_length
-from workbench.config import RunConfig
+from workbench.config import DEFAULT_UNIT, RunConfig
 from workbench.errors import CellNotReturningError, ProcessDiedError, RunConfigError, WorkerLostError
+from workbench.fdg.board import fastest_trial
 from workbench.fdg.graph import Graph
 from workbench.fdg.plan import make_plan
 from workbench.fdg.policy import IN_PROCESS, Policy, as_policy_spec, needs_cluster, resolve_policy
@@ -45,7 +46,7 @@ from workbench.runtime.lanes import NOT_PLACED_FOR_LANES, placed_for_lanes
 from workbench.runtime.on_arrival import check_act_on_arrival
 from workbench.runtime.notebook_values import taken_at_deploy
 from workbench.runtime.replica import group_program
-from workbench.runtime.run import DEFAULT_UNIT, Run, rate_label
+from workbench.runtime.run import Run, rate_label
 from workbench.runtime.serialisable import check_notebook, readers_of
 from workbench.runtime.state import RunState
 from workbench.stretch_state import collect_state, counts_in, say_left_out, settle_counts, snapshot_state, states_for
@@ -403,15 +404,15 @@ class Trainer:
             first = len(run.rows)
             self._run_one(run, trial, preset, trying, state)
             state = run.state
-            table.append({"policy": name, "env-steps/s": steady_rate(run.rows[first:])})
+            table.append({"policy": name, "rate": steady_rate(run.rows[first:]), "unit": rate_label(run.unit)})
         if not table:
             raise RunConfigError(f"--iterations {iterations} is too few for policy auto: it needs "
                                  f"more than {trial} per candidate policy.")
-        best = max(table, key=lambda row: row["env-steps/s"])
-        run.policy_name = f"auto → {best['policy']}"
-        print(auto_summary(table, best["policy"], rate_label(run.unit)))
+        best = fastest_trial(table)
+        run.policy_name = f"auto → {best}"
+        print(auto_summary(table, best))
         if not run.is_solved() and not self._stop.is_set():
-            self._run_stretches(run, dict(candidates)[best["policy"]], stretch, state)
+            self._run_stretches(run, dict(candidates)[best], stretch, state)
 
 
 def _fit_to_cluster(policy: Policy, inventory, run: Run) -> Policy:

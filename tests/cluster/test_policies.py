@@ -126,6 +126,7 @@ def test_auto_tries_presets_and_keeps_learning(client, capsys):
     run = fdg.run(iterations=16, steps=2, policy="auto", cluster=client, progress=False)
     tried = [row["policy"] for row in run.auto_table]
     assert set(tried) == {"SingleLearnerCoarse", "SingleLearnerFine", "MultiLearner", "GPUOnly"}
+    assert {row["unit"] for row in run.auto_table} == {"env-steps/s"} and all(row["rate"] > 0 for row in run.auto_table)
     assert run.policy_name.startswith("auto → ") and run.completed_iterations == 16
     totals = run.metrics["learner/total"].tolist()
     # never restarted from scratch (a restart would log the first iteration's total again);

@@ -80,7 +80,8 @@ def test_fill_preset_auto_needs_a_measured_run(ppo_fdg):
     inv = make_inventory(2)
     with pytest.raises(PlacementError, match="chosen at run time.*SingleLearnerCoarse"):
         fill_preset("auto", ppo_fdg, inv)
-    table = [{"policy": "SingleLearnerCoarse", "env-steps/s": 10.0}, {"policy": "GPUOnly", "env-steps/s": 30.0}]
+    table = [{"policy": "SingleLearnerCoarse", "rate": 10.0, "unit": "env-steps/s"},
+             {"policy": "GPUOnly", "rate": 30.0, "unit": "env-steps/s"}]
     assert fill_preset("auto", ppo_fdg, inv, auto_table=table).name == "GPUOnly"
     for bad in ("inline", "sideways"):
         with pytest.raises(PlacementError, match="unknown preset"):

@@ -69,9 +69,11 @@ def test_auto_tries_pipelined_when_a_lag_is_allowed_and_its_trial_learns_one_upd
     """``--auto-lag 1`` adds Pipelined to what auto measures (last); during its trial the
     learner learns from batches one update old, during the synchronous ones from fresh ones."""
     fdg, _ = small()
-    run = fdg.run(iterations=21, steps=1, policy="auto", auto_lag=1, cluster=client, progress=False)
+    run = fdg.run(iterations=21, steps=1, policy="auto", auto_lag=1, cluster=client, progress=False,
+                  unit="completions")
     assert run.status == "finished", run.error
     tried = [row["policy"] for row in run.auto_table]
+    assert {row["unit"] for row in run.auto_table} == {"completions/s"} and all(row["rate"] > 0 for row in run.auto_table)
     # coarse, multilearner, gpuonly (fine needs env fragments), then Pipelined
     assert tried == ["SingleLearnerCoarse", "MultiLearner", "GPUOnly", "Pipelined"]
     staleness = run.metrics["charts/staleness"].tolist()

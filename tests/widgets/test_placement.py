@@ -151,8 +151,8 @@ def test_auto_is_chosen_at_run_time_or_taken_from_the_last_auto_run(board):
     assert board.message["level"] == "error" and "chosen at run time" in board.message["text"]
     assert "SingleLearnerCoarse" in board.message["text"] and board.policy == before
     last = Run("auto → MultiLearner", 10, 4)
-    last.auto_table = [{"policy": "SingleLearnerCoarse", "env-steps/s": 900.0},
-                       {"policy": "MultiLearner", "env-steps/s": 1500.0}]
+    last.auto_table = [{"policy": "SingleLearnerCoarse", "rate": 900.0, "unit": "env-steps/s"},
+                       {"policy": "MultiLearner", "rate": 1500.0, "unit": "env-steps/s"}]
     board.fdg.last_run = last
     send(board, type="preset", name="auto")
     assert board.policy.name == "MultiLearner" and "fastest" in board.message["text"]

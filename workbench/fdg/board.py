@@ -87,6 +87,17 @@ def set_replicas(policy: Policy, fdg: Graph, fragment: str, count: int, inventor
     return _checked(Policy("custom", groups, policy.asynchronous, policy.lag), fdg, inventory)
 
 
+def fastest_trial(auto_table: list[dict]) -> str:
+    """The policy of the fastest row of a run's ``auto_table`` (rows of ``policy``, ``rate``
+    and its ``unit``).
+
+    >>> fastest_trial([{"policy": "SingleLearnerCoarse", "rate": 900.0, "unit": "env-steps/s"},
+    ...                {"policy": "MultiLearner", "rate": 1500.0, "unit": "env-steps/s"}])
+    'MultiLearner'
+    """
+    return max(auto_table, key=lambda row: row["rate"])["policy"]
+
+
 def fill_preset(name: str, fdg: Graph, inventory: Inventory, *, auto_table: list[dict] | None = None) -> Policy:
     """The preset ``name`` (one of :data:`BOARD_PRESETS`, or a preset class name) placed on
     this cluster.
@@ -102,7 +113,7 @@ def fill_preset(name: str, fdg: Graph, inventory: Inventory, *, auto_table: list
                 "auto is chosen at run time: a run with policy auto tries each preset that fits "
                 f"this cluster ({fits}) for a few iterations and keeps the fastest. After such a "
                 "run, auto here fills the board with its pick.")
-        name = max(auto_table, key=lambda row: row["env-steps/s"])["policy"]
+        name = fastest_trial(auto_table)
     if name == "inline" or name not in PRESETS:
         raise PlacementError(f"unknown preset {name!r}; choose one of {', '.join(BOARD_PRESETS)}.")
     return _checked(PRESETS[name]().place(fdg, inventory), fdg, inventory)

@@ -79,7 +79,8 @@ class Run:
     _env_replicas: tuple[str, ...] = field(default=(), repr=False)
     #: the final fragment states, when the run was asked to keep them (resume from it)
     state: Any = None
-    #: policy="auto": what each candidate policy measured
+    #: policy="auto": what each candidate policy measured, a row each of ``policy``, ``rate``
+    #: and the rate's ``unit`` (``"env-steps/s"``; GRPO's ``"completions/s"``), in the order tried
     auto_table: list[dict] | None = None
     #: what happened to the run's placement: re-placements, lost workers
     events: list[RunEvent] = field(default_factory=list)

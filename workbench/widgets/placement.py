@@ -165,7 +165,7 @@ class PlacementBoard(anywidget.AnyWidget):
             table = getattr(getattr(self.fdg, "last_run", None), "auto_table", None)
             label = PRESET_LABELS.get(name, name)
             if name == "auto" and table:
-                best = max(table, key=lambda row: row["env-steps/s"])["policy"]
+                best = logic.fastest_trial(table)
                 label = f"auto: {best}, the fastest of the last run's auto trials"
             self._change(lambda inv: logic.fill_preset(name, self.fdg, inv, auto_table=table),
                          f"filled from {label}")
