@@ -74,7 +74,8 @@ def check_vocabulary(model, tokenizer) -> None:
     embedding (the model would index out of range, or sample ids the tokenizer cannot read)."""
     rows = model.get_input_embeddings().weight.shape[0]
     size = len(tokenizer)
-    if size > rows or model.get_output_embeddings().weight.shape[0] != rows:
+    head = model.get_output_embeddings()  # None for a reward model (a scalar head, no vocabulary)
+    if size > rows or (head is not None and head.weight.shape[0] != rows):
         raise LLMInputError(
             f"the tokenizer has {size} tokens but the model's embedding has {rows} rows: they were "
             "not made for each other. Build the model with vocab_size=len(tokenizer) "
