@@ -154,6 +154,31 @@ def test_the_reward_fragment_scores_completions_with_its_reward_model_under_inli
     assert torch.equal(held.model.score.weight, head) and torch.equal(scorer.model.score.weight, head)
 
 
+def test_a_checkpoint_holds_the_reward_model_a_resume_goes_on_with(tmp_path, client):
+    """The reward fragment's reward model is saved like a network (its weights); a resume
+    with the same replica count scores with the saved one, whatever the notebook's
+    ``reward_model`` is by then."""
+    import json
+
+    used = reward_model_from(tiny_causal_lm(TOK, hidden=32, layers=2, heads=4, context=16, seed=1), TOK)
+    other = reward_model_from(tiny_causal_lm(TOK, hidden=32, layers=2, heads=4, context=16, seed=2), TOK)
+    namespace = dict(vars(rlhf), cfg=dataclasses.replace(rlhf.cfg, prompts_per_step=4, group_size=4, hidden=32),
+                     reward_model=used)
+    fdg = rlhf.build_fdg(namespace)
+    first = fdg.run(iterations=2, steps=1, policy="coarse", cluster=client, progress=False, checkpoint_dir=str(tmp_path))
+    assert first.status == "finished", first.error
+    manifest = json.loads(next(tmp_path.glob("iteration-*/manifest.json")).read_text())
+    reward = manifest["fragments"]["reward"]
+    assert all("scorer" in names for names in reward["saved"]) and not any(reward["recreated_by_init"])
+    namespace["reward_model"] = other  # the notebook's reward model changed since
+    resumed = fdg.run(iterations=1, steps=1, policy="coarse", cluster=client, progress=False, resume=str(tmp_path))
+    assert resumed.status == "finished", resumed.error
+    for replica in resumed.state.fragments["reward"]:
+        held = replica["scorer"].model.state_dict()
+        assert all(torch.equal(v, used.model.state_dict()[k]) for k, v in held.items())
+    assert not torch.equal(used.model.model.embed_tokens.weight, other.model.model.embed_tokens.weight)
+
+
 def test_the_reward_cell_scores_the_completions_it_is_given():
     """Inline, the reward replica's last ``rewards`` are its reward model's scores of the
     last step's prompts and completions, in order."""

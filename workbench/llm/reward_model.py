@@ -65,6 +65,16 @@ class RewardModel:
         self.model.to(device)
         return self
 
+    def state_dict(self) -> dict:
+        """The model's weights: what a checkpoint of the reward fragment saves (the tokenizer
+        is code the init cell brings again)."""
+        return self.model.state_dict()
+
+    def load_state_dict(self, state: dict) -> None:
+        """Load weights saved by :meth:`state_dict` (a resume lays them over the reward
+        model the fragment's init cell built)."""
+        self.model.load_state_dict(state)
+
     def scores(self, prompts: list[str], completions: list[str]) -> torch.Tensor:
         """One score per ``prompt + completion``, ``[B]`` float32 on the model's device, with
         gradients when enabled (training). A text longer than the model's context is an
