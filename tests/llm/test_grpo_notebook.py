@@ -1,4 +1,5 @@
-"""notebooks/grpo.ipynb: the module's cells byte for byte, and it runs top to bottom at CI size."""
+"""notebooks/grpo.ipynb and notebooks/rlhf.ipynb: each its module's cells byte for byte, and each runs
+top to bottom at CI size."""
 from __future__ import annotations
 
 import json
@@ -12,26 +13,42 @@ ROOT = Path(__file__).resolve().parents[2]
 NOTEBOOK = ROOT / "notebooks" / "grpo.ipynb"
 
 
-def test_grpo_notebook_cells_are_the_library_algorithm_byte_for_byte():
-    from tests.conftest import assert_notebook_is_the_module
-    from workbench.algorithms import grpo
+#: each notebook (and its module, workbench.algorithms.NAME) and the cuts that run it at CI size (knob → cut)
+NOTEBOOKS = {
+    "grpo": {"GRPOConfig()": "GRPOConfig(iterations=3, warm_start_steps=10, eval_every=1)"},
+    "rlhf": {"GRPOConfig(kl_coef=0.2)": "GRPOConfig(kl_coef=0.2, iterations=3, warm_start_steps=10, eval_every=1)",
+             "preference_pairs, reward_model_steps = 4096, 800": "preference_pairs, reward_model_steps = 64, 5"},
+}
 
-    _, options = assert_notebook_is_the_module(NOTEBOOK, grpo)
+
+@pytest.mark.parametrize("name", NOTEBOOKS)
+def test_the_notebook_cells_are_the_library_algorithm_byte_for_byte(name):
+    import importlib
+
+    from tests.conftest import assert_notebook_is_the_module
+
+    module = importlib.import_module(f"workbench.algorithms.{name}")
+    _, options = assert_notebook_is_the_module(ROOT / "notebooks" / f"{name}.ipynb", module)
     assert options["steps"] == 1
 
 
-def test_grpo_notebook_executes_under_nbval_at_ci_size(tmp_path):
-    """Every cell runs (warm start, GRPO, before/after) with the budget knobs cut down."""
+@pytest.mark.parametrize("name", NOTEBOOKS)
+def test_the_notebook_executes_under_nbval_at_ci_size(name, tmp_path):
+    """Every cell runs (warm start, GRPO, before/after; RLHF's preference pairs and reward
+    model too) with the budget knobs cut down."""
     from tests.test_cli_and_notebooks import _nbval
 
-    nb = json.loads(NOTEBOOK.read_text())
-    budget = "GRPOConfig(iterations=3, warm_start_steps=10, eval_every=1)"
+    nb = json.loads((ROOT / "notebooks" / f"{name}.ipynb").read_text())
     sources = ["".join(c["source"]) for c in nb["cells"] if c["cell_type"] == "code"]
-    assert sum("cfg = GRPOConfig()" in s for s in sources) == 1  # the knob the cut relies on
+    for knob in NOTEBOOKS[name]:  # the knobs the cut relies on
+        assert sum(knob in s for s in sources) == 1, knob
     for cell in nb["cells"]:
         if cell["cell_type"] == "code":
-            cell["source"] = "".join(cell["source"]).replace("GRPOConfig()", budget)
-    copy = tmp_path / "grpo_ci.ipynb"
+            text = "".join(cell["source"])
+            for knob, cut in NOTEBOOKS[name].items():
+                text = text.replace(knob, cut)
+            cell["source"] = text
+    copy = tmp_path / f"{name}_ci.ipynb"
     copy.write_text(json.dumps(nb))
     result = _nbval(copy, tmp_path)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]

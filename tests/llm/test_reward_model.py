@@ -124,6 +124,11 @@ def test_what_a_reward_model_cannot_score_is_refused_with_what_to_do():
         score_completions(scorer, ["3+4="], ["7"])
 
 
+def test_a_run_without_a_trained_reward_model_says_how_to_make_one():
+    with pytest.raises(wb.FragmentRuntimeError, match=r"fragment 'reward' \(init cell\)(.|\n)*no reward model.*reward_model_from"):
+        rlhf.build_fdg().run(iterations=1, steps=1, progress=False)
+
+
 def test_a_peft_policy_is_refused_with_how_to_merge_it():
     from workbench.llm import with_lora
 

@@ -34,6 +34,7 @@ import workbench as wb
 from workbench.algorithms import grpo
 from workbench.algorithms.grpo import (GRPOConfig, adam, generate_completions, grpo_update, make_model,  # noqa: F401
                                        prompt_batch, reference_logp)
+from workbench.llm.errors import LLMInputError
 from workbench.llm.models import context_length, frozen, load_weights, weights_copy  # noqa: F401
 from workbench.llm.tasks import decode_completions, encode_prompts, heldout_accuracy, score_completions  # noqa: F401
 
@@ -68,8 +69,22 @@ FRAGMENT_CELLS: list[tuple[str, str]] = _cells()
 cfg = GRPOConfig(kl_coef=0.2)
 tokenizer = grpo.tokenizer
 task = grpo.task
+class _NoRewardModel:
+    """What ``reward_model`` is until one is trained: the reward fragment's init cell moving
+    it to a device says what to do."""
+
+    def to(self, device):
+        raise LLMInputError("the reward fragment has no reward model: set reward_model to a trained "
+                            "RewardModel before the run (reward_model = reward_model_from(policy, tokenizer), "
+                            "then train_reward_model(reward_model, prompts, chosen, rejected); "
+                            "notebooks/rlhf.ipynb does both).")
+
+    def __repr__(self) -> str:
+        return "<no reward model yet>"
+
+
 #: the trained reward model the reward fragment scores with (the notebook sets it)
-reward_model = None
+reward_model = _NoRewardModel()
 
 
 def build_fdg(namespace: dict | None = None):
