@@ -30,7 +30,11 @@ def policy(seed: int = 0, context: int = 12):
 def test_the_reward_model_starts_from_the_policys_transformer_and_leaves_the_policy_alone():
     start = policy()
     before = {k: v.clone() for k, v in start.state_dict().items()}
+    torch.manual_seed(5)
+    expected_draw = torch.rand(3)
+    torch.manual_seed(5)
     scorer = reward_model_from(start, TOK)
+    assert torch.equal(torch.rand(3), expected_draw)  # the caller's random stream is left as it was
     body = scorer.model.model.state_dict()
     assert body.keys() == start.model.state_dict().keys()
     assert all(torch.equal(v, start.model.state_dict()[k]) for k, v in body.items())

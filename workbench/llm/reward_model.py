@@ -116,8 +116,9 @@ def reward_model_from(policy, tokenizer) -> RewardModel:
     config = policy.config.__class__.from_dict(policy.config.to_dict())
     config.num_labels, config.pad_token_id = 1, tokenizer.pad_token_id
     config.problem_type = "regression"
-    torch.manual_seed(0)  # the head's initial draw; the body is the policy's
-    scorer = AutoModelForSequenceClassification.from_config(config).to(model_device(policy))
+    with torch.random.fork_rng(devices=[]):  # the head's initial draw, fixed, and the caller's stream left as it was
+        torch.manual_seed(0)
+        scorer = AutoModelForSequenceClassification.from_config(config).to(model_device(policy))
     body = getattr(scorer, scorer.base_model_prefix)
     body.load_state_dict(getattr(policy, policy.base_model_prefix).state_dict())
     scorer.eval()
