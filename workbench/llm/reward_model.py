@@ -180,10 +180,12 @@ def policy_preferences(policy, tokenizer, task, prompts: list[str], *, max_new_t
         if sampled.strip() != answer:
             rejected.append(sampled)
             continue
-        others = [a for a in answers[i + 1:] + answers[:i] if a != answer]
-        if not others:
+        # the next prompt's answer that differs (usually the very next): no list of all the others per pair
+        other = next((answers[(i + k) % len(answers)] for k in range(1, len(answers))
+                      if answers[(i + k) % len(answers)] != answer), None)
+        if other is None:
             raise LLMInputError(f"policy_preferences: every prompt given has the answer {answer!r}, so no "
                                 "wrong answer can stand in where the policy was right; pass prompts with "
                                 "different answers.")
-        rejected.append(others[0])
+        rejected.append(other)
     return answers, rejected
