@@ -86,11 +86,20 @@ def _streamed(command: list[str]) -> tuple[int, list[str]]:
     return child.wait(), lines
 
 
+#: how a test module says it needs a GPU: the marker, or tests.gpu's ON_GPU / ON_TORCH_GPU
+GPU_MARKED = re.compile(r"mark\.gpu\b|\bON_(?:TORCH_)?GPU\b")
+
+
+def gpu_test_files() -> list[str]:
+    """The test files that hold gpu-marked tests, found by their text: collecting the whole
+    suite would need its every extra, which an accelerator host does not have."""
+    return sorted(str(p.relative_to(ROOT)) for p in (ROOT / "tests").rglob("test_*.py")
+                  if GPU_MARKED.search(p.read_text()))
+
+
 def part_tests() -> list[dict]:
     """``pytest -m gpu``: passed / failed / skipped, and what failed."""
-    # the files that hold gpu-marked tests (collecting the whole suite would need its every extra)
-    files = sorted(str(p.relative_to(ROOT)) for p in (ROOT / "tests").rglob("test_*.py")
-                   if "mark.gpu" in p.read_text() or "ON_GPU" in p.read_text())
+    files = gpu_test_files()
     # -v, streamed: a part cut at its time limit still says which tests passed, failed or ran
     _, lines = _streamed([sys.executable, "-m", "pytest", "-m", "gpu", "-v", "-rfEs", "-p", "no:cacheprovider",
                           "--tb=short", "--durations=15", "-o", "addopts=", *files])

@@ -40,6 +40,8 @@ def _closure(names) -> set[str]:
         if name in seen:
             continue
         seen.add(name)
+        if name in HOST_HAS:  # the image's own: what it needs came with it (torch 2.13's cuda-toolkit…)
+            continue
         try:
             requires = metadata.distribution(name).requires or []
         except metadata.PackageNotFoundError:
@@ -71,8 +73,20 @@ def download_wheels(directory: str, python_version: str) -> None:
 
     core = [re.split(r"[\s;<>=!~\[(]", r, maxsplit=1)[0] for r in metadata.requires("workbench-rl") or []
             if "extra ==" not in r]
-    download_pinned(sorted(n for n in _closure([c for c in core if c.lower() not in NOT_NEEDED])
-                           if n not in HOST_HAS and not n.startswith(("nvidia-", "cupy"))), directory, python_version)
+    download_pinned(carried(_closure([c for c in core if c.lower() not in NOT_NEEDED])), directory, python_version)
+
+
+#: distributions of the GPU stack an accelerator image brings with its torch and CuPy
+IMAGE_PREFIXES = ("nvidia-", "cuda-", "cupy", "torch", "triton")
+
+
+def carried(names) -> list[str]:
+    """Of ``names``, those to carry as wheels: not the image's (`HOST_HAS`, the GPU stack).
+
+        >>> carried(["torch", "cuda-bindings", "nvidia-nccl-cu13", "dask", "numpy"])
+        ['dask']
+    """
+    return sorted(n for n in names if n not in HOST_HAS and not n.startswith(IMAGE_PREFIXES))
 
 
 def download_pinned(names: list[str], directory: str, python_version: str) -> list[str]:

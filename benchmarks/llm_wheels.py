@@ -42,8 +42,7 @@ def side_names(side: str) -> list[str]:
     packages' declared requirements (optional imports such as boto3 are guarded by the
     libraries and left out)."""
     names = device_wheels._closure(SIDES[side])
-    return sorted(n for n in names if n not in device_wheels.HOST_HAS and n not in ("hf-xet", "workbench-rl")
-                  and not n.startswith(("nvidia-", "cupy", "torch", "triton")))
+    return [n for n in device_wheels.carried(names) if n not in ("hf-xet", "workbench-rl")]
 
 
 def trim_pyarrow(wheel: Path) -> Path:

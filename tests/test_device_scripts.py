@@ -157,3 +157,23 @@ def test_the_pyarrow_trim_drops_what_datasets_never_loads_and_its_record_lines(t
     with zipfile.ZipFile(wheel) as z:
         assert sorted(z.namelist()) == sorted(kept + [record])
         assert z.read(record).decode().split() == [f"{n},sha256=abc,1" for n in kept]
+
+
+def test_the_tests_part_runs_every_file_that_holds_gpu_marked_tests():
+    """pytest's own view (collecting here, where every extra is installed) against the
+    device check's text search: a GPU test left out would never run anywhere."""
+    done = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-m", "gpu",
+                           "-p", "no:cacheprovider", "-o", "addopts=", "tests"],
+                          capture_output=True, text=True, timeout=300, cwd=BENCHMARKS.parent)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    marked = {line.split("::")[0] for line in done.stdout.splitlines() if "::" in line}
+    assert {"tests/gpu/test_grpo_gpu.py", "tests/gpu/test_rlhf_gpu.py"} <= marked  # ON_TORCH_GPU's
+    assert marked <= set(_script("device_check").gpu_test_files())
+
+
+def test_wheels_for_a_gpu_host_leave_out_what_its_image_brings_with_torch():
+    device_wheels = _script("device_wheels")
+    assert device_wheels._closure(["torch"]) == {"torch"}  # not its cuda-toolkit, cuda-bindings…
+    names = device_wheels.carried(device_wheels._closure(["transformers", "dask"]))
+    assert "dask" in names and "transformers" in names
+    assert not [n for n in names if n.startswith(device_wheels.IMAGE_PREFIXES) or n in device_wheels.HOST_HAS]
