@@ -12,7 +12,10 @@ replica per worker, which each size's line checks; ``--sizes`` to choose). Rates
 pairs of runs, 10 and 40 iterations, by wall clock (median of ``--pairs``). Efficiency =
 throughput(W) / (W × throughput(1)). "cores busy" says when the machine, not the framework,
 is the limit: each worker still spends CPU per step (CartPole, the cells, waking from the
-wait). Workers run with ``workbench.cluster.lean``'s settings unless ``--dask-defaults``.
+wait). "actor's replica" splits the iteration of the replica that holds the actor into its
+cells, its sends, its waits for values and the rest (the driver's ``time/…`` rows): where a
+Fine step goes as the env replicas grow in number. Workers run with
+``workbench.cluster.lean``'s settings unless ``--dask-defaults``.
 A size or policy that fails shows its error in the table; the rest still run.
 
 The "bare processes" rows are the control: the same loop (the actor's expression, the wait,
@@ -224,7 +227,32 @@ def _measure(client, policy, iterations: int, worker_pids, latency_ms: float,
     wall = time.perf_counter() - start
     if run.status != "finished":
         raise RuntimeError(f"the run ended {run.status}")
-    return wall, run.env_steps, time.process_time() - cpu, _cpu_seconds(worker_pids) - workers_cpu
+    return (wall, run.env_steps, time.process_time() - cpu, _cpu_seconds(worker_pids) - workers_cpu,
+            actor_split(run))
+
+
+#: what a replica's iteration is spent on, as the driver's rows give it (``time/NAME KIND_s``)
+SPLIT = ("compute", "send", "wait", "other")
+
+
+def actor_split(run, skip: int = 3) -> dict[str, float]:
+    """Milliseconds an iteration the replica that holds the actor spent on its cells, on
+    sending, on waiting for values and on the rest (medians over the iterations after
+    ``skip``): where a policy's step goes as the env replicas grow in number. Empty for a
+    run whose rows carry no timing.
+
+        >>> class Run: rows = [{"time/learner+actor[0] send_s": 0.002 * i} for i in range(6)]
+        >>> actor_split(Run(), skip=1)
+        {'send': 6.0}
+    """
+    rows = run.rows[skip:] or run.rows
+    out = {}
+    for kind in SPLIT:
+        values = [v for r in rows for k, v in r.items()
+                  if k.startswith("time/") and "actor[0]" in k and k.endswith(f" {kind}_s")]
+        if values:
+            out[kind] = round(statistics.median(values) * 1e3, 1)
+    return out
 
 
 def _steady(client, policy, worker_pids, latency_ms: float, pairs: int, short: int = 10,
@@ -234,7 +262,7 @@ def _steady(client, policy, worker_pids, latency_ms: float, pairs: int, short: i
     nothing hangs on when the driver happened to record a row (at 32 workers rows arrive
     in bursts, so rates from row times came out above the envs' own ceiling)."""
     _measure(client, policy, 3, worker_pids, latency_ms, **options)  # warm: imports, first connections
-    rates, driver_ms, cores = [], [], []
+    rates, driver_ms, cores, splits = [], [], [], []
     for _ in range(pairs):
         a = _measure(client, policy, short, worker_pids, latency_ms, **options)
         b = _measure(client, policy, long, worker_pids, latency_ms, **options)
@@ -242,8 +270,11 @@ def _steady(client, policy, worker_pids, latency_ms: float, pairs: int, short: i
         rates.append(steps / wall)
         driver_ms.append((b[2] - a[2]) / (long - short) * 1e3)
         cores.append((b[2] + b[3] - a[2] - a[3]) / wall)
+        splits.append(b[4])
     return {"rate": statistics.median(rates), "driver_ms": statistics.median(driver_ms),
-            "cores": statistics.median(cores)}
+            "cores": statistics.median(cores),
+            "actor_ms": {k: statistics.median(s[k] for s in splits if k in s) for k in SPLIT
+                         if any(k in s for s in splits)}}
 
 
 def scaling(sizes: tuple[int, ...] = SIZES, latency_ms: float = 2.0, dask_defaults: bool = False,
@@ -289,7 +320,8 @@ def scaling(sizes: tuple[int, ...] = SIZES, latency_ms: float = 2.0, dask_defaul
                     results[name][workers] = got = _steady(client, policy, worker_pids, latency_ms, pairs, **options)
                     print(f"  {name} × {workers} workers: {got['rate']:,.0f} env-steps/s, "
                           f"{got['cores']:.2f} cores busy, driver+scheduler {got['driver_ms']:.1f} ms CPU "
-                          f"per iteration; {_env_replicas_per_worker(client, policy)}", flush=True)
+                          f"per iteration; the actor's replica, ms an iteration: {got['actor_ms']}; "
+                          f"{_env_replicas_per_worker(client, policy)}", flush=True)
                 except Exception as exc:  # noqa: BLE001  (the table must still be printed)
                     results[name][workers] = f"failed: {type(exc).__name__}: {str(exc).splitlines()[0][:80]}"
                     print(f"  {name} × {workers} workers: {results[name][workers]}", flush=True)
@@ -319,7 +351,10 @@ def _table(results: dict[str, dict[int, dict | str]], sizes: tuple[int, ...]) ->
         measures = [("env-steps/s", lambda w: f"{ok[w]['rate']:,.0f}"),
                     ("efficiency", lambda w: f"{ok[w]['rate'] / (w * base):.0%}" if base else "—"),
                     ("cores busy", lambda w: f"{ok[w]['cores']:.2f}"),
-                    ("driver ms CPU / iteration", lambda w: f"{ok[w]['driver_ms']:.1f}")]
+                    ("driver ms CPU / iteration", lambda w: f"{ok[w]['driver_ms']:.1f}"),
+                    ("actor's replica, ms an iteration: " + " / ".join(SPLIT),
+                     lambda w: " / ".join(f"{ok[w]['actor_ms'][k]:.1f}" for k in SPLIT)
+                     if len(ok[w].get("actor_ms", {})) == len(SPLIT) else "—")]
         if name.startswith("bare"):
             measures = measures[:3]  # no driver
         for label, cell in measures:

@@ -71,7 +71,32 @@ def part_facts() -> list[dict]:
         rows.append({"part": "facts", "what": "cupy", "value": cupy.__version__})
     except Exception as exc:  # noqa: BLE001
         rows.append({"part": "facts", "what": "cupy", "value": f"not importable: {exc}"})
+    rows.append({"part": "facts", "what": "packages", "value": package_versions()})
     return rows
+
+
+#: packages whose versions decide what a session must carry (llm_wheels.py): the LLM sides' and
+#: what TRL's side would take from the image if it has them (pyarrow is its biggest wheel)
+PACKAGES = ("dask", "distributed", "transformers", "tokenizers", "peft", "trl", "accelerate", "datasets",
+            "pyarrow", "dask-cuda")
+
+
+def package_versions(names=PACKAGES) -> str:
+    """``name version`` of each, where this Python finds it (wheels carried onto the path
+    included), else ``name -``.
+
+        >>> package_versions(("numpy", "no-such-package")).split(", ")[1]
+        'no-such-package -'
+    """
+    from importlib import metadata
+
+    def version(name: str) -> str:
+        try:
+            return metadata.version(name)
+        except metadata.PackageNotFoundError:
+            return "-"
+
+    return ", ".join(f"{name} {version(name)}" for name in names)
 
 
 def _streamed(command: list[str]) -> tuple[int, list[str]]:

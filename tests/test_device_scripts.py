@@ -35,6 +35,7 @@ def test_the_device_check_runs_its_parts_here(tmp_path):
     text, rows = _device_check("--parts", "facts", "kernel", tmp_path=tmp_path)
     facts = {r["what"]: r["value"] for r in rows if r["part"] == "facts"}
     assert facts["cores"] >= 1 and facts["python"].startswith("3.")
+    assert "pyarrow " in facts["packages"] and "transformers " in facts["packages"]
     kernel = [r for r in rows if r["part"] == "kernel" and r["what"].startswith("CartPole ×")]
     assert len(kernel) == 3 and all(r["numpy env-steps/s"] > 0 for r in kernel)
     assert "## device check" in text and "### kernel" in text
@@ -177,3 +178,21 @@ def test_wheels_for_a_gpu_host_leave_out_what_its_image_brings_with_torch():
     names = device_wheels.carried(device_wheels._closure(["transformers", "dask"]))
     assert "dask" in names and "transformers" in names
     assert not [n for n in names if n.startswith(device_wheels.IMAGE_PREFIXES) or n in device_wheels.HOST_HAS]
+
+
+def test_the_scaling_part_splits_the_actor_s_iteration_into_cells_sends_waits_and_the_rest():
+    """Fine's actor answers every env replica each step: the split says where its step goes."""
+    import os
+
+    from distributed import Client, LocalCluster
+
+    import workbench as wb
+
+    bench = _script("bench_policies")
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None) as cluster, \
+            Client(cluster) as client:
+        pids = list(client.run(os.getpid).values())
+        *_, split = bench._measure(client, wb.SingleLearnerFine(envs=2), 6, pids, 2.0)
+    assert set(split) == set(bench.SPLIT)
+    # 6 iterations of 32 steps each waiting 2 ms for the envs: most of the actor's iteration is waiting
+    assert split["wait"] > 32 * 2.0 / 2 and split["send"] > 0
