@@ -342,7 +342,9 @@ def run_seeds(options, policies: tuple[str, ...], rows: dict[str, list[dict]], c
                                   warm_start_steps=options.warm_start_steps, max_operand=options.max_operand,
                                   **_sizes(options))
         task = make_task(cfg)
+        began = time.perf_counter()
         start = warm_model(cfg, task, seed, options.device, warm_lr, options.warm_until)
+        warm_s = time.perf_counter() - began
         before = heldout_accuracy(start, grpo.tokenizer, task)
         if "TRL GRPOTrainer" in rows:
             torch.manual_seed(seed)
@@ -353,8 +355,9 @@ def run_seeds(options, policies: tuple[str, ...], rows: dict[str, list[dict]], c
         for results in rows.values():
             results[-1]["warm_start_accuracy"] = before
         print(f"seed {seed}: warm start {before:.3f}; " + "; ".join(
-            f"{name} {r[-1]['accuracy']:.3f} in {r[-1]['wall_s']:.1f} s" for name, r in rows.items()),
-            flush=True)
+            f"{name} {r[-1]['accuracy']:.3f} in {r[-1]['wall_s']:.1f} s" for name, r in rows.items())
+            # what a device session's plan needs: where a seed's minutes go
+            + f" (the seed took {time.perf_counter() - began:.0f} s, its warm start {warm_s:.0f} s)", flush=True)
         after_seed()
 
 
