@@ -196,3 +196,13 @@ def test_the_scaling_part_splits_the_actor_s_iteration_into_cells_sends_waits_an
     assert set(split) == set(bench.SPLIT)
     # 6 iterations of 32 steps each waiting 2 ms for the envs: most of the actor's iteration is waiting
     assert split["wait"] > 32 * 2.0 / 2 and split["send"] > 0
+
+
+def test_the_tests_part_runs_the_gpu_tests_and_the_cpu_tests_that_look_for_a_gpu(tmp_path):
+    _, rows = _device_check("--parts", "tests", tmp_path=tmp_path, timeout=900)
+    got = {r["what"]: r["value"] for r in rows if r["part"] == "tests"}
+    assert not [r for r in rows if r["what"] == "failed"]
+    on_gpu, looking = got["pytest -m gpu"], got["pytest -m 'not gpu' (tests that look for a GPU)"]
+    assert "skipped" in on_gpu and "passed" not in on_gpu  # no GPU here: every gpu test skips, saying why
+    assert " passed" in looking and "failed" not in looking
+    assert "tests/gpu/test_placement_cpu.py" in _script("device_check").gpu_aware_test_files()
