@@ -44,6 +44,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from device_check_select import gpu_aware_test_files, gpu_test_files, package_versions  # noqa: E402
 from device_wheels import download_wheels, install_wheels  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -75,30 +76,6 @@ def part_facts() -> list[dict]:
     return rows
 
 
-#: packages whose versions decide what a session must carry (llm_wheels.py): the LLM sides' and
-#: what TRL's side would take from the image if it has them (pyarrow is its biggest wheel)
-PACKAGES = ("dask", "distributed", "transformers", "tokenizers", "peft", "trl", "accelerate", "datasets",
-            "pyarrow", "dask-cuda")
-
-
-def package_versions(names=PACKAGES) -> str:
-    """``name version`` of each, where this Python finds it (wheels carried onto the path
-    included), else ``name -``.
-
-        >>> package_versions(("numpy", "no-such-package")).split(", ")[1]
-        'no-such-package -'
-    """
-    from importlib import metadata
-
-    def version(name: str) -> str:
-        try:
-            return metadata.version(name)
-        except metadata.PackageNotFoundError:
-            return "-"
-
-    return ", ".join(f"{name} {version(name)}" for name in names)
-
-
 def _streamed(command: list[str]) -> tuple[int, list[str]]:
     """Run ``command`` in the repository, passing each line of its output on to stderr as it
     comes (a part cut at its time limit keeps what it printed: run_part); its return code
@@ -109,28 +86,6 @@ def _streamed(command: list[str]) -> tuple[int, list[str]]:
         print(line, end="", file=sys.stderr, flush=True)
         lines.append(line.rstrip("\n"))
     return child.wait(), lines
-
-
-#: how a test module says it needs a GPU: the marker, or tests.gpu's ON_GPU / ON_TORCH_GPU
-GPU_MARKED = re.compile(r"mark\.gpu\b|\bON_(?:TORCH_)?GPU\b")
-
-
-def gpu_test_files() -> list[str]:
-    """The test files that hold gpu-marked tests, found by their text: collecting the whole
-    suite would need its every extra, which an accelerator host does not have."""
-    return sorted(str(p.relative_to(ROOT)) for p in (ROOT / "tests").rglob("test_*.py")
-                  if GPU_MARKED.search(p.read_text()))
-
-
-#: how a CPU test finds out whether its host has a GPU (such a test behaves otherwise on one)
-GPU_AWARE = re.compile(r"host_gpus|gpu_available|cuda_usable|cuda\.is_available")
-
-
-def gpu_aware_test_files() -> list[str]:
-    """The test files whose CPU tests look for a GPU (issue 27: two of them once failed on a
-    GPU host, asserting there was none)."""
-    return sorted(str(p.relative_to(ROOT)) for p in (ROOT / "tests").rglob("test_*.py")
-                  if GPU_AWARE.search(p.read_text()))
 
 
 def part_tests() -> list[dict]:

@@ -169,7 +169,7 @@ def test_the_tests_part_runs_every_file_that_holds_gpu_marked_tests():
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     marked = {line.split("::")[0] for line in done.stdout.splitlines() if "::" in line}
     assert {"tests/gpu/test_grpo_gpu.py", "tests/gpu/test_rlhf_gpu.py"} <= marked  # ON_TORCH_GPU's
-    assert marked <= set(_script("device_check").gpu_test_files())
+    assert marked <= set(_script("device_check_select").gpu_test_files())
 
 
 def test_wheels_for_a_gpu_host_leave_out_what_its_image_brings_with_torch():
@@ -205,4 +205,4 @@ def test_the_tests_part_runs_the_gpu_tests_and_the_cpu_tests_that_look_for_a_gpu
     on_gpu, looking = got["pytest -m gpu"], got["pytest -m 'not gpu' (tests that look for a GPU)"]
     assert "skipped" in on_gpu and "passed" not in on_gpu  # no GPU here: every gpu test skips, saying why
     assert " passed" in looking and "failed" not in looking
-    assert "tests/gpu/test_placement_cpu.py" in _script("device_check").gpu_aware_test_files()
+    assert "tests/gpu/test_placement_cpu.py" in _script("device_check_select").gpu_aware_test_files()
