@@ -50,7 +50,7 @@ from device_wheels import download_wheels, install_wheels  # noqa: E402
 ROOT = Path(__file__).resolve().parents[1]
 #: where each part's whole output goes (--logs)
 LOGS: str | None = None
-PARTS = ("facts", "tests", "kernel", "ppo", "mappo", "scaling", "llm", "llm_trl")
+PARTS = ("facts", "tests", "kernel", "ppo", "mappo", "scaling", "llm", "llm_trl", "llm_both")
 
 
 # ----------------------------------------------------------------------------- the parts
@@ -314,18 +314,19 @@ def part_llm(side: str = "workbench", seeds=(1, 2, 3), updates: int = 40, warm_s
 
     cuda = torch.cuda.is_available()
     out = Path(logs or tempfile.mkdtemp(prefix="workbench-llm-"), f"llm_{side}.json")
-    command = [sys.executable, str(ROOT / "benchmarks" / "bench_llm_rl.py"), "--only", side,
+    only = [] if side == "both" else ["--only", side]  # both: one process, one warm start a seed
+    command = [sys.executable, str(ROOT / "benchmarks" / "bench_llm_rl.py"), *only,
                "--device", "cuda" if cuda else "cpu", "--size", "100m" if cuda else "small",
                "--seeds", *map(str, seeds), "--updates", str(updates), "--json", str(out)]
     if warm_start_steps is not None:
         command += ["--warm-start-steps", str(warm_start_steps)]
     returncode, lines = _streamed(command)
     said = [line for line in lines if line.startswith(("seed ", "TRL", "workbench", "GRPO"))]
-    part = "llm" if side == "workbench" else "llm_trl"
+    part = {"workbench": "llm", "trl": "llm_trl", "both": "llm_both"}[side]
     # then this side's peak memory, one process (bench_llm_memory.py, docs/llm.md), the same model
     size = (["--device", "cuda", "--hidden", "768", "--layers", "12", "--heads", "12"] if cuda else
             ["--hidden", "64", "--layers", "2", "--heads", "4"])  # the CPU check of this script: the small model
-    _, memory = _streamed([sys.executable, str(ROOT / "benchmarks" / "bench_llm_memory.py"), "--only", side,
+    _, memory = _streamed([sys.executable, str(ROOT / "benchmarks" / "bench_llm_memory.py"), *only,
                            "--repeats", "1", *size])
     return [{"part": part, "what": "bench_llm_rl", "value": f"rc {returncode}; json {out}"}] + \
         [{"part": part, "what": "line", "value": line} for line in said] + \
@@ -336,6 +337,12 @@ def part_llm(side: str = "workbench", seeds=(1, 2, 3), updates: int = 40, warm_s
 def part_llm_trl(**kwargs):
     """TRL's side of :func:`part_llm` (its wheels: ``llm_wheels.py --trl``)."""
     return part_llm("trl", **kwargs)
+
+
+def part_llm_both(**kwargs):
+    """Both sides of :func:`part_llm` in one process, each seed's warm start shared (its
+    wheels: ``llm_wheels.py --both``, which counts on the image's pyarrow)."""
+    return part_llm("both", **kwargs)
 
 
 # ----------------------------------------------------------------------------- the driver
@@ -399,7 +406,7 @@ def format_rows(rows: list[dict]) -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--parts", nargs="+", choices=PARTS, default=[p for p in PARTS if p != "llm_trl"])
+    parser.add_argument("--parts", nargs="+", choices=PARTS, default=[p for p in PARTS if p not in ("llm_trl", "llm_both")])
     parser.add_argument("--wheels", help="a folder of wheels to install privately first (see above)")
     parser.add_argument("--download-wheels", metavar="DIR", help="download the wheels a GPU host needs, then stop")
     parser.add_argument("--python-version", default="3.12", help="the GPU host's Python (with --download-wheels)")
@@ -454,7 +461,7 @@ def main() -> None:
                   "scaling": {"sizes": args.sizes, "pairs": args.pairs, "policies": args.scaling_policies},
                   **{llm: {"seeds": args.llm_seeds, "updates": args.llm_updates,
                            "warm_start_steps": args.llm_warm_start_steps, "logs": args.logs}
-                     for llm in ("llm", "llm_trl")}}.get(name, {})
+                     for llm in ("llm", "llm_trl", "llm_both")}}.get(name, {})
         left = deadline - time.monotonic()
         if left < 30:  # not worth starting: say so rather than be cut off by the caller
             got = [{"part": name, "what": "not run", "value": f"{max(left, 0):.0f} s of --budget {args.budget:g} s left"}]

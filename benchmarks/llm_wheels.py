@@ -13,6 +13,13 @@ call, and the benchmark runs its sides apart (``--only``, ``--json``, then ``--m
     # call 2 (carry .whl-trl and the code): the same with --wheels ../.whl-trl --only trl
     python benchmarks/bench_llm_rl.py --merge trl.json wb.json    # here, the table
 
+``--both DIR`` is the two sides in one folder that fits one call (~46 MiB), for the device
+check's ``llm_both`` part (both sides in one process, one warm start a seed): it leaves out
+what TRL's side can take from the accelerator image (`FROM_THE_IMAGE`: pyarrow above all),
+so it works where the image's pyarrow is one datasets accepts (the check's ``facts`` part
+prints its version); where it is not, TRL's side stops at ``import datasets`` and the two
+folders above are the way.
+
 What a host image already has (torch, NumPy, pandas…: `device_wheels.HOST_HAS`) is never
 carried. pyarrow is carried without the parts datasets never loads (Arrow Flight, the S3
 filesystem, C++ tests and headers: 55 → ~35 MB); `--check` loads the trimmed pyarrow the way
@@ -35,6 +42,15 @@ SIDES = {"workbench": ["transformers"], "trl": ["transformers", "trl", "accelera
 #: pyarrow's files that datasets never loads
 PYARROW_UNUSED = ("libarrow_flight", "libarrow_python_flight", "_flight.", "libarrow_s3", "_s3fs.",
                   "_pyarrow_cpp_tests", "pyarrow/include/", "pyarrow/tests/", "pyarrow/src/")
+
+
+#: what TRL's side needs that the accelerator image had on 2026-11-17 (/work/.library's KINDS.md)
+FROM_THE_IMAGE = ("pyarrow", "accelerate", "xxhash")
+
+
+def both_names() -> list[str]:
+    """Both sides' distributions for one folder, less what TRL's side takes from the image."""
+    return sorted(set(side_names("workbench")) | set(side_names("trl")) - set(FROM_THE_IMAGE))
 
 
 def side_names(side: str) -> list[str]:
@@ -87,6 +103,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--workbench", metavar="DIR", help="the workbench side's wheels (with workbench's own)")
     parser.add_argument("--trl", metavar="DIR", help="TRL's side's wheels")
+    parser.add_argument("--both", metavar="DIR", help="both sides in one folder (pyarrow from the image)")
     parser.add_argument("--python-version", default="3.12")
     parser.add_argument("--check", action="store_true", help="load a trimmed pyarrow here with datasets")
     options = parser.parse_args()
@@ -97,6 +114,9 @@ def main() -> None:
         download(side_names("workbench"), options.workbench, options.python_version)
     if options.trl:
         download(side_names("trl"), options.trl, options.python_version)
+    if options.both:
+        device_wheels.download_wheels(options.both, options.python_version)
+        download(both_names(), options.both, options.python_version)
 
 
 if __name__ == "__main__":

@@ -74,6 +74,20 @@ def test_its_llm_parts_write_the_two_sides_that_merge_here(tmp_path):
     assert set(merged) == {"TRL GRPOTrainer", *on_cpu} and meta["seeds"] == [1]
 
 
+@pytest.mark.slow  # a Dask cluster and TRL, one process
+def test_its_llm_both_part_runs_the_two_sides_in_one_process(tmp_path):
+    pytest.importorskip("trl")
+    logs = tmp_path / "logs"
+    text, rows = _device_check("--parts", "llm_both", "--llm-seeds", "1", "--llm-updates", "2",
+                               "--llm-warm-start-steps", "5", "--logs", str(logs), tmp_path=tmp_path)
+    assert [r["value"].split(";")[0] for r in rows if r["what"] == "bench_llm_rl"] == ["rc 0"], text
+    both = json.loads((logs / "llm_both.json").read_text())
+    assert "TRL GRPOTrainer" in both["rows"] and "workbench inline" in both["rows"]  # one process ran both
+    peaks = {r["value"].split()[0] for r in rows if r["what"] == "peak memory" and r["value"].endswith("×")}
+    assert peaks == {"workbench", "TRL"}, text
+    assert "llm_both" in _script("device_check").PARTS and "pyarrow" not in _script("llm_wheels").both_names()
+
+
 @pytest.mark.slow  # GRPO inline, 6 updates of a small model
 def test_workbench_s_held_out_curve_comes_from_weights_saved_every_eval_every_updates_measured_after():
     pytest.importorskip("transformers")
