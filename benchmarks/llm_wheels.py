@@ -50,7 +50,7 @@ FROM_THE_IMAGE = ("pyarrow", "accelerate", "xxhash")
 
 def both_names() -> list[str]:
     """Both sides' distributions for one folder, less what TRL's side takes from the image."""
-    return sorted(set(side_names("workbench")) | set(side_names("trl")) - set(FROM_THE_IMAGE))
+    return sorted((set(side_names("workbench")) | set(side_names("trl"))) - set(FROM_THE_IMAGE))
 
 
 def side_names(side: str) -> list[str]:
