@@ -73,7 +73,14 @@ def download_wheels(directory: str, python_version: str) -> None:
 
     core = [re.split(r"[\s;<>=!~\[(]", r, maxsplit=1)[0] for r in metadata.requires("workbench-rl") or []
             if "extra ==" not in r]
-    download_pinned(carried(_closure([c for c in core if c.lower() not in NOT_NEEDED])), directory, python_version)
+    download_pinned(carried(_closure([c for c in core if c.lower() not in NOT_NEEDED])) + list(FOR_THE_GPU_TESTS),
+                    directory, python_version)
+
+
+#: what the GPU tests use that workbench does not need: dask-cuda (its LocalCUDACluster tests,
+#: tests/gpu/test_dask_cuda.py, skip without it). 26.10.0 imports with distributed 2026.8 given
+#: cuda-core and nvidia-ml-py, which the image has; workbench imports it only where asked to.
+FOR_THE_GPU_TESTS = ("dask-cuda==26.10.0",)
 
 
 #: distributions of the GPU stack an accelerator image brings with its torch and CuPy
