@@ -35,6 +35,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import platform
 import re
 import signal
 import subprocess
@@ -59,6 +60,8 @@ def part_facts() -> list[dict]:
 
     rows = [{"part": "facts", "what": "cores", "value": os.cpu_count()},
             {"part": "facts", "what": "python", "value": sys.version.split()[0]},
+            # gVisor reports 4.4.0: a sandbox whose syscalls (socket writes) cost more
+            {"part": "facts", "what": "kernel", "value": platform.release()},
             {"part": "facts", "what": "torch", "value": torch.__version__}]
     if torch.cuda.is_available():
         props = torch.cuda.get_device_properties(0)
