@@ -45,6 +45,7 @@ def test_gpuonly_rlhf_scores_with_a_reward_model_on_cuda():
 
     scorer = reward_model_from(tiny_causal_lm(rlhf.tokenizer, hidden=32, layers=2, heads=4, context=16, seed=1),
                                rlhf.tokenizer)
+
     def score_on(reward_model, prompts, completions):
         rlhf.wb.log("test/reward_model_on_cuda", float(next(reward_model.model.parameters()).is_cuda))
         return rlhf.score_completions(reward_model, prompts, completions)

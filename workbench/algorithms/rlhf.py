@@ -69,6 +69,8 @@ FRAGMENT_CELLS: list[tuple[str, str]] = _cells()
 cfg = GRPOConfig(kl_coef=0.2)
 tokenizer = grpo.tokenizer
 task = grpo.task
+
+
 class _NoRewardModel:
     """What ``reward_model`` is until one is trained: the reward fragment's init cell moving
     it to a device says what to do."""
