@@ -385,6 +385,9 @@ def main() -> None:
                         help="cuda: TRL on the GPU, workbench under GPUOnly")
     parser.add_argument("--size", choices=sorted(SIZES), default="small", help="the model built from a config")
     parser.add_argument("--only", choices=("trl", "workbench"), help="run one side only (see --merge)")
+    parser.add_argument("--policies", nargs="+", choices=("inline", "coarse", "pipelined", "gpuonly"),
+                        help="workbench's policies (default: inline, coarse, pipelined on the CPU; inline, "
+                             "gpuonly on a GPU); inline alone starts no cluster")
     parser.add_argument("--json", help="also write the rows and settings to this file")
     parser.add_argument("--merge", nargs="+", metavar="FILE", help="print the table of --json files, run nothing")
     parser.add_argument("--wheels", metavar="DIR", help="install DIR's wheels privately first (llm_wheels.py)")
@@ -408,10 +411,11 @@ def main() -> None:
                 json.dump({"meta": meta, "rows": rows}, f, indent=1)
 
     # on a GPU: inline (this process's GPU, nothing copied to a worker) and gpuonly (a worker's)
-    policies = () if options.only == "trl" else ("inline", "coarse", "pipelined") if options.device == "cpu" else ("inline", "gpuonly")
+    default = ("inline", "coarse", "pipelined") if options.device == "cpu" else ("inline", "gpuonly")
+    policies = () if options.only == "trl" else tuple(options.policies or default)
     rows: dict[str, list[dict]] = {**({} if options.only == "workbench" else {"TRL GRPOTrainer": []}),
                                    **{f"workbench {p}": [] for p in policies}}
-    if policies:
+    if policies and policies != ("inline",):
         from distributed import Client
 
         from workbench.cluster.patient import PatientLocalCluster
@@ -429,7 +433,7 @@ def main() -> None:
             run_workbench(warm_cfg, grpo.make_model(warm_cfg, grpo.tokenizer).to(options.device), make_task(warm_cfg),
                           policies[-1], client, options.device)
             run_seeds(options, policies, rows, client, save)
-    else:  # TRL alone: no cluster (nor Dask's wheels on a device host)
+    else:  # TRL, or inline, alone: no cluster (nor Dask's wheels on a device host)
         run_seeds(options, policies, rows, None, save)
 
     print_table(rows, meta)

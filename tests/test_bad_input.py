@@ -4,6 +4,7 @@ is left busy). docs/errors.md is the catalogue; the last test keeps it honest.""
 from __future__ import annotations
 
 import ast
+import logging
 import math
 import re
 import threading
@@ -327,7 +328,28 @@ def test_a_policy_naming_unknown_workers_is_refused(client, tmp_path):
     assert fdg == before and _replicas_left(client) == 0
 
 
-def test_a_gpu_policy_on_a_cluster_without_gpus_is_refused(client):
+@pytest.fixture
+def gpuless_client(client):
+    """``client`` where this host has no GPU; on a GPU host, a 2-worker cluster of its own
+    whose workers see none (``CUDA_VISIBLE_DEVICES`` empty), so the refusal runs there too."""
+    import torch
+
+    if not torch.cuda.is_available():
+        yield client
+        return
+    from distributed import Client
+
+    from workbench.cluster.patient import PatientLocalCluster
+
+    with PatientLocalCluster(n_workers=2, threads_per_worker=1, processes=True, host="127.0.0.1",
+                             dashboard_address="127.0.0.1:0", silence_logs=logging.ERROR,
+                             env={"CUDA_VISIBLE_DEVICES": ""}) as cluster:
+        with Client(cluster, set_as_default=False) as hidden:
+            yield hidden
+
+
+def test_a_gpu_policy_on_a_cluster_without_gpus_is_refused(gpuless_client):
+    client = gpuless_client
     policy = wb.Policy("on-gpu", (Group(("actor", "env"), 2, ("0", "1")), Group(("learner",), 1, ("0",), "gpu")))
     fdg = toy_fdg()
     before = fdg.copy()

@@ -21,7 +21,9 @@ def small(**changes):
 
 
 def same_weights(a, b) -> bool:
-    return all(torch.equal(a.state_dict()[k], b.state_dict()[k]) for k in a.state_dict())
+    """Bit-equal weights, wherever each model lives (on a GPU host a learner may be on
+    the GPU and a generate replica or a fresh model on the CPU)."""
+    return all(torch.equal(a.state_dict()[k].cpu(), b.state_dict()[k].cpu()) for k in a.state_dict())
 
 
 def test_multilearner_learners_stay_identical_through_the_allreduce(client):

@@ -1,0 +1,166 @@
+"""Where GRPO's first iteration goes: each piece of the init cells and of the first
+iterations' cells timed alone (the device synchronised before and after), then a short
+inline run's per-fragment split of its first iterations.
+
+Why: on the H200 (2026-11-27, docs/llm.md) workbench inline's first iteration of the 113M
+model ended 1.0–1.2 s into the run against 71 ms for each later one; that second is a
+third of its wall time at 20 updates, and what keeps it above half of TRL's. The run's own
+metrics fold the init cells into the first iteration's compute; this script splits them.
+
+Run (a GPU: the 113M model; here: the small one on the CPU, a check of the script)::
+
+    python benchmarks/bench_llm_first_iteration.py --device cuda --size 100m
+    python benchmarks/bench_llm_first_iteration.py            # small model, CPU
+
+Prints one line per piece: ``piece  ms`` (median of ``--repeats`` where a piece repeats
+alike), then the inline run's table.
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import gc
+import statistics
+import time
+from contextlib import contextmanager
+
+import torch
+
+import workbench as wb
+from workbench.algorithms import grpo
+from workbench.llm import AdditionTask, warm_start
+from workbench.llm.generation import model_device
+from workbench.llm.models import load_weights, weights_copy
+from workbench.llm.tasks import decode_completions, encode_prompts, score_completions
+
+#: ``--size``: the model's sizes, as bench_llm_rl.py's
+SIZES = {"small": {}, "100m": {"hidden": 768, "layers": 12, "heads": 12, "learning_rate": 1e-5}}
+
+
+class Clock:
+    """Named wall-clock pieces, the device synchronised on both sides of each."""
+
+    def __init__(self, device: str) -> None:
+        self.cuda, self.rows = device.startswith("cuda"), []
+
+    def sync(self) -> None:
+        if self.cuda:
+            torch.cuda.synchronize()
+
+    @contextmanager
+    def piece(self, name: str):
+        self.sync()
+        began = time.perf_counter()
+        yield
+        self.sync()
+        self.rows.append((name, (time.perf_counter() - began) * 1e3))
+
+    def print(self) -> None:
+        for name, ms in self.rows:
+            print(f"{name:<48} {ms:9.1f} ms", flush=True)
+
+
+def pieces(cfg, task: AdditionTask, device: str, iterations: int) -> Clock:
+    """GRPO's cells as the inline run executes them, in its order, each piece timed."""
+    clock, tok = Clock(device), grpo.tokenizer
+    with clock.piece("learner init: make_model (a copy of cfg.model)"):
+        model = grpo.make_model(cfg, tok).to(device)
+    with clock.piece("learner init: adam"):
+        optimizer = grpo.adam(model.parameters(), cfg.learning_rate, eps=1e-8, device=device)
+    with clock.piece("learner init: weights_copy (to the host)"):
+        reference_weights = weights_copy(model)
+    with clock.piece("generate init: make_model"):
+        policy = grpo.make_model(cfg, tok).to(device)
+    with clock.piece("generate init: load_weights (device to device)"):
+        load_weights(policy, model.state_dict())
+    with clock.piece("reference init: make_model + frozen"):
+        reference = grpo.frozen(grpo.make_model(cfg, tok)).to(device)
+    with clock.piece("reference init: load_weights (host to device)"):
+        load_weights(reference, reference_weights)
+    rng = __import__("numpy").random.default_rng(cfg.seed)
+    for i in range(1, iterations + 1):
+        prompts = grpo.prompt_batch(task, rng, cfg)
+        with clock.piece(f"it {i} encode_prompts"):
+            ids, mask = encode_prompts(tok, prompts, task.prompt_width, max_new_tokens=cfg.max_new_tokens,
+                                       context=grpo.context_length(policy))
+        with clock.piece(f"it {i} generate_completions"):
+            tokens, cmask, logp = grpo.generate_completions(policy, tok, ids, mask, cfg)
+        with clock.piece(f"it {i} reward (decode + score)"):
+            rewards = score_completions(grpo.reward_fn, prompts, decode_completions(tok, tokens))
+        with clock.piece(f"it {i} reference_logp"):
+            ref_logp = grpo.reference_logp(reference, ids, mask, tokens, cmask, cfg)
+        batch = [x[None] for x in (ids, mask, tokens, cmask, logp, ref_logp)]
+        with clock.piece(f"it {i} grpo_update"):
+            grpo.grpo_update(model, optimizer, cfg, *batch, rewards[None])
+        with clock.piece(f"it {i} generate: load_weights (device to device)"):
+            load_weights(policy, model.state_dict())
+    with clock.piece("gc.collect()"):
+        gc.collect()
+    if clock.cuda:  # what torch.cuda.graph does before each capture (see cuda_graphs.capture)
+        cached = torch.cuda.memory_reserved() - torch.cuda.memory_allocated()
+        with clock.piece(f"torch.cuda.empty_cache() ({cached / 2**20:,.0f} MiB cached, unused)"):
+            torch.cuda.empty_cache()
+    return clock
+
+
+def inline_split(cfg, device: str, iterations: int, what: str = "") -> None:
+    """A short inline run (``wb.Inline(device="gpu")`` on a GPU, as bench_llm_rl's): each
+    of its first iterations' end and every fragment's compute (its init cells in the first)."""
+    fdg = grpo.build_fdg(dict(vars(grpo), cfg=dataclasses.replace(cfg, eval_every=10**9)))
+    spec = wb.Inline(device="gpu") if device.startswith("cuda") else "inline"
+    began = time.perf_counter()
+    run = fdg.run(iterations=iterations, steps=1, policy=spec, progress=False)
+    wall = time.perf_counter() - began
+    metrics = run.metrics
+    fragments = [c for c in metrics.columns if c.startswith("time/") and c.endswith("_compute_s") and "[" not in c]
+    print(f"\ninline run{what}, {iterations} iterations, {wall:.2f} s; per iteration (ms): ended at, then each "
+          "fragment's cells", flush=True)
+    print(f"{'it':>3} {'ended':>8} " + " ".join(f"{c[5:-10]:>10}" for c in fragments))
+    for i in range(min(iterations, 6)):
+        row = metrics.iloc[i]
+        print(f"{i:>3} {row['time_s'] * 1e3:>8.0f} " + " ".join(f"{row[c] * 1e3:>10.1f}" for c in fragments))
+    later = metrics["time_s"].diff().iloc[3:]
+    print(f"later iterations: {statistics.median(later) * 1e3:.0f} ms (median)", flush=True)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--size", choices=sorted(SIZES), default="small")
+    parser.add_argument("--iterations", type=int, default=4, help="iterations of the piece-by-piece pass")
+    parser.add_argument("--run-iterations", type=int, default=8, help="iterations of the inline run")
+    parser.add_argument("--pairs", type=int, default=2, help="on a GPU: pairs of inline runs, each way once")
+    parser.add_argument("--warm-start-steps", type=int, default=20,
+                        help="supervised steps first: the forward and backward kernels loaded, as a "
+                             "notebook's warm start leaves them")
+    options = parser.parse_args()
+    cfg = dataclasses.replace(grpo.GRPOConfig(), **SIZES[options.size])
+    task = AdditionTask(cfg.max_operand, heldout_fraction=cfg.heldout_fraction, seed=cfg.seed)
+    start = grpo.make_model(cfg, grpo.tokenizer).to(options.device)
+    began = time.perf_counter()
+    warm_start(start, grpo.tokenizer, task, steps=options.warm_start_steps, seed=cfg.seed,
+               lr=3e-4 if options.size == "100m" else 3e-3)
+    print(f"{grpo.count_parameters(start):,} parameters on {model_device(start)}; warm start "
+          f"{time.perf_counter() - began:.1f} s", flush=True)
+    cfg = dataclasses.replace(cfg, model=start)
+    pieces(cfg, task, options.device, options.iterations).print()
+    if not options.device.startswith("cuda"):
+        inline_split(cfg, options.device, options.run_iterations)
+        return
+    # each capture emptying the allocator's cache (torch's way) against only where memory is
+    # short (workbench's), interleaved; the supervised steps between refill the cache, as a
+    # notebook's warm start would
+    from workbench.algorithms import cuda_graphs
+
+    shipped = cuda_graphs.EMPTY_CACHE_FREE_BELOW
+    for below, what in ((1.0, "torch's way"), (shipped, "as shipped")) * options.pairs:
+        warm_start(grpo.make_model(cfg, grpo.tokenizer), grpo.tokenizer, task, steps=5, seed=cfg.seed, lr=0.0)
+        cuda_graphs.EMPTY_CACHE_FREE_BELOW = below
+        cached = (torch.cuda.memory_reserved() - torch.cuda.memory_allocated()) / 2**20
+        inline_split(cfg, options.device, options.run_iterations,
+                     f", captures empty the cache {what} ({cached:,.0f} MiB cached at the start)")
+    cuda_graphs.EMPTY_CACHE_FREE_BELOW = shipped
+
+
+if __name__ == "__main__":
+    main()
