@@ -96,14 +96,14 @@ def pieces(cfg, task: AdditionTask, device: str, iterations: int) -> Clock:
             load_weights(policy, model.state_dict())
     with clock.piece("gc.collect()"):
         gc.collect()
-    if clock.cuda:  # what torch.cuda.graph does before each capture (see cuda_graphs.capture)
+    if clock.cuda:  # what torch.cuda.graph does before each capture
         cached = torch.cuda.memory_reserved() - torch.cuda.memory_allocated()
         with clock.piece(f"torch.cuda.empty_cache() ({cached / 2**20:,.0f} MiB cached, unused)"):
             torch.cuda.empty_cache()
     return clock
 
 
-def inline_split(cfg, device: str, iterations: int, what: str = "") -> None:
+def inline_split(cfg, device: str, iterations: int) -> None:
     """A short inline run (``wb.Inline(device="gpu")`` on a GPU, as bench_llm_rl's): each
     of its first iterations' end and every fragment's compute (its init cells in the first)."""
     fdg = grpo.build_fdg(dict(vars(grpo), cfg=dataclasses.replace(cfg, eval_every=10**9)))
@@ -113,7 +113,7 @@ def inline_split(cfg, device: str, iterations: int, what: str = "") -> None:
     wall = time.perf_counter() - began
     metrics = run.metrics
     fragments = [c for c in metrics.columns if c.startswith("time/") and c.endswith("_compute_s") and "[" not in c]
-    print(f"\ninline run{what}, {iterations} iterations, {wall:.2f} s; per iteration (ms): ended at, then each "
+    print(f"\ninline run, {iterations} iterations, {wall:.2f} s; per iteration (ms): ended at, then each "
           "fragment's cells", flush=True)
     print(f"{'it':>3} {'ended':>8} " + " ".join(f"{c[5:-10]:>10}" for c in fragments))
     for i in range(min(iterations, 6)):
@@ -129,7 +129,7 @@ def main() -> None:
     parser.add_argument("--size", choices=sorted(SIZES), default="small")
     parser.add_argument("--iterations", type=int, default=4, help="iterations of the piece-by-piece pass")
     parser.add_argument("--run-iterations", type=int, default=8, help="iterations of the inline run")
-    parser.add_argument("--pairs", type=int, default=2, help="on a GPU: pairs of inline runs, each way once")
+    parser.add_argument("--runs", type=int, default=2, help="inline runs after the pieces")
     parser.add_argument("--warm-start-steps", type=int, default=20,
                         help="supervised steps first: the forward and backward kernels loaded, as a "
                              "notebook's warm start leaves them")
@@ -144,23 +144,8 @@ def main() -> None:
           f"{time.perf_counter() - began:.1f} s", flush=True)
     cfg = dataclasses.replace(cfg, model=start)
     pieces(cfg, task, options.device, options.iterations).print()
-    if not options.device.startswith("cuda"):
+    for _ in range(options.runs):
         inline_split(cfg, options.device, options.run_iterations)
-        return
-    # each capture emptying the allocator's cache (torch's way) against only where memory is
-    # short (workbench's), interleaved; the supervised steps between refill the cache, as a
-    # notebook's warm start would
-    from workbench.algorithms import cuda_graphs
-
-    shipped = cuda_graphs.EMPTY_CACHE_FREE_BELOW
-    for below, what in ((1.0, "torch's way"), (shipped, "as shipped")) * options.pairs:
-        warm_start(grpo.make_model(cfg, grpo.tokenizer), grpo.tokenizer, task, steps=5, seed=cfg.seed, lr=0.0)
-        cuda_graphs.EMPTY_CACHE_FREE_BELOW = below
-        cached = (torch.cuda.memory_reserved() - torch.cuda.memory_allocated()) / 2**20
-        inline_split(cfg, options.device, options.run_iterations,
-                     f", captures empty the cache {what} ({cached:,.0f} MiB cached at the start)")
-    cuda_graphs.EMPTY_CACHE_FREE_BELOW = shipped
-
 
 if __name__ == "__main__":
     main()

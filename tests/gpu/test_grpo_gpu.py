@@ -87,9 +87,30 @@ def test_inline_on_the_gpu_trains_in_this_process_with_the_graphs():
     assert run.status == "finished" and run.policy.groups[0].device == "gpu"
     learner = run.state.fragments["learner"][0]["model"]
     assert next(learner.parameters()).is_cuda
-    # the reference's starting weights wait in host memory: the GPU holds one copy, the reference's
-    assert all(t.device.type == "cpu" for t in run.state.fragments["learner"][0]["reference_weights"].values())
+    # the learner's copy of the reference's starting weights: a small model's on its GPU
+    # (weights_copy's DEVICE_COPY_SHARE), equal to the reference's own
+    kept, reference = run.state.fragments["learner"][0]["reference_weights"], run.state.fragments["reference"][0]["reference"]
+    assert all(t.is_cuda for t in kept.values())
+    assert all(torch.equal(kept[name], t) for name, t in reference.state_dict().items())
     assert run.metrics["perf/update_cuda_graph"].tolist() == [1.0] * 4
     assert run.metrics["perf/generate_cuda_graphs"].iloc[-1] >= 2  # prefill and decode replay
     assert not all(torch.equal(a, b) for a, b in zip(learner.parameters(), start.parameters()))
     assert np.isfinite(run.metrics["charts/heldout_accuracy"]).all()
+
+
+def test_a_weights_copy_stays_on_the_gpu_while_it_is_small_and_goes_to_the_host_when_not():
+    import torch
+
+    from workbench.algorithms import grpo
+    from workbench.llm import weights_copy
+
+    model = grpo.make_model(grpo.GRPOConfig(), grpo.tokenizer).to("cuda:0")
+    kept, host = weights_copy(model), weights_copy(model, device_share=0.0)
+    assert all(t.device == torch.device("cuda", 0) for t in kept.values())
+    assert all(t.device.type == "cpu" for t in host.values())
+    # copies, not views: training the model changes neither; a tied embedding stays one tensor
+    before = kept["lm_head.weight"].clone()
+    model.lm_head.weight.data.add_(1.0)
+    assert torch.equal(kept["lm_head.weight"], before) and torch.equal(host["lm_head.weight"].cuda(), before)
+    for copy in (kept, host):
+        assert copy["lm_head.weight"].data_ptr() == copy["model.embed_tokens.weight"].data_ptr()

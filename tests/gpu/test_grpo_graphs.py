@@ -68,7 +68,7 @@ def test_weights_loaded_into_the_model_reach_the_replay():
         _sample(model, ids, mask, seed)
     other, _, _ = _model_and_prompts(seed=7)
     addresses = [p.data_ptr() for p in model.parameters()]
-    load_weights(model, weights_copy(other))  # as the generate replica's sync does: host copy, in place
+    load_weights(model, weights_copy(other))  # as the generate replica's sync does: a copy, loaded in place
     assert [p.data_ptr() for p in model.parameters()] == addresses
     graphed = _sample(model, ids, mask, 0)
     assert all(s.graph is not None for s in _slots(model).values())

@@ -65,41 +65,21 @@ _CAPTURE_STREAMS: dict[torch.device, Any] = {}
 _CAPTURING = threading.RLock()
 
 
-#: a capture empties the caching allocator's unused blocks only when the GPU's free memory
-#: is below this share of it. ``torch.cuda.graph`` empties it before every capture: the
-#: graph's private pool cannot use the blocks cached for eager work. But each emptying frees
-#: every cached block (a synchronising ``cudaFree`` each) and the next eager calls allocate
-#: them again: time a capture pays for the cache a warm start or another trainer left behind
-#: (bench_llm_first_iteration.py measures both ways). 1.0: torch's way, always.
-EMPTY_CACHE_FREE_BELOW = 0.25
-
-
 def capture(fn: Callable[[], tuple], device) -> tuple[Any, tuple]:
     """``fn()`` recorded (not run) into a new graph on ``device`` (where its tensors are);
-    returns the graph and ``fn``'s outputs, the buffers each replay overwrites. What
-    ``torch.cuda.graph`` does, but the allocator's cache is emptied only where memory is
-    short (:data:`EMPTY_CACHE_FREE_BELOW`)."""
+    returns the graph and ``fn``'s outputs, the buffers each replay overwrites."""
     device = torch.device(device)  # a tensor's: its index is set
     graph = torch.cuda.CUDAGraph()
     with _CAPTURING, torch.cuda.device(device):
         stream = _CAPTURE_STREAMS.get(device)
         if stream is None:
             stream = _CAPTURE_STREAMS[device] = torch.cuda.Stream(device)
-        torch.cuda.synchronize(device)  # nothing of the eager work before in flight
-        free, total = torch.cuda.mem_get_info(device)
-        if free < EMPTY_CACHE_FREE_BELOW * total:
-            torch.cuda.empty_cache()
-        with torch.cuda.stream(stream):
-            graph.capture_begin(capture_error_mode="thread_local")
-            try:
+        before = torch.cuda.current_stream(device)
+        try:
+            with torch.cuda.graph(graph, stream=stream, capture_error_mode="thread_local"):
                 outputs = fn()
-            except BaseException:
-                try:  # end the broken capture (it raises too: the first error is the one to see)
-                    graph.capture_end()
-                except Exception:  # noqa: BLE001
-                    pass
-                raise
-            graph.capture_end()
+        finally:  # a capture that raised leaves the thread on the capture stream (torch skips its exit)
+            torch.cuda.set_stream(before)
     return graph, outputs
 
 

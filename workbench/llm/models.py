@@ -21,7 +21,8 @@ from workbench.llm.errors import LLMInputError
 from workbench.runtime.arrays import tensor_view_key
 
 __all__ = ["tiny_causal_lm", "load_causal_lm", "check_vocabulary", "context_length",
-           "frozen", "frozen_copy", "weights_copy", "load_weights", "count_parameters", "with_lora"]
+           "frozen", "frozen_copy", "weights_copy", "copy_place", "DEVICE_COPY_SHARE", "load_weights", "count_parameters",
+           "with_lora"]
 
 
 def tiny_causal_lm(tokenizer, *, hidden: int = 64, layers: int = 2, heads: int = 4, context: int = 64,
@@ -101,10 +102,21 @@ def frozen_copy(model):
     return frozen(copy.deepcopy(model))
 
 
-def weights_copy(model) -> dict[str, torch.Tensor]:
-    """A copy of ``model``'s state dict that later training does not change, in host memory:
-    it is read only to build a model from (GRPO's reference) and by checkpoints, so a model on
-    a GPU does not keep a second copy of itself there.
+#: :func:`weights_copy` keeps a GPU model's copy on its GPU when the copy needs at most this
+#: share of the GPU's free memory, else puts it in host memory. The host copy of the 113M
+#: model took 313 ms on the H200 (pageable memory, first touched) and the reference's load of
+#: it 76 ms more, a third of GRPO's first iteration (bench_llm_first_iteration.py,
+#: 2026-11-27); a copy on the device takes milliseconds. Capped so a large model's copy never
+#: crowds out the update that follows: on a GPU that could not spare it, it goes to the host.
+DEVICE_COPY_SHARE = 0.05
+
+
+def weights_copy(model, *, device_share: float = DEVICE_COPY_SHARE) -> dict[str, torch.Tensor]:
+    """A copy of ``model``'s state dict that later training does not change: read only to
+    build a model from (GRPO's reference) and by checkpoints. On the CPU it is in host
+    memory; a model on a GPU keeps it there while it needs at most ``device_share`` of the
+    GPU's free memory (see :data:`DEVICE_COPY_SHARE` and :func:`copy_place`), else it goes
+    to host memory, so that a large model's GPU does not hold a second copy of it.
 
     >>> from workbench.llm.tokenizers import char_tokenizer
     >>> model = tiny_causal_lm(char_tokenizer(), hidden=16, layers=1, context=8, seed=0)
@@ -113,14 +125,37 @@ def weights_copy(model) -> dict[str, torch.Tensor]:
     >>> bool((kept["lm_head.weight"] == model.lm_head.weight).any()), kept["lm_head.weight"].device.type
     (False, 'cpu')
     """
+    state = model.state_dict()
+    unique = {tensor_view_key(t): t for t in state.values()}
+    target = copy_place({t.device for t in unique.values()}, sum(t.nbytes for t in unique.values()),
+                        device_share)
     copies: dict[tuple, torch.Tensor] = {}  # one copy per view: a tied embedding's two names share it
     out = {}
-    for name, tensor in model.state_dict().items():
+    for name, tensor in state.items():
         key = tensor_view_key(tensor)
         if key not in copies:
-            copies[key] = tensor.detach().to("cpu", copy=True)
+            copies[key] = tensor.detach().to(target, copy=True)
         out[name] = copies[key]
     return out
+
+
+def copy_place(devices: set, nbytes: int, share: float, free_bytes: int | None = None) -> torch.device:
+    """Where :func:`weights_copy` puts ``nbytes`` of tensors that live on ``devices``: their
+    GPU when they are all on one and ``nbytes`` is at most ``share`` of its free memory
+    (``free_bytes``, else asked of the driver), else the host.
+
+    >>> gpu = {torch.device("cuda", 0)}
+    >>> copy_place(gpu, 450 * 2**20, 0.05, free_bytes=130 * 2**30), copy_place(gpu, 28 * 2**30, 0.05, free_bytes=70 * 2**30)
+    (device(type='cuda', index=0), device(type='cpu'))
+    >>> copy_place({torch.device("cpu")}, 1, 1.0), copy_place({torch.device("cuda", 0), torch.device("cuda", 1)}, 1, 1.0, 2**30)
+    (device(type='cpu'), device(type='cpu'))
+    """
+    host = torch.device("cpu")
+    if len(devices) != 1 or (device := next(iter(devices))).type != "cuda":
+        return host
+    if free_bytes is None:
+        free_bytes, _ = torch.cuda.mem_get_info(device)
+    return device if nbytes <= share * free_bytes else host
 
 
 def load_weights(model, weights: dict) -> None:
