@@ -4,8 +4,9 @@ time, names the cell, leaves nothing running, and the next run works at once.
 On a cluster the stuck worker's process is ended and its nanny starts a fresh one; the
 stop does not wait for that (a worker's start-up took ~20 s of the old ~31 s stop), the
 next run does. Timing is checked by the order of events, not by durations: the stop
-returned before the restarted workers joined the scheduler (its ``add-worker`` events).
-Wall-clock bounds here are hang guards only.
+returned before the restarted workers joined the scheduler (its ``add-worker`` events); a
+gate (``tests/live/join_gate.py``) holds a restarted worker until the stop returned, so a
+busy machine cannot flip that order. Wall-clock bounds here are hang guards only.
 """
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ import numpy as np
 import pytest
 
 import workbench as wb
+from tests.live.join_gate import GATE_ENV
 from workbench.runtime.driver import STOP_GRACE_S
 
 STUCK_STEP = """\
@@ -46,6 +48,48 @@ def sticky_fdg(release: str, marker: str) -> wb.FDG:
     return fdg
 
 
+@pytest.fixture(scope="module")
+def gated_cluster(tmp_path_factory):
+    """(client, gate folder): this module's 2-worker cluster, whose workers pass the join gate."""
+    from distributed import Client
+
+    from workbench.cluster.patient import PatientLocalCluster
+
+    folder = tmp_path_factory.mktemp("join-gate")
+    with PatientLocalCluster(n_workers=2, threads_per_worker=1, processes=True, host="127.0.0.1",
+                             dashboard_address="127.0.0.1:0", silence_logs=logging.ERROR,
+                             env={GATE_ENV: str(folder)}, preload=["tests.live.join_gate"]) as cluster:
+        with Client(cluster, set_as_default=False) as c:
+            yield c, folder
+
+
+@pytest.fixture
+def client(gated_cluster):
+    return gated_cluster[0]
+
+
+class Gate:
+    """Arm before a stop (a worker restarted from then on waits), open once it returned."""
+
+    def __init__(self, folder) -> None:
+        self.armed, self.opened = folder / "armed", folder / "open"
+
+    def arm(self) -> None:
+        self.opened.unlink(missing_ok=True)
+        self.armed.touch()
+
+    def open(self) -> None:
+        self.opened.touch()
+
+
+@pytest.fixture
+def gate(gated_cluster):
+    gate = Gate(gated_cluster[1])
+    yield gate
+    gate.open()  # a test that failed before opening it holds no worker back
+    gate.armed.unlink(missing_ok=True)
+
+
 @pytest.fixture
 def paths(tmp_path):
     """(release, marker): writing ``release`` lets a stuck cell return; ``marker`` appears
@@ -69,7 +113,7 @@ def _wait_for(path: str, timeout: float = STUCK_WITHIN_S) -> bool:
 
 
 @pytest.mark.parametrize("policy", ["inline", "coarse"])
-def test_stop_returns_with_a_stuck_cell_named_and_the_fdg_runs_again(policy, client, capsys, paths):
+def test_stop_returns_with_a_stuck_cell_named_and_the_fdg_runs_again(policy, client, gate, capsys, paths):
     release, marker = paths
     fdg = sticky_fdg(release, marker)
     result = {}
@@ -81,11 +125,13 @@ def test_stop_returns_with_a_stuck_cell_named_and_the_fdg_runs_again(policy, cli
     thread = threading.Thread(target=run, daemon=True)
     thread.start()
     assert _wait_for(marker), "the env's step cell never got stuck"
+    gate.arm()
     asked, asked_wall = time.monotonic(), time.time()
     fdg.stop()
     thread.join(timeout=RETURN_BOUND_S)
     assert not thread.is_alive(), "stop did not return"
     assert time.monotonic() - asked < RETURN_BOUND_S
+    gate.open()
     run = result["run"]
     assert run.status == "stopped" and not fdg.running
     out = capsys.readouterr().out
@@ -96,7 +142,7 @@ def test_stop_returns_with_a_stuck_cell_named_and_the_fdg_runs_again(policy, cli
     _assert_runs_again(fdg, policy, client)
 
 
-def test_ctrl_c_with_a_stuck_coarse_cell_returns_and_the_fdg_runs_again(client, capsys, paths):
+def test_ctrl_c_with_a_stuck_coarse_cell_returns_and_the_fdg_runs_again(client, gate, capsys, paths):
     """Ctrl-C in the thread driving the run (a notebook's foreground run): the loops get
     the grace, the stuck cell is named, its worker is restarted without waiting."""
     release, marker = paths
@@ -105,6 +151,7 @@ def test_ctrl_c_with_a_stuck_coarse_cell_returns_and_the_fdg_runs_again(client, 
 
     def interrupt_when_stuck() -> None:
         _wait_for(marker)  # if it never sticks, interrupt anyway: the asserts say why
+        gate.arm()
         asked["at"], asked["wall"] = time.monotonic(), time.time()
         _thread.interrupt_main()
 
@@ -112,6 +159,7 @@ def test_ctrl_c_with_a_stuck_coarse_cell_returns_and_the_fdg_runs_again(client, 
     with pytest.raises(KeyboardInterrupt):
         fdg.run(iterations=1000, steps=3, policy="coarse", cluster=client, progress=False)
     returned = time.time()
+    gate.open()
     assert time.monotonic() - asked["at"] < RETURN_BOUND_S
     assert fdg.last_run.status == "interrupted" and not fdg.running
     out = capsys.readouterr().out
@@ -140,7 +188,7 @@ def test_a_plan_right_after_a_stuck_cells_stop_waits_for_the_restarted_worker(cl
     _assert_runs_again(fdg, "coarse", client)
 
 
-def test_reset_during_a_stuck_background_run_is_refused_at_once_and_stop_ends_it(ip, client, capsys, paths):
+def test_reset_during_a_stuck_background_run_is_refused_at_once_and_stop_ends_it(ip, client, gate, capsys, paths):
     """``%fdg reset`` while a background run's cell is stuck returns at once (it refuses:
     the run holds the FDG) and says to stop first; ``%fdg stop`` then returns within the
     bound, and the reset works."""
@@ -154,6 +202,7 @@ def test_reset_during_a_stuck_background_run_is_refused_at_once_and_stop_ends_it
     ip.run_line_magic("fdg", f"run --background --policy coarse --cluster {client.scheduler.address} "
                              "--iterations 1000 --steps 3 --no-progress")
     assert _wait_for(marker), "the env's step cell never got stuck"
+    gate.arm()
     asked, asked_wall = time.monotonic(), time.time()
     with pytest.raises(UsageError, match="stop the run first"):
         ip.run_line_magic("fdg", "reset")
@@ -162,6 +211,7 @@ def test_reset_during_a_stuck_background_run_is_refused_at_once_and_stop_ends_it
     assert time.monotonic() - asked < RETURN_BOUND_S
     assert run is not None and run.status == "stopped"
     returned = time.time()
+    gate.open()
     out = capsys.readouterr().out
     assert "has not returned" in out and "restarting worker" in out, out
     _assert_returned_before_the_restart(client, asked_wall, returned)
