@@ -3,7 +3,7 @@
 // into shadow DOMs), until the file STOP_FILE exists or TIMEOUT_MS passes. Prints one
 // JSON line (STOP_FILE.ready is written once the page has loaded):
 //   node watch_table.mjs URL STOP_FILE SCREENSHOT TIMEOUT_MS
-// {"ok", "samples": [{"t", "run", "iterations", "rows": [[cell, ...], ...]}],
+// {"ok", "samples": [{"t", "run", "iterations", "rows": [[cell, ...], ...], "columns"}],
 //  "console_errors", "page_errors", "error"}
 import { existsSync, writeFileSync } from "node:fs";
 import { launch, watchedPage } from "./lab.mjs";
@@ -20,7 +20,7 @@ function read() {
     for (const el of root.querySelectorAll("*")) if (el.shadowRoot) walk(el.shadowRoot);
   };
   walk(document);
-  let run = null, iterations = null;
+  let run = null, iterations = null, columns = 0;
   const rows = [];
   for (const root of roots) {
     for (const h of root.querySelectorAll("h2")) {
@@ -31,11 +31,12 @@ function read() {
       if (iterations === null && div.children.length === 1 && div.children[0].tagName === "B"
           && / iterations$/.test(div.textContent)) iterations = Number(div.children[0].textContent);
     }
+    columns += root.querySelectorAll(".slick-header-column").length;
     for (const row of root.querySelectorAll(".slick-row")) {
       rows.push([...row.querySelectorAll(".slick-cell")].map((c) => c.textContent.trim()));
     }
   }
-  return { run, iterations, rows };
+  return { run, iterations, rows, columns };
 }
 
 let browser;
@@ -43,7 +44,11 @@ try {
   browser = await launch(timeout);
   const page = await watchedPage(browser, result, url, { width: 1400, height: 1000 });
   await page.goto(url, { waitUntil: "load", timeout });
-  writeFileSync(`${stopFile}.ready`, "");  // the page is open: the test may start its runs
+  // "load" comes before Bokeh has drawn the document: wait for the table's columns (a
+  // cold first page took seconds more, and a short first run went by unseen)
+  const drawn = Date.now();
+  while ((await page.evaluate(read)).columns === 0 && Date.now() - drawn < 60000) await page.waitForTimeout(100);
+  writeFileSync(`${stopFile}.ready`, "");  // the page is drawn: the test may start its runs
   const start = Date.now();
   while (!existsSync(stopFile) && Date.now() - start < timeout) {
     result.samples.push({ t: (Date.now() - start) / 1000, ...(await page.evaluate(read)) });
