@@ -3,9 +3,11 @@ iterations' cells timed alone (the device synchronised before and after), then a
 inline run's per-fragment split of its first iterations.
 
 Why: on the H200 (2026-11-27, docs/llm.md) workbench inline's first iteration of the 113M
-model ended 1.0–1.2 s into the run against 71 ms for each later one; that second is a
-third of its wall time at 20 updates, and what keeps it above half of TRL's. The run's own
-metrics fold the init cells into the first iteration's compute; this script splits them.
+model ended 0.7–1.2 s into the run against 71 ms for each later one: a third of its wall
+time at 20 updates, and what kept it above half of TRL's. The run's own metrics fold the
+init cells into the first iteration's compute; this script splits them. Its first run there
+found the learner's copy of the reference's weights to host memory (313 ms) and their load
+back (76 ms); ``weights_copy`` keeps a small model's copy on its GPU since.
 
 Run (a GPU: the 113M model; here: the small one on the CPU, a check of the script)::
 
@@ -67,15 +69,17 @@ def pieces(cfg, task: AdditionTask, device: str, iterations: int) -> Clock:
         model = grpo.make_model(cfg, tok).to(device)
     with clock.piece("learner init: adam"):
         optimizer = grpo.adam(model.parameters(), cfg.learning_rate, eps=1e-8, device=device)
-    with clock.piece("learner init: weights_copy (to the host)"):
+    with clock.piece("learner init: weights_copy"):
         reference_weights = weights_copy(model)
+    where = next(iter(reference_weights.values())).device  # DEVICE_COPY_SHARE decides
+    clock.rows[-1] = (f"{clock.rows[-1][0]} (to {where})", clock.rows[-1][1])
     with clock.piece("generate init: make_model"):
         policy = grpo.make_model(cfg, tok).to(device)
     with clock.piece("generate init: load_weights (device to device)"):
         load_weights(policy, model.state_dict())
     with clock.piece("reference init: make_model + frozen"):
         reference = grpo.frozen(grpo.make_model(cfg, tok)).to(device)
-    with clock.piece("reference init: load_weights (host to device)"):
+    with clock.piece(f"reference init: load_weights (from {where})"):
         load_weights(reference, reference_weights)
     rng = __import__("numpy").random.default_rng(cfg.seed)
     for i in range(1, iterations + 1):

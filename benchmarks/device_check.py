@@ -26,9 +26,11 @@ env-steps/s, CuPy against NumPy, by number of envs), ``ppo`` (the quickstart's P
 GPU: env-steps/s and wall seconds to solve per seed), ``mappo`` (simple_spread on the GPU,
 the env alone and MAPPO under GPUOnly: `device_check_mappo.py`), ``scaling``
 (``bench_policies.py --scaling``: Coarse and Fine from 1 to 32 workers beside bare processes),
-``llm`` (GRPO's side of ``bench_llm_rl.py``, its JSON in ``--logs``) and, asked for by name
-with TRL's wheels (``llm_wheels.py --trl``: they do not fit beside the others in one device
-call), ``llm_trl``; then ``bench_llm_rl.py --merge`` here.
+``llm`` (GRPO's side of ``bench_llm_rl.py``, its JSON in ``--logs``), ``llm_first`` (where
+GRPO's first iteration goes) and, asked for by name, ``llm_trl`` (TRL's side, with TRL's
+wheels: ``llm_wheels.py --trl``; then ``bench_llm_rl.py --merge`` here) or ``llm_both`` (both
+sides in one process, where the image's pyarrow allows: ``llm_wheels.py --both``):
+``device_check_llm.py``.
 """
 from __future__ import annotations
 
@@ -45,13 +47,14 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from device_check_llm import _streamed, part_llm, part_llm_both, part_llm_first, part_llm_trl  # noqa: E402,F401
 from device_check_select import gpu_aware_test_files, gpu_test_files, package_versions  # noqa: E402
 from device_wheels import download_wheels, install_wheels  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 #: where each part's whole output goes (--logs)
 LOGS: str | None = None
-PARTS = ("facts", "tests", "kernel", "ppo", "mappo", "scaling", "llm", "llm_trl", "llm_both")
+PARTS = ("facts", "tests", "kernel", "ppo", "mappo", "scaling", "llm", "llm_trl", "llm_both", "llm_first")
 
 
 # ----------------------------------------------------------------------------- the parts
@@ -77,18 +80,6 @@ def part_facts() -> list[dict]:
         rows.append({"part": "facts", "what": "cupy", "value": f"not importable: {exc}"})
     rows.append({"part": "facts", "what": "packages", "value": package_versions()})
     return rows
-
-
-def _streamed(command: list[str]) -> tuple[int, list[str]]:
-    """Run ``command`` in the repository, passing each line of its output on to stderr as it
-    comes (a part cut at its time limit keeps what it printed: run_part); its return code
-    and lines."""
-    child = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    lines = []
-    for line in child.stdout:
-        print(line, end="", file=sys.stderr, flush=True)
-        lines.append(line.rstrip("\n"))
-    return child.wait(), lines
 
 
 def part_tests() -> list[dict]:
@@ -307,47 +298,6 @@ def part_scaling(sizes=(1, 2, 4, 8, 16, 32), pairs: int = 1,
     return [{"part": "scaling", "what": "table", "value": "\n".join(table)}]
 
 
-def part_llm(side: str = "workbench", seeds=(1, 2, 3), updates: int = 40, warm_start_steps: int | None = None,
-             logs: str | None = None):
-    """One side of ``bench_llm_rl.py`` (GRPO against TRL, docs/llm.md): on a GPU the 113M
-    model inline on the GPU and under GPUOnly, else the small one on the CPU. Its JSON goes to ``--logs`` (or a
-    temporary folder) for ``bench_llm_rl.py --merge`` here; each seed's line is printed as it
-    ends, so a cut keeps the seeds done."""
-    import torch
-
-    cuda = torch.cuda.is_available()
-    out = Path(logs or tempfile.mkdtemp(prefix="workbench-llm-"), f"llm_{side}.json")
-    only = [] if side == "both" else ["--only", side]  # both: one process, one warm start a seed
-    command = [sys.executable, str(ROOT / "benchmarks" / "bench_llm_rl.py"), *only,
-               "--device", "cuda" if cuda else "cpu", "--size", "100m" if cuda else "small",
-               "--seeds", *map(str, seeds), "--updates", str(updates), "--json", str(out)]
-    if warm_start_steps is not None:
-        command += ["--warm-start-steps", str(warm_start_steps)]
-    returncode, lines = _streamed(command)
-    said = [line for line in lines if line.startswith(("seed ", "TRL", "workbench", "GRPO"))]
-    part = {"workbench": "llm", "trl": "llm_trl", "both": "llm_both"}[side]
-    # then this side's peak memory, one process (bench_llm_memory.py, docs/llm.md), the same model
-    size = (["--device", "cuda", "--hidden", "768", "--layers", "12", "--heads", "12"] if cuda else
-            ["--hidden", "64", "--layers", "2", "--heads", "4"])  # the CPU check of this script: the small model
-    _, memory = _streamed([sys.executable, str(ROOT / "benchmarks" / "bench_llm_memory.py"), *only,
-                           "--repeats", "1", *size])
-    return [{"part": part, "what": "bench_llm_rl", "value": f"rc {returncode}; json {out}"}] + \
-        [{"part": part, "what": "line", "value": line} for line in said] + \
-        [{"part": part, "what": "peak memory", "value": line} for line in memory
-         if line.startswith(("GRPO peak", "TRL", "workbench"))]
-
-
-def part_llm_trl(**kwargs):
-    """TRL's side of :func:`part_llm` (its wheels: ``llm_wheels.py --trl``)."""
-    return part_llm("trl", **kwargs)
-
-
-def part_llm_both(**kwargs):
-    """Both sides of :func:`part_llm` in one process, each seed's warm start shared (its
-    wheels: ``llm_wheels.py --both``, which counts on the image's pyarrow)."""
-    return part_llm("both", **kwargs)
-
-
 # ----------------------------------------------------------------------------- the driver
 def run_part(name: str, env: dict, timeout: float, kwargs: dict) -> list[dict]:
     """One part in its own process; a crash or a timeout is a row that says so."""
@@ -434,6 +384,10 @@ def main() -> None:
                         help="ppo: also profile one run at the middle env count (stats in the part's log)")
     parser.add_argument("--llm-seeds", type=int, nargs="+", default=[1, 2, 3], help="llm, llm_trl: seeds")
     parser.add_argument("--llm-updates", type=int, default=40, help="llm, llm_trl: GRPO updates a seed")
+    parser.add_argument("--llm-memory", action="store_true",
+                        help="llm, llm_trl, llm_both: then each side's peak memory (bench_llm_memory.py)")
+    parser.add_argument("--llm-policies", nargs="+", choices=("inline", "coarse", "pipelined", "gpuonly"),
+                        help="llm, llm_both: workbench's policies (default: bench_llm_rl's)")
     parser.add_argument("--llm-warm-start-steps", type=int, default=None,
                         help="llm, llm_trl: supervised steps before GRPO (default: bench_llm_rl's)")
     parser.add_argument("--one-part", help=argparse.SUPPRESS)
@@ -463,7 +417,8 @@ def main() -> None:
                           "steps": args.steps},
                   "scaling": {"sizes": args.sizes, "pairs": args.pairs, "policies": args.scaling_policies},
                   **{llm: {"seeds": args.llm_seeds, "updates": args.llm_updates,
-                           "warm_start_steps": args.llm_warm_start_steps, "logs": args.logs}
+                           "warm_start_steps": args.llm_warm_start_steps, "logs": args.logs,
+                           "memory": args.llm_memory, "policies": args.llm_policies}
                      for llm in ("llm", "llm_trl", "llm_both")}}.get(name, {})
         left = deadline - time.monotonic()
         if left < 30:  # not worth starting: say so rather than be cut off by the caller

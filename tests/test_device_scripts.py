@@ -64,7 +64,7 @@ def test_its_llm_parts_write_the_two_sides_that_merge_here(tmp_path):
     pytest.importorskip("trl")
     logs = tmp_path / "logs"
     text, rows = _device_check("--parts", "llm", "llm_trl", "--llm-seeds", "1", "--llm-updates", "2",
-                               "--llm-warm-start-steps", "5", "--logs", str(logs), tmp_path=tmp_path)
+                               "--llm-warm-start-steps", "5", "--llm-memory", "--logs", str(logs), tmp_path=tmp_path)
     assert [r["value"].split(";")[0] for r in rows if r["what"] == "bench_llm_rl"] == ["rc 0", "rc 0"], text
     peaks = [r for r in rows if r["what"] == "peak memory" and r["value"].endswith("×")]  # each side's, after its run
     assert [(r["part"], r["value"].split()[0]) for r in peaks] == [("llm", "workbench"), ("llm_trl", "TRL")], text
@@ -79,13 +79,25 @@ def test_its_llm_both_part_runs_the_two_sides_in_one_process(tmp_path):
     pytest.importorskip("trl")
     logs = tmp_path / "logs"
     text, rows = _device_check("--parts", "llm_both", "--llm-seeds", "1", "--llm-updates", "2",
-                               "--llm-warm-start-steps", "5", "--logs", str(logs), tmp_path=tmp_path)
+                               "--llm-warm-start-steps", "5", "--llm-policies", "inline", "--logs", str(logs),
+                               tmp_path=tmp_path)
     assert [r["value"].split(";")[0] for r in rows if r["what"] == "bench_llm_rl"] == ["rc 0"], text
     both = json.loads((logs / "llm_both.json").read_text())
-    assert "TRL GRPOTrainer" in both["rows"] and "workbench inline" in both["rows"]  # one process ran both
-    peaks = {r["value"].split()[0] for r in rows if r["what"] == "peak memory" and r["value"].endswith("×")}
-    assert peaks == {"workbench", "TRL"}, text
+    # one process ran both sides, workbench's under the policies asked for alone
+    assert set(both["rows"]) == {"TRL GRPOTrainer", "workbench inline"}
+    assert not [r for r in rows if r["what"] == "peak memory"], "the peak memory measure is --llm-memory's"
     assert "llm_both" in _script("device_check").PARTS and "pyarrow" not in _script("llm_wheels").both_names()
+
+
+@pytest.mark.slow  # GRPO's pieces and two short inline runs of the small model
+def test_its_llm_first_part_splits_grpo_s_first_iteration_on_this_cpu(tmp_path):
+    text, rows = _device_check("--parts", "llm_first", tmp_path=tmp_path)
+    (row,) = [r for r in rows if r["what"] != "wall seconds"]
+    assert row["what"] == "rc 0", text
+    shown = row["value"]
+    for piece in ("learner init: weights_copy", "reference init: load_weights", "it 1 grpo_update", "inline run"):
+        assert piece in shown, shown
+    assert "### llm_first" in text
 
 
 @pytest.mark.slow  # GRPO inline, 6 updates of a small model
