@@ -260,7 +260,7 @@ def print_table(rows: dict[str, list[dict]], meta: dict) -> None:
     trl_wall = statistics.median(r["wall_s"] for r in trl) if trl else None
     print(f"\nGRPO, {meta['updates']} updates of {grpo.GRPOConfig.prompts_per_step} prompts × "
           f"{grpo.GRPOConfig.group_size} completions, a {meta['parameters'] / 1e6:.1f}M-parameter model on "
-          f"{meta['device']}, medians over seeds {seeds}"
+          f"{meta['device']}{' (TF32 matmuls, both sides)' if meta.get('tf32') and meta['device'] == 'cuda' else ''}, medians over seeds {seeds}"
           + (f"; addition up to {meta['max_operand']}, warm start to {meta['warm_until']} train accuracy; workbench's "
              "held-out and wall at that many updates, its runs going on to "
              f"{max(r.get('updates', 0) for rs in rows.values() for r in rs)} to reach TRL's accuracy:"
@@ -361,6 +361,13 @@ def run_seeds(options, policies: tuple[str, ...], rows: dict[str, list[dict]], c
         after_seed()
 
 
+def allow_tf32() -> None:
+    """Float32 matmuls and convolutions in TF32 in this process (``--tf32``)."""
+    import torch as process_torch  # a name of its own: cloudpickle sends the function to workers by value
+
+    process_torch.backends.cuda.matmul.allow_tf32 = process_torch.backends.cudnn.allow_tf32 = True
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3])
@@ -388,6 +395,9 @@ def main() -> None:
     parser.add_argument("--policies", nargs="+", choices=("inline", "coarse", "pipelined", "gpuonly"),
                         help="workbench's policies (default: inline, coarse, pipelined on the CPU; inline, "
                              "gpuonly on a GPU); inline alone starts no cluster")
+    parser.add_argument("--tf32", action="store_true",
+                        help="on a GPU, float32 matmuls and convolutions in TF32 for the whole process: "
+                             "both sides alike (torch's default, and this script's, is full float32)")
     parser.add_argument("--json", help="also write the rows and settings to this file")
     parser.add_argument("--merge", nargs="+", metavar="FILE", help="print the table of --json files, run nothing")
     parser.add_argument("--wheels", metavar="DIR", help="install DIR's wheels privately first (llm_wheels.py)")
@@ -399,8 +409,11 @@ def main() -> None:
         parser.error(f"--eval-every {options.eval_every}: save workbench's weights every 1 or more updates")
     if options.device == "cuda" and not torch.cuda.is_available():
         parser.error("--device cuda: torch sees no CUDA GPU here")
+    if options.tf32:  # process-wide: TRL's trainer and workbench inline's cells alike (workers: below)
+        allow_tf32()
     cfg = dataclasses.replace(grpo.GRPOConfig(), **_sizes(options))
     meta = {"updates": options.updates, "device": options.device, "size": options.size, "seeds": options.seeds,
+            "tf32": options.tf32,
             "warm_start_steps": options.warm_start_steps, "learning_rate": cfg.learning_rate,
             "warm_until": options.warm_until, "max_operand": options.max_operand, "eval_every": cfg.eval_every,
             "parameters": grpo.count_parameters(grpo.make_model(cfg, grpo.tokenizer))}
@@ -426,6 +439,8 @@ def main() -> None:
                                  host="127.0.0.1", dashboard_address="127.0.0.1:0",
                                  silence_logs=logging.ERROR) as cluster, \
                 Client(cluster, set_as_default=False) as client:
+            if options.tf32:  # workbench's other policies compute in the workers' processes
+                client.run(allow_tf32)
             # warm-up: the workers import transformers and torch once (about 10 s here), as a
             # notebook's cluster would have done before the run that matters
             warm_cfg = dataclasses.replace(grpo.GRPOConfig(), iterations=1, max_operand=options.max_operand,

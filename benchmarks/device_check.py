@@ -388,6 +388,7 @@ def main() -> None:
                         help="llm, llm_trl, llm_both: then each side's peak memory (bench_llm_memory.py)")
     parser.add_argument("--llm-policies", nargs="+", choices=("inline", "coarse", "pipelined", "gpuonly"),
                         help="llm, llm_both: workbench's policies (default: bench_llm_rl's)")
+    parser.add_argument("--llm-tf32", action="store_true", help="llm, llm_trl, llm_both: bench_llm_rl.py --tf32")
     parser.add_argument("--llm-warm-start-steps", type=int, default=None,
                         help="llm, llm_trl: supervised steps before GRPO (default: bench_llm_rl's)")
     parser.add_argument("--one-part", help=argparse.SUPPRESS)
@@ -418,7 +419,7 @@ def main() -> None:
                   "scaling": {"sizes": args.sizes, "pairs": args.pairs, "policies": args.scaling_policies},
                   **{llm: {"seeds": args.llm_seeds, "updates": args.llm_updates,
                            "warm_start_steps": args.llm_warm_start_steps, "logs": args.logs,
-                           "memory": args.llm_memory, "policies": args.llm_policies}
+                           "memory": args.llm_memory, "policies": args.llm_policies, "tf32": args.llm_tf32}
                      for llm in ("llm", "llm_trl", "llm_both")}}.get(name, {})
         left = deadline - time.monotonic()
         if left < 30:  # not worth starting: say so rather than be cut off by the caller

@@ -30,7 +30,7 @@ def _streamed(command: list[str]) -> tuple[int, list[str]]:
 
 
 def part_llm(side: str = "workbench", seeds=(1, 2, 3), updates: int = 40, warm_start_steps: int | None = None,
-             logs: str | None = None, memory: bool = False, policies=None):
+             logs: str | None = None, memory: bool = False, policies=None, tf32: bool = False):
     """One side of ``bench_llm_rl.py`` (GRPO against TRL, docs/llm.md): on a GPU the 113M
     model inline on the GPU and under GPUOnly, else the small one on the CPU. Its JSON goes to ``--logs`` (or a
     temporary folder) for ``bench_llm_rl.py --merge`` here; each seed's line is printed as it
@@ -47,6 +47,7 @@ def part_llm(side: str = "workbench", seeds=(1, 2, 3), updates: int = 40, warm_s
         command += ["--warm-start-steps", str(warm_start_steps)]
     if policies and side != "trl":
         command += ["--policies", *policies]
+    command += ["--tf32"] if tf32 else []
     returncode, lines = _streamed(command)
     said = [line for line in lines if line.startswith(("seed ", "TRL", "workbench", "GRPO"))]
     part = {"workbench": "llm", "trl": "llm_trl", "both": "llm_both"}[side]

@@ -232,3 +232,25 @@ def test_the_tests_part_runs_the_gpu_tests_and_the_cpu_tests_that_look_for_a_gpu
     assert "skipped" in on_gpu and "passed" not in on_gpu  # no GPU here: every gpu test skips, saying why
     assert " passed" in looking and "failed" not in looking
     assert "tests/gpu/test_placement_cpu.py" in _script("device_check_select").gpu_aware_test_files()
+
+
+def test_bench_llm_rl_s_tf32_switch_reaches_a_worker_as_sent_there():
+    """``--tf32`` sets TF32 in the benchmark's process and, through ``client.run``, in the
+    workers': the function sent there must pickle by value and set both flags where it runs."""
+    pytest.importorskip("transformers")
+    import cloudpickle
+    import torch
+
+    script = _script("bench_llm_rl")
+    cloudpickle.register_pickle_by_value(script)  # as the script's __main__ is pickled
+    try:
+        sent = cloudpickle.loads(cloudpickle.dumps(script.allow_tf32))
+    finally:
+        cloudpickle.unregister_pickle_by_value(script)
+    before = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
+    try:
+        torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
+        sent()
+        assert torch.backends.cuda.matmul.allow_tf32 and torch.backends.cudnn.allow_tf32
+    finally:
+        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = before
