@@ -104,8 +104,8 @@ def frozen_copy(model):
 
 #: :func:`weights_copy` keeps a GPU model's copy on its GPU when the copy needs at most this
 #: share of the GPU's free memory, else puts it in host memory. The host copy of the 113M
-#: model took 313 ms on the H200 (pageable memory, first touched) and the reference's load of
-#: it 76 ms more, a third of GRPO's first iteration (bench_llm_first_iteration.py,
+#: model took 313 ms on the H200 (into pageable memory) and the reference's load of
+#: it 76 ms more: ~0.4 s of a 0.8–1.0 s first iteration of GRPO (bench_llm_first_iteration.py,
 #: 2026-11-27); a copy on the device takes milliseconds. Capped so a large model's copy never
 #: crowds out the update that follows: on a GPU that could not spare it, it goes to the host.
 DEVICE_COPY_SHARE = 0.05
