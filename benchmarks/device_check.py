@@ -90,8 +90,10 @@ def part_tests() -> list[dict]:
     for marker, files, what in (("gpu", gpu_test_files(), "pytest -m gpu"),
                                 ("not gpu", gpu_aware_test_files(), "pytest -m 'not gpu' (tests that look for a GPU)")):
         # -v, streamed: a part cut at its time limit still says which tests passed, failed or ran
+        # and each failure's traceback at once (device_check_instafail): a cut part has no summary
         _, lines = _streamed([sys.executable, "-m", "pytest", "-m", marker, "-v", "-rfEs", "-p", "no:cacheprovider",
-                              "--tb=short", "--durations=15", "-o", "addopts=", *files])
+                              "-p", "benchmarks.device_check_instafail", "--tb=short", "--durations=15",
+                              "-o", "addopts=", *files])
         lines = [line for line in lines if line.strip()]
         summary = lines[-1] if lines else "no output"
         rows.append({"part": "tests", "what": what, "value": summary.strip("= ")})

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import importlib
 import json
+import os
 import subprocess
 import sys
 import zipfile
@@ -254,3 +255,24 @@ def test_bench_llm_rl_s_tf32_switch_reaches_a_worker_as_sent_there():
         assert torch.backends.cuda.matmul.allow_tf32 and torch.backends.cudnn.allow_tf32
     finally:
         torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = before
+
+
+@pytest.mark.parametrize("plugin", [True, False], ids=["with-instafail", "without"])
+def test_a_tests_part_cut_at_its_limit_still_shows_why_a_test_failed(tmp_path, plugin):
+    """The device check's pytest runs with device_check_instafail: a failure's traceback is
+    printed when the test fails, so a run killed before its summary still says why (without
+    the plugin it does not: the traceback waits for the summary). Here the run's second test
+    ends the process, as the part's time limit would."""
+    (tmp_path / "pytest.ini").write_text("[pytest]\n")
+    (tmp_path / "test_cut.py").write_text(
+        "import os\n\ndef test_fails():\n    assert 1 == 2, 'the reason it failed'\n\n"
+        "def test_the_run_is_cut_here():\n    os._exit(9)\n")
+    command = [sys.executable, "-m", "pytest", "-v", "-p", "no:cacheprovider", "-c", str(tmp_path / "pytest.ini"),
+               "--rootdir", str(tmp_path), str(tmp_path / "test_cut.py")]
+    if plugin:
+        command[3:3] = ["-p", "benchmarks.device_check_instafail"]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=120, cwd=BENCHMARKS.parent,
+                          env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    assert done.returncode == 9 and "short test summary" not in done.stdout, done.stdout  # no summary came
+    assert "test_cut.py::test_fails FAILED" in done.stdout, done.stdout
+    assert ("AssertionError: the reason it failed" in done.stdout) == plugin, done.stdout
