@@ -92,7 +92,7 @@ def part_tests() -> list[dict]:
         # -v, streamed: a part cut at its time limit still says which tests passed, failed or ran
         # and each failure's traceback at once (device_check_instafail): a cut part has no summary
         _, lines = _streamed([sys.executable, "-m", "pytest", "-m", marker, "-v", "-rfEs", "-p", "no:cacheprovider",
-                              "-p", "benchmarks.device_check_instafail", "--tb=short", "--durations=15",
+                              "-p", "device_check_instafail", "--tb=short", "--durations=15",
                               "-o", "addopts=", *files])
         lines = [line for line in lines if line.strip()]
         summary = lines[-1] if lines else "no output"
@@ -408,7 +408,7 @@ def main() -> None:
     if LOGS:
         Path(LOGS).mkdir(parents=True, exist_ok=True)
     env = dict(os.environ, PYTHONUNBUFFERED="1")
-    paths = [str(ROOT)]
+    paths = [str(ROOT), str(ROOT / "benchmarks")]  # the latter: pytest's -p device_check_instafail
     if args.wheels:
         paths.insert(0, install_wheels(args.wheels))
     env["PYTHONPATH"] = os.pathsep.join(paths + [p for p in [env.get("PYTHONPATH")] if p])

@@ -270,9 +270,9 @@ def test_a_tests_part_cut_at_its_limit_still_shows_why_a_test_failed(tmp_path, p
     command = [sys.executable, "-m", "pytest", "-v", "-p", "no:cacheprovider", "-c", str(tmp_path / "pytest.ini"),
                "--rootdir", str(tmp_path), str(tmp_path / "test_cut.py")]
     if plugin:
-        command[3:3] = ["-p", "benchmarks.device_check_instafail"]
-    done = subprocess.run(command, capture_output=True, text=True, timeout=120, cwd=BENCHMARKS.parent,
-                          env={**os.environ, "PYTHONUNBUFFERED": "1"})
+        command[3:3] = ["-p", "device_check_instafail"]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=120, cwd=tmp_path,
+                          env={**os.environ, "PYTHONUNBUFFERED": "1", "PYTHONPATH": str(BENCHMARKS)})
     assert done.returncode == 9 and "short test summary" not in done.stdout, done.stdout  # no summary came
     assert "test_cut.py::test_fails FAILED" in done.stdout, done.stdout
     assert ("AssertionError: the reason it failed" in done.stdout) == plugin, done.stdout
