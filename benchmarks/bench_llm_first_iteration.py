@@ -3,8 +3,8 @@ iterations' cells timed alone (the device synchronised before and after), then a
 inline run's per-fragment split of its first iterations.
 
 Why: on the H200 (2026-11-27, docs/llm.md) workbench inline's first iteration of the 113M
-model ended 0.7–1.2 s into the run against 71 ms for each later one: a third of its wall
-time at 20 updates, and what kept it above half of TRL's. The run's own metrics fold the
+model ended 0.7–1.2 s into the run against 71 ms for each later one: a third or more of its
+wall time at 20 updates, and what kept it above half of TRL's. The run's own metrics fold the
 init cells into the first iteration's compute; this script splits them. Its first run there
 found the learner's copy of the reference's weights to host memory (313 ms) and their load
 back (76 ms); ``weights_copy`` keeps a small model's copy on its GPU since.
@@ -14,8 +14,8 @@ Run (a GPU: the 113M model; here: the small one on the CPU, a check of the scrip
     python benchmarks/bench_llm_first_iteration.py --device cuda --size 100m
     python benchmarks/bench_llm_first_iteration.py            # small model, CPU
 
-Prints one line per piece: ``piece  ms`` (median of ``--repeats`` where a piece repeats
-alike), then the inline run's table.
+Prints one line per piece (``piece  ms``; the iterations' pieces once per iteration), then
+each inline run's table (``--runs``).
 """
 from __future__ import annotations
 
@@ -35,8 +35,7 @@ from workbench.llm.generation import model_device
 from workbench.llm.models import load_weights, weights_copy
 from workbench.llm.tasks import decode_completions, encode_prompts, score_completions
 
-#: ``--size``: the model's sizes, as bench_llm_rl.py's
-SIZES = {"small": {}, "100m": {"hidden": 768, "layers": 12, "heads": 12, "learning_rate": 1e-5}}
+from bench_llm_rl import SIZES  # --size: the model's sizes, as the comparison's
 
 
 class Clock:
