@@ -47,7 +47,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from device_check_llm import _streamed, part_llm, part_llm_both, part_llm_first, part_llm_trl  # noqa: E402,F401
+from device_check_llm import part_llm, part_llm_both, part_llm_first, part_llm_trl, streamed  # noqa: E402,F401
 from device_check_select import gpu_aware_test_files, gpu_test_files, package_versions  # noqa: E402
 from device_wheels import download_wheels, install_wheels  # noqa: E402
 
@@ -91,9 +91,9 @@ def part_tests() -> list[dict]:
                                 ("not gpu", gpu_aware_test_files(), "pytest -m 'not gpu' (tests that look for a GPU)")):
         # -v, streamed: a part cut at its time limit still says which tests passed, failed or ran
         # and each failure's traceback at once (device_check_instafail): a cut part has no summary
-        _, lines = _streamed([sys.executable, "-m", "pytest", "-m", marker, "-v", "-rfEs", "-p", "no:cacheprovider",
-                              "-p", "device_check_instafail", "--tb=short", "--durations=15",
-                              "-o", "addopts=", *files])
+        _, lines = streamed([sys.executable, "-m", "pytest", "-m", marker, "-v", "-rfEs", "-p", "no:cacheprovider",
+                             "-p", "device_check_instafail", "--tb=short", "--durations=15",
+                             "-o", "addopts=", *files])
         lines = [line for line in lines if line.strip()]
         summary = lines[-1] if lines else "no output"
         rows.append({"part": "tests", "what": what, "value": summary.strip("= ")})

@@ -17,7 +17,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def _streamed(command: list[str]) -> tuple[int, list[str]]:
+def streamed(command: list[str]) -> tuple[int, list[str]]:
     """Run ``command`` in the repository, passing each line of its output on to stderr as it
     comes (a part cut at its time limit keeps what it printed: run_part); its return code
     and lines."""
@@ -48,7 +48,7 @@ def part_llm(side: str = "workbench", seeds=(1, 2, 3), updates: int = 40, warm_s
     if policies and side != "trl":
         command += ["--policies", *policies]
     command += ["--tf32"] if tf32 else []
-    returncode, lines = _streamed(command)
+    returncode, lines = streamed(command)
     said = [line for line in lines if line.startswith(("seed ", "TRL", "workbench", "GRPO"))]
     part = {"workbench": "llm", "trl": "llm_trl", "both": "llm_both"}[side]
     rows = [{"part": part, "what": "bench_llm_rl", "value": f"rc {returncode}; json {out}"}] + \
@@ -58,8 +58,8 @@ def part_llm(side: str = "workbench", seeds=(1, 2, 3), updates: int = 40, warm_s
     # then this side's peak memory, one process (bench_llm_memory.py, docs/llm.md), the same model
     size = (["--device", "cuda", "--hidden", "768", "--layers", "12", "--heads", "12"] if cuda else
             ["--hidden", "64", "--layers", "2", "--heads", "4"])  # the CPU check of this script: the small model
-    _, peaks = _streamed([sys.executable, str(ROOT / "benchmarks" / "bench_llm_memory.py"), *only,
-                           "--repeats", "1", *size])
+    _, peaks = streamed([sys.executable, str(ROOT / "benchmarks" / "bench_llm_memory.py"), *only,
+                          "--repeats", "1", *size])
     return rows + [{"part": part, "what": "peak memory", "value": line} for line in peaks
                    if line.startswith(("GRPO peak", "TRL", "workbench"))]
 
@@ -75,7 +75,7 @@ def part_llm_first() -> list[dict]:
     import torch
 
     size = ["--device", "cuda", "--size", "100m"] if torch.cuda.is_available() else []
-    returncode, lines = _streamed([sys.executable, str(ROOT / "benchmarks" / "bench_llm_first_iteration.py"), *size])
+    returncode, lines = streamed([sys.executable, str(ROOT / "benchmarks" / "bench_llm_first_iteration.py"), *size])
     shown = [f"| {line}" for line in lines if line.strip() and "Warning" not in line]  # kept as printed
     return [{"part": "llm_first", "what": f"rc {returncode}", "value": "\n".join(shown or ["| no output"])}]
 

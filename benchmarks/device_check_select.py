@@ -17,11 +17,16 @@ __all__ = ["gpu_test_files", "gpu_aware_test_files", "package_versions"]
 GPU_MARKED = re.compile(r"mark\.gpu\b|\bON_(?:TORCH_)?GPU\b")
 
 
+def _test_files_saying(pattern: re.Pattern) -> list[str]:
+    """The test files whose text matches ``pattern``, relative to the repository."""
+    return sorted(str(p.relative_to(ROOT)) for p in (ROOT / "tests").rglob("test_*.py")
+                  if pattern.search(p.read_text()))
+
+
 def gpu_test_files() -> list[str]:
     """The test files that hold gpu-marked tests, found by their text: collecting the whole
     suite would need its every extra, which an accelerator host does not have."""
-    return sorted(str(p.relative_to(ROOT)) for p in (ROOT / "tests").rglob("test_*.py")
-                  if GPU_MARKED.search(p.read_text()))
+    return _test_files_saying(GPU_MARKED)
 
 
 #: how a CPU test finds out whether its host has a GPU (such a test behaves otherwise on one)
@@ -31,8 +36,7 @@ GPU_AWARE = re.compile(r"host_gpus|gpu_available|cuda_usable|cuda\.is_available"
 def gpu_aware_test_files() -> list[str]:
     """The test files whose CPU tests look for a GPU (issue 27: two of them once failed on a
     GPU host, asserting there was none)."""
-    return sorted(str(p.relative_to(ROOT)) for p in (ROOT / "tests").rglob("test_*.py")
-                  if GPU_AWARE.search(p.read_text()))
+    return _test_files_saying(GPU_AWARE)
 
 
 #: packages whose versions decide what a session must carry (llm_wheels.py): the LLM sides' and

@@ -25,17 +25,31 @@ def _ctrl_c_reaches_python():
     signal.signal(signal.SIGINT, previous)
 
 
-@pytest.fixture(scope="session")
-def client():
-    """A 2-worker LocalCluster on 127.0.0.1 (the shape of the embedded default)."""
+@contextlib.contextmanager
+def two_worker_client(**cluster_options):
+    """A Client of a 2-worker LocalCluster on 127.0.0.1 (the shape of the embedded default);
+    ``cluster_options`` go to the cluster (``env=``, ``preload=``…).
+
+    Example::
+
+        with two_worker_client(env={"CUDA_VISIBLE_DEVICES": ""}) as client: ...
+    """
     from distributed import Client
 
     from workbench.cluster.patient import PatientLocalCluster
 
     with PatientLocalCluster(n_workers=2, threads_per_worker=1, processes=True, host="127.0.0.1",
-                             dashboard_address="127.0.0.1:0", silence_logs=logging.ERROR) as cluster:
+                             dashboard_address="127.0.0.1:0", silence_logs=logging.ERROR,
+                             **cluster_options) as cluster:
         with Client(cluster, set_as_default=False) as c:
             yield c
+
+
+@pytest.fixture(scope="session")
+def client():
+    """A 2-worker LocalCluster on 127.0.0.1 (the shape of the embedded default)."""
+    with two_worker_client() as c:
+        yield c
 
 
 #: notebook cells of a small loop whose values gather across replicas (arrays along the batch axis)

@@ -4,7 +4,6 @@ is left busy). docs/errors.md is the catalogue; the last test keeps it honest.""
 from __future__ import annotations
 
 import ast
-import logging
 import math
 import re
 import threading
@@ -17,7 +16,7 @@ from IPython.core.error import UsageError
 
 import workbench as wb
 from tests.cluster.test_coarse import _replicas_left
-from tests.conftest import LOOP_CELLS, toy_fdg
+from tests.conftest import LOOP_CELLS, toy_fdg, two_worker_client
 from tests.runtime.test_inline import _expected_totals
 from workbench.cluster.connect import connect
 from workbench.envs import CartPole, GymVectorEnv, SimpleSpread, ThreadedVectorEnv
@@ -337,15 +336,8 @@ def gpuless_client(client):
     if not torch.cuda.is_available():
         yield client
         return
-    from distributed import Client
-
-    from workbench.cluster.patient import PatientLocalCluster
-
-    with PatientLocalCluster(n_workers=2, threads_per_worker=1, processes=True, host="127.0.0.1",
-                             dashboard_address="127.0.0.1:0", silence_logs=logging.ERROR,
-                             env={"CUDA_VISIBLE_DEVICES": ""}) as cluster:
-        with Client(cluster, set_as_default=False) as hidden:
-            yield hidden
+    with two_worker_client(env={"CUDA_VISIBLE_DEVICES": ""}) as hidden:
+        yield hidden
 
 
 def test_a_gpu_policy_on_a_cluster_without_gpus_is_refused(gpuless_client):

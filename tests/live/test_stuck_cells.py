@@ -20,6 +20,7 @@ import numpy as np
 import pytest
 
 import workbench as wb
+from tests.conftest import two_worker_client
 from tests.live.join_gate import GATE_ENV
 from workbench.runtime.driver import STOP_GRACE_S
 
@@ -51,16 +52,9 @@ def sticky_fdg(release: str, marker: str) -> wb.FDG:
 @pytest.fixture(scope="module")
 def gated_cluster(tmp_path_factory):
     """(client, gate folder): this module's 2-worker cluster, whose workers pass the join gate."""
-    from distributed import Client
-
-    from workbench.cluster.patient import PatientLocalCluster
-
     folder = tmp_path_factory.mktemp("join-gate")
-    with PatientLocalCluster(n_workers=2, threads_per_worker=1, processes=True, host="127.0.0.1",
-                             dashboard_address="127.0.0.1:0", silence_logs=logging.ERROR,
-                             env={GATE_ENV: str(folder)}, preload=["tests.live.join_gate"]) as cluster:
-        with Client(cluster, set_as_default=False) as c:
-            yield c, folder
+    with two_worker_client(env={GATE_ENV: str(folder)}, preload=["tests.live.join_gate"]) as c:
+        yield c, folder
 
 
 @pytest.fixture
