@@ -1,8 +1,10 @@
 """GRPO's CUDA graphs on a real GPU (skipped without CUDA): sampling replays its prefill and
 decode forwards over a static KV cache and draws the eager loop's tokens; weights loaded
 into the model reach the replay; the reference's scoring and the update replay what the
-eager calls compute; training and held-out batch shapes keep a graph each. Their CPU twin:
-tests/llm/test_static_sampling.py (the static path against the eager loop, no graphs)."""
+eager calls compute, each distinct prompt's forward once where prompts repeat (GRPO's
+groups); training and held-out batch shapes keep a graph each. Their CPU twins:
+tests/llm/test_static_sampling.py (the static path against the eager loop, no graphs) and
+tests/llm/test_prefix_sharing.py (the padded distinct prompts against the full forward)."""
 from __future__ import annotations
 
 import copy
@@ -16,7 +18,8 @@ pytestmark = ON_TORCH_GPU
 pytest.importorskip("transformers")
 
 
-def _model_and_prompts(rows=32, seed=0, layers=2):
+def _model_and_prompts(rows=32, seed=0, layers=2, group=1, prompts=None):
+    """A model on the GPU and ``rows`` prompts, each repeated ``group`` times in a row."""
     import torch
 
     from workbench.algorithms import grpo
@@ -24,7 +27,8 @@ def _model_and_prompts(rows=32, seed=0, layers=2):
 
     cfg = dataclasses.replace(grpo.GRPOConfig(), seed=seed, layers=layers)
     model = grpo.make_model(cfg, grpo.tokenizer).to("cuda:0").eval()
-    ids, mask = encode_prompts(grpo.tokenizer, grpo.task.train[:rows], grpo.task.prompt_width)
+    texts = [p for p in (prompts or grpo.task.train[:rows]) for _ in range(group)]
+    ids, mask = encode_prompts(grpo.tokenizer, texts, grpo.task.prompt_width)
     torch.manual_seed(seed)
     return model, ids, mask
 
@@ -102,12 +106,15 @@ def test_replayed_reference_scoring_equals_the_eager_forward():
     torch.testing.assert_close(graphed, eager, rtol=1e-5, atol=1e-5)
 
 
-def test_a_replayed_grpo_update_makes_the_eager_updates_weights():
+@pytest.mark.parametrize("group", [1, 8])
+def test_a_replayed_grpo_update_makes_the_eager_updates_weights(group):
+    """Distinct prompts (the full forward in the graph) and GRPO's groups of 8 (each distinct
+    prompt's forward once, the rows' keys and values copied in the graph)."""
     import torch
 
     from workbench.algorithms import grpo, ppo_graphs
 
-    model, ids, mask = _model_and_prompts(rows=16)
+    model, ids, mask = _model_and_prompts(rows=16 // group, group=group)
     batches = []
     for seed in range(4):
         out = _sample(model, ids, mask, seed)
@@ -124,6 +131,7 @@ def test_a_replayed_grpo_update_makes_the_eager_updates_weights():
         results[graphs] = learner, stats
     slot = ppo_graphs._UPDATE[results[True][0]]
     assert slot.graph is not None and not slot.failed  # one eager update, then replays
+    assert len(slot.inputs) == (7 if group == 1 else 10)  # the batch, then the distinct prompts, padded, and rows
 
     def moved(learner):  # what the four updates did to the weights, flat
         return torch.cat([(a - b).detach().flatten() for a, b in zip(learner.parameters(), model.parameters())])
@@ -138,3 +146,29 @@ def test_a_replayed_grpo_update_makes_the_eager_updates_weights():
     for a, b in zip(results[False][1], results[True][1]):
         assert a["losses/loss"] == pytest.approx(b["losses/loss"], rel=1e-3, abs=1e-5)
         assert a["losses/kl"] == pytest.approx(b["losses/kl"], rel=1e-3, abs=1e-6)
+
+
+def test_reference_scoring_of_repeated_prompts_replays_each_prompt_once():
+    """GRPO's groups: the reference's graph runs each distinct prompt's forward once and
+    scores as the full forward does; a batch in which two groups drew one prompt (3
+    distinct of 4, padded back to 4) replays the same graph, captured once."""
+    import torch
+
+    from workbench.algorithms import grpo
+    from workbench.llm.generation import sequence_logp
+
+    four = grpo.task.train[:4]
+    batches = [_model_and_prompts(prompts=prompts, group=8)[1:] for prompts in (four, [four[0], *four[:3]])]
+    model, _, _ = _model_and_prompts(prompts=four, group=8)
+    for step in range(6):
+        ids, mask = batches[step % 2]
+        out = _sample(model, ids, mask, step)
+        with torch.no_grad():
+            full = sequence_logp(model, ids, mask, out.tokens, out.completion_mask, cuda_graphs=False)
+            graphed = sequence_logp(model, ids, mask, out.tokens, out.completion_mask)
+        live = out.completion_mask.bool()
+        torch.testing.assert_close(graphed[live], full[live], rtol=1e-4, atol=1e-5)
+    scoring = {name: slot for name, slot in _slots(model).items() if "logp" in name}
+    assert list(scoring) == ["shared_logp[32x%dx4/4]@1.0" % ids.shape[1]]
+    assert all(slot.graph is not None and not slot.failed for slot in scoring.values())
+    assert [slot.calls for slot in scoring.values()] == [6]  # one slot all along: captured once

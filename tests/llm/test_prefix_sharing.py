@@ -10,7 +10,8 @@ import torch
 pytest.importorskip("transformers")
 
 from tests.llm.test_static_sampling import _from_config  # noqa: E402
-from workbench.llm.generation import distinct_prompts, sample, sample_static, scorer, sequence_logp  # noqa: E402
+from workbench.llm.generation import (distinct_prompts, graphable_prompts, sample, sample_static, scorer,  # noqa: E402
+                                      sequence_logp)
 from workbench.llm.models import tiny_causal_lm  # noqa: E402
 from workbench.llm.tasks import encode_prompts  # noqa: E402
 from workbench.llm.tokenizers import char_tokenizer  # noqa: E402
@@ -121,3 +122,46 @@ def test_rows_whose_hashes_collide_stay_apart(monkeypatch):
     rows, row_mask, inverse = distinct_prompts(ids, mask)
     assert rows.shape[0] == 4
     assert torch.equal(rows[inverse], ids) and torch.equal(row_mask[inverse].long(), mask.long())
+
+
+@pytest.mark.parametrize("prompts", [PROMPTS, PROMPTS[:9], ["1+2="] * 3 + ["13+14="] * 3 + ["7="] * 3])
+def test_padded_distinct_prompts_given_before_a_capture_score_as_the_full_forward(prompts):
+    """The GPU update's graph gets the distinct prompts found before its capture, padded to
+    a power of two (4 distinct of 10 rows: none added; 3 of 9: one): the log-probs and
+    gradients it computes from them are the full forward's, and the padding rows, which
+    no row reads, get no gradient's worth of difference."""
+    model = model_of("tiny-llama")
+    ids, mask = encode_prompts(TOK, prompts, 7)
+    shared = graphable_prompts(model, ids, mask)
+    distinct = len(set(prompts))
+    assert shared[0].shape[0] == 1 << (distinct - 1).bit_length() >= distinct
+    assert torch.equal(shared[0][shared[2]], ids) and torch.equal(shared[1][shared[2]].long(), mask.long())
+    out = sample(model, ids, mask, max_new_tokens=4, eos_id=TOK.eos_token_id, pad_id=TOK.pad_token_id, seed=2)
+    weights = torch.linspace(-1, 1, out.tokens.numel()).reshape(out.tokens.shape) * out.completion_mask
+    results = []
+    for given in (shared, None):
+        model.zero_grad()
+        logp = (sequence_logp(model, ids, mask, out.tokens, out.completion_mask, shared=given) if given
+                else scorer(model)(ids, mask, out.tokens, out.completion_mask)[0])
+        (logp * weights).sum().backward()
+        results.append((logp.detach(), [p.grad.clone() for p in model.parameters()]))
+    (shared_logp, shared_grads), (full_logp, full_grads) = results
+    live = out.completion_mask.bool()
+    torch.testing.assert_close(shared_logp[live], full_logp[live], rtol=1e-5, atol=1e-5)
+    for a, b in zip(shared_grads, full_grads):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("kind", ["gpt2", "qwen2"])
+def test_no_graphable_prompts_for_a_model_the_fast_forward_does_not_compute(kind):
+    """A graph records the fast Llama forward only; another model's shared path goes through
+    transformers' cache bookkeeping, so its graphs keep the full forward."""
+    ids, mask = batch()
+    assert graphable_prompts(model_of(kind), ids, mask) is None
+
+
+def test_no_graphable_prompts_where_padding_saves_nothing():
+    model = model_of("tiny-llama")
+    assert graphable_prompts(model, *encode_prompts(TOK, sorted(set(PROMPTS)), 7)) is None  # nothing repeats
+    # 5 distinct of 6 rows: padded to 8 rows, more than the batch's own 6
+    assert graphable_prompts(model, *encode_prompts(TOK, ["1+2=", "1+2=", "3=", "4=", "5=", "6="], 7)) is None

@@ -35,7 +35,7 @@ from workbench.algorithms.ppo import _one_learner, _sync_and_clip
 from workbench.algorithms.cuda_graphs import captured_graphs
 from workbench.algorithms.optim import adam
 from workbench.algorithms.ppo_graphs import graphed_update, update_captured
-from workbench.llm.generation import model_device, sample, sequence_logp
+from workbench.llm.generation import graphable_prompts, model_device, sample, sequence_logp
 from workbench.llm.errors import LLMInputError
 from workbench.llm.models import (context_length, count_parameters, frozen, load_causal_lm, load_weights,
                                   weights_copy)
@@ -242,13 +242,16 @@ def grpo_update(model, optimizer, cfg: GRPOConfig, prompt_ids, prompt_mask, toke
     optimizer.param_groups[0]["lr"] = cfg.learning_rate
     batch = (prompt_ids, prompt_mask, tokens, mask, old_logp, ref_logp, advantages)
     params = [p for p in model.parameters() if p.requires_grad]
+    graphed = device.type == "cuda" and _graphs(cfg) and _one_learner()
+    if graphed:  # each distinct prompt's forward once in the graph too: found here, before it
+        batch += graphable_prompts(model, prompt_ids, prompt_mask) or ()
 
     def step(_order, batch) -> tuple:  # the whole batch, in order: advantages belong to groups
         return _grpo_step(model, optimizer, cfg, params, *batch)
 
     model.train()
     out = None
-    if device.type == "cuda" and _graphs(cfg) and _one_learner():
+    if graphed:
         out = graphed_update(model, optimizer, (cfg.clip_coef, cfg.kl_coef, cfg.max_grad_norm, cfg.temperature),
                              batch, 1, prompt_ids.shape[0], step, shuffle=False, what="the GRPO update")
     if out is None:
@@ -276,10 +279,11 @@ def grpo_update(model, optimizer, cfg: GRPOConfig, prompt_ids, prompt_mask, toke
 
 
 def _grpo_step(model, optimizer, cfg, params, prompt_ids, prompt_mask, tokens, mask, old_logp, ref_logp,
-               advantages) -> tuple:
+               advantages, *shared) -> tuple:
     """One Adam step of GRPO's loss; returns ``(loss, clip fraction, KL)`` as detached
-    tensors, read once after the step (or after its graph's replay)."""
-    new_logp = sequence_logp(model, prompt_ids, prompt_mask, tokens, mask, cfg.temperature)
+    tensors, read once after the step (or after its graph's replay). ``shared``: the
+    distinct prompts (:func:`~workbench.llm.generation.graphable_prompts`), when found."""
+    new_logp = sequence_logp(model, prompt_ids, prompt_mask, tokens, mask, cfg.temperature, shared=shared or None)
     loss, clip_fraction, kl = _loss_terms(new_logp, old_logp, ref_logp, advantages, mask,
                                           clip_coef=cfg.clip_coef, kl_coef=cfg.kl_coef)
     optimizer.zero_grad()

@@ -28,7 +28,7 @@ from workbench.algorithms.cuda_graphs import graphed_call
 from workbench.llm import llama_fast
 
 __all__ = ["Completions", "sample", "sample_static", "sequence_logp", "scorer", "distinct_prompts", "positions",
-           "model_device", "graph_safe"]
+           "model_device", "graph_safe", "graphable_prompts"]
 
 #: each model's StaticCaches, by (batch, prompt width + max_new_tokens)
 _CACHES: "weakref.WeakKeyDictionary[torch.nn.Module, dict]" = weakref.WeakKeyDictionary()
@@ -116,14 +116,14 @@ def _fast(model) -> bool:
     return llama_fast.supports(model) and model_device(model).type == "cpu"
 
 
-def _forwards(model):
+def _forwards(model, fast: bool | None = None):
     """``(forward, select)`` for the eager paths: ``forward(ids, positions, mask, past)`` →
     ``(logits, past)`` continues ``past`` (None: nothing yet; ``mask`` covers past and
     ``ids``), and ``select(past, rows)`` gives row ``i`` row ``rows[i]``'s keys and values.
-    :mod:`~workbench.llm.llama_fast`'s where it computes the model (:func:`_fast`: the same
-    logits, a decode step of the notebook's 128 rows in 1.9 ms against 2.7), else
-    transformers' forward over its KV cache."""
-    if _fast(model):
+    :mod:`~workbench.llm.llama_fast`'s where it computes the model (``fast``, by default
+    :func:`_fast`: the same logits, a decode step of the notebook's 128 rows in 1.9 ms
+    against 2.7), else transformers' forward over its KV cache."""
+    if _fast(model) if fast is None else fast:
         return (lambda ids, pos, mask, past: llama_fast.forward(model, ids, pos, mask.bool(), past),
                 llama_fast.select_rows)
 
@@ -276,24 +276,38 @@ def graph_safe(cache) -> bool:
 
 
 def sequence_logp(model, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, tokens: torch.Tensor,
-                  completion_mask: torch.Tensor, temperature: float = 1.0, *, cuda_graphs: bool = True) -> torch.Tensor:
+                  completion_mask: torch.Tensor, temperature: float = 1.0, *, cuda_graphs: bool = True,
+                  shared: tuple | None = None) -> torch.Tensor:
     """Each completion token's log-probability under ``model`` at ``temperature``: ``[B, C]``,
-    with gradients unless the caller turns them off. Off a GPU, a batch whose prompts repeat
-    (GRPO's groups) runs each distinct prompt once (:func:`distinct_prompts`); else one
-    full forward over prompt + completion. The same numbers, up to rounding, as
+    with gradients unless the caller turns them off. A batch whose prompts repeat (GRPO's
+    groups) runs each distinct prompt once (:func:`distinct_prompts`, or ``shared`` when
+    the caller found them: :func:`graphable_prompts`, which a graph being captured needs);
+    else one full forward over prompt + completion. The same numbers, up to rounding, as
     :func:`sample` recorded with a KV cache. The inputs go to the model's device. Without
     gradients on a GPU (the reference's scoring) the forward replays a CUDA graph
     (``cuda_graphs``)."""
     device = model_device(model)
     inputs = tuple(x.to(device) for x in (prompt_ids, prompt_mask, tokens, completion_mask))
     score = scorer(model, temperature)
+    if shared is not None:
+        return _shared_prompt_logp(model, temperature, shared, *inputs, fast=llama_fast.supports(model))
     if cuda_graphs and device.type == "cuda" and not torch.is_grad_enabled():
         shape = "x".join(map(str, (*prompt_ids.shape, tokens.shape[1])))
+        found = graphable_prompts(model, *inputs[:2])
+        if found is not None:  # each distinct prompt's forward once, in the graph too
+            def shared_score(ids, mask, inverse, *rest):
+                return (_shared_prompt_logp(model, temperature, (ids, mask, inverse), *rest, fast=True),)
+            shape += f"/{found[0].shape[0]}"
+            out = graphed_call(model, f"shared_logp[{shape}]@{temperature}", shared_score, (*found, *inputs))
+            if out is None:  # warming up, or capturing failed: the same function eagerly
+                out = shared_score(*found, *inputs)
+            return out[0]
         out = graphed_call(model, f"sequence_logp[{shape}]@{temperature}", score, inputs)
         if out is not None:
             return out[0]
     # on a GPU the update's forward is captured as a graph after eager warm-up calls, which
-    # must run the ops the graph records: the full forward there, the shared one elsewhere
+    # must run the ops the graph records: the full forward there unless the caller passed
+    # ``shared`` (found before the capture), the shared one elsewhere
     shared = None if device.type == "cuda" or _capturing() else distinct_prompts(*inputs[:2])
     if shared is not None:  # GRPO's groups: each prompt's forward once, not group_size times
         return _shared_prompt_logp(model, temperature, shared, *inputs)
@@ -330,6 +344,37 @@ def distinct_prompts(prompt_ids: torch.Tensor, prompt_mask: torch.Tensor):
     return rows[:, :width], rows[:, width:], inverse
 
 
+def graphable_prompts(model, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor):
+    """:func:`distinct_prompts` for a forward a CUDA graph replays: the distinct rows padded
+    (with copies of the first) to a power of two, so that a batch in which two groups drew
+    the same prompt keeps the graph's shapes; None where the full forward runs instead (no
+    prompt repeats, or a model :mod:`~workbench.llm.llama_fast` does not compute, whose
+    own forward's cache bookkeeping a graph may not record). It reads the batch on the host:
+    call it before a capture, and pass what it returns as ``sequence_logp``'s ``shared``.
+
+    >>> from workbench.llm.tokenizers import char_tokenizer
+    >>> from workbench.llm.models import tiny_causal_lm
+    >>> model = tiny_causal_lm(char_tokenizer(), context=16)
+    >>> ids = torch.tensor([[1, 2], [1, 2], [3, 4], [3, 4], [5, 6], [5, 6]])
+    >>> rows, mask, inverse = graphable_prompts(model, ids, torch.ones_like(ids))
+    >>> rows.shape[0], bool((rows[inverse] == ids).all())   # 3 distinct prompts, padded to 4
+    (4, True)
+    """
+    if not llama_fast.supports(model):
+        return None
+    found = distinct_prompts(prompt_ids, prompt_mask)
+    if found is None:
+        return None
+    ids, mask, inverse = found
+    rows = 1 << (ids.shape[0] - 1).bit_length()
+    if rows >= prompt_ids.shape[0]:  # padding would make it no cheaper than every row
+        return None
+    extra = rows - ids.shape[0]
+    if extra:
+        ids, mask = torch.cat([ids, ids[:1].expand(extra, -1)]), torch.cat([mask, mask[:1].expand(extra, -1)])
+    return ids, mask, inverse
+
+
 def _distinct_rows(rows: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """``torch.unique(rows, dim=0, return_inverse=True)``'s rows (in another order) and
     inverse, six times sooner on GRPO's batches: each row is hashed to one integer (equal
@@ -346,12 +391,13 @@ def _distinct_rows(rows: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     return torch.unique(rows, dim=0, return_inverse=True)
 
 
-def _shared_prompt_logp(model, temperature, shared, prompt_ids, prompt_mask, tokens, completion_mask):
+def _shared_prompt_logp(model, temperature, shared, prompt_ids, prompt_mask, tokens, completion_mask,
+                        fast: bool | None = None):
     """:func:`scorer`'s numbers with each distinct prompt run once: a forward over the
     distinct prompts fills a KV cache (gradients flow through it), copied to every row
     that repeats the prompt, then one forward over the completions. The logits at the
-    prompt's last position predict the first completion token."""
-    forward, select = _forwards(model)
+    prompt's last position predict the first completion token. ``fast``: as :func:`_forwards`."""
+    forward, select = _forwards(model, fast)
     ids, mask, inverse = shared
     logits, past = forward(ids, positions(mask), mask, None)
     logits = logits[:, -1:][inverse]

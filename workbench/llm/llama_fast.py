@@ -136,5 +136,7 @@ def forward(model, ids: torch.Tensor, positions: torch.Tensor, key_mask: torch.T
 
 def select_rows(kv: KV, rows: torch.Tensor) -> KV:
     """``kv`` with batch row ``i`` taken from row ``rows[i]``: a repeated prompt's keys and
-    values copied to each completion that continues it (gradients flow back to the prompt)."""
-    return [(k[rows], v[rows]) for k, v in kv]
+    values copied to each completion that continues it (gradients flow back to the prompt).
+    ``index_select``, not ``k[rows]``: its backward is one ``index_add_``, which a CUDA
+    graph of the update records (advanced indexing's backward sorts the indices)."""
+    return [(k.index_select(0, rows), v.index_select(0, rows)) for k, v in kv]
