@@ -56,9 +56,18 @@ def test_the_watch_sees_a_host_read():
     assert _watched(lambda: bool((x > 0).all()))[1]
 
 
-@pytest.mark.parametrize("attention", ["eager", "sdpa"])
-def test_sampling_forwards_read_nothing_on_the_host(capturing, monkeypatch, attention):
-    model = tiny_causal_lm(grpo.tokenizer, hidden=32, layers=2, context=16, seed=0)
+@pytest.mark.parametrize("kind,attention", [("llama", "eager"), ("llama", "sdpa"), ("llama-gqa", "eager"),
+                                            ("qwen2", "eager"), ("qwen2", "sdpa")])
+def test_sampling_forwards_read_nothing_on_the_host(capturing, monkeypatch, kind, attention):
+    """A plain Llama samples through llama_fast's static keys and values (each distinct
+    prompt prefilled once; grouped-query heads too), another model through transformers'
+    StaticCache: either way the prefill and the decode step read nothing on the host."""
+    from tests.llm.test_static_sampling import _from_config
+
+    if kind in ("qwen2", "llama-gqa"):  # the latter: 4 query heads over 2 key/value heads
+        model = _from_config("qwen2" if kind == "qwen2" else "llama-sdpa")
+    else:
+        model = tiny_causal_lm(grpo.tokenizer, hidden=32, layers=2, context=16, seed=0)
     model.config._attn_implementation = attention
     found: dict[str, list[str]] = {}
 
@@ -68,7 +77,7 @@ def test_sampling_forwards_read_nothing_on_the_host(capturing, monkeypatch, atte
         return out
 
     monkeypatch.setattr(generation, "graphed_call", check_each)
-    ids, mask = encode_prompts(grpo.tokenizer, ["1+2=", "13+14=", "0+0="], 7)
+    ids, mask = encode_prompts(grpo.tokenizer, ["1+2=", "13+14=", "0+0=", "1+2="], 7)  # a repeat: shared prefill
     generation.sample_static(model, ids, mask, max_new_tokens=4, eos_id=grpo.tokenizer.eos_token_id,
                              pad_id=grpo.tokenizer.pad_token_id, seed=0, graphs=True)
     assert set(found) == {"prefill", "decode"} and found == {"prefill": [], "decode": []}
@@ -94,4 +103,27 @@ def test_the_reference_scoring_and_the_updates_backward_read_nothing_on_the_host
         return loss, clip_fraction, kl
 
     (loss, _, _), reads = _watched(forward_backward)
+    assert reads == [] and all(p.grad is not None for p in model.parameters())
+
+
+def test_the_shared_prompt_scoring_and_update_read_nothing_on_the_host(capturing):
+    """GRPO's groups on a GPU: the distinct prompts are found before the capture (that reads
+    the batch); the captured scoring and forward + backward over them read nothing."""
+    model = tiny_causal_lm(grpo.tokenizer, hidden=32, layers=2, context=16, seed=2)
+    ids, mask = encode_prompts(grpo.tokenizer, [p for p in ["1+2=", "13+14=", "0+0="] for _ in range(4)], 7)
+    shared = generation.graphable_prompts(model, ids, mask)
+    assert shared is not None and shared[0].shape[0] == 4  # 3 distinct, padded
+    tokens = torch.randint(0, 12, (12, 4))
+    completion = (torch.rand(12, 4) > 0.3).float()
+    with torch.no_grad():
+        ref, reads = _watched(lambda: generation._shared_prompt_logp(model, 1.0, shared, ids, mask, tokens,
+                                                                      completion, fast=True))
+    assert reads == []
+
+    def forward_backward():
+        logp = generation.sequence_logp(model, ids, mask, tokens, completion, shared=shared)
+        logp.sum().backward()
+        return logp
+
+    _, reads = _watched(forward_backward)
     assert reads == [] and all(p.grad is not None for p in model.parameters())

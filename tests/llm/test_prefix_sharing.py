@@ -165,3 +165,21 @@ def test_no_graphable_prompts_where_padding_saves_nothing():
     assert graphable_prompts(model, *encode_prompts(TOK, sorted(set(PROMPTS)), 7)) is None  # nothing repeats
     # 5 distinct of 6 rows: padded to 8 rows, more than the batch's own 6
     assert graphable_prompts(model, *encode_prompts(TOK, ["1+2=", "1+2=", "3=", "4=", "5=", "6="], 7)) is None
+
+
+@pytest.mark.parametrize("prompts", [PROMPTS, ["1+2="] * 4 + ["13+14="] * 4 + ["1+2="] * 4])
+def test_the_static_path_with_a_shared_prefill_records_a_full_forwards_log_probs(prompts):
+    """The GPU's sampling path for a plain Llama: each distinct prompt prefilled once (3 of
+    12 rows padded to 4; two groups of one prompt), its keys and values copied into every
+    row's static slots, then one slot a step. What it records must be what transformers'
+    own full forward over prompt + completion gives, not what another shortcut gives."""
+    model = model_of("tiny-llama")
+    ids, mask = encode_prompts(TOK, prompts, 7)
+    for seed in range(3):
+        out = sample_static(model, ids, mask, max_new_tokens=4, eos_id=TOK.eos_token_id, pad_id=TOK.pad_token_id,
+                            seed=seed)
+        with torch.no_grad():
+            full = scorer(model)(ids, mask, out.tokens, out.completion_mask)[0]
+        live = out.completion_mask.bool()
+        assert live[:, 0].all() and not live.all()  # rows that stopped early among them
+        torch.testing.assert_close(out.logp[live], full[live], rtol=1e-5, atol=1e-5)

@@ -136,4 +136,4 @@ def test_a_sliding_window_model_samples_over_a_static_cache_but_never_through_a_
         sample_static(model, ids, mask, max_new_tokens=2, eos_id=TOK.eos_token_id, pad_id=TOK.pad_token_id,
                       seed=0, graphs=True)
         assert graph_safe(_CACHES[model][1, 9]) is safe
-        assert sorted(_CALLS.get(model, {})) == ([] if not safe else ["decode[1x7+2]", "prefill[1x7+2]"])
+        assert sorted(_CALLS.get(model, {})) == ([] if not safe else ["decode[1x7+2]/1", "prefill[1x7+2]/1"])

@@ -224,22 +224,26 @@ def sample_static(model, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, *,
     """
     device = model_device(model)
     batch, width = prompt_ids.shape
-    cache = _static_cache(model, batch, width + max_new_tokens)
-    graphs = graphs and graph_safe(cache)
-    prompt_mask = prompt_mask.to(device).long()
+    prompt_ids, prompt_mask = prompt_ids.to(device), prompt_mask.to(device).long()
     mask = torch.cat([prompt_mask, prompt_mask.new_ones((batch, max_new_tokens))], 1)
     pos = positions(prompt_mask)
-
-    def prefill(ids, mask, pos):
-        cache.reset()  # inside the graph too: every generation starts from an empty cache
-        return (model(input_ids=ids, attention_mask=mask, position_ids=pos, cache=cache,
-                      use_cache=True).logits[:, -1].float(),)
-
-    def decode(token, mask, pos):
-        return (model(input_ids=token[:, None], attention_mask=mask, position_ids=pos[:, None], cache=cache,
-                      use_cache=True).logits[:, -1].float(),)
-
     shape = f"[{batch}x{width}+{max_new_tokens}]"  # a slot per shape: training and held-out batches alternate
+    if llama_fast.supports(model):
+        prefill, prefill_inputs, decode = _fast_static(model, prompt_ids, prompt_mask, mask, max_new_tokens)
+        shape += f"/{prefill_inputs[0].shape[0]}"  # the distinct prompts' count (padded): the prefill's shape
+    else:
+        cache = _static_cache(model, batch, width + max_new_tokens)
+        graphs = graphs and graph_safe(cache)
+        prefill_inputs = (prompt_ids, mask, pos)
+
+        def prefill(ids, mask, pos):
+            cache.reset()  # inside the graph too: every generation starts from an empty cache
+            return (model(input_ids=ids, attention_mask=mask, position_ids=pos, cache=cache,
+                          use_cache=True).logits[:, -1].float(),)
+
+        def decode(token, mask, pos):
+            return (model(input_ids=token[:, None], attention_mask=mask, position_ids=pos[:, None], cache=cache,
+                          use_cache=True).logits[:, -1].float(),)
 
     def forward(name, fn, *inputs):
         out = graphed_call(model, name + shape, fn, inputs) if graphs else None
@@ -253,8 +257,35 @@ def sample_static(model, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, *,
         next_pos = next_pos + 1
         return logits
 
-    return _sampling_loop(forward("prefill", prefill, prompt_ids.to(device), mask, pos), advance, max_new_tokens,
+    return _sampling_loop(forward("prefill", prefill, *prefill_inputs), advance, max_new_tokens,
                           eos_id, pad_id, temperature, top_p, _generator(seed, device))
+
+
+def _fast_static(model, prompt_ids, prompt_mask, mask, max_new_tokens: int):
+    """:func:`sample_static`'s forwards for a model :mod:`~workbench.llm.llama_fast`
+    computes: ``(prefill, its inputs, decode)``. The prefill runs each distinct prompt once
+    (:func:`graphable_prompts`, padded, so that a graph keeps its shape) and copies its keys
+    and values to the rows that repeat it, in a :class:`~workbench.llm.llama_fast.StaticKV`
+    of the batch's rows over prompt + completion slots; a decode step writes the next slot."""
+    batch, width = prompt_ids.shape
+    caches = _CACHES.setdefault(model, {})
+    key = (batch, width + max_new_tokens)
+    if not isinstance(caches.get(key), llama_fast.StaticKV):
+        caches[key] = llama_fast.StaticKV(model, batch, width + max_new_tokens)
+    kv = caches[key]
+    shared = graphable_prompts(model, prompt_ids, prompt_mask)
+    if shared is None:  # every row its own prompt
+        shared = (prompt_ids, prompt_mask, torch.arange(batch, device=prompt_ids.device))
+
+    def prefill(ids, ids_mask, rows):
+        logits, prefix = llama_fast.forward(model, ids, positions(ids_mask), ids_mask.bool())
+        kv.fill(prefix, rows)
+        return (logits[:, -1].index_select(0, rows).float(),)
+
+    def decode(token, mask, pos):
+        return (llama_fast.decode_step(model, token[:, None], pos[:, None], mask, kv)[:, -1].float(),)
+
+    return prefill, shared, decode
 
 
 def graph_safe(cache) -> bool:
@@ -269,6 +300,8 @@ def graph_safe(cache) -> bool:
     ...                                           num_attention_heads=2), max_cache_len=4))
     True
     """
+    if isinstance(cache, llama_fast.StaticKV):  # its write position a device scalar, its mask full width
+        return True
     from transformers.cache_utils import StaticLayer
 
     layers = getattr(cache, "layers", None)

@@ -32,7 +32,7 @@ import os
 
 import torch
 
-__all__ = ["supports", "forward", "select_rows", "KV"]
+__all__ = ["supports", "forward", "decode_step", "StaticKV", "select_rows", "KV"]
 
 #: per layer, ``(keys, values)`` of shape ``[B, kv heads, S, head dim]``
 KV = list
@@ -99,18 +99,85 @@ def forward(model, ids: torch.Tensor, positions: torch.Tensor, key_mask: torch.T
 
     A query with no real key to see (a left-padding position) attends uniformly, as in
     ``transformers``' eager attention (every score at the same floor); nothing reads it."""
+    width, total = ids.shape[1], key_mask.shape[1]
+    query_at = torch.arange(total - width, total, device=ids.device)[:, None]
+    key_at = torch.arange(total, device=ids.device)[None]
+    visible = (key_at <= query_at)[None] & key_mask[:, None, :].bool()
+    kv: KV = []
+
+    def keys_and_values(index, k, v):
+        if past is not None:
+            k, v = torch.cat([past[index][0], k], 2), torch.cat([past[index][1], v], 2)
+        kv.append((k, v))
+        return k, v
+
+    return _layers(model, ids, positions, visible, keys_and_values), kv
+
+
+class StaticKV:
+    """Every layer's keys and values for ``batch`` rows over ``length`` slots, written in
+    place, and the next slot to write as a device scalar: what a CUDA graph of a decode
+    step replays over (nothing in it is a Python number that a replay would freeze).
+
+    >>> from workbench.llm.tokenizers import char_tokenizer
+    >>> from workbench.llm.models import tiny_causal_lm
+    >>> model = tiny_causal_lm(char_tokenizer(), context=16, seed=0)
+    >>> kv = StaticKV(model, batch=2, length=6)
+    >>> len(kv.keys), tuple(kv.keys[0].shape), int(kv.filled)
+    (2, (2, 4, 6, 16), 0)
+    """
+
+    def __init__(self, model, batch: int, length: int) -> None:
+        weight = model.model.embed_tokens.weight
+        config, attention = model.config, model.model.layers[0].self_attn
+        heads = getattr(config, "num_key_value_heads", None) or config.num_attention_heads
+        shape = (batch, heads, length, attention.head_dim)
+        self.keys = [torch.zeros(shape, dtype=weight.dtype, device=weight.device) for _ in model.model.layers]
+        self.values = [torch.zeros_like(k) for k in self.keys]
+        self.filled = torch.zeros((), dtype=torch.long, device=weight.device)
+
+    def fill(self, prefix: KV, rows: torch.Tensor) -> None:
+        """Slots ``0 … P-1`` from a prefill's keys and values (``[R, heads, P, dim]`` a
+        layer), row ``i`` taken from row ``rows[i]``; the next write goes to slot ``P``."""
+        width = prefix[0][0].shape[2]
+        for (k, v), keys, values in zip(prefix, self.keys, self.values):
+            keys[:, :, :width].copy_(k.index_select(0, rows))
+            values[:, :, :width].copy_(v.index_select(0, rows))
+        self.filled.fill_(width)
+
+
+def decode_step(model, ids: torch.Tensor, positions: torch.Tensor, key_mask: torch.Tensor,
+                kv: StaticKV) -> torch.Tensor:
+    """Logits ``[B, 1, V]`` of one new token a row (``ids`` ``[B, 1]``) at ``positions``:
+    its keys and values are written to slot ``kv.filled``, which then moves on; it attends
+    to the slots before it and itself where ``key_mask`` ``[B, length]`` says real. The
+    numbers of :func:`forward` over the same keys, up to float rounding (the slots not yet
+    written weigh exactly 0)."""
+    slot = kv.filled.reshape(1)
+    key_at = torch.arange(key_mask.shape[1], device=ids.device)
+    visible = ((key_at <= slot)[None, None, :] & key_mask[:, None, :].bool())
+
+    def keys_and_values(index, k, v):
+        kv.keys[index].index_copy_(2, slot, k)
+        kv.values[index].index_copy_(2, slot, v)
+        return kv.keys[index], kv.values[index]
+
+    logits = _layers(model, ids, positions, visible, keys_and_values)
+    kv.filled.add_(1)
+    return logits
+
+
+def _layers(model, ids: torch.Tensor, positions: torch.Tensor, visible: torch.Tensor, keys_and_values) -> torch.Tensor:
+    """The decoder over ``ids`` where ``visible`` ``[B, T, S]`` says which keys each query
+    sees; ``keys_and_values(layer, k, v)`` stores a layer's new keys and values and returns
+    all ``S`` it attends over. Returns the logits."""
     inner = model.model
     batch, width = ids.shape
     x = inner.embed_tokens(ids)
     cos, sin = inner.rotary_emb(x, positions)
     cos, sin = cos[:, None], sin[:, None]  # over the heads
-    total = key_mask.shape[1]
-    query_at = torch.arange(total - width, total, device=ids.device)[:, None]
-    key_at = torch.arange(total, device=ids.device)[None]
-    visible = (key_at <= query_at)[None] & key_mask[:, None, :].bool()
     bias = torch.zeros(visible.shape, dtype=x.dtype, device=x.device).masked_fill_(~visible, torch.finfo(x.dtype).min)
     bias = bias[:, None]  # [B, 1, T, S]: the same for every head
-    kv = []
     for index, layer in enumerate(inner.layers):
         attention = layer.self_attn
         h = layer.input_layernorm(x)
@@ -118,12 +185,10 @@ def forward(model, ids: torch.Tensor, positions: torch.Tensor, key_mask: torch.T
         q = _rotate(attention.q_proj(h).view(shape).transpose(1, 2), cos, sin)
         k = _rotate(attention.k_proj(h).view(shape).transpose(1, 2), cos, sin)
         v = attention.v_proj(h).view(shape).transpose(1, 2)
-        if past is not None:
-            k, v = torch.cat([past[index][0], k], 2), torch.cat([past[index][1], v], 2)
-        kv.append((k, v))
+        k, v = keys_and_values(index, k, v)
         groups = attention.num_key_value_groups
         if groups > 1:  # grouped-query attention: each key/value head serves `groups` query heads
-            k, v = k.repeat_interleave(groups, 1), v.repeat_interleave(groups, 1)
+            k, v = _repeat_heads(k, groups), _repeat_heads(v, groups)
         # softmax in float32, as transformers' eager attention (the weights back in x's dtype)
         weights = _softmax(((q @ k.transpose(2, 3)) * attention.scaling + bias).float())
         out = (weights.to(v.dtype) @ v).transpose(1, 2).reshape(batch, width, -1)
@@ -131,7 +196,14 @@ def forward(model, ids: torch.Tensor, positions: torch.Tensor, key_mask: torch.T
         mlp = layer.mlp
         h = layer.post_attention_layernorm(x)
         x = x + mlp.down_proj(torch.nn.functional.silu(mlp.gate_proj(h)) * mlp.up_proj(h))
-    return model.lm_head(inner.norm(x)), kv
+    return model.lm_head(inner.norm(x))
+
+
+def _repeat_heads(x: torch.Tensor, groups: int) -> torch.Tensor:
+    """``x.repeat_interleave(groups, 1)`` by a view and a copy (nothing for the host to
+    read: a CUDA graph records it)."""
+    batch, heads, length, dim = x.shape
+    return x[:, :, None].expand(batch, heads, groups, length, dim).reshape(batch, heads * groups, length, dim)
 
 
 def select_rows(kv: KV, rows: torch.Tensor) -> KV:
