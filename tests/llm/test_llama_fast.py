@@ -43,10 +43,17 @@ def transformers_logits(model, ids, mask):
     return model(input_ids=ids, attention_mask=mask, position_ids=positions(mask), use_cache=False).logits
 
 
+@pytest.fixture(params=[False, True], ids=["written-out", "fused"])
+def attention_form(request, monkeypatch):
+    """Both attention forms on the CPU: written out (the CPU's) and fused (the GPU's)."""
+    monkeypatch.setattr(llama_fast, "FUSED_ATTENTION", request.param)
+    return request.param
+
+
 @pytest.mark.parametrize("changes", [{}, {"attn_implementation": "sdpa"}, {"tie_word_embeddings": True},
                                      {"rope_scaling": {"rope_type": "linear", "factor": 2.0}}],
                          ids=["gqa", "sdpa", "tied", "scaled-rope"])
-def test_logits_and_gradients_are_transformers_own(changes):
+def test_logits_and_gradients_are_transformers_own(changes, attention_form):
     model = llama(**changes)
     ids, mask = encode_prompts(TOK, PROMPTS, 8)  # left padding on most rows
     real = mask.bool()
@@ -66,7 +73,7 @@ def test_logits_and_gradients_are_transformers_own(changes):
         torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
 
 
-def test_a_kv_cache_continues_the_full_forward():
+def test_a_kv_cache_continues_the_full_forward(attention_form):
     """Prefill three quarters, then the rest one token at a time over the returned keys and
     values: each step's logits are the full forward's at that position."""
     model = llama()
@@ -80,6 +87,33 @@ def test_a_kv_cache_continues_the_full_forward():
         steps.append(logits[:, -1])
     assert kv[0][0].shape[2] == 8
     real = real[:, 4:]  # a padding position's output is nobody's input: read the real ones
+    torch.testing.assert_close(torch.stack(steps, 1)[real], full[:, 4:][real], rtol=1e-5, atol=1e-5)
+
+
+def test_static_keys_and_values_continue_the_full_forward(attention_form):
+    """The GPU sampling loop's form: prefill the first 5 positions of each distinct row
+    (rows repeat, as GRPO's groups do), copy them into every row's static slots, then one
+    slot a step with the written position a device scalar; slots not yet written (left
+    from an earlier, longer use of the same buffers) must weigh nothing."""
+    from workbench.llm.generation import distinct_prompts
+
+    model = llama()
+    ids, mask = encode_prompts(TOK, PROMPTS, 8)
+    full = transformers_logits(model, ids, mask)
+    pos, real = positions(mask), mask.bool()
+    kv = llama_fast.StaticKV(model, batch=ids.shape[0], length=10)
+    for buffer in kv.keys + kv.values:
+        buffer.normal_()  # stale numbers in every slot
+    distinct, distinct_mask, rows = distinct_prompts(ids[:, :5], mask[:, :5])
+    logits, prefix = llama_fast.forward(model, distinct, positions(distinct_mask), distinct_mask.bool())
+    kv.fill(prefix, rows)
+    assert int(kv.filled) == 5
+    key_mask = torch.cat([real, torch.ones(ids.shape[0], 2, dtype=torch.bool)], 1)  # 10 slots
+    steps = [logits[:, -1][rows]]
+    for t in range(5, 8):
+        steps.append(llama_fast.decode_step(model, ids[:, t:t + 1], pos[:, t:t + 1], key_mask, kv)[:, -1])
+    assert int(kv.filled) == 8
+    real = real[:, 4:]
     torch.testing.assert_close(torch.stack(steps, 1)[real], full[:, 4:][real], rtol=1e-5, atol=1e-5)
 
 

@@ -1,4 +1,4 @@
-"""A Llama forward pass with few ops, for the small models GRPO trains on a CPU.
+"""A Llama forward pass with few ops, for the small models GRPO trains (on a CPU, and in a GPU's graphs).
 
 ``transformers``' Llama forward spends most of a small model's time outside the arithmetic:
 per call it builds a 4-D mask, runs output-capturing and deprecation wrappers, a
@@ -12,7 +12,10 @@ float rounding (the tests compare logits, sampled tokens and gradients).
 It applies to a ``LlamaForCausalLM`` with the plain architecture (SiLU MLP, no biases,
 no attention dropout, no sliding window, not wrapped by ``peft``), without gradient
 checkpointing or forward hooks on the blocks it steps over: :func:`supports` says.
-Everything else, and every CUDA-graph path, runs ``transformers``' own forward.
+Everything else runs ``transformers``' own forward. On a GPU the same holds for the graphs
+GRPO replays: a kernel there costs a few microseconds however small, so fewer ops is
+fewer microseconds (:func:`decode_step` and :class:`StaticKV` are the sampling loop's
+graph-safe form; :func:`_attend` fuses attention into one kernel there).
 
 Example:
     >>> import torch
@@ -36,6 +39,9 @@ __all__ = ["supports", "forward", "decode_step", "StaticKV", "select_rows", "KV"
 
 #: per layer, ``(keys, values)`` of shape ``[B, kv heads, S, head dim]``
 KV = list
+
+#: attention by ``scaled_dot_product_attention`` (True), written out (False), or the former on a GPU only (None)
+FUSED_ATTENTION: bool | None = None
 
 #: ``WORKBENCH_FAST_LLAMA=0`` turns this path off (to compare, or should a model misbehave on it)
 _ENABLED = os.environ.get("WORKBENCH_FAST_LLAMA", "1") != "0"
@@ -189,14 +195,24 @@ def _layers(model, ids: torch.Tensor, positions: torch.Tensor, visible: torch.Te
         groups = attention.num_key_value_groups
         if groups > 1:  # grouped-query attention: each key/value head serves `groups` query heads
             k, v = _repeat_heads(k, groups), _repeat_heads(v, groups)
-        # softmax in float32, as transformers' eager attention (the weights back in x's dtype)
-        weights = _softmax(((q @ k.transpose(2, 3)) * attention.scaling + bias).float())
-        out = (weights.to(v.dtype) @ v).transpose(1, 2).reshape(batch, width, -1)
+        out = _attend(q, k, v, bias, attention.scaling).transpose(1, 2).reshape(batch, width, -1)
         x = x + attention.o_proj(out)
         mlp = layer.mlp
         h = layer.post_attention_layernorm(x)
         x = x + mlp.down_proj(torch.nn.functional.silu(mlp.gate_proj(h)) * mlp.up_proj(h))
     return model.lm_head(inner.norm(x))
+
+
+def _attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bias: torch.Tensor, scaling: float) -> torch.Tensor:
+    """Attention of ``q`` over ``k``, ``v`` with the additive ``bias``: on a GPU one fused
+    kernel (``scaled_dot_product_attention``), where the written-out form is ~10 kernels a
+    layer, each a few microseconds however small (a graph replays them all); on the CPU
+    the written-out form, softmax in float32 as transformers' eager attention, which is
+    faster there for rows this short. :data:`FUSED_ATTENTION` overrides (the tests compare both)."""
+    if q.is_cuda if FUSED_ATTENTION is None else FUSED_ATTENTION:
+        return torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=bias, scale=scaling)
+    weights = _softmax(((q @ k.transpose(2, 3)) * scaling + bias).float())
+    return weights.to(v.dtype) @ v
 
 
 def _repeat_heads(x: torch.Tensor, groups: int) -> torch.Tensor:
