@@ -56,9 +56,17 @@ def test_the_watch_sees_a_host_read():
     assert _watched(lambda: bool((x > 0).all()))[1]
 
 
+@pytest.fixture(params=[False, True], ids=["cpu-forms", "gpu-forms"])
+def fused(request, monkeypatch):
+    """llama_fast's forms on the CPU (written out) and on a GPU (fused kernels), both watched."""
+    from workbench.llm import llama_fast
+
+    monkeypatch.setattr(llama_fast, "FUSED", request.param)
+
+
 @pytest.mark.parametrize("kind,attention", [("llama", "eager"), ("llama", "sdpa"), ("llama-gqa", "eager"),
                                             ("qwen2", "eager"), ("qwen2", "sdpa")])
-def test_sampling_forwards_read_nothing_on_the_host(capturing, monkeypatch, kind, attention):
+def test_sampling_forwards_read_nothing_on_the_host(capturing, monkeypatch, fused, kind, attention):
     """A plain Llama samples through llama_fast's static keys and values (each distinct
     prompt prefilled once; grouped-query heads too), another model through transformers'
     StaticCache: either way the prefill and the decode step read nothing on the host."""
@@ -106,7 +114,7 @@ def test_the_reference_scoring_and_the_updates_backward_read_nothing_on_the_host
     assert reads == [] and all(p.grad is not None for p in model.parameters())
 
 
-def test_the_shared_prompt_scoring_and_update_read_nothing_on_the_host(capturing):
+def test_the_shared_prompt_scoring_and_update_read_nothing_on_the_host(capturing, fused):
     """GRPO's groups on a GPU: the distinct prompts are found before the capture (that reads
     the batch); the captured scoring and forward + backward over them read nothing."""
     model = tiny_causal_lm(grpo.tokenizer, hidden=32, layers=2, context=16, seed=2)

@@ -45,8 +45,9 @@ def transformers_logits(model, ids, mask):
 
 @pytest.fixture(params=[False, True], ids=["written-out", "fused"])
 def attention_form(request, monkeypatch):
-    """Both attention forms on the CPU: written out (the CPU's) and fused (the GPU's)."""
-    monkeypatch.setattr(llama_fast, "FUSED_ATTENTION", request.param)
+    """Both forms on the CPU: written out (the CPU's) and fused (the GPU's: attention,
+    norms, rotary embedding)."""
+    monkeypatch.setattr(llama_fast, "FUSED", request.param)
     return request.param
 
 

@@ -40,8 +40,10 @@ __all__ = ["supports", "forward", "decode_step", "StaticKV", "select_rows", "KV"
 #: per layer, ``(keys, values)`` of shape ``[B, kv heads, S, head dim]``
 KV = list
 
-#: attention by ``scaled_dot_product_attention`` (True), written out (False), or the former on a GPU only (None)
-FUSED_ATTENTION: bool | None = None
+#: the GPU's forms (True: attention by ``scaled_dot_product_attention``, ``rms_norm``, the
+#: rotary embedding in three ops), the CPU's (False: as measured fastest there), or by the
+#: device (None); the numbers are the same up to float rounding (the tests compare both)
+FUSED: bool | None = None
 
 #: ``WORKBENCH_FAST_LLAMA=0`` turns this path off (to compare, or should a model misbehave on it)
 _ENABLED = os.environ.get("WORKBENCH_FAST_LLAMA", "1") != "0"
@@ -180,39 +182,62 @@ def _layers(model, ids: torch.Tensor, positions: torch.Tensor, visible: torch.Te
     inner = model.model
     batch, width = ids.shape
     x = inner.embed_tokens(ids)
+    fused = _fused(x)
     cos, sin = inner.rotary_emb(x, positions)
     cos, sin = cos[:, None], sin[:, None]  # over the heads
+    rotate = _rotation(cos, sin) if fused else (lambda x: _rotate(x, cos, sin))
+    norm = _rms_norm if fused else (lambda module, x: module(x))
     bias = torch.zeros(visible.shape, dtype=x.dtype, device=x.device).masked_fill_(~visible, torch.finfo(x.dtype).min)
     bias = bias[:, None]  # [B, 1, T, S]: the same for every head
     for index, layer in enumerate(inner.layers):
         attention = layer.self_attn
-        h = layer.input_layernorm(x)
+        h = norm(layer.input_layernorm, x)
         shape = (batch, width, -1, attention.head_dim)
-        q = _rotate(attention.q_proj(h).view(shape).transpose(1, 2), cos, sin)
-        k = _rotate(attention.k_proj(h).view(shape).transpose(1, 2), cos, sin)
+        q = rotate(attention.q_proj(h).view(shape).transpose(1, 2))
+        k = rotate(attention.k_proj(h).view(shape).transpose(1, 2))
         v = attention.v_proj(h).view(shape).transpose(1, 2)
         k, v = keys_and_values(index, k, v)
         groups = attention.num_key_value_groups
         if groups > 1:  # grouped-query attention: each key/value head serves `groups` query heads
             k, v = _repeat_heads(k, groups), _repeat_heads(v, groups)
-        out = _attend(q, k, v, bias, attention.scaling).transpose(1, 2).reshape(batch, width, -1)
+        out = _attend(q, k, v, bias, attention.scaling, fused).transpose(1, 2).reshape(batch, width, -1)
         x = x + attention.o_proj(out)
         mlp = layer.mlp
-        h = layer.post_attention_layernorm(x)
+        h = norm(layer.post_attention_layernorm, x)
         x = x + mlp.down_proj(torch.nn.functional.silu(mlp.gate_proj(h)) * mlp.up_proj(h))
-    return model.lm_head(inner.norm(x))
+    return model.lm_head(norm(inner.norm, x))
 
 
-def _attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bias: torch.Tensor, scaling: float) -> torch.Tensor:
-    """Attention of ``q`` over ``k``, ``v`` with the additive ``bias``: on a GPU one fused
-    kernel (``scaled_dot_product_attention``), where the written-out form is ~10 kernels a
-    layer, each a few microseconds however small (a graph replays them all); on the CPU
-    the written-out form, softmax in float32 as transformers' eager attention, which is
-    faster there for rows this short. :data:`FUSED_ATTENTION` overrides (the tests compare both)."""
-    if q.is_cuda if FUSED_ATTENTION is None else FUSED_ATTENTION:
+def _fused(x: torch.Tensor) -> bool:
+    """Whether :func:`_layers` takes the GPU's forms for ``x``'s device (:data:`FUSED`).
+    On a GPU a kernel costs a few microseconds however small (a graph replays them all),
+    so fewer kernels is less time; on the CPU the written-out forms measured faster for
+    rows this short."""
+    return x.is_cuda if FUSED is None else FUSED
+
+
+def _attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bias: torch.Tensor, scaling: float,
+            fused: bool) -> torch.Tensor:
+    """Attention of ``q`` over ``k``, ``v`` with the additive ``bias``: one kernel
+    (``scaled_dot_product_attention``) where ``fused``, else written out (~10 kernels), the
+    softmax in float32 as transformers' eager attention."""
+    if fused:
         return torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=bias, scale=scaling)
     weights = _softmax(((q @ k.transpose(2, 3)) * scaling + bias).float())
     return weights.to(v.dtype) @ v
+
+
+def _rms_norm(module, x: torch.Tensor) -> torch.Tensor:
+    """A ``LlamaRMSNorm`` by ``torch.nn.functional.rms_norm`` (its six ops in one call)."""
+    return torch.nn.functional.rms_norm(x, (x.shape[-1],), module.weight, module.variance_epsilon)
+
+
+def _rotation(cos: torch.Tensor, sin: torch.Tensor):
+    """:func:`_rotate` in three ops a call: ``rotate_half(x) · sin`` is ``roll(x, half) ·
+    sin'`` with ``sin'`` = ``(-sin₁, sin₂)``, made once for every layer."""
+    half = sin.shape[-1] // 2
+    signed = torch.cat((-sin[..., :half], sin[..., half:]), -1)
+    return lambda x: torch.addcmul(x * cos, x.roll(half, -1), signed)
 
 
 def _repeat_heads(x: torch.Tensor, groups: int) -> torch.Tensor:
