@@ -30,7 +30,8 @@ from workbench.llm import llama_fast
 __all__ = ["Completions", "sample", "sample_static", "sequence_logp", "scorer", "distinct_prompts", "positions",
            "model_device", "graph_safe", "graphable_prompts"]
 
-#: each model's StaticCaches, by (batch, prompt width + max_new_tokens)
+#: each model's static KV caches (transformers' StaticCache, or llama_fast's StaticKV for a plain
+#: Llama), by (batch, prompt width + max_new_tokens)
 _CACHES: "weakref.WeakKeyDictionary[torch.nn.Module, dict]" = weakref.WeakKeyDictionary()
 #: models whose static path failed once (a model without StaticCache support): dynamic from then on
 _DYNAMIC_ONLY: "weakref.WeakSet[torch.nn.Module]" = weakref.WeakSet()
@@ -204,9 +205,11 @@ def sample_static(model, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, *,
                   eos_id: int, pad_id: int, temperature: float = 1.0, top_p: float = 1.0,
                   seed: int | None = None, graphs: bool = False) -> Completions:
     """:func:`sample` with shapes that never change, so that each forward can be a CUDA
-    graph (``graphs``, on a GPU): the KV cache is a StaticCache of ``P + max_new_tokens``
-    slots reset by the prefill, and the attention mask spans all of them from the start
-    (the completion's slots marked real: causality hides the ones not written yet). Only the
+    graph (``graphs``, on a GPU): the KV cache has ``P + max_new_tokens`` slots, refilled by
+    the prefill, and the attention mask spans all of them from the start (the completion's
+    slots marked real: causality hides the ones not written yet). A plain Llama runs
+    :mod:`~workbench.llm.llama_fast` over a ``StaticKV``, each distinct prompt prefilled
+    once (:func:`_fast_static`); another model transformers' forward over a StaticCache. Only the
     forwards are graphed; picking tokens runs eagerly on the same generator as
     :func:`sample`, so both draw the same tokens up to the logits' rounding. On the CPU
     (``graphs`` off) it is the GPU path's twin, which the tests compare with :func:`sample`.
