@@ -235,6 +235,10 @@ def grpo_update(model, optimizer, cfg: GRPOConfig, prompt_ids, prompt_mask, toke
     row); logs and returns the metrics. The learning rate is read from ``cfg`` each time."""
     started = time.perf_counter()
     device = model_device(model)  # the batch goes where the model is (replica.device)
+    graphed = device.type == "cuda" and _graphs(cfg) and _one_learner()
+    # each distinct prompt's forward once in the update's graph too: found before it, on the
+    # host where the prompts were encoded (on the GPU it would wait for the queued work)
+    shared = graphable_prompts(model, _flat(prompt_ids), _flat(prompt_mask)) if graphed else None
     prompt_ids, prompt_mask, tokens = (_flat(x).to(device) for x in (prompt_ids, prompt_mask, tokens))
     mask, old_logp, ref_logp = (_flat(x).to(device) for x in (completion_mask, logp, ref_logp))
     rewards = torch.as_tensor(np.asarray(rewards, dtype=np.float32)).reshape(-1).to(device)
@@ -242,9 +246,7 @@ def grpo_update(model, optimizer, cfg: GRPOConfig, prompt_ids, prompt_mask, toke
     optimizer.param_groups[0]["lr"] = cfg.learning_rate
     batch = (prompt_ids, prompt_mask, tokens, mask, old_logp, ref_logp, advantages)
     params = [p for p in model.parameters() if p.requires_grad]
-    graphed = device.type == "cuda" and _graphs(cfg) and _one_learner()
-    if graphed:  # each distinct prompt's forward once in the graph too: found here, before it
-        batch += graphable_prompts(model, prompt_ids, prompt_mask) or ()
+    batch += shared or ()
 
     def step(_order, batch) -> tuple:  # the whole batch, in order: advantages belong to groups
         return _grpo_step(model, optimizer, cfg, params, *batch)

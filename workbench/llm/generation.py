@@ -227,12 +227,13 @@ def sample_static(model, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, *,
     """
     device = model_device(model)
     batch, width = prompt_ids.shape
+    given = prompt_ids, prompt_mask  # where the caller has them (the distinct rows are found there)
     prompt_ids, prompt_mask = prompt_ids.to(device), prompt_mask.to(device).long()
     mask = torch.cat([prompt_mask, prompt_mask.new_ones((batch, max_new_tokens))], 1)
     pos = positions(prompt_mask)
     shape = f"[{batch}x{width}+{max_new_tokens}]"  # a slot per shape: training and held-out batches alternate
     if llama_fast.supports(model):
-        prefill, prefill_inputs, decode = _fast_static(model, prompt_ids, prompt_mask, mask, max_new_tokens)
+        prefill, prefill_inputs, decode = _fast_static(model, *given, max_new_tokens)
         shape += f"/{prefill_inputs[0].shape[0]}"  # the distinct prompts' count (padded): the prefill's shape
     else:
         cache = _static_cache(model, batch, width + max_new_tokens)
@@ -264,7 +265,7 @@ def sample_static(model, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, *,
                           eos_id, pad_id, temperature, top_p, _generator(seed, device))
 
 
-def _fast_static(model, prompt_ids, prompt_mask, mask, max_new_tokens: int):
+def _fast_static(model, prompt_ids, prompt_mask, max_new_tokens: int):
     """:func:`sample_static`'s forwards for a model :mod:`~workbench.llm.llama_fast`
     computes: ``(prefill, its inputs, decode)``. The prefill runs each distinct prompt once
     (:func:`graphable_prompts`, padded, so that a graph keeps its shape) and copies its keys
@@ -278,7 +279,8 @@ def _fast_static(model, prompt_ids, prompt_mask, mask, max_new_tokens: int):
     kv = caches[key]
     shared = graphable_prompts(model, prompt_ids, prompt_mask)
     if shared is None:  # every row its own prompt
-        shared = (prompt_ids, prompt_mask, torch.arange(batch, device=prompt_ids.device))
+        device = model_device(model)
+        shared = (prompt_ids.to(device), prompt_mask.to(device).long(), torch.arange(batch, device=device))
 
     def prefill(ids, ids_mask, rows):
         logits, prefix = llama_fast.forward(model, ids, positions(ids_mask), ids_mask.bool())
@@ -329,7 +331,7 @@ def sequence_logp(model, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, to
         return _shared_prompt_logp(model, temperature, shared, *inputs, fast=llama_fast.supports(model))
     if cuda_graphs and device.type == "cuda" and not torch.is_grad_enabled():
         shape = "x".join(map(str, (*prompt_ids.shape, tokens.shape[1])))
-        found = graphable_prompts(model, *inputs[:2])
+        found = graphable_prompts(model, prompt_ids, prompt_mask)  # as given: on the host, no wait
         if found is not None:  # each distinct prompt's forward once, in the graph too
             def shared_score(ids, mask, inverse, *rest):
                 return (_shared_prompt_logp(model, temperature, (ids, mask, inverse), *rest, fast=True),)
@@ -387,6 +389,9 @@ def graphable_prompts(model, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor
     prompt repeats, or a model :mod:`~workbench.llm.llama_fast` does not compute, whose
     own forward's cache bookkeeping a graph may not record). It reads the batch on the host:
     call it before a capture, and pass what it returns as ``sequence_logp``'s ``shared``.
+    Give it the batch where it is still on the host (the tokenizer's): on a GPU, finding
+    the rows there would wait for everything queued on the device first. What it returns
+    is on the model's device.
 
     >>> from workbench.llm.tokenizers import char_tokenizer
     >>> from workbench.llm.models import tiny_causal_lm
@@ -408,7 +413,8 @@ def graphable_prompts(model, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor
     extra = rows - ids.shape[0]
     if extra:
         ids, mask = torch.cat([ids, ids[:1].expand(extra, -1)]), torch.cat([mask, mask[:1].expand(extra, -1)])
-    return ids, mask, inverse
+    device = model_device(model)
+    return ids.to(device), mask.to(device), inverse.to(device)
 
 
 def _distinct_rows(rows: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
