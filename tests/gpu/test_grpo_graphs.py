@@ -62,6 +62,28 @@ def test_replayed_sampling_draws_the_eager_loops_tokens():
     assert all(s.graph is not None and not s.failed for s in slots.values())
 
 
+def test_replayed_sampling_of_repeated_prompts_prefills_each_once_and_draws_the_eager_tokens():
+    """GRPO's groups: a plain Llama samples through llama_fast's static keys and values,
+    each distinct prompt prefilled once (4 of 32 rows) and copied; the replays draw what the
+    eager loop over transformers' forward draws."""
+    import torch
+
+    from workbench.llm import llama_fast
+    from workbench.llm.generation import _CACHES
+
+    model, ids, mask = _model_and_prompts(rows=4, group=8)
+    for seed in range(5):
+        graphed = _sample(model, ids, mask, seed)
+        eager = _sample(model, ids, mask, seed, cuda_graphs=False)
+        assert torch.equal(graphed.tokens, eager.tokens)
+        torch.testing.assert_close(graphed.logp, eager.logp, rtol=1e-4, atol=1e-5)
+    assert all(isinstance(cache, llama_fast.StaticKV) for cache in _CACHES[model].values())
+    slots = _slots(model)
+    assert sorted(name.split("[")[0] for name in slots) == ["decode", "prefill"]
+    assert all(name.endswith("/4") for name in slots)  # the prefill's 4 distinct prompts
+    assert all(s.graph is not None and not s.failed for s in slots.values())
+
+
 def test_weights_loaded_into_the_model_reach_the_replay():
     import torch
 
