@@ -250,6 +250,9 @@ def _repeat_heads(x: torch.Tensor, groups: int) -> torch.Tensor:
 def select_rows(kv: KV, rows: torch.Tensor) -> KV:
     """``kv`` with batch row ``i`` taken from row ``rows[i]``: a repeated prompt's keys and
     values copied to each completion that continues it (gradients flow back to the prompt).
-    ``index_select``, not ``k[rows]``: its backward is one ``index_add_``, which a CUDA
-    graph of the update records (advanced indexing's backward sorts the indices)."""
-    return [(k.index_select(0, rows), v.index_select(0, rows)) for k, v in kv]
+    On a GPU by ``index_select``, whose backward is one ``index_add_`` that the update's
+    graph records (advanced indexing's backward sorts the indices); on the CPU by ``k[rows]``,
+    35 µs sooner a call with its backward at the notebook's sizes."""
+    if kv and kv[0][0].is_cuda:
+        return [(k.index_select(0, rows), v.index_select(0, rows)) for k, v in kv]
+    return [(k[rows], v[rows]) for k, v in kv]
