@@ -125,7 +125,7 @@ def test_the_shared_prompt_scoring_and_update_read_nothing_on_the_host(capturing
     completion = (torch.rand(12, 4) > 0.3).float()
     with torch.no_grad():
         ref, reads = _watched(lambda: generation._shared_prompt_logp(model, 1.0, shared, ids, mask, tokens,
-                                                                      completion, fast=True))
+                                                                      completion))
     assert reads == []
 
     def forward_backward():

@@ -244,9 +244,8 @@ def grpo_update(model, optimizer, cfg: GRPOConfig, prompt_ids, prompt_mask, toke
     rewards = torch.as_tensor(np.asarray(rewards, dtype=np.float32)).reshape(-1).to(device)
     advantages = group_advantages(rewards, cfg.group_size)
     optimizer.param_groups[0]["lr"] = cfg.learning_rate
-    batch = (prompt_ids, prompt_mask, tokens, mask, old_logp, ref_logp, advantages)
+    batch = (prompt_ids, prompt_mask, tokens, mask, old_logp, ref_logp, advantages) + (shared or ())
     params = [p for p in model.parameters() if p.requires_grad]
-    batch += shared or ()
 
     def step(_order, batch) -> tuple:  # the whole batch, in order: advantages belong to groups
         return _grpo_step(model, optimizer, cfg, params, *batch)

@@ -328,13 +328,13 @@ def sequence_logp(model, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, to
     inputs = tuple(x.to(device) for x in (prompt_ids, prompt_mask, tokens, completion_mask))
     score = scorer(model, temperature)
     if shared is not None:
-        return _shared_prompt_logp(model, temperature, shared, *inputs, fast=llama_fast.supports(model))
+        return _shared_prompt_logp(model, temperature, shared, *inputs)
     if cuda_graphs and device.type == "cuda" and not torch.is_grad_enabled():
         shape = "x".join(map(str, (*prompt_ids.shape, tokens.shape[1])))
         found = graphable_prompts(model, prompt_ids, prompt_mask)  # as given: on the host, no wait
         if found is not None:  # each distinct prompt's forward once, in the graph too
             def shared_score(ids, mask, inverse, *rest):
-                return (_shared_prompt_logp(model, temperature, (ids, mask, inverse), *rest, fast=True),)
+                return (_shared_prompt_logp(model, temperature, (ids, mask, inverse), *rest),)
             shape += f"/{found[0].shape[0]}"
             out = graphed_call(model, f"shared_logp[{shape}]@{temperature}", shared_score, (*found, *inputs))
             if out is None:  # warming up, or capturing failed: the same function eagerly
@@ -433,13 +433,13 @@ def _distinct_rows(rows: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     return torch.unique(rows, dim=0, return_inverse=True)
 
 
-def _shared_prompt_logp(model, temperature, shared, prompt_ids, prompt_mask, tokens, completion_mask,
-                        fast: bool | None = None):
+def _shared_prompt_logp(model, temperature, shared, prompt_ids, prompt_mask, tokens, completion_mask):
     """:func:`scorer`'s numbers with each distinct prompt run once: a forward over the
     distinct prompts fills a KV cache (gradients flow through it), copied to every row
     that repeats the prompt, then one forward over the completions. The logits at the
-    prompt's last position predict the first completion token. ``fast``: as :func:`_forwards`."""
-    forward, select = _forwards(model, fast)
+    prompt's last position predict the first completion token. A plain Llama runs
+    :mod:`~workbench.llm.llama_fast`'s forward on any device (a GPU's graphs record it)."""
+    forward, select = _forwards(model, llama_fast.supports(model))
     ids, mask, inverse = shared
     logits, past = forward(ids, positions(mask), mask, None)
     logits = logits[:, -1:][inverse]
