@@ -1,7 +1,7 @@
 """What a send costs an actor whose process also receives: Fine's per-step exchange without the framework.
 
 Fine's actor sends each env replica its actions over a socket, one write each, while a
-thread of its process files the observations that arrive (``wire.FrameReader``). On the
+thread of its process filed the observations that arrived (``FrameReader``'s thread). On the
 H200 host a send cost ~59 µs acting on arrival against ~22 µs in lockstep (docs/gpu.md,
 2026-11-27 16:07), and on this VM a patch timing the sends found more than half of each
 acting-on-arrival send spent waiting, not working. This script asks whether that is the
@@ -14,7 +14,7 @@ process answers observations with actions, in three ways:
 - ``lockstep/thread``: the same reader thread; the actor waits for every observation of
   the step, then sends all (Fine lockstep, as built);
 - ``arrival/own``: no reader thread; the actor's thread selects and reads the sockets
-  itself, then sends (the design docs/gpu.md proposes).
+  itself, then sends (what workbench does since: ``workbench.runtime.frame_reader``).
 
 Per mode it prints the actor's sends per second of the run, and per send the wall time and
 the actor thread's own CPU time (the gap is waiting), medians of ``--repeats`` runs.

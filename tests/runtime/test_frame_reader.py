@@ -133,8 +133,8 @@ class _Recording(Mailbox):
 
 
 def test_a_server_files_every_peer_s_values_on_its_one_reading_thread():
-    """W env replicas' postmen, one step's observations each: one thread files them all,
-    whatever the number of connections (a reader thread per connection before)."""
+    """W env replicas' postmen, one step's observations each: one thread at a time files
+    them all, whatever the number of connections (a reader thread per connection before)."""
     key, peers = secrets.token_bytes(32), 16
     box = _Recording()
     server = SocketServer(box, "127.0.0.1", key)
@@ -145,7 +145,8 @@ def test_a_server_files_every_peer_s_values_on_its_one_reading_thread():
                 postman.send(("actor", 0), "obs", step, i, np.full((16, 4), i, np.float32))
             values = box.take_all("obs", step, range(peers), stopped=lambda: False)
             assert [v[0, 0] for v in values] == list(range(peers))
-        assert box.filed_by == {"workbench-channel-io"}
+        # the reader's thread, or the one waiting (tests/runtime/test_waiter_reads.py)
+        assert box.filed_by <= {"workbench-channel-io", threading.current_thread().name}
 
         def handshaking() -> list:
             return [t for t in server._threads if t.name == "workbench-channel-read" and t.is_alive()]

@@ -6,7 +6,8 @@ same process is handed over by reference; one sent to another process goes over 
 (``multiprocessing.connection``'s framing, HMAC-authenticated with a per-run key, pickle
 protocol 5) — inside TLS with the cluster's certificates when the cluster uses TLS
 (:mod:`workbench.runtime.wire`) — and a server files what all its plain connections bring
-from one thread (``wire.FrameReader``) into the replica's :class:`Mailbox`. The postman
+from one reader (:mod:`workbench.runtime.frame_reader`: its own thread, or the thread of a
+replica waiting for values) into the replica's :class:`Mailbox`. The postman
 that sends over sockets is :mod:`workbench.runtime.socket_postman`.
 
 Example:
@@ -380,6 +381,7 @@ class SocketServer:
             deadline.cancel()
         if not isinstance(conn, wire.FramedSocket) and os.name == "posix":  # (os.read on a socket)
             self._frames.add(conn)  # read from now on with every other plain connection
+            self._lend_reader()
             return
         try:
             while True:
@@ -393,6 +395,14 @@ class SocketServer:
                     return
         finally:
             self._route.pop(conn, None)
+
+    def _lend_reader(self) -> None:
+        """Let the waits of the mailboxes this server files into read its connections in
+        their own thread (:mod:`workbench.runtime.frame_reader`): every replica of the
+        process, since postmen reach them all through one server (the gateway)."""
+        for box in (self.mailbox, *self._routes.values()):
+            if isinstance(box, Mailbox) and (box.reader is None or not box.reader.streams):
+                box.reader = self._frames
 
     def _file(self, message, conn) -> None:
         """Unpickle one message and put it in the mailbox (a big byte string, its own frame)."""

@@ -42,13 +42,23 @@ class Arrival(NamedTuple):
 
 class _Wait:
     """One blocked receive: ``key`` at ``task`` from the replicas in ``missing`` (``task``
-    None: the next arrival of ``key`` from anyone), with its own condition on the box's lock."""
+    None: the next arrival of ``key`` from anyone), with its own condition on the box's lock;
+    ``reading`` while its thread reads the channels itself (then a put wakes its ``select``)."""
 
-    __slots__ = ("key", "task", "missing", "cond")
+    __slots__ = ("key", "task", "missing", "cond", "reading", "turn")
 
     def __init__(self, key: str, task: int | None, missing: set[int], lock: threading.Lock) -> None:
         self.key, self.task, self.missing = key, task, missing
         self.cond = threading.Condition(lock)
+        self.reading = False
+        self.turn = False  # woken to read, not by a value (not a counted wake-up)
+
+    def wake(self) -> None:
+        """Wake its thread from another thread holding no mailbox lock (the reader's turn
+        is free for it: :meth:`FrameReader.leave <workbench.runtime.frame_reader.FrameReader.leave>`)."""
+        with self.cond:
+            self.turn = True
+            self.cond.notify()
 
 
 class Mailbox:
@@ -68,13 +78,17 @@ class Mailbox:
         #: how many times a put or a failure woke a waiting thread (a gather of W values:
         #: once, however they interleave; the polls for the stop flag are not counted)
         self.wakeups = 0
+        #: the :class:`~workbench.runtime.frame_reader.FrameReader` of the channel server
+        #: that files this box's values from other processes (set by the server): a wait
+        #: reads its connections in its own thread when it can (see that module)
+        self.reader = None
 
     def fail(self, error: BaseException) -> None:
         """Make every current and later wait raise ``error``."""
         with self._lock:
             self._failure = error
             for wait in self._waits:
-                wait.cond.notify()
+                self._notify(wait)
 
     def put(self, key: str, task: int, replica: int, value: Any) -> None:
         with self._lock:
@@ -85,14 +99,24 @@ class Mailbox:
                 if wait.key != key:
                     continue
                 if wait.task is None:  # take_next: any arrival of its key
-                    wait.cond.notify()
+                    self._notify(wait)
                 elif wait.task == task and replica in wait.missing:
                     wait.missing.discard(replica)
                     if not wait.missing:  # the last one it needed: wake it now, only now
-                        wait.cond.notify()
+                        self._notify(wait)
+
+    def _notify(self, wait: _Wait) -> None:
+        if wait.reading:  # its thread is in select, reading the channels (a local put)
+            self.reader.wake()
+        else:
+            wait.cond.notify()
 
     def _block(self, wait: _Wait, done: Callable[[], bool], stopped: Callable[[], bool], poll: float) -> None:
-        """Wait (holding the lock) until ``done()``; the poll only checks the stop flag."""
+        """Wait (holding the lock) until ``done()``; the poll only checks the stop flag.
+        Where a channel server's reader files this box's values, the waiting thread reads
+        its connections itself when no other thread of the process does (the frames it
+        files for other replicas go to their boxes): no thread to hand the GIL to."""
+        reader = self.reader
         self._waits.append(wait)
         try:
             while not done():
@@ -100,10 +124,33 @@ class Mailbox:
                     raise self._failure
                 if stopped():
                     raise Stopped()
-                if wait.cond.wait(poll):  # notified, not a poll's timeout
+                if reader is not None and self._read(reader, wait, poll):
+                    continue
+                if wait.turn:  # the turn freed for it while it was asking: ask again, no wait
+                    wait.turn = False
+                    continue
+                if wait.cond.wait(poll) and not wait.turn:  # a value's notify, not a poll's timeout
                     self.wakeups += 1
+                wait.turn = False
         finally:
             self._waits.remove(wait)
+            if reader is not None:  # outside this box's lock: it may wake another box's waiter
+                self._lock.release()
+                try:
+                    reader.leave(wait.wake)
+                finally:
+                    self._lock.acquire()
+
+    def _read(self, reader, wait: _Wait, poll: float) -> bool:
+        """One round of reading the channels in this thread (the lock released meanwhile,
+        since what it files may be for this box); False if another thread has the turn."""
+        wait.reading = True
+        self._lock.release()
+        try:
+            return reader.pump(poll, wait.wake)
+        finally:
+            self._lock.acquire()
+            wait.reading = False
 
     def take_next(self, key: str, stopped: Callable[[], bool], poll: float = 0.05) -> tuple[int, int, Any]:
         """The oldest unclaimed value of ``key`` from any replica, as (task, replica, value):
