@@ -14,7 +14,8 @@ throughput(W) / (W × throughput(1)). "cores busy" says when the machine, not th
 is the limit: each worker still spends CPU per step (CartPole, the cells, waking from the
 wait). "actor's replica" splits the iteration of the replica that holds the actor into its
 cells, its sends, its waits for values and the rest (the driver's ``time/…`` rows): where a
-Fine step goes as the env replicas grow in number. Workers run with
+Fine step goes as the env replicas grow in number; and of its sends, its thread's CPU time
+(a send's wall time beyond it waited: for the GIL, a core or a socket's buffer). Workers run with
 ``workbench.cluster.lean``'s settings unless ``--dask-defaults``.
 A size or policy that fails shows its error in the table; the rest still run.
 
@@ -233,6 +234,9 @@ def _measure(client, policy, iterations: int, worker_pids, latency_ms: float,
 
 #: what a replica's iteration is spent on, as the driver's rows give it (``time/NAME KIND_s``)
 SPLIT = ("compute", "send", "wait", "other")
+#: of the sending, the replica's thread's CPU time (the rest of a send waited: for the
+#: GIL, for a core, for a socket's buffer)
+SEND_CPU = "send_cpu"
 
 
 def actor_split(run, skip: int = 3) -> dict[str, float]:
@@ -247,7 +251,7 @@ def actor_split(run, skip: int = 3) -> dict[str, float]:
     """
     rows = run.rows[skip:] or run.rows
     out = {}
-    for kind in SPLIT:
+    for kind in (*SPLIT, SEND_CPU):
         values = [v for r in rows for k, v in r.items()
                   if k.startswith("time/") and "actor[0]" in k and k.endswith(f" {kind}_s")]
         if values:
@@ -273,7 +277,7 @@ def _steady(client, policy, worker_pids, latency_ms: float, pairs: int, short: i
         splits.append(b[4])
     return {"rate": statistics.median(rates), "driver_ms": statistics.median(driver_ms),
             "cores": statistics.median(cores),
-            "actor_ms": {k: statistics.median(s[k] for s in splits if k in s) for k in SPLIT
+            "actor_ms": {k: statistics.median(s[k] for s in splits if k in s) for k in (*SPLIT, SEND_CPU)
                          if any(k in s for s in splits)}}
 
 
@@ -354,7 +358,9 @@ def _table(results: dict[str, dict[int, dict | str]], sizes: tuple[int, ...]) ->
                     ("driver ms CPU / iteration", lambda w: f"{ok[w]['driver_ms']:.1f}"),
                     ("actor's replica, ms an iteration: " + " / ".join(SPLIT),
                      lambda w: " / ".join(f"{ok[w]['actor_ms'][k]:.1f}" for k in SPLIT)
-                     if len(ok[w].get("actor_ms", {})) == len(SPLIT) else "—")]
+                     if all(k in ok[w].get("actor_ms", {}) for k in SPLIT) else "—"),
+                    ("actor's sends, ms of its thread's CPU an iteration",
+                     lambda w: f"{ok[w]['actor_ms'][SEND_CPU]:.1f}" if SEND_CPU in ok[w].get("actor_ms", {}) else "—")]
         if name.startswith("bare"):
             measures = measures[:3]  # no driver
         for label, cell in measures:

@@ -220,9 +220,10 @@ def test_the_scaling_part_splits_the_actor_s_iteration_into_cells_sends_waits_an
             Client(cluster) as client:
         pids = list(client.run(os.getpid).values())
         *_, split = bench._measure(client, wb.SingleLearnerFine(envs=2), 6, pids, 2.0)
-    assert set(split) == set(bench.SPLIT)
+    assert set(split) == {*bench.SPLIT, bench.SEND_CPU}
     # 6 iterations of 32 steps each waiting 2 ms for the envs: most of the actor's iteration is waiting
     assert split["wait"] > 32 * 2.0 / 2 and split["send"] > 0
+    assert 0 < split[bench.SEND_CPU] <= split["send"] * 1.05 + 0.1  # of the sending, the thread's CPU
 
 
 def test_the_tests_part_runs_the_gpu_tests_and_the_cpu_tests_that_look_for_a_gpu(tmp_path):

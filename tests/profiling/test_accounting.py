@@ -100,3 +100,11 @@ def test_fine_accounting(client):
     # the learner's update needs every env step of its iteration: it waits for them
     learner = next(name for name in replicas if name.startswith("learner"))
     assert prof.loc[learner, "wait_s_per_it"] > 0.5 * ENV_STEP_S * STEPS, prof.to_string()
+    # of each replica's sending, its thread's CPU time: there, and never more than the wall
+    # time (the per-step sends of the actor and the env replicas included)
+    for name in replicas:
+        for row in run.rows:
+            cpu, wall = row[f"time/{name} send_cpu_s"], row[f"time/{name} send_s"]
+            assert 0.0 <= cpu <= wall * 1.05 + 1e-3, (name, row["iteration"], cpu, wall)
+    actor = next(name for name in replicas if "actor" in name)
+    assert sum(row[f"time/{actor} send_cpu_s"] for row in run.rows) > 0  # STEPS sends an iteration

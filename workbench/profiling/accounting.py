@@ -6,6 +6,9 @@ The runtime records, per finished iteration (``Run.rows``):
 - ``time/<group>[<i>] <kind>_s`` per group replica, ``kind`` one of ``wait`` (for inputs
   from other groups), ``compute`` (its cells), ``send`` (its outputs), ``other`` (the rest
   of its tasks: binding inputs, stacking step buffers, emitting);
+- ``time/<group>[<i>] send_cpu_s`` — of ``send``, the CPU time of the replica's thread
+  (the rest waited: for the GIL, a core, a socket's buffer); not one of the kinds that
+  add up to an iteration;
 - ``wire/bytes`` — bytes that crossed processes; ``time_s`` — seconds since the run started.
 """
 from __future__ import annotations

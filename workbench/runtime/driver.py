@@ -163,6 +163,7 @@ class IterationRecord:
             for frag, seconds in report.compute_seconds.items():
                 self.compute_seconds[frag] = self.compute_seconds.get(frag, 0.0) + seconds
             for kind, seconds in (("wait", report.wait_seconds), ("send", report.send_seconds),
+                                  ("send_cpu", report.send_cpu_seconds),
                                   ("compute", sum(report.compute_seconds.values())),
                                   ("other", report.other_seconds)):
                 name = f"{report.group}[{report.replica}] {kind}"

@@ -131,6 +131,7 @@ def _run_task(replica, task, mailbox, postman, counts, report, stopped, arrivals
     """Receive the task's inputs, run its items, send its outputs, report."""
     waited = started = time.perf_counter()
     step_waited, step_sent = replica.step_wait_seconds, replica.step_send_seconds
+    step_sent_cpu = replica.step_send_cpu_seconds
     bytes_before = postman.bytes_sent
     inputs, sender, tag, items = {}, None, task.index, task.spec.items
     if arrivals:
@@ -149,7 +150,7 @@ def _run_task(replica, task, mailbox, postman, counts, report, stopped, arrivals
     waited = time.perf_counter() - waited
     emit_keys = tuple(dict.fromkeys(e.key for e in task.emits))
     outbox, task_report = replica.run(items, inputs, emit_keys)
-    sending = time.perf_counter()
+    sending, sending_cpu = time.perf_counter(), time.thread_time()
     sends = []
     for emit in task.emits:
         if emit.reply and sender is not None:
@@ -161,10 +162,11 @@ def _run_task(replica, task, mailbox, postman, counts, report, stopped, arrivals
             sends.append(((emit.consumer_group, target), emit.key, task.index, value))
     for target, key, task_index, value in remote_first(sends, postman):
         postman.send(target, key, task_index, replica.index, value)
-    ended = time.perf_counter()
+    ended, ended_cpu = time.perf_counter(), time.thread_time()
     # per-step channels (a fine-grained policy) wait and send inside the steps: count them
     task_report.wait_seconds = waited + replica.step_wait_seconds - step_waited
     task_report.send_seconds = ended - sending + replica.step_send_seconds - step_sent
+    task_report.send_cpu_seconds = ended_cpu - sending_cpu + replica.step_send_cpu_seconds - step_sent_cpu
     # the rest of the task (binding, stacking, emitting): its span less what is accounted
     task_report.other_seconds = max(0.0, ended - started - task_report.wait_seconds - task_report.send_seconds
                                     - sum(task_report.compute_seconds.values()))

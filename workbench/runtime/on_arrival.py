@@ -191,10 +191,11 @@ def _run_cell(replica, frag, item, inbox, values, batch, sizes, done, rows, sent
     for name, per in rows.items():
         for k, piece in zip(batch, split(name)):
             per[k].append(handed_over(piece))  # as it is now, as the lockstep loop keeps it
-    sending = time.perf_counter()
+    sending, cpu = time.perf_counter(), time.thread_time()
     for send in replica._sends[frag]:
         for k, piece in zip(batch, split(send.name)):
             replica.peers.postman.send((send.consumer_group, k), send.key, sent_base[send.key] + done[k],
                                        replica.index, piece)
     replica.step_send_seconds += time.perf_counter() - sending
+    replica.step_send_cpu_seconds += time.thread_time() - cpu
     return seconds

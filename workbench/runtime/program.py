@@ -120,6 +120,9 @@ class TaskReport:
     #: time the task spent waiting for its inputs, and sending its outputs
     wait_seconds: float = 0.0
     send_seconds: float = 0.0
+    #: of the sending, the CPU time of the replica's thread (the rest waited: for the GIL,
+    #: for a core, for a socket's buffer)
+    send_cpu_seconds: float = 0.0
     #: the rest of the task's time: binding inputs, stacking step buffers, emitting
     other_seconds: float = 0.0
     #: the iterations whose items this task ran
@@ -142,6 +145,7 @@ class TaskReport:
             "env_steps": {str(k): v for k, v in self.env_steps.items()},
             "compute_seconds": self.compute_seconds,
             "wait_seconds": self.wait_seconds, "send_seconds": self.send_seconds,
+            "send_cpu_seconds": self.send_cpu_seconds,
             "other_seconds": self.other_seconds, "iterations": self.iterations, "sent_bytes": self.sent_bytes,
             "env_steps_base": self.env_steps_base, "notes": self.notes, "shown": self.shown,
         }
@@ -154,6 +158,7 @@ class TaskReport:
             env_steps={int(k): v for k, v in msg["env_steps"].items()},
             compute_seconds=dict(msg["compute_seconds"]),
             wait_seconds=msg["wait_seconds"], send_seconds=msg["send_seconds"],
+            send_cpu_seconds=msg.get("send_cpu_seconds", 0.0),
             other_seconds=msg.get("other_seconds", 0.0), iterations=list(msg["iterations"]), sent_bytes=msg["sent_bytes"],
             env_steps_base=msg.get("env_steps_base", 0), notes=[tuple(n) for n in msg.get("notes", ())],
             shown=list(msg.get("shown", ())),

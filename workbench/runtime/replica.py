@@ -118,6 +118,9 @@ class GroupReplica(CellErrors):
         #: seconds spent in per-step channels so far (receiving / sending), read by the loop
         self.step_wait_seconds = 0.0
         self.step_send_seconds = 0.0
+        #: the same sends' CPU time on this thread: what the wall time above spent not
+        #: working (the GIL, the kernel's scheduler) is the difference
+        self.step_send_cpu_seconds = 0.0
         # wb.env_steps(): this replica's share before the stretch, its envs per step, the
         # stretch's first iteration, and the run's totals once every env replica told them
         self._base = sum(self.env_steps_taken.values())
@@ -440,9 +443,10 @@ class GroupReplica(CellErrors):
         for send in sends:
             value = self._written(frag, "step", ns, send.name, iteration)
             value = Unbatched(value) if frag in self.unbatched and send.spatial == "gather" else value
-            start = time.perf_counter()
+            start, cpu = time.perf_counter(), time.thread_time()
             self.peers.send(send.consumer_group, send.spatial, send.key, self._sent.get(send.key, 0), value)
             self.step_send_seconds += time.perf_counter() - start
+            self.step_send_cpu_seconds += time.thread_time() - cpu
             sent_keys.add(send.key)
         for key in sent_keys:
             self._sent[key] = self._sent.get(key, 0) + 1
