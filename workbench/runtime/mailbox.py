@@ -1,7 +1,9 @@
 """A replica's mailbox: the values other replicas sent it, and waits that wake only when done.
 
-Filled by postmen (:mod:`workbench.runtime.channels`: a local hand-over, or a socket's
-reader thread) and emptied by the replica's own thread. A wait names everything it needs —
+Filled by postmen (:mod:`workbench.runtime.channels`: a local hand-over, or a channel
+server's reader) and emptied by the replica's own thread, which, while it waits, reads the
+server's connections itself when no other thread of its process is
+(:mod:`workbench.runtime.frame_reader`). A wait names everything it needs —
 one value, or one per sending replica for a gather (:meth:`Mailbox.take_all`) — and its
 thread is woken once, when the last of them is in, not at every arrival: a single actor
 gathering observations from W env replicas each step was woken W times per step, each
