@@ -155,6 +155,10 @@ class FrameReader:
         before = self.frames
         try:
             self._round(timeout)
+        except (OSError, ValueError):  # the server closed the connections under it: it is stopping
+            if not self._closed:
+                raise
+            return False
         finally:
             self.pumped_frames += self.frames - before
             with self._state:

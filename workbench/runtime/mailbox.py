@@ -45,14 +45,15 @@ class Arrival(NamedTuple):
 class _Wait:
     """One blocked receive: ``key`` at ``task`` from the replicas in ``missing`` (``task``
     None: the next arrival of ``key`` from anyone), with its own condition on the box's lock;
-    ``reading`` while its thread reads the channels itself (then a put wakes its ``select``)."""
+    ``reading``: the reader whose connections its thread reads now (a put then wakes its
+    ``select``), else None."""
 
     __slots__ = ("key", "task", "missing", "cond", "reading", "turn")
 
     def __init__(self, key: str, task: int | None, missing: set[int], lock: threading.Lock) -> None:
         self.key, self.task, self.missing = key, task, missing
         self.cond = threading.Condition(lock)
-        self.reading = False
+        self.reading = None
         self.turn = False  # woken to read, not by a value (not a counted wake-up)
 
     def wake(self) -> None:
@@ -108,8 +109,8 @@ class Mailbox:
                         self._notify(wait)
 
     def _notify(self, wait: _Wait) -> None:
-        if wait.reading:  # its thread is in select, reading the channels (a local put)
-            self.reader.wake()
+        if wait.reading is not None:  # its thread is in select, reading the channels (a local put)
+            wait.reading.wake()
         else:
             wait.cond.notify()
 
@@ -146,13 +147,13 @@ class Mailbox:
     def _read(self, reader, wait: _Wait, poll: float) -> bool:
         """One round of reading the channels in this thread (the lock released meanwhile,
         since what it files may be for this box); False if another thread has the turn."""
-        wait.reading = True
+        wait.reading = reader
         self._lock.release()
         try:
             return reader.pump(poll, wait.wake)
         finally:
             self._lock.acquire()
-            wait.reading = False
+            wait.reading = None
 
     def take_next(self, key: str, stopped: Callable[[], bool], poll: float = 0.05) -> tuple[int, int, Any]:
         """The oldest unclaimed value of ``key`` from any replica, as (task, replica, value):
