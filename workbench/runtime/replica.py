@@ -112,15 +112,11 @@ class GroupReplica(CellErrors):
         #: stop that finds a cell stuck names it)
         self.running_cell: tuple[str, str] | None = None
         self.running_since = 0.0
-        #: (fragment, rate) cells that have run at least once (to blame the right cell when
-        #: a name is missing)
+        #: (fragment, rate) cells that have run at least once (to blame the right cell for a missing name)
         self._ran: set[tuple[str, str]] = set()
-        #: seconds spent in per-step channels so far (receiving / sending), read by the loop
-        self.step_wait_seconds = 0.0
-        self.step_send_seconds = 0.0
-        #: the same sends' CPU time on this thread: what the wall time above spent not
-        #: working (the GIL, the kernel's scheduler) is the difference
-        self.step_send_cpu_seconds = 0.0
+        #: seconds in per-step channels so far (receiving / sending / the sending's CPU
+        #: time on this thread, which its wall time less is waiting), read by the loop
+        self.step_wait_seconds = self.step_send_seconds = self.step_send_cpu_seconds = 0.0
         # wb.env_steps(): this replica's share before the stretch, its envs per step, the
         # stretch's first iteration, and the run's totals once every env replica told them
         self._base = sum(self.env_steps_taken.values())
