@@ -117,19 +117,14 @@ class FrameReader:
         with self._state:
             self._streams += 1
         self._added.append(conn)
-        self._wake()
-
-    def wake(self) -> None:
-        """Make a ``select`` in progress return (a waiter reading here got its value by a
-        local hand-over, which no socket announces)."""
-        self._wake()
+        self.wake()
 
     def close(self, timeout: float = 2.0) -> None:
         """Stop reading (the connections stay open: their owner closes them)."""
         with self._state:
             self._closed = True
             self._parked.notify_all()
-        self._wake()
+        self.wake()
         if self.thread is not threading.current_thread():
             self.thread.join(timeout)
 
@@ -150,7 +145,7 @@ class FrameReader:
                 self._hand_back = self._hand_back or ask
         if not mine:
             if ask:
-                self._wake()  # the reader's thread, in select, hands the turn over
+                self.wake()  # the reader's thread, in select, hands the turn over
             return False
         before = self.frames
         try:
@@ -178,7 +173,10 @@ class FrameReader:
         if nxt is not None:
             nxt()
 
-    def _wake(self) -> None:
+    def wake(self) -> None:
+        """Make a ``select`` in progress return: a connection added, a close, a waiter asking
+        for the turn, or a waiter reading here whose value came by a local hand-over, which
+        no socket announces."""
         try:
             self._wake_w.send(b"\0")
         except OSError:  # closed, or its buffer full of wake-ups already: awake anyway
