@@ -6,7 +6,9 @@ On a 2-core machine, two workers doing that beside the notebook's own imports we
 ``workbench run quickstart --policy coarse``'s start. With multiprocessing's *forkserver*
 one server process imports :data:`WORKER_PRELOAD` once and forks every worker from itself:
 the embedded cluster came up 0.5-0.7 s sooner and closed 0.5 s sooner on this machine
-(``docs/performance.md``), and a worker the nanny restarts is a fork, not a new Python.
+(``docs/performance.md``). A worker its nanny *restarts* is a new Python again: the nanny
+reads the start method from the global config when it restarts one, after the block that
+set it has ended (its worker's settings it keeps: :mod:`workbench.cluster.patient`).
 
 Why forking it is safe here: the server only imports; it runs no torch or BLAS work, so no
 OpenMP or BLAS thread pool exists when it forks (they start on first use), and Dask's nanny
