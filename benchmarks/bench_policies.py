@@ -25,7 +25,9 @@ iterations, timed the same way. It is what this machine gives at each size, so t
 between it and a policy is the framework's, not the machine's (``--no-bare`` to skip).
 The "bare lockstep" rows are Fine's control: one actor process and W env processes over
 plain pipes, all observations in and one action batch out every step, no framework: what
-a per-step exchange that waits for the slowest env gives on this machine.
+a per-step exchange that waits for the slowest env gives on this machine. The "bare acting
+on arrival" rows are the control of Fine acting on arrival: the same processes, the actor
+answering whichever envs' observations are in, each with its own rows.
 
     python benchmarks/bench_policies.py             # both parts
     python benchmarks/bench_policies.py --presets   # part 1 only
@@ -34,6 +36,7 @@ a per-step exchange that waits for the slowest env gives on this machine.
 from __future__ import annotations
 
 import argparse
+import functools
 import logging
 import statistics
 
@@ -163,15 +166,17 @@ def _lockstep_env(conn, latency_s: float, seed: int) -> None:
     conn.send(time.process_time() - cpu)
 
 
-def _lockstep(workers: int, latency_ms: float, pairs: int, steps: int = 32 * 40) -> dict[str, float]:
-    """The control for Fine: one actor (this process) and ``workers`` env processes in
-    lockstep over pipes, every step (all observations in, one action batch out), with no
-    framework, learner or iteration barrier: what a per-step exchange with a wait on the
-    slowest env gives on this machine. Rate by wall clock (median of ``pairs``)."""
+def _exchange(workers: int, latency_ms: float, pairs: int, steps: int = 32 * 40,
+              on_arrival: bool = False) -> dict[str, float]:
+    """The controls for Fine: one actor (this process) and ``workers`` env processes over
+    pipes, with no framework, learner or iteration barrier. In lockstep every step takes all
+    observations in and sends one action batch out: what a per-step exchange with a wait on
+    the slowest env gives on this machine. ``on_arrival``: the actor answers whichever envs'
+    observations are in (``multiprocessing.connection.wait``), each with its own rows, as
+    Fine acting on arrival does: what this machine gives an actor that never waits for the
+    slowest env. Rate by wall clock (median of ``pairs``)."""
     import multiprocessing
     import time
-
-    import numpy as np
 
     spawn = multiprocessing.get_context("spawn")
     rates, cores = [], []
@@ -183,13 +188,9 @@ def _lockstep(workers: int, latency_ms: float, pairs: int, steps: int = 32 * 40)
             proc.start()
         conns = [mine for mine, _ in ends]
         obs = [conn.recv() for conn in conns]  # every env built: start together
-        for step in range(20 + steps):  # 20 to warm up
-            if step == 20:
-                start, cpu = time.perf_counter(), time.process_time()
-            action = (np.concatenate(obs)[:, 2] > 0.0).astype(np.int64)
-            for i, conn in enumerate(conns):
-                conn.send(action[i * 16:(i + 1) * 16])
-            obs = [conn.recv() for conn in conns]
+        obs = _lockstep_steps(conns, obs, 20)  # to warm up
+        start, cpu = time.perf_counter(), time.process_time()
+        (_answer_on_arrival if on_arrival else _lockstep_steps)(conns, obs, steps)
         wall = time.perf_counter() - start
         mine = time.process_time() - cpu
         for conn in conns:
@@ -200,6 +201,48 @@ def _lockstep(workers: int, latency_ms: float, pairs: int, steps: int = 32 * 40)
         rates.append(workers * steps * 16 / wall)
         cores.append((mine + theirs * steps / (20 + steps)) / wall)
     return {"rate": statistics.median(rates), "cores": statistics.median(cores), "driver_ms": float("nan")}
+
+
+def _lockstep_steps(conns, obs: list, steps: int) -> list:
+    """``steps`` lockstep steps of the exchange: every env's observations in, one action
+    batch computed, each env sent its rows. Returns the last observations."""
+    import numpy as np
+
+    for _ in range(steps):
+        action = (np.concatenate(obs)[:, 2] > 0.0).astype(np.int64)
+        for i, conn in enumerate(conns):
+            conn.send(action[i * 16:(i + 1) * 16])
+        obs = [conn.recv() for conn in conns]
+    return obs
+
+
+def _answer_on_arrival(conns, obs: list, steps: int) -> None:
+    """Each env's next ``steps`` actions as its observations come in: a batch of whatever
+    is in, one action computation, each env sent its rows. Returns once every env's last
+    observation is back."""
+    from multiprocessing.connection import wait
+
+    import numpy as np
+
+    index = {conn: i for i, conn in enumerate(conns)}
+    sent = [0] * len(conns)
+    current = dict(enumerate(obs))  # envs whose observations are in, not yet answered
+    outstanding: set[int] = set()  # envs with an action out, their observations to come
+    while True:
+        live = [i for i in sorted(current) if sent[i] < steps]  # the rest took their last step
+        if live:
+            action = (np.concatenate([current[i] for i in live])[:, 2] > 0.0).astype(np.int64)
+            for n, i in enumerate(live):
+                conns[i].send(action[n * 16:(n + 1) * 16])
+                sent[i] += 1
+                outstanding.add(i)
+        current.clear()
+        if not outstanding:
+            return
+        for conn in wait([conns[i] for i in outstanding]):
+            i = index[conn]
+            current[i] = conn.recv()
+            outstanding.discard(i)
 
 
 def _cpu_seconds(pids) -> float:
@@ -300,9 +343,13 @@ def scaling(sizes: tuple[int, ...] = SIZES, latency_ms: float = 2.0, dask_defaul
     names = {"coarse": "SingleLearnerCoarse", "fine": "SingleLearnerFine",
              "fine-arrival": "SingleLearnerFine, acting on arrival"}
     results: dict[str, dict[int, dict | str]] = {names[p]: {} for p in policies}
-    controls = {"bare processes (control)": _bare, "bare lockstep (control)": _lockstep} if bare else {}
+    controls = {"bare processes (control)": _bare,
+                "bare lockstep (control)": _exchange,
+                "bare acting on arrival (control)": functools.partial(_exchange, on_arrival=True)} if bare else {}
     if not {"fine", "fine-arrival"} & set(policies):
         controls.pop("bare lockstep (control)", None)
+    if "fine-arrival" not in policies:
+        controls.pop("bare acting on arrival (control)", None)
     for name in controls:
         results[name] = {}
     for workers in sizes:

@@ -226,6 +226,51 @@ def test_the_scaling_part_splits_the_actor_s_iteration_into_cells_sends_waits_an
     assert 0 < split[bench.SEND_CPU] <= split["send"] * 1.05 + 0.1  # of the sending, the thread's CPU
 
 
+def test_the_on_arrival_control_answers_each_env_without_waiting_for_the_slowest():
+    """The control of Fine acting on arrival answers whichever envs' observations are in.
+    Here one env holds back its first timed answer until every other env has taken all its
+    steps: an actor that waited for the slowest env (lockstep) could never finish, this one
+    must, having sent each env exactly ``steps`` actions."""
+    import threading
+    from multiprocessing import Pipe
+
+    import numpy as np
+
+    bench = _script("bench_policies")
+    steps, fast = 10, 3
+    fast_done, left, lock, actions = threading.Event(), [fast], threading.Lock(), {}
+
+    def env(conn, index: int, slow: bool) -> None:
+        taken = 0
+        while (action := conn.recv()) is not None:
+            taken += 1
+            assert len(action) == 16  # its own rows only
+            if slow and taken == 1 and not fast_done.wait(60):
+                break  # the others never finished: the actor waited for this env
+            conn.send(np.zeros((16, 4), np.float32))
+            if not slow and taken == steps:
+                with lock:
+                    left[0] -= 1
+                    if not left[0]:
+                        fast_done.set()
+        actions[index] = taken
+
+    pipes = [Pipe() for _ in range(fast + 1)]
+    envs = [threading.Thread(target=env, args=(child, i, i == fast), daemon=True) for i, (_, child) in enumerate(pipes)]
+    for thread in envs:
+        thread.start()
+    actor = threading.Thread(target=bench._answer_on_arrival, daemon=True,
+                             args=([mine for mine, _ in pipes], [np.zeros((16, 4), np.float32)] * (fast + 1), steps))
+    actor.start()
+    actor.join(120)
+    assert not actor.is_alive() and fast_done.is_set()
+    for mine, _ in pipes:
+        mine.send(None)
+    for thread in envs:
+        thread.join(10)
+    assert actions == {i: steps for i in range(fast + 1)}
+
+
 def test_the_tests_part_runs_the_gpu_tests_and_the_cpu_tests_that_look_for_a_gpu(tmp_path):
     _, rows = _device_check("--parts", "tests", tmp_path=tmp_path, timeout=900)
     got = {r["what"]: r["value"] for r in rows if r["part"] == "tests"}
