@@ -1,4 +1,4 @@
-"""One thread reads every plain channel connection of a server (``wire.FrameReader``).
+"""One thread reads every plain channel connection of a server (``frame_reader.FrameReader``).
 
 Fine's single actor takes one observation from each of W env replicas every step, all
 arriving together. With a reader thread per connection each message woke a thread of its
@@ -19,7 +19,7 @@ import numpy as np
 
 from workbench.runtime.channels import Mailbox, SocketServer
 from workbench.runtime.socket_postman import SocketPostman
-from workbench.runtime.wire import READ_CHUNK, FrameReader, StopReading
+from workbench.runtime.frame_reader import READ_CHUNK, FrameReader, StopReading
 
 SIZES = [0, 1, 100, READ_CHUNK - 4, READ_CHUNK, READ_CHUNK + 1, 3 * READ_CHUNK + 7, 5_000_000]
 

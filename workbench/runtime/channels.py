@@ -35,6 +35,7 @@ from workbench.runtime import wire
 from workbench.runtime.arrays import handed_over, tensor_view_key
 from workbench.runtime import collectives
 from workbench.runtime.collectives import CHUNKED_MIN_BYTES
+from workbench.runtime.frame_reader import FrameReader, StopReading
 from workbench.runtime.mailbox import Mailbox, Stopped
 from workbench.runtime.raw_frames import RawJoiner
 from workbench.runtime.wire import ChannelTLS
@@ -336,7 +337,7 @@ class SocketServer:
         # a thread per connection cost the single actor of Fine a wake-up per env replica
         # and step); TLS ones keep a reader thread each (an SSL socket buffers what select
         # cannot see)
-        self._frames = wire.FrameReader(self._file, self._ended)
+        self._frames = FrameReader(self._file, self._ended)
         self._threads.append(self._frames.thread)
         self._start(self._accept, name="workbench-channel-accept")
 
@@ -391,7 +392,7 @@ class SocketServer:
                     return
                 try:
                     self._file(message, conn)
-                except wire.StopReading:
+                except StopReading:
                     return
         finally:
             self._route.pop(conn, None)
@@ -425,7 +426,7 @@ class SocketServer:
             exc.add_note(f"while unpickling a {len(message)}-byte value another replica sent "
                          "over a workbench channel")
             box.fail(exc)
-            raise wire.StopReading() from None
+            raise StopReading() from None
         box.put(key, task, replica, value)
 
     def _ended(self, conn) -> None:

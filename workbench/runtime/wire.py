@@ -9,7 +9,7 @@ the same handshake go inside TLS, with the certificates the Dask cluster already
 still authenticates the run. ``Connection`` cannot read through an ``ssl.SSLSocket`` (it
 calls ``os.read`` on the descriptor), hence :class:`FramedSocket`. On the receiving side,
 one :class:`~workbench.runtime.frame_reader.FrameReader` per server reads every plain
-connection past its handshake.
+connection past its handshake (:mod:`workbench.runtime.channels` uses it).
 
 Why our own TLS sockets rather than Dask's comm layer (``distributed.comm`` speaks tls://
 too): the channels are blocking sends and receives from replica threads, and Dask's comms
@@ -32,11 +32,7 @@ import struct
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
 
-# the server side's reading: its own module, re-exported for the channels that use it here
-from workbench.runtime.frame_reader import READ_CHUNK, FrameReader, StopReading
-
-__all__ = ["ChannelTLS", "FramedSocket", "FrameReader", "StopReading", "READ_CHUNK", "listen", "accept", "connect",
-           "handshake", "no_delay"]
+__all__ = ["ChannelTLS", "FramedSocket", "listen", "accept", "connect", "handshake", "no_delay"]
 
 #: frames up to this size are sent together with their header (one TLS record, one
 #: segment); larger ones after it, sparing a copy of a big payload (multiprocessing's rule)
