@@ -22,6 +22,8 @@ import importlib.util
 import os
 import sys
 
+from workbench.loaded_modules import loaded
+
 __all__ = ["DeviceError", "parse_device", "normalize_device", "cuda_index", "replica_device",
            "visible_gpus", "gpus_here", "claim_gpus", "use_device"]
 
@@ -155,7 +157,7 @@ def use_device(device: str) -> None:
     index = cuda_index(device)
     if index is None:
         return
-    torch = sys.modules.get("torch")
+    torch = loaded("torch")
     if torch is not None and torch.cuda.is_available():
         torch.cuda.set_device(index)
     if "cupy" in sys.modules:

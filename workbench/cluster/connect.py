@@ -37,6 +37,7 @@ from workbench.cluster.patient import PatientLocalCluster
 from workbench.cluster.pinning import pinning_plugin
 from workbench.errors import RunConfigError
 from workbench.fdg.inventory import Inventory, WorkerInfo
+from workbench.loaded_modules import loaded
 
 __all__ = ["ClusterHandle", "connect", "embedded_cluster", "inventory_of", "shutdown_embedded"]
 
@@ -359,11 +360,9 @@ def _warm_up(dask_worker=None) -> None:
     """Import the heavy libraries once per worker so the first iteration is not slow
     (`worker_setup.warm_up`), and give torch this worker's share of the cores (not all of
     them: workers share a host)."""
-    import sys
-
     from workbench.cluster.worker_setup import warm_up
 
     warm_up()
-    torch = sys.modules.get("torch")
+    torch = loaded("torch")
     if torch is not None:
         torch.set_num_threads(max(1, dask_worker.state.nthreads))

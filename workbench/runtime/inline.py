@@ -15,12 +15,12 @@ Example:
 from __future__ import annotations
 
 import pickle
-import sys
 import threading
 import time
 from typing import Any, Callable
 
 from workbench.fdg.plan import Plan
+from workbench.loaded_modules import loaded
 from workbench.runtime import exit_guard
 from workbench.runtime.channels import LocalPostman, Mailbox, dumps_state
 from workbench.runtime.driver import Events, StreamSpec, close_envs, is_env
@@ -183,7 +183,7 @@ def limit_threads(count: int = 1) -> Callable[[], None]:
     64×64 product (the NumPy PPO learner's) took 71 µs on two threads of a busy machine
     and 28 µs on one.
     """
-    torch = sys.modules.get("torch")
+    torch = loaded("torch")
     previous = torch.get_num_threads() if torch is not None else None
     if torch is not None:
         torch.set_num_threads(count)

@@ -52,10 +52,11 @@ Example:
 from __future__ import annotations
 
 import random
-import sys
 from typing import Any
 
 import numpy as np
+
+from workbench.loaded_modules import loaded
 
 __all__ = ["PortableState", "encode_state", "decode_value", "restore_into", "unsaved_data", "type_label"]
 
@@ -238,7 +239,7 @@ def _kind(enc: Any) -> str | None:
 
 
 def _encode(value: Any) -> Any:
-    torch = sys.modules.get("torch")
+    torch = loaded("torch")
     if isinstance(value, np.generic):  # before _PLAIN: np.float64 is a float, yet torch's
         return value.item()            # weights_only loader refuses NumPy scalars
     if torch is not None:

@@ -50,6 +50,7 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from workbench.errors import ProcessGroupError
+from workbench.loaded_modules import loaded
 from workbench.runtime.channels import LocalPostman, Stopped
 from workbench.runtime.collectives import torch_allreduce, torch_payload_bytes
 
@@ -393,9 +394,7 @@ class Reducer:
 
 
 def _is_tensor(value: Any) -> bool:
-    import sys
-
-    torch = sys.modules.get("torch")
+    torch = loaded("torch")
     return torch is not None and isinstance(value, torch.Tensor) and value.layout == torch.strided
 
 

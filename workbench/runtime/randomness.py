@@ -62,6 +62,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
+from workbench.loaded_modules import loaded
 from workbench.runtime.channels import Stopped
 
 __all__ = ["Turns", "Streams", "SharedStreams", "SHARED_STREAMS", "PATIENCE_S", "BUSY_PATIENCE_S"]
@@ -152,7 +153,7 @@ class Streams:
 
     def save(self) -> None:
         """Keep the process's generators' states as this replica's."""
-        torch = sys.modules.get("torch")
+        torch = loaded("torch")
         if torch is not None:
             self.torch = torch.get_rng_state()
             self.cuda = torch.cuda.get_rng_state_all() if torch.cuda.is_initialized() else None
@@ -185,7 +186,7 @@ class Streams:
 
     def install(self) -> None:
         """Put this replica's states into the process's generators."""
-        torch = sys.modules.get("torch")
+        torch = loaded("torch")
         if torch is not None and self.torch is not None:
             torch.set_rng_state(self.torch)
             if self.cuda is not None and torch.cuda.is_initialized():
