@@ -254,6 +254,28 @@ def test_what_cannot_cross_processes_is_named_with_its_fragment_and_the_fix(clie
     ]
     # (fragment state that cannot be pickled is not an error: it is left out of snapshots
     # with a warning — tests/runtime/test_state_rules.py)
+    dask_said = _Records()  # and only that: not Dask's own reports first (~420 lines of tracebacks)
+    loggers = [logging.getLogger(f"distributed.{name}") for name in ("protocol.pickle", "protocol.core", "comm.utils")]
+    for logger in loggers:
+        logger.addHandler(dask_said)
+    try:
+        _each_refused(cases, client)
+    finally:
+        for logger in loggers:
+            logger.removeHandler(dask_said)
+    assert not dask_said.records, [r.getMessage()[:200] for r in dask_said.records]
+
+
+class _Records(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__(logging.DEBUG)
+        self.records = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.records.append(record)
+
+
+def _each_refused(cases, client) -> None:
     for kwargs, first, fix in cases:
         for _ in range(2):  # the same message every time, whichever replica meets it first
             with pytest.raises(SerialisationError) as info:

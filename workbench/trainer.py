@@ -47,7 +47,7 @@ from workbench.runtime.on_arrival import check_act_on_arrival
 from workbench.runtime.notebook_values import taken_at_deploy
 from workbench.runtime.replica import group_program
 from workbench.runtime.run import Run, rate_label
-from workbench.runtime.serialisable import check_notebook, readers_of
+from workbench.runtime.serialisable import check_notebook, quiet_dask_serialisation, readers_of
 from workbench.runtime.state import RunState
 from workbench.stretch_state import collect_state, counts_in, say_left_out, settle_counts, snapshot_state, states_for
 
@@ -353,7 +353,8 @@ class Trainer:
                 run.started = time.perf_counter()  # the clock includes deploying the replicas
             states = states_for(plan, resume)
             try:
-                backend.deploy(plan, programs, notebook, states)  # pickles the notebook once
+                with quiet_dask_serialisation():  # a name that fails is said below, in one message
+                    backend.deploy(plan, programs, notebook, states)  # pickles the notebook once
             except Exception:
                 if not resolved.in_process:  # a lock or a generator read from the notebook: say which
                     check_notebook(notebook, readers_of(self.fdg, notebook))

@@ -27,8 +27,10 @@ Example:
 """
 from __future__ import annotations
 
+import logging
 import pickle
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from typing import Any
 
 import cloudpickle
@@ -36,7 +38,7 @@ import cloudpickle
 from workbench.errors import WorkbenchError
 from workbench.runtime.mailbox import Arrival
 
-__all__ = ["SerialisationError", "check_notebook", "value_error", "state_error", "culprit", "unpicklable",
+__all__ = ["SerialisationError", "check_notebook", "quiet_dask_serialisation", "value_error", "state_error", "culprit", "unpicklable",
            "left_out_note"]
 
 
@@ -101,6 +103,40 @@ def check_notebook(notebook: Mapping[str, Any], readers: Mapping[str, list[str]]
                 f"read{'' if len(fragments) > 1 else 's'} cannot be sent to the workers "
                 f"({_what(notebook[name], cloudpickle.dumps)}): {type(exc).__name__}: {_short(exc)}. "
                 f"{_FIX_NOTEBOOK}") from exc
+
+
+#: the loggers Dask reports a value it could not serialise on, each with its traceback
+#: chained three deep (pickle, then cloudpickle): ~420 lines before workbench's own
+#: one-line error for one lock read from the notebook
+_DASK_SERIALISATION_LOGGERS = ("distributed.protocol.pickle", "distributed.protocol.core",
+                               "distributed.comm.utils")
+
+
+class _SerialisationFailures(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = str(record.msg)
+        return not (message.startswith(("Failed to serialize", "Failed to Serialize", "Unserializable Message"))
+                    or "Could not serialize" in message or "Could not serialize" in str(record.args))
+
+
+@contextmanager
+def quiet_dask_serialisation() -> Iterator[None]:
+    """While a deploy sends the notebook's names, Dask's own reports of a value it cannot
+    serialise are dropped (the deploy's caller says which name, where and what to do:
+    :func:`check_notebook`); every other record of those loggers passes.
+
+        >>> with quiet_dask_serialisation():
+        ...     logging.getLogger("distributed.protocol.pickle").error("Failed to serialize %r", 1)
+    """
+    drop = _SerialisationFailures()
+    loggers = [logging.getLogger(name) for name in _DASK_SERIALISATION_LOGGERS]
+    for logger in loggers:
+        logger.addFilter(drop)
+    try:
+        yield
+    finally:
+        for logger in loggers:
+            logger.removeFilter(drop)
 
 
 def value_error(key: str, value: Any, exc: BaseException) -> SerialisationError:
