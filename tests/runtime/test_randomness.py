@@ -246,6 +246,45 @@ def test_every_replica_draws_what_its_seed_gives_under_every_placement(placement
             f"replica {k} under {placement!r} drew from another replica's stream")
 
 
+def unseeded_fdg() -> wb.FDG:
+    """Actors that draw without seeding anything (NumPy's global generator and ``random``)."""
+    fdg = wb.FDG(namespace={"np": np, "random": random})
+    fdg.add_fragment("actor", "draws = np.array([[float(np.random.rand()), random.random()]])\nreward = np.zeros(1)",
+                     rate="step")
+    fdg.add_fragment("learner", "seen = []", rate="init")
+    fdg.add_fragment("learner", "seen.append(draws.copy())", rate="iteration")
+    return fdg
+
+
+@pytest.mark.parametrize("placement", ["in one process", "two per worker"])
+def test_replicas_that_do_not_seed_draw_apart_wherever_they_share_a_process(placement, client):
+    """Four actor replicas of one process once drew the same np.random numbers (and so
+    collected the same episodes four times); replicas in fresh processes never did, since
+    each seeds those generators from the OS."""
+    policy, kwargs = {"in one process": (IN_PROCESS_ACTORS, {}),
+                      "two per worker": (wb.SingleLearnerCoarse(actors=ACTORS), {"cluster": client})}[placement]
+    run = unseeded_fdg().run(iterations=1, steps=STEPS, policy=policy, progress=False, keep_state=True, **kwargs)
+    assert run.status == "finished", run.error
+    got = np.concatenate(run.state.fragments["learner"][0]["seen"])  # [steps, actors, 2]
+    for kind, name in ((0, "NumPy"), (1, "random")):
+        if kind == 1 and placement != "in one process":
+            continue  # Dask draws from Python's random on a worker too (see above)
+        columns = {tuple(got[:, k, kind]) for k in range(ACTORS)}
+        assert len(columns) == ACTORS, f"{name}: replicas of one process drew the same numbers"
+
+
+def test_a_seeded_process_gives_unseeded_replicas_the_same_streams_on_every_run():
+    """Set apart by a pure function of the process's state and the replica's name: a
+    notebook that seeds NumPy once gets the same draws run after run."""
+    runs = []
+    for _ in range(2):
+        np.random.seed(7), random.seed(7)
+        run = unseeded_fdg().run(iterations=1, steps=STEPS, policy=IN_PROCESS_ACTORS, progress=False,
+                                 keep_state=True)
+        runs.append(np.concatenate(run.state.fragments["learner"][0]["seen"]).tolist())
+    assert runs[0] == runs[1]
+
+
 def client_worker(client) -> str:
     """The name of one of the cluster's workers (what a Group's workers hold)."""
     from workbench.cluster.connect import inventory_of

@@ -21,10 +21,16 @@ keeps the turn longer while its thread computes (an import, building a language 
 long forward pass: its thread's CPU time grows) is not waiting for anyone, so the others
 wait on for it, up to :data:`BUSY_PATIENCE_S` (on Linux, which counts a thread's CPU time).
 
-Every replica's streams start as the process's were when the run was deployed there: a
-replica that seeds in its init cell (``torch.manual_seed(cfg.seed + replica.index)``)
-draws the same numbers under every placement; replicas that do not seed start alike, as
-replicas in fresh worker processes do (torch's default seed is fixed).
+Every replica's streams start from the process's as they were when the run was deployed
+there: a replica that seeds in its init cell (``torch.manual_seed(cfg.seed + replica.index)``)
+draws the same numbers under every placement. For NumPy's global generator and Python's
+``random`` the start is mixed with the replica's group and index (:meth:`Streams.set_apart`),
+so replicas that do not seed draw apart from each other, as replicas in separate fresh
+processes do (each seeds those from the OS): four actor replicas on one worker once drew the
+same ``np.random`` numbers and collected the same episodes four times. The mix is a pure
+function of the process's state, so a seeded notebook still gives the same numbers run after
+run. torch's default seed is fixed in every process, so replicas that do not seed torch
+start alike wherever they run, as torch's own processes do.
 
 Not covered: CuPy's global generator; and Python's ``random`` on a Dask worker, which Dask
 itself draws from (connection back-off), so only in-process replicas keep it apart. Use a
@@ -52,13 +58,15 @@ from __future__ import annotations
 
 import copy
 import ctypes
+import hashlib
 import os
+import pickle
 import random
 import struct
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Hashable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
@@ -168,6 +176,26 @@ class Streams:
             self.python = random.getstate()
         self.python_print = now
 
+    def set_apart(self, who: Hashable) -> None:
+        """Make this replica's NumPy and Python streams its own: seeded from the saved
+        states mixed with ``who`` (its group and index), the same ``who`` and states always
+        giving the same streams.
+
+            >>> import numpy as np
+            >>> a, b, again = Streams(), Streams(), Streams()
+            >>> for streams, who in ((a, ("actor", 0)), (b, ("actor", 1)), (again, ("actor", 0))):
+            ...     streams.save(); streams.set_apart(who)
+            >>> bool(a.numpy[1][0] != b.numpy[1][0]), bool(a.numpy[1][0] == again.numpy[1][0])
+            (True, True)
+        """
+        numpy = sys.modules.get("numpy")
+        if numpy is not None and self.numpy is not None:
+            self.numpy = numpy.random.RandomState(_mixed_seed(self.numpy, who, 4)).get_state()
+            self.numpy_print = None  # not known until installed
+        if self.python is not None:
+            self.python = random.Random(_mixed_seed(self.python, who, 32)).getstate()
+            self.python_print = None
+
     def states(self) -> dict[str, Any]:
         """The saved states as plain values (tensors, arrays, tuples: a checkpoint holds
         them)."""
@@ -204,6 +232,12 @@ class Streams:
                 self.python_print = python_fingerprint()
 
 
+def _mixed_seed(state: Any, who: Hashable, size: int) -> int:
+    """A seed of ``size`` bytes from a generator's state and a replica's name."""
+    digest = hashlib.blake2b(pickle.dumps((state, who), protocol=5), digest_size=size).digest()
+    return int.from_bytes(digest, "little")
+
+
 class Turns:
     """The replicas of one run in one process, taking turns with the process's generators.
 
@@ -218,9 +252,14 @@ class Turns:
         self._start = Streams()
         self._start.save()
 
-    def streams(self) -> Streams:
-        """A new replica's streams: the process's as they were when these turns began."""
-        return copy.copy(self._start)  # the states are only read (installed), never changed
+    def streams(self, who: Hashable | None = None) -> Streams:
+        """A new replica's streams: the process's as they were when these turns began,
+        NumPy's and Python's set apart by ``who`` (the replica's group and index) when
+        given."""
+        mine = copy.copy(self._start)  # the states are only read (installed), never changed
+        if who is not None:
+            mine.set_apart(who)
+        return mine
 
     @contextmanager
     def turn(self, streams: Streams, stopped: Callable[[], bool]) -> Iterator[None]:
@@ -356,7 +395,7 @@ class SharedStreams:
     True
     """
 
-    def streams(self) -> Streams:
+    def streams(self, who: Hashable | None = None) -> Streams:
         return Streams()
 
     @contextmanager

@@ -50,7 +50,7 @@ class GroupReplica(CellErrors):
         #: drawing from its own streams (workbench.runtime.randomness): pass every replica of
         #: a run in one process the same Turns (none when the run shares them: own_random off)
         self.turns = SHARED_STREAMS if not program.own_random else turns if turns is not None else Turns()
-        self.streams = self.turns.streams()
+        self.streams = self.turns.streams((program.group, index))
         self.index, self.count, self.worker, self.device = index, count, worker, device
         catch_process_exits()  # os._exit in a cell: its error, not a dead kernel or worker
         fragments = dict.fromkeys(f for f, _ in program.code)
