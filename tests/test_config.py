@@ -106,6 +106,40 @@ def test_a_bad_set_is_one_clear_error(override, message):
         load_notebook(QUICKSTART, overrides=[override])
 
 
+class _ClassDefaults:
+    n = 8
+    lr = 0.1
+
+    def scaled(self):
+        return self.lr * 2
+
+
+@pytest.mark.parametrize("made", [_ClassDefaults, dict(n=8, lr=0.1)], ids=["class attributes", "a dict"])
+def test_set_changes_configs_held_as_class_attributes_or_dicts(made):
+    """A config need not be a dataclass: ``class Cfg: lr = 0.1`` and ``cfg = {...}`` are
+    common in notebooks (they were refused as having no field 'lr'; its fields: '')."""
+    from workbench.notebook import apply_overrides
+
+    cfg = made() if isinstance(made, type) else dict(made)
+    ns = {"cfg": cfg}
+    apply_overrides(ns, ["cfg.lr=0.2", "cfg.n=4"])
+    read = (lambda k: cfg[k]) if isinstance(cfg, dict) else (lambda k: getattr(cfg, k))
+    assert (read("lr"), read("n")) == (0.2, 4)
+    if not isinstance(cfg, dict):
+        assert _ClassDefaults.lr == 0.1  # the instance's value, not the class's default
+    with pytest.raises(wb.RunConfigError, match=r"has no field 'scaled'.*its fields: n, lr"):
+        apply_overrides(ns, ["cfg.scaled=1"])  # a method is no field
+    with pytest.raises(wb.RunConfigError, match=r"cfg.lr is a float \(0.2\); 'x' is a str"):
+        apply_overrides(ns, ["cfg.lr='x'"])
+
+
+def test_set_on_a_value_without_fields_says_what_set_changes():
+    from workbench.notebook import apply_overrides
+
+    with pytest.raises(wb.RunConfigError, match="n is a int, which has no fields to set"):
+        apply_overrides({"n": 3}, ["n.real=4"])
+
+
 def test_cli_set_trains_with_the_given_seed_and_reports_a_bad_field_in_one_line(capsys):
     from workbench.cli import main
 

@@ -184,16 +184,18 @@ def _apply_if_defined(override, namespace: dict) -> bool:
     if name not in namespace:
         return False
     obj = namespace[name]
-    if dataclasses.is_dataclass(obj):
-        fields = [f.name for f in dataclasses.fields(obj)]
-    else:
-        fields = [k for k in vars(obj) if not k.startswith("_")] if hasattr(obj, "__dict__") else []
+    fields = _fields_of(obj)
+    if fields is None:
+        raise RunConfigError(f"--set {text}: {name} is a {type(obj).__name__}, which has no fields to set; "
+                             "--set changes a field of a dataclass, of an object of your own class, or a key "
+                             "of a dict, e.g. --set cfg.seed=3.")
     if field_name not in fields:
         hint = difflib.get_close_matches(field_name, fields, n=1)
         raise RunConfigError(
             f"--set {text}: {type(obj).__name__} has no field {field_name!r}"
             + (f" (did you mean {hint[0]!r}?)" if hint else "") + f"; its fields: {', '.join(fields)}.")
-    current = getattr(obj, field_name)
+    keyed = isinstance(obj, dict)
+    current = obj[field_name] if keyed else getattr(obj, field_name)
     if isinstance(current, float) and isinstance(value, int) and not isinstance(value, bool):
         value = float(value)  # --set cfg.learning_rate=1 means 1.0
     elif current is not None and not isinstance(value, type(current)):
@@ -201,9 +203,42 @@ def _apply_if_defined(override, namespace: dict) -> bool:
                              f"({current!r}); {value!r} is a {type(value).__name__}.")
     if dataclasses.is_dataclass(obj) and getattr(type(obj), "__dataclass_params__").frozen:
         namespace[name] = dataclasses.replace(obj, **{field_name: value})
+    elif keyed:
+        obj[field_name] = value
     else:
-        setattr(obj, field_name, value)
+        setattr(obj, field_name, value)  # on the object: a class's default stays as it is
     return True
+
+
+def _fields_of(obj) -> list[str] | None:
+    """What ``--set NAME.FIELD=…`` may change on ``obj``: a dataclass's fields; a dict's
+    keys that are names; an object's public attributes, its class's plain values included
+    (``class Cfg: lr = 0.1``); None for what has none (a number, a string, a module).
+
+        >>> class Cfg:
+        ...     lr = 0.1
+        ...     def scaled(self): return self.lr * 2
+        >>> _fields_of(Cfg()), _fields_of({"n": 8, "not a name": 1}), _fields_of(3)
+        (['lr'], ['n'], None)
+    """
+    import dataclasses
+    import inspect
+
+    if dataclasses.is_dataclass(obj):
+        return [f.name for f in dataclasses.fields(obj)]
+    if isinstance(obj, dict):
+        return [k for k in obj if isinstance(k, str) and k.isidentifier()]
+    if not hasattr(obj, "__dict__") or inspect.ismodule(obj):
+        return None
+    # in the order they were written: base classes first, then the object's own (not object's)
+    owners = [obj] if isinstance(obj, type) else [*reversed(type(obj).__mro__[:-1]), obj]
+    fields: dict[str, None] = {}
+    for owner in owners:
+        for key, value in vars(owner).items():
+            plain = not (callable(value) or isinstance(value, (property, classmethod, staticmethod)))
+            if not key.startswith("_") and plain:
+                fields[key] = None
+    return list(fields)
 
 
 # `%fdg run …` alone or assigned (`run = %fdg run …`)
