@@ -173,7 +173,14 @@ def log(name: str, value: Any, *, allow_nan: bool = False, prog_bar: bool = Fals
 
 def allreduce(value: Any) -> Any:
     """Mark a gradient (or any tensor) sync point: averaged across this fragment's
-    replicas when there are several, returned unchanged when there is one."""
+    replicas when there are several, returned unchanged when there is one. It takes one
+    array, tensor or number (integers come back as the floats of their mean, with one
+    replica too); every replica
+    must call it the same number of times each iteration (a replica that calls it once
+    more is an error, not a mean over two iterations)."""
+    from workbench.runtime.collectives import reducible
+
+    value = reducible(value)  # what it takes, said alike under every policy
     ctx = _current.get()
     if ctx is None or ctx.reducer is None:
         return value
@@ -201,7 +208,9 @@ def env_steps() -> int:
 
 def count_env_steps(n: int) -> None:
     """Count ``n`` env steps in this step, instead of the automatic rule (the leading size
-    of ``reward``). A step cell that calls it is an env fragment. Outside a run: ignored."""
+    of ``reward``). A step cell that calls it is an env fragment, and once any does, only
+    such fragments count: call it in every fragment that steps envs (docs/counting.md).
+    Outside a run: ignored."""
     if isinstance(n, bool) or int(n) != n or n < 0:
         raise ValueError(f"count_env_steps needs a whole number ≥ 0, got {n!r}.")
     ctx = _current.get()

@@ -31,6 +31,7 @@ from typing import Any
 
 import cloudpickle
 
+from workbench.context import current
 from workbench.runtime import wire
 from workbench.runtime.arrays import handed_over, tensor_view_key
 from workbench.runtime import collectives
@@ -297,12 +298,17 @@ class Peers:
             return value
         reduction, self._reductions = self._reductions, self._reductions + 1
         key = f"allreduce:{self.group}"
+        ctx = current()
+        iteration = ctx.iteration if ctx is not None else None  # each part says whose it is
 
         def send(to: int, tag: int, part: Any) -> None:
-            self.postman.send((self.group, to), key, tag, self.index, part)
+            self.postman.send((self.group, to), key, tag, self.index, (iteration, part))
 
         def take(sender: int, tag: int) -> Any:
-            return self.mailbox.take(key, tag, sender, self.stopped)
+            theirs, part = self.mailbox.take(key, tag, sender, self.stopped)
+            if theirs != iteration:  # a replica that reduced once more or less last iteration
+                raise collectives.other_iteration(self.index, iteration, sender, theirs)
+            return part
 
         return collectives.allreduce(value, self.index, count, reduction, send, take,
                                      chunked_min_bytes=self.chunked_min_bytes)

@@ -62,7 +62,7 @@ import numpy as np
 
 from workbench.runtime.arrays import _is_cupy, _is_torch
 
-__all__ = ["allreduce", "direct_allreduce", "scatter_allreduce", "ring_allreduce", "torch_allreduce",
+__all__ = ["allreduce", "reducible", "other_iteration", "direct_allreduce", "scatter_allreduce", "ring_allreduce", "torch_allreduce",
            "torch_payload_bytes", "tags_per_reduction", "CHUNKED_MIN_BYTES", "CHUNKED_MIN_REPLICAS"]
 
 #: the smallest array (in bytes) that is sent in chunks. Chosen so the quickstart PPO's
@@ -78,6 +78,51 @@ ALGORITHMS = ("scatter", "ring")
 
 Send = Callable[[int, int, Any], None]  # (to replica, tag, value)
 Take = Callable[[int, int], Any]        # (from replica, tag) -> value, blocking
+
+
+def reducible(value: Any) -> Any:
+    """``value`` as ``wb.allreduce`` averages it, or a ``ValueError`` saying what it takes —
+    the same under every policy (with one replica nothing is averaged, so a list or an
+    integer array came back unchanged there, while two learners met a bare ``TypeError``
+    or got floats back).
+
+    One number or one array or tensor; integers (and bools) are averaged as the floats
+    their true division gives (NumPy: float64; torch: its default dtype), one replica or many:
+
+        >>> reducible(3), reducible(np.arange(2)).dtype, reducible(np.ones(2, np.float32)).dtype
+        (3.0, dtype('float64'), dtype('float32'))
+        >>> reducible([np.ones(2)])
+        Traceback (most recent call last):
+        ...
+        ValueError: wb.allreduce averages one array, tensor or number; it was given a list. Join several gradients into one (torch.cat([g.reshape(-1) for g in grads])) and split the mean back, or call it once for each.
+    """
+    if isinstance(value, (int, float, np.number)):  # bool is an int
+        return float(value) if isinstance(value, (int, np.integer, np.bool_)) else value
+    if _is_torch(value):
+        return value if value.is_floating_point() or value.is_complex() else value.to(_torch_float())
+    if isinstance(value, np.ndarray) or _is_cupy(value):
+        return value if value.dtype.kind in "fc" else value.astype(np.float64)
+    raise ValueError(
+        f"wb.allreduce averages one array, tensor or number; it was given a {type(value).__name__}. "
+        "Join several gradients into one (torch.cat([g.reshape(-1) for g in grads])) and split the "
+        "mean back, or call it once for each.")
+
+
+def _torch_float():
+    import torch
+
+    return torch.get_default_dtype()
+
+
+def other_iteration(index: int, mine: Any, sender: int, theirs: Any) -> ValueError:
+    """The error for a reduction whose replicas are in different iterations: they called
+    ``wb.allreduce`` a different number of times, so its values would mix iterations."""
+    return ValueError(
+        f"wb.allreduce: replica {index} is in iteration {mine} but replica {sender} sent its value for the "
+        f"same reduction from iteration {theirs}: the replicas of this fragment called wb.allreduce a "
+        "different number of times in an iteration, so their values would be averaged across iterations. "
+        "Every replica must call it the same number of times each iteration: decide an early stop "
+        "together (average what it tests, e.g. the KL, with wb.allreduce and stop on the mean).")
 
 
 def tags_per_reduction(count: int) -> int:
@@ -258,13 +303,14 @@ Wait = Callable[[Any], None]  # blocks until a torch.distributed Work is done (o
 
 
 def torch_allreduce(value: Any, index: int, count: int, backend: Any, wait: Wait, *,
-                    host_copy: bool = False, chunked_min_bytes: int = CHUNKED_MIN_BYTES,
+                    host_copy: bool = False, iteration: int | None = None, chunked_min_bytes: int = CHUNKED_MIN_BYTES,
                     chunked_min_replicas: int = CHUNKED_MIN_REPLICAS) -> Any:
     """The mean of the torch tensor ``value`` over ``count`` replicas through ``backend``
     (a ``torch.distributed`` ``ProcessGroupGloo`` or ``ProcessGroupNCCL``; this replica is
     its rank ``index``), identical bit for bit to :func:`allreduce`'s. ``wait(work)``
     waits for each collective; ``host_copy`` reduces on the CPU (gloo given CUDA tensors)
-    and puts the result back on ``value``'s device. The result has no autograd history.
+    and puts the result back on ``value``'s device; ``iteration``, the caller's, must be
+    every rank's (:func:`other_iteration`). The result has no autograd history.
 
     Example, two ranks of gloo in threads of one process:
         >>> import datetime, threading, torch, torch.distributed as dist
@@ -286,7 +332,7 @@ def torch_allreduce(value: Any, index: int, count: int, backend: Any, wait: Wait
     if host_copy:
         flat = flat.cpu()
     flat = flat.contiguous()
-    _agree_on_shape(value, flat, index, count, backend, wait)
+    _agree_on_shape(value, flat, index, count, backend, wait, iteration)
     size = flat.numel()
     if size == 0:  # nothing to send (every replica agreed on the shape)
         result = flat / count
@@ -350,18 +396,25 @@ def _as_bytes(tensor: Any) -> Any:
     return tensor.view(torch.uint8)
 
 
-def _agree_on_shape(value: Any, flat: Any, index: int, count: int, backend: Any, wait: Wait) -> None:
-    """All-gather (elements, dtype, shape) from every replica and raise the channels'
-    ``ValueError`` on every replica alike when one differs (so none goes on to a
+def _agree_on_shape(value: Any, flat: Any, index: int, count: int, backend: Any, wait: Wait,
+                    iteration: int | None = None) -> None:
+    """All-gather (iteration, elements, dtype, shape) from every replica and raise the
+    channels' ``ValueError`` on every replica alike when one differs (so none goes on to a
     collective of another size)."""
     import zlib
 
     import torch
 
-    mine = [flat.numel(), zlib.crc32(str(value.dtype).encode()), zlib.crc32(repr(tuple(value.shape)).encode())]
-    out = torch.empty(3 * count, dtype=torch.int64, device=flat.device)
+    mine = [-1 if iteration is None else iteration, flat.numel(), zlib.crc32(str(value.dtype).encode()),
+            zlib.crc32(repr(tuple(value.shape)).encode())]
+    out = torch.empty(4 * count, dtype=torch.int64, device=flat.device)
     wait(backend._allgather_base(out, torch.tensor(mine, dtype=torch.int64, device=flat.device)))
-    headers = out.view(count, 3).tolist()
+    headers = out.view(count, 4).tolist()
+    late = next((r for r in range(count) if headers[r][0] != mine[0]), None)
+    if late is not None:
+        raise other_iteration(index, iteration, late, None if headers[late][0] == -1 else headers[late][0])
+    headers = [h[1:] for h in headers]
+    mine = mine[1:]
     other = next((r for r in range(count) if headers[r] != mine), None)
     if other is not None:
         raise ValueError(

@@ -177,9 +177,10 @@ class TorchGroup:
             backend._set_default_timeout(datetime.timedelta(seconds=COLLECTIVE_TIMEOUT_S))
         return cls(kind, backend, store, index, count)
 
-    def allreduce(self, value: Any, stopped: Callable[[], bool]) -> Any:
-        """The mean of tensor ``value`` over the group (the channels' bits); raises
-        :class:`Stopped` if ``stopped()`` turns true while a collective waits."""
+    def allreduce(self, value: Any, stopped: Callable[[], bool], iteration: int | None = None) -> Any:
+        """The mean of tensor ``value`` over the group (the channels' bits), taken in
+        ``iteration`` on every rank; raises :class:`Stopped` if ``stopped()`` turns true
+        while a collective waits."""
         if self.broken or self.backend is None:
             raise RuntimeError("this process group was closed or interrupted")
 
@@ -213,7 +214,7 @@ class TorchGroup:
         with torch.cuda.device(value.device) if on_gpu else nullcontext():
             try:
                 return torch_allreduce(value, self.index, self.count, self.backend, wait,
-                                       host_copy=on_gpu and self.kind == "gloo")
+                                       host_copy=on_gpu and self.kind == "gloo", iteration=iteration)
             except (Stopped, ValueError):  # ValueError: shapes differ, said alike on every rank
                 raise
             except BaseException:
@@ -348,7 +349,7 @@ class Reducer:
             if group is None or self._closed:
                 raise Stopped()  # closed by the watcher: the run stopped or the loop ended
             try:
-                result = group.allreduce(value, self.stopped)
+                result = group.allreduce(value, self.stopped, _iteration_now())
                 if not isinstance(self.postman, LocalPostman):
                     # the run's "bytes sent to other processes" (wire/bytes) counts the
                     # channels' postman: add what went through the group instead
@@ -391,6 +392,14 @@ class Reducer:
 
     def _who(self) -> str:
         return ", ".join(f"replica {h.replica} on worker {h.worker} ({h.host})" for h in self.hellos)
+
+
+def _iteration_now() -> int | None:
+    """The iteration of the cell calling ``wb.allreduce`` (every rank's must be the same)."""
+    from workbench.context import current
+
+    ctx = current()
+    return ctx.iteration if ctx is not None else None
 
 
 def _is_tensor(value: Any) -> bool:
