@@ -1,7 +1,8 @@
 """The all-reduce behind ``wb.allreduce``: the mean of a value over a group's replicas.
 
 Three algorithms, one contract — the mean (the sum divided by N) with the value's shape,
-dtype and device, identical bit for bit on every replica and the same run to run:
+dtype and device, identical bit for bit on every replica and the same run to run (``wb.allreduce``
+hands them floats: :func:`reducible` turns integers into the floats of their mean first):
 
 - :func:`direct_allreduce` — every replica sends its whole value to every other and sums
   in replica order: one message latency, but (N−1)·B bytes sent per replica for a value
