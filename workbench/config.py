@@ -26,6 +26,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import math
+import numbers
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -59,20 +60,30 @@ def _flag(name: str) -> str:
     return "--" + name.replace("_", "-")
 
 
+def _is_bool(value) -> bool:
+    return isinstance(value, bool) or type(value).__name__ in ("bool_", "bool")  # NumPy's too
+
+
 def _whole(minimum: int, *, optional: bool = True):
-    def check(name: str, value) -> None:
+    """Any whole number (``int``, ``np.int64``: a ``numbers.Integral``), not a bool or a
+    float; the config keeps it as an ``int``."""
+    def check(name: str, value):
         if value is None and optional:
-            return
-        if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
+            return None
+        if not isinstance(value, numbers.Integral) or _is_bool(value) or value < minimum:
             raise RunConfigError(f"{_flag(name)} must be a whole number ≥ {minimum}, got {value!r}.")
+        return int(value)
     return check
 
 
-def _finite(name: str, value) -> None:
+def _finite(name: str, value):
+    """Any finite real number (``float``, ``int``, ``np.float32``), not a bool; kept as a
+    ``float`` (an ``int`` stays one)."""
     if value is None:
-        return
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        return None
+    if _is_bool(value) or not isinstance(value, numbers.Real) or not math.isfinite(value):
         raise RunConfigError(f"{_flag(name)} must be a finite number, got {value!r}.")
+    return int(value) if isinstance(value, numbers.Integral) else float(value)
 
 
 #: what one env step is called unless a run says otherwise (``--unit``)
@@ -247,7 +258,9 @@ class RunConfig:
         for f in dataclasses.fields(self):
             check = f.metadata["check"]
             if check is not None:
-                check(f.name, getattr(self, f.name))
+                value = check(f.name, getattr(self, f.name))
+                if value is not None:  # a number, as the type it stands for (np.int64 → int)
+                    object.__setattr__(self, f.name, value)
         if self.auto_lag and self.policy != "auto":
             raise RunConfigError(f"--auto-lag {self.auto_lag} widens what --policy auto tries, and this run's "
                                  f"policy is {self.policy!r}: use --policy auto, or --policy pipelined "

@@ -31,8 +31,9 @@ from workbench.fdg.errors import PlacementError
 from workbench.fdg.graph import Graph, Schedule
 from workbench.fdg.interface import Interface, spatial_kind
 from workbench.fdg.policy import Group, Policy
+from workbench.fdg.unplaced import refuse_new_fragments
 
-__all__ = ["Item", "Route", "TaskSpec", "Plan", "make_plan", "human_bytes"]
+__all__ = ["Item", "Route", "TaskSpec", "Plan", "make_plan", "plan_in_flight", "human_bytes"]
 
 
 @dataclass(frozen=True)
@@ -270,6 +271,14 @@ def human_bytes(count: float) -> str:
             return f"{count:,.0f} {unit}" if unit == "B" else f"{count:,.1f} {unit}"
         count /= 1024
     return f"{count:,.1f} GiB"
+
+
+def plan_in_flight(fdg: Graph, policy: Policy) -> Plan:
+    """:func:`make_plan` for the FDG as an edit during a run would leave it, under the run's
+    placement: a fragment new since the run started is refused first, saying it cannot join
+    a run in flight (:func:`workbench.fdg.unplaced.refuse_new_fragments`)."""
+    refuse_new_fragments(fdg, policy)
+    return make_plan(fdg, policy)
 
 
 def make_plan(fdg: Graph, policy: Policy) -> Plan:

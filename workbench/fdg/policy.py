@@ -26,6 +26,7 @@ from workbench.fdg.graph import Graph
 from workbench.fdg.vocabulary import IN_PROCESS, check_device_kind
 from workbench.fdg.inventory import Inventory, WorkerInfo
 from workbench.fdg.placing import _check_count, _env_workers, _home, _spread, _whole
+from workbench.fdg.unplaced import unplaced_message
 
 __all__ = ["Group", "Policy", "Inline", "SingleLearnerCoarse", "SingleLearnerFine", "MultiLearner",
            "GPUOnly", "Async", "Pipelined", "auto_candidates", "resolve_policy", "as_policy_spec",
@@ -108,9 +109,7 @@ class Policy:
         for group in self.groups:
             if fragment in group.fragments:
                 return group
-        raise PlacementError(
-            f"policy {self.name!r} does not place fragment {fragment!r}; add it to a group."
-        )
+        raise PlacementError(unplaced_message(self.name, fragment))
 
     def check(self, fdg: Graph, inventory: Inventory | None = None) -> None:
         """Raise :class:`PlacementError` unless the policy places every fragment of ``fdg``

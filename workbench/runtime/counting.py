@@ -1,24 +1,37 @@
 """Env steps, counted where environments step.
 
-The rule (docs/counting.md):
+The rule (docs/counting.md, "Env steps are counted where envs step"):
 
-- An **env fragment** is a fragment with a step cell that either calls
-  ``wb.count_env_steps(n)`` (it then counts exactly what it says), is named ``env`` or
-  ``envs``, or writes ``reward``/``rewards`` in its step cell. When no fragment fits, the
-  last fragment in step order counts (a loop without envs still counts its steps).
-- Each replica of an env fragment counts, per step, its **batch**: the leading size of the
-  ``reward`` (``rewards``) it writes, else of the first array its step cell writes, else 1
-  — or the sum of its ``wb.count_env_steps(n)`` calls that step.
+1. **By hand is authoritative.** When any fragment's step cell calls
+   ``wb.count_env_steps(n)``, exactly those fragments count, exactly the ``n``s they pass;
+   no other fragment adds automatic counts on top.
+2. Otherwise the **candidates** are the fragments with a step cell that are named ``env…``
+   (``env``, ``envs``, ``env_cartpole``: the names ``SingleLearnerFine`` takes for env
+   fragments) or write ``reward``/``rewards`` in their step cell.
+3. A candidate whose step cell reads a value an *earlier* candidate (in step order) writes
+   in its step cell works on that env's output of the same step — a reward shaper, a
+   normaliser, a replay buffer — and does not count. Candidates that do not read each
+   other (two environments stepped by two fragments) all count, and add up.
+4. When no fragment fits, the last fragment in step order counts (a loop without envs
+   still counts its steps).
 
-So a replay-buffer fragment after the env, or a learner that stacks nothing, never
-changes the count (it used to be the batch of whatever the last step fragment sent).
+Each replica of an env fragment counts, per step, its **batch**: the leading size of the
+``reward`` it writes (1 for a scalar: one plain env), else of a ``…_reward`` it writes
+(``raw_reward``), else of the first array its step cell writes, else 1.
+
+So a replay-buffer fragment after the env, a reward shaper, or a learner that stacks
+nothing never changes the count.
 
 Example:
     >>> import workbench as wb
     >>> fdg = wb.FDG()
     >>> _ = fdg.add_fragment("sim", "r = 0", rate="init")
-    >>> _ = fdg.add_fragment("sim", "reward = np.zeros(4)", rate="step")
+    >>> _ = fdg.add_fragment("sim", "obs = r; reward = np.zeros(4)", rate="step")
     >>> _ = fdg.add_fragment("buffer", "kept = reward", rate="step")
+    >>> env_fragments(fdg)
+    ('sim',)
+    >>> _ = fdg.add_fragment("env", "obs2, raw_reward = obs, reward", rate="step")
+    >>> _ = fdg.add_fragment("shaper", "rewards = raw_reward - 1", rate="step")
     >>> env_fragments(fdg)
     ('sim',)
 """
@@ -43,8 +56,10 @@ REBUILT_KEY = "_wb_rebuilt"
 RANDOM_KEY = "_wb_random"
 RESERVED = (ENV_STEPS_KEY, REBUILT_KEY, RANDOM_KEY)
 
-_ENV_NAMES = ("env", "envs")
 _REWARD_NAMES = ("reward", "rewards")
+#: other names a step's reward goes by (``raw_reward``, ``env_rewards``): read for an env
+#: fragment's batch only, never to make a fragment an env fragment
+_REWARD_LIKE = re.compile(r"_rewards?$")
 
 
 def explicit(code: str) -> bool:
@@ -52,37 +67,66 @@ def explicit(code: str) -> bool:
     return re.search(r"\bcount_env_steps\s*\(", code) is not None
 
 
+def named_env(name: str) -> bool:
+    """A fragment named as an env fragment: ``env``, ``envs``, ``env_…`` (the names
+    ``SingleLearnerFine`` takes for its env fragments)."""
+    return name.startswith("env")
+
+
 def env_fragments(fdg) -> tuple[str, ...]:
-    """The fragments whose replicas count env steps, by the rule above."""
-    found = []
-    for name, frag in fdg.fragments.items():
-        cell = frag.cells.get("step")
-        if cell is None:
-            continue
-        if explicit(cell.code) or name in _ENV_NAMES or any(n in cell.writes for n in _REWARD_NAMES):
-            found.append(name)
-    if found:
-        return tuple(found)
-    order = fdg.schedule().step_order
+    """The fragments whose replicas count env steps, by the rule above (in the FDG's order)."""
+    stepping = {name: frag for name, frag in fdg.fragments.items() if "step" in frag.cells}
+    by_hand = tuple(name for name, frag in stepping.items() if explicit(frag.cells["step"].code))
+    if by_hand:  # 1. authoritative: nothing counted automatically on top
+        return by_hand
+    candidates = [name for name, frag in stepping.items()
+                  if named_env(name) or any(n in frag.writes_at("step") for n in _REWARD_NAMES)]
+    order = fdg.schedule().step_order if stepping and len(candidates) != 1 else ()
+    if len(candidates) > 1:  # 3. one that works on an earlier one's output of the step
+        ranked = sorted(candidates, key=order.index)
+        downstream = {
+            later for i, later in enumerate(ranked)
+            if any(set(fdg[later].external_inputs("step")) & set(fdg[earlier].writes_at("step"))
+                   for earlier in ranked[:i])
+        }
+        candidates = [name for name in candidates if name not in downstream]
+    if candidates:
+        return tuple(candidates)
     return (order[-1],) if order else ()
+
+
+def _reward_name(ns: dict[str, Any], writes: tuple[str, ...]) -> str | None:
+    """The value a step's reward is read from: ``reward``/``rewards``, else another
+    reward-named value written (``raw_reward``: the env before a shaper)."""
+    for name in _REWARD_NAMES:
+        if name in writes and name in ns:
+            return name
+    for name in writes:
+        if _REWARD_LIKE.search(name) and name in ns:
+            return name
+    return None
 
 
 def batch_of(ns: dict[str, Any], writes: tuple[str, ...]) -> int:
     """Envs one replica stepped in one step: the leading size of ``reward`` (1 for a
-    scalar reward: one plain env), else of the first array written, else 1.
+    scalar reward: one plain env), else of a ``…_reward`` it writes, else of the first
+    array written, else 1.
 
     >>> import numpy as np
     >>> batch_of({"obs": np.zeros(4), "reward": 1.0}, ("obs", "reward"))
     1
     >>> batch_of({"obs": np.zeros((8, 4)), "reward": np.zeros(8)}, ("obs", "reward"))
     8
+    >>> batch_of({"obs": np.zeros(4), "raw_reward": 1.0}, ("obs", "raw_reward"))
+    1
     """
-    for name in (n for n in _REWARD_NAMES if n in writes and n in ns):
+    reward = _reward_name(ns, writes)
+    if reward is not None:
         # the reward decides when there is one: a scalar is one env's (a plain gymnasium
         # env), however long its observation
-        shape = getattr(ns[name], "shape", None)
+        shape = getattr(ns[reward], "shape", None)
         return int(shape[0]) if shape is not None and len(shape) >= 1 else 1
-    for name in (n for n in writes if n not in _REWARD_NAMES):
+    for name in writes:
         shape = getattr(ns.get(name), "shape", None)
         if shape is not None and len(shape) >= 1:
             return int(shape[0])
@@ -97,9 +141,8 @@ def one_plain_env(ns: dict[str, Any], writes: tuple[str, ...]) -> bool:
     >>> one_plain_env({"reward": 1.0}, ("reward",)), one_plain_env({"reward": np.ones(2)}, ("reward",))
     (True, False)
     """
-    for name in (n for n in _REWARD_NAMES if n in writes and n in ns):
-        return len(getattr(ns[name], "shape", ())) == 0
-    return False
+    reward = _reward_name(ns, writes)
+    return reward is not None and len(getattr(ns[reward], "shape", ())) == 0
 
 
 def counter_of(values: Any) -> int:
