@@ -18,8 +18,11 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["stack", "gather", "split", "nbytes", "handed_over", "StepMismatch", "ReplicasDisagree", "ReplicasMisfit",
-           "Unbatched", "unwrapped"]
+from workbench.runtime.scatter import split, split_rows
+from workbench.runtime.stacked_lists import Listed, StackedLists, lists_marked, unmarked
+
+__all__ = ["stack", "gather", "split", "split_rows", "nbytes", "handed_over", "StepMismatch", "ReplicasDisagree",
+           "ReplicasMisfit", "Unbatched", "unwrapped", "lists_marked"]
 
 
 class StepMismatch(ValueError):
@@ -69,6 +72,8 @@ def handed_over(value: Any, _views: dict | None = None) -> Any:
         return value.copy()
     if isinstance(value, (str, bytes, int, float, bool, type(None), np.generic)):
         return value  # immutable, and by far the most common: the cheap exit first
+    if type(value) is Unbatched:  # a plain env's step value: its inside is the reader's own too
+        return Unbatched(handed_over(value.value, _views))
     # one memo for a whole container: its tensors that are one view stay one copy
     views = {} if _views is None and isinstance(value, (dict, list, tuple)) else _views
     if isinstance(value, dict):
@@ -178,6 +183,8 @@ def _describe(value: Any) -> str:
     """What a step wrote, in a few words: ``a float32 array of shape (4,)``, ``None``."""
     if value is None:
         return "None"
+    if type(value) is Listed:
+        return f"a list at every step (stacked: {_describe(value.value)})"
     if isinstance(value, dict):
         return f"a dict with keys {', '.join(map(repr, value))}"
     if isinstance(value, (tuple, list)):
@@ -264,7 +271,9 @@ class UnbatchedDisagree(ReplicasDisagree):
 
 
 def unwrapped(value: Any) -> Any:
-    """The value an `Unbatched` holds (any other value as it is)."""
+    """The value an `Unbatched` or a `StackedLists` holds (any other value as it is)."""
+    if type(value) is StackedLists:
+        return unmarked(value.value)
     return value.value if type(value) is Unbatched else value
 
 
@@ -275,16 +284,23 @@ def gather(values: list[Any], axis: int = 0, part: str = "") -> Any:
     - arrays with a batch axis (``ndim > axis``) are concatenated along it, so replicas that
       each hold their share of the batch (``N // replica.count``) give the reader the same
       shape as one replica holding all ``N``;
-    - dicts and tuples are gathered item by item;
+    - dicts, tuples and lists are gathered item by item (a list of numbers is so the one
+      list, or an error; a list of batches joins each);
     - anything else (numbers, bools, ``None``, strings, 0-d arrays, objects) has no axis
       to join on: when every replica wrote the same, the reader gets that one value (an
       ``obs_dim`` published by each env replica); when they differ it is an error
       (:class:`ReplicasDisagree`), never a list whose length depends on the placement.
 
+    A stacked value whose parts were lists at every step comes marked
+    (:mod:`workbench.runtime.stacked_lists`): NumPy made the lists' items axes after
+    ``[T]``, which are not batch axes.
+
     >>> gather([np.zeros((2, 3)), np.ones((2, 5))], axis=1).shape
     (2, 8)
     >>> gather([4, 4]), gather([None, None]), gather([{"n": 4, "x": np.zeros(1)}] * 2)["x"].shape
     (4, None, (2,))
+    >>> gather([[-1.0, 1.0], [-1.0, 1.0]]), gather([[np.zeros(2)], [np.ones(3)]])[0].shape
+    ([-1.0, 1.0], (5,))
     """
     if any(type(v) is Unbatched for v in values):
         values = [unwrapped(v) for v in values]
@@ -292,16 +308,30 @@ def gather(values: list[Any], axis: int = 0, part: str = "") -> Any:
             return values[0] if len(values) == 1 else _the_one_value(values, part)
         except ReplicasDisagree as exc:
             raise UnbatchedDisagree(exc.part, exc.first, exc.other) from None
+    if any(type(v) is StackedLists for v in values):
+        values = [v.value if type(v) is StackedLists else v for v in values]
+        return unmarked(values[0]) if len(values) == 1 else _gather(values, axis, part)
     if len(values) == 1:
         return values[0]
+    return _gather(values, axis, part)
+
+
+def _gather(values: list[Any], axis: int, part: str) -> Any:
+    """:func:`gather` of two or more values, no longer in an envelope."""
     first = values[0]
-    if isinstance(first, (dict, tuple)):
+    if type(first) is Listed:
+        return _gather_listed(values, axis, part)
+    if isinstance(first, (dict, tuple)) or type(first) is list:
         for r, v in enumerate(values[1:], start=1):
             if type(v) is not type(first) or _layout(v) != _layout(first):
                 raise ReplicasDisagree(part, (0, _describe(first)), (r, _describe(v)))
         if isinstance(first, dict):
-            return {k: gather([v[k] for v in values], axis, f"{part}[{k!r}]") for k in first}
-        return tuple(gather(list(parts), axis, f"{part}[{i}]") for i, parts in enumerate(zip(*values)))
+            return {k: _gather([v[k] for v in values], axis, f"{part}[{k!r}]") for k in first}
+        if type(first) is list and all(type(x) in _PLAIN for x in first) and all(
+                list(map(type, v)) == list(map(type, first)) and v == first for v in values[1:]):
+            return first  # the same numbers or strings on every replica (the common case), at once
+        items = [_gather(list(parts), axis, f"{part}[{i}]") for i, parts in enumerate(zip(*values))]
+        return items if type(first) is list else tuple(items)
     if _is_array(first) and first.ndim > axis:  # an array with a batch axis
         for r, v in enumerate(values[1:], start=1):
             if not _fits(first, v, axis):
@@ -316,6 +346,33 @@ def gather(values: list[Any], axis: int = 0, part: str = "") -> Any:
             return cupy.concatenate(values, axis=axis)
         return np.concatenate(values, axis=axis)
     return _the_one_value(values, part)
+
+
+#: the types a list of which is compared whole (its items have no batch axis)
+_PLAIN = (int, float, str, bool, type(None))
+
+
+def _gather_listed(values: list[Any], axis: int, part: str) -> Any:
+    """Replicas' stacked lists: joined along their items' batch axis, else the one value."""
+    first = values[0]
+    for r, v in enumerate(values[1:], start=1):
+        if type(v) is not Listed or v.depth != first.depth:
+            raise ReplicasMisfit(part, (0, _describe(first)), (r, _describe(v)))
+    arrays = [v.value for v in values]
+    at = axis + first.depth
+    if arrays[0].ndim > at:  # the list's items have a batch axis: join each
+        return _gather(arrays, at, part)
+    for r, other in enumerate(arrays[1:], start=1):
+        if not _same(arrays[0], other):  # what two replicas' lists were at the first step they differ
+            t = next((t for t, (a, b) in enumerate(zip(arrays[0], other)) if not _same(a, b)), 0)
+            said = [_short_text(a[t].tolist()) for a in (arrays[0], other)]
+            raise ReplicasDisagree(part, (0, f"{said[0]} at step {t}"), (r, said[1]))
+    return arrays[0]
+
+
+def _short_text(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
 
 
 def _the_one_value(values: list[Any], part: str) -> Any:
@@ -391,6 +448,10 @@ def _same(a: Any, b: Any) -> bool:
             return a.shape == b.shape and bool(cupy.array_equal(a, b))
         if isinstance(a, (float, np.floating, np.complexfloating)) and a != a:
             return b != b
+        if type(a) in (list, tuple):  # item by item: a list of arrays too
+            return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b))
+        if type(a) is dict:
+            return a.keys() == b.keys() and all(_same(a[k], b[k]) for k in a)
         return bool(a == b)
     except Exception:  # an object whose == raises or is not a bool: not provably the same
         return False
@@ -402,59 +463,6 @@ def _show(value: Any) -> str:
         text = repr(value)
         return text if len(text) <= 40 else text[:37] + "..."
     return _describe(value)
-
-
-def split(value: Any, parts: int) -> list[Any]:
-    """Split a batch along axis 0 into ``parts`` near-equal pieces, in replica order (the
-    inverse of :func:`gather`): a scatter from one replica to many.
-
-    >>> [p.tolist() for p in split(np.arange(5), 2)]
-    [[0, 1, 2], [3, 4]]
-    >>> split(True, 2), split(None, 2)
-    ([True, True], [None, None])
-    """
-    if isinstance(value, dict):
-        pieces = {k: split(v, parts) for k, v in value.items()}
-        return [{k: pieces[k][i] for k in value} for i in range(parts)]
-    if isinstance(value, tuple):
-        pieces = [split(v, parts) for v in value]
-        return [tuple(p[i] for p in pieces) for i in range(parts)]
-    if getattr(value, "ndim", 0) == 0:
-        # no batch axis (a number, a bool, None, a list, a 0-d array): every replica gets
-        # all of it, the mirror of gather's rule (a list is not split into an array)
-        return [value] * parts
-    if _is_torch(value):
-        return list(value.tensor_split(parts))
-    if _is_cupy(value):
-        import cupy
-
-        return cupy.array_split(value, parts)
-    return np.array_split(value, parts)
-
-
-def split_rows(value: Any, sizes: list[int]) -> list[Any]:
-    """Split a batch along axis 0 into pieces of ``sizes`` rows, in order (the inverse of
-    :func:`gather` of pieces that long); a value with no batch axis goes whole to each.
-
-    >>> [p.tolist() for p in split_rows(np.arange(5), [1, 4])]
-    [[0], [1, 2, 3, 4]]
-    """
-    if isinstance(value, dict):
-        pieces = {k: split_rows(v, sizes) for k, v in value.items()}
-        return [{k: pieces[k][i] for k in value} for i in range(len(sizes))]
-    if isinstance(value, tuple):
-        pieces = [split_rows(v, sizes) for v in value]
-        return [tuple(p[i] for p in pieces) for i in range(len(sizes))]
-    if getattr(value, "ndim", 0) == 0:
-        return [value] * len(sizes)
-    if _is_torch(value):
-        return list(value.split(list(sizes)))
-    bounds = np.cumsum(sizes)[:-1].tolist()
-    if _is_cupy(value):
-        import cupy
-
-        return cupy.split(value, bounds)
-    return np.split(value, bounds)
 
 
 def nbytes(value: Any) -> int:

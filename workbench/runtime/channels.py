@@ -265,13 +265,16 @@ class Peers:
         self.group, self.index = group, index
         self.mailbox, self.postman, self.counts, self.stopped = mailbox, postman, counts, stopped
         self._reductions = 0
+        #: group → channel key → rows each replica sent in it last (a scatter back mirrors them)
+        self.rows_sent: dict[str, dict[str, tuple[int, ...]]] = {}
 
     def send(self, consumer_group: str, spatial: str, key: str, tag: int, value: Any) -> None:
         from workbench.fdg.wiring import receivers_for
-        from workbench.runtime.arrays import split
+        from workbench.runtime.scatter import split
 
         targets = receivers_for(spatial, self.index, self.counts[consumer_group])
-        pieces = split(value, self.counts[consumer_group]) if spatial == "scatter" else None
+        pieces = (split(value, self.counts[consumer_group], self.rows_sent.get(consumer_group))
+                  if spatial == "scatter" else None)  # each replica its own rows: the gather's mirror
         for target in targets:
             part = pieces[target] if pieces is not None else value
             self.postman.send((consumer_group, target), key, tag, self.index, part)
@@ -279,11 +282,15 @@ class Peers:
     def receive(self, producer_group: str, spatial: str, key: str, tag: int) -> Any:
         from workbench.fdg.wiring import senders_for
         from workbench.runtime.arrays import gather, unwrapped
+        from workbench.runtime.scatter import note_rows
 
         senders = senders_for(spatial, self.index, self.counts[producer_group])
         # one wait for every sender's value: this thread wakes once, when the last is in
         values = self.mailbox.take_all(key, tag, senders, self.stopped)
-        return gather(values, 0) if spatial == "gather" else unwrapped(values[0])
+        if spatial != "gather":
+            return unwrapped(values[0])
+        note_rows(self.rows_sent, producer_group, key, values)  # what a scatter back mirrors
+        return gather(values, 0)
 
     #: arrays of at least this many bytes are averaged in chunks (bytes per replica flat
     #: in the replica count), smaller values by a direct exchange: see collectives

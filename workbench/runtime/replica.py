@@ -14,7 +14,7 @@ from typing import Any
 from workbench.context import ReplicaContext, ReplicaInfo, activate, deactivate
 from workbench.errors import FragmentRuntimeError, on_worker
 from workbench.fdg.plan import Item
-from workbench.runtime.arrays import ReplicasDisagree, Unbatched, gather, handed_over, unwrapped
+from workbench.runtime.arrays import ReplicasDisagree, Unbatched, gather, handed_over, lists_marked, unwrapped
 from workbench.runtime.cell_exit import install as catch_process_exits, is_cell_error
 from workbench.runtime.channels import Stopped, dumps_state
 from workbench.runtime.deferred_metrics import DeferredMetricError
@@ -27,6 +27,7 @@ from workbench.runtime.portable import PortableState, decode_value, restore_into
 from workbench.runtime.program import Binding, Emit, GroupProgram, StepSend, TaskReport, group_program
 from workbench.runtime.randomness import PATIENCE_S, SHARED_STREAMS, Turns
 from workbench.runtime.replica_errors import CellErrors
+from workbench.runtime.step_sends import send_step_values
 
 # the program's types are imported from here too (their home before the split)
 __all__ = ["GroupProgram", "GroupReplica", "TaskReport", "group_program", "Binding", "Emit", "StepSend"]
@@ -435,17 +436,7 @@ class GroupReplica(CellErrors):
             return self.state_bytes(fragments, streams)
 
     def _send_step_values(self, frag: str, ns: dict, sends, iteration) -> None:
-        sent_keys = set()
-        for send in sends:
-            value = self._written(frag, "step", ns, send.name, iteration)
-            value = Unbatched(value) if frag in self.unbatched and send.spatial == "gather" else value
-            start, cpu = time.perf_counter(), time.thread_time()
-            self.peers.send(send.consumer_group, send.spatial, send.key, self._sent.get(send.key, 0), value)
-            self.step_send_seconds += time.perf_counter() - start
-            self.step_send_cpu_seconds += time.thread_time() - cpu
-            sent_keys.add(send.key)
-        for key in sent_keys:
-            self._sent[key] = self._sent.get(key, 0) + 1
+        send_step_values(self, frag, ns, sends, iteration)
 
     def _bind(self, frag, rate, ns, bindings, inbox, iteration) -> None:
         for b in bindings:
@@ -486,12 +477,13 @@ class GroupReplica(CellErrors):
             raise self._unbound(frag, rate, name, "other fragments", iteration) from None
 
     def _emit(self, e: Emit, iteration=None) -> Any:
-        if e.stacked:  # a plain env's steps, [T, …] with no batch axis, say so to the gather
-            value = self._stack(e.producer, e.name, self.buffers[e.producer][e.name], iteration)
-            return Unbatched(value) if e.producer in self.unbatched else value
+        if e.stacked:  # a plain env's steps, or lists, [T, …] with no batch axis: say so to the gather
+            steps = self.buffers[e.producer][e.name]
+            value = self._stack(e.producer, e.name, steps, iteration)
+            return Unbatched(value) if e.producer in self.unbatched else lists_marked(value, steps[0])
         # a copy: in one process the reader gets this object, and the producer's next
-        # iteration may write into its own before the reader binds it
-        return handed_over(self.namespaces[e.producer][e.name])
+        # iteration may write into its own before the reader binds it (never bound: named)
+        return handed_over(self._written(e.producer, "init" if iteration is None else "iteration", self.namespaces[e.producer], e.name, iteration))
 
     def _read_deferred(self, ctx: ReplicaContext) -> None:
         try:
