@@ -26,6 +26,7 @@ from workbench.fdg.fragment import default_rate
 from workbench.fdg.graph import Graph
 from workbench.fdg.plan import Plan, make_plan
 from workbench.fdg.policy import Policy, as_policy_spec, needs_cluster, resolve_policy
+from workbench.live_edits import init_edit_notice
 from workbench.runtime.arrays import nbytes
 
 if TYPE_CHECKING:
@@ -62,6 +63,11 @@ class FDG(Graph):
         self.placement_steps: int | None = None
         self._trainer: Trainer | None = None
         self._running = threading.Lock()
+        #: runs between their call and their trainer, and whether a stop was asked then
+        #: (``stop`` while a run starts is honoured before anything deploys)
+        self._control = threading.Lock()
+        self._starting = 0
+        self._stop_asked = False
 
     @classmethod
     def from_checkpoint(cls, checkpoint, namespace: Mapping[str, Any] | None = None) -> "FDG":
@@ -94,13 +100,20 @@ class FDG(Graph):
         if trainer is None or trainer.run_record is None:
             return super().add_fragment(name, code, **options)
         trial = Graph(self.fragments.values())
+        old = self.fragments.get(name)
         fragment = Graph.add_fragment(trial, name, code, **options)
         trainer.check_change(trial)  # raises: the run goes on with the old cells
-        fragment = super().add_fragment(name, code, **options)
         rate = options.get("rate") or default_rate(name)
-        at = trainer.apply_at_boundary("edited", f"{name}: new {rate} cell")
-        print(f"workbench: {name}: new {rate} cell, applies from iteration {at} {_EXACT_LATER}",
-              flush=True)
+        what = f"{name}: new {rate} cell"
+        if rate == "init":  # which names it gives first values, which keep theirs (live_edits)
+            what = f"{what} ({init_edit_notice(old, fragment)})"
+        with trainer.lock:  # the edit and its notice together: it lands where the notice says
+            fragment = super().add_fragment(name, code, **options)
+            at = trainer.apply_at_boundary("edited", what)
+        if at is None:  # the run ended meanwhile (tearing down): the cell is for the next run
+            print(f"workbench: {name}: new {rate} cell, for the next run: this one has ended.", flush=True)
+        else:
+            print(f"workbench: {what}, applies from iteration {at} {_EXACT_LATER}", flush=True)
         return fragment
 
     def remove_fragment(self, name: str) -> None:
@@ -133,11 +146,16 @@ class FDG(Graph):
         if unread:
             raise RunConfigError(f"no fragment reads {', '.join(unread)}; the fragments read these "
                                  f"notebook names: {', '.join(sorted(read)) or 'none'}.")
-        namespace.update(values)
         if trainer is None or trainer.run_record is None:
+            namespace.update(values)
             return None
         names = ", ".join(sorted(values))
-        at = trainer.apply_at_boundary("updated", f"new value of {names}")
+        with trainer.lock:  # the values and their notice together, as an edit's
+            namespace.update(values)
+            at = trainer.apply_at_boundary("updated", f"new value of {names}")
+        if at is None:
+            print(f"workbench: new value of {names}, for the next run: this one has ended.", flush=True)
+            return None
         print(f"workbench: new value of {names}, applies from iteration {at} {_EXACT_LATER}",
               flush=True)
         return at
@@ -190,6 +208,16 @@ class FDG(Graph):
 
         >>> run = fdg.run(iterations=60, steps=32, policy="coarse", target_return=475)  # doctest: +SKIP
         """
+        with self._control:  # from here a stop reaches this run (see stop)
+            self._starting += 1
+        try:
+            return self._run(config, namespace, options)
+        finally:
+            with self._control:
+                self._starting -= 1
+                self._stop_asked = self._stop_asked and self._starting > 0
+
+    def _run(self, config, namespace, options) -> "Run":
         from workbench.config import RunConfig
         from workbench.trainer import Trainer
 
@@ -206,7 +234,11 @@ class FDG(Graph):
         trainer.prepare()  # a run refused by its checks leaves last_run as it was
         if not self._running.acquire(blocking=False):
             raise RunConfigError("this FDG is already running; stop it first (%fdg stop or fdg.stop()).")
-        self._trainer = trainer
+        with self._control:
+            self._trainer = trainer
+            if self._stop_asked:  # asked while it started: it stops before deploying
+                self._stop_asked = False
+                trainer.stop()
         try:
             return trainer.run()
         finally:
@@ -250,10 +282,17 @@ class FDG(Graph):
         trainer.replace(spec)
 
     def stop(self) -> None:
-        """Ask a running ``run`` (e.g. in another thread) to stop after the current iteration."""
-        trainer = self._trainer
-        if trainer is not None:
-            trainer.stop()
+        """Ask a running ``run`` (e.g. in another thread) to stop after the current iteration.
+
+        A run counts from the moment ``run()`` is called: one still starting (importing,
+        checking, connecting to its cluster) stops before it deploys anything, with no
+        iteration run (status ``"stopped"``). Without a run nothing happens."""
+        with self._control:
+            trainer = self._trainer
+            if trainer is None:
+                self._stop_asked = self._starting > 0
+                return
+        trainer.stop()
 
     # -- display -----------------------------------------------------------------------
     def _repr_html_(self) -> str:

@@ -33,9 +33,10 @@ from workbench.config import DEFAULT_UNIT, RunConfig
 from workbench.errors import CellNotReturningError, ProcessDiedError, RunConfigError, WorkerLostError
 from workbench.fdg.board import fastest_trial
 from workbench.fdg.graph import Graph
-from workbench.fdg.plan import make_plan
+from workbench.fdg.plan import make_plan, plan_in_flight
 from workbench.fdg.policy import IN_PROCESS, Policy, as_policy_spec, needs_cluster, resolve_policy
 from workbench.fdg.rehome import rehome
+from workbench.live_edits import say_unapplied, take_changes, with_new_init_names
 from workbench.progress import make_progress
 from workbench.runtime.checkpoint_writer import CheckpointWriter
 from workbench.runtime.driver import IterationRecord, drive
@@ -96,10 +97,18 @@ class Trainer:
         self._pending = None  # a policy to re-place the running run under
         #: changes to apply at the next iteration boundary: (kind, what changed)
         self._changes: list[tuple[str, str]] = []
+        #: held while a change is made and announced, while an iteration is recorded and
+        #: while a stretch takes the FDG: a change lands at the boundary its notice names
+        self.lock = threading.RLock()
+        #: the boundary is decided (or the stretch not yet planned): a change made now
+        #: lands where the next stretch starts, one past the newest recorded iteration
+        self._ending = True
+        #: the run takes no more changes: its last stretch has ended
+        self._over = False
 
     # -- control from another thread -------------------------------------------------------
     def stop(self) -> None:
-        """Stop after the current iteration."""
+        """Stop after the current iteration; asked before the run deploys, it never does."""
         self._stop.set()
 
     def replace(self, spec) -> None:
@@ -112,18 +121,29 @@ class Trainer:
         graph.validate(self.namespace)
         run = self.run_record
         if run is not None and run.policy is not None:
-            make_plan(graph, run.policy)
+            plan_in_flight(graph, run.policy)  # a new fragment cannot join: said so (fdg/unplaced.py)
 
-    def apply_at_boundary(self, kind: str, what: str) -> int:
+    def apply_at_boundary(self, kind: str, what: str) -> int | None:
         """End the current stretch at the next iteration boundary; the next one starts from
         its state with the FDG's cells and notebook values as they are then. Returns the
-        iteration the change is expected to apply from (said again, exactly, when it lands)."""
-        run = self.run_record
-        # the newest row first, then the change: the driver acts on it at a row after this
-        # one (see on_iteration), so the boundary is never before the iteration said here
-        last = run.rows[-1]["iteration"] if run is not None and run.rows else -1
-        self._changes.append((kind, what))
-        return last + 2  # the iteration in flight finishes first
+        iteration the change applies from at the earliest (said again, exactly, when it
+        lands; never earlier), or None when the run has ended and takes no more changes.
+        Make the change itself while holding :attr:`lock`, as ``FDG.add_fragment`` does."""
+        with self.lock:
+            run = self.run_record
+            if self._over:
+                return None
+            # the newest row, then the change: unless a boundary is decided already, the
+            # driver acts on it at a row after this one (see on_iteration), so the
+            # boundary is at least two past it; a decided one is at least one past it
+            last = run.rows[-1]["iteration"] if run is not None and run.rows else -1
+            self._changes.append((kind, what))
+            return last + (1 if self._ending or self._ends(None) else 2)
+
+    def _ends(self, run: Run | None) -> bool:
+        """Whether the stretch ends at the next boundary for a stop, a re-placement or
+        (``run`` given) a solved run."""
+        return self._stop.is_set() or self._pending is not None or (run is not None and run.is_solved())
 
     # -- the run -------------------------------------------------------------------------
     def prepare(self) -> Run:
@@ -155,7 +175,8 @@ class Trainer:
         handle = None
         try:
             cluster = None
-            if needs_cluster(policy) or config.cluster is not None:  # (given: a re-placement may use it)
+            if (needs_cluster(policy) or config.cluster is not None) and not self._stop.is_set():
+                # (given: a re-placement may use it; stopped before it began: nothing to connect)
                 # connect once, before any progress display: the embedded cluster prints its
                 # dashboard link, and every stretch of this run (auto tries several) shares it
                 from workbench.cluster.connect import connect
@@ -188,7 +209,9 @@ class Trainer:
         self._fault = None  # a lost worker's line, said when the next stretch is placed
         try:
             try:
-                if policy == "auto":
+                if self._stop.is_set():
+                    pass  # stopped before it began (fdg.stop() while it started): nothing ran
+                elif policy == "auto":
                     self._run_auto(run, stretch, resume)
                 else:
                     self._run_stretches(run, policy, stretch, resume)
@@ -196,6 +219,9 @@ class Trainer:
                 if not self._stop.is_set():
                     raise
                 print(f"workbench: stopped; {stuck}", flush=True)  # what was asked for, with why it took long
+            with self.lock:  # no more changes: one asked for too late is said, not dropped
+                self._over = True
+                say_unapplied(run, self)
             run.status = "stopped" if self._stop.is_set() else ("solved" if run.solved_at else "finished")
             writer.final()
         except KeyboardInterrupt:
@@ -205,6 +231,7 @@ class Trainer:
             run.status, run.error = "failed", exc
             raise
         finally:
+            self._over = True
             writer.close()
             if bar is not None:
                 bar.finish(run)
@@ -237,31 +264,17 @@ class Trainer:
             except WorkerLostError as lost:
                 state = self._recover(run, lost, state)
                 continue
-            if self._pending is None and not self._changes:
-                return
-            if run.completed_iterations >= run.iterations or run.is_solved() or self._stop.is_set():
-                self._say_unapplied(run)
-                return
-            state, changes, self._changes = run.state, self._changes, []
-            for kind, what in changes:
-                run.note(kind, f"{what}: applies from iteration {state.iteration}", state.iteration)
-            if self._pending is None:
+            with self.lock:  # the changes are noted where the next stretch takes the FDG
+                if self._pending is None and not self._changes:
+                    return
+                if run.completed_iterations >= run.iterations or run.is_solved() or self._stop.is_set():
+                    return  # _train says what was not applied
+                state, pending, self._pending = run.state, self._pending, None
+            if pending is None:
                 continue  # the same placement, re-planned from the FDG as it is now
-            current, self._pending = self._pending, None
+            current = pending
             run.note("replaced", f"re-placed at iteration {state.iteration}: now "
                      f"{getattr(current, 'name', current)} (state moved with the fragments)", state.iteration)
-
-    def _say_unapplied(self, run: Run) -> None:
-        """A change asked for too late: the run ended (its last iteration, solved, stopped)
-        at the boundary the change was waiting for. Say so rather than drop it quietly."""
-        why = ("it finished its iterations" if run.completed_iterations >= run.iterations
-               else "it was solved" if run.is_solved() else "it was stopped")
-        asked = [what for _, what in self._changes]
-        if self._pending is not None:
-            asked.append(f"re-placement under {getattr(self._pending, 'name', self._pending)}")
-        self._changes, self._pending = [], None
-        run.note("not applied", f"{'; '.join(asked)}: not applied, the run ended first "
-                 f"({why} at iteration {run.completed_iterations})", run.completed_iterations)
 
     def _recover(self, run: Run, lost: WorkerLostError, previous: RunState | None) -> RunState | None:
         """After a worker died: rewind the record to the newest snapshot, and say so."""
@@ -284,6 +297,8 @@ class Trainer:
         """One placement's stretch of a run: ``iterations`` iterations, recorded into ``run``."""
         inventory, client = None, None
         policy = as_policy_spec(policy)  # an unknown name fails before any cluster starts
+        if self._stop.is_set():
+            return  # stopped before this stretch began: nothing to place
         if needs_cluster(policy):
             from workbench.cluster.connect import connect, inventory_of
             from workbench.cluster.restarts import wait_for_a_worker, wait_for_restarts
@@ -294,15 +309,19 @@ class Trainer:
             if not inventory.workers:  # none at all (one died and is restarting): wait for one
                 wait_for_a_worker(client)
                 inventory = inventory_of(client)
-        resolved = _fit_to_cluster(resolve_policy(policy, self.fdg, inventory), inventory, run)
+        start = resume.iteration if resume is not None else 0
+        ns = stretch.namespace
+        with self.lock:  # the FDG and values as the changes noted here left them (apply_at_boundary)
+            fdg, self._ending = self.fdg.copy(), False
+            notebook = {n: ns[n] for n in fdg.notebook_names() if n in ns}
+            take_changes(run, self, start)
+        resolved = _fit_to_cluster(resolve_policy(policy, fdg, inventory), inventory, run)
         if resolved.in_process and stretch.cluster is not None:  # asked for, not used: say so
             run.note_once("not applied", f"policy {resolved.name} runs every fragment in this process, so the "
                           "cluster given is not used (until the run is re-placed onto it, fdg.replace('coarse')); "
                           "pick a cluster policy (coarse, fine, …) to train on it")
-        plan = make_plan(self.fdg, resolved)
-        run.fdg = self.fdg.copy()  # the cells this stretch runs (hot edits change them)
-        ns = stretch.namespace
-        notebook = {n: ns[n] for n in self.fdg.notebook_names() if n in ns}
+        plan = make_plan(fdg, resolved)
+        run.fdg = fdg  # the cells this stretch runs (hot edits change them)
         if resolved.in_process:  # as on a cluster: a notebook object changed mid-stretch waits for %fdg update
             notebook = taken_at_deploy(notebook)
         programs = {g: group_program(plan, g, stretch.config.steps, stretch.config.own_random,
@@ -312,7 +331,8 @@ class Trainer:
             run.note_once("not applied", NOT_PLACED_FOR_LANES)
         if stretch.config.act_on_arrival:
             check_act_on_arrival(plan, programs, run)
-        start = resume.iteration if resume is not None else 0
+        if self._stop.is_set():
+            return  # stopped while it connected: nothing deployed, nothing to wait for
         if resolved.in_process:
             backend = InlineBackend()
         else:
@@ -337,27 +357,34 @@ class Trainer:
         def on_iteration(rec: IterationRecord) -> bool:
             nonlocal completed
             completed += 1
-            # a change asked for while this row is recorded is acted on at the next row: its
-            # notice counted from the row before (apply_at_boundary), and the boundary must
-            # not come before the iteration the notice said
-            changed = bool(self._changes)
-            run.record(rec)
-            for logger in self._loggers:
-                logger.log(run.rows[-1])
-            if self._bar is not None:
-                self._bar.advance(run)
-            return run.is_solved() or self._stop.is_set() or self._pending is not None or changed
+            # decided with the row, under the lock apply_at_boundary takes: a change asked for
+            # after it is acted on at the next row (its notice: two past this one), or, when
+            # this row ends the stretch, lands at that boundary (its notice: one past)
+            with self.lock:
+                changed = bool(self._changes)
+                run.record(rec)
+                ending = changed or self._ends(run)
+                self._ending = self._ending or ending
+                asked = len(self._changes)
+                for logger in self._loggers:
+                    logger.log(run.rows[-1])
+                if self._bar is not None:
+                    self._bar.advance(run)
+                if not ending and len(self._changes) == asked:  # a stop, a re-placement asked meanwhile
+                    ending = self._ends(run)
+                    self._ending = self._ending or ending
+            return ending
 
         try:
             if not run.rows:
                 run.started = time.perf_counter()  # the clock includes deploying the replicas
-            states = states_for(plan, resume)
+            states = with_new_init_names(plan, states_for(plan, resume))  # edited init cells run
             try:
                 with quiet_dask_serialisation():  # a name that fails is said below, in one message
                     backend.deploy(plan, programs, notebook, states)  # pickles the notebook once
             except Exception:
                 if not resolved.in_process:  # a lock or a generator read from the notebook: say which
-                    check_notebook(notebook, readers_of(self.fdg, notebook))
+                    check_notebook(notebook, readers_of(fdg, notebook))
                 raise
             # the env replicas' own counts settle the stretch's: steps of iterations left unfinished count
             at_start, recorded_before = counts_in(states), dict(run.replica_env_steps)
@@ -377,7 +404,10 @@ class Trainer:
                     lost.iteration = start + completed
                 raise
             settle_counts(run, backend, at_start, recorded_before)
-            if stretch.keep_state or self._pending is not None or self._changes:
+            with self.lock:  # a change from here on goes to a next stretch, which needs the state
+                keep = stretch.keep_state or self._pending is not None or bool(self._changes)
+                self._over = self._over or not keep  # …or is said not applied: this was the last
+            if keep:
                 run.state = collect_state(plan, backend.export(), start + completed)
                 say_left_out(run)
         finally:
@@ -407,6 +437,8 @@ class Trainer:
             state = run.state
             table.append({"policy": name, "rate": steady_rate(run.rows[first:]), "unit": rate_label(run.unit)})
         if not table:
+            if self._stop.is_set():
+                return
             raise RunConfigError(f"--iterations {iterations} is too few for policy auto: it needs "
                                  f"more than {trial} per candidate policy.")
         best = fastest_trial(table)

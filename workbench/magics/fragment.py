@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import html
 import threading
+import time
 
 from IPython.core.error import UsageError
 from IPython.core.magic import Magics, cell_magic, line_magic, magics_class
@@ -215,9 +216,12 @@ class WorkbenchMagics(Magics):
                 return last
             print("nothing is running.")
             return None
-        self.fdg.stop()
-        # a stuck cell costs the run's grace (named when it passes) and a worker restart
-        thread.join(timeout=3 * STOP_GRACE_S + 60)
+        # a stuck cell costs the run's grace (named when it passes) and a worker restart;
+        # asked again while it lasts: a thread that has yet to call fdg.run gets it too
+        deadline = time.monotonic() + 3 * STOP_GRACE_S + 60
+        while thread.is_alive() and time.monotonic() < deadline:
+            self.fdg.stop()
+            thread.join(timeout=0.05)
         if thread.is_alive():
             print("workbench: the run has not stopped yet; it goes on stopping in the background "
                   "(%fdg stop again to wait for it).")
