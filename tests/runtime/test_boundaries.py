@@ -75,9 +75,12 @@ def battery_fdg() -> wb.FDG:
     return fdg
 
 
-def saw(policy, client) -> dict[str, list[list[str]]]:
+def saw(policy, client, build=None, steps: int = T) -> dict[str, list[list[str]]]:
+    """What the learner and actor replicas of ``build()`` (the battery here) recorded in
+    ``seen`` over two iterations under ``policy``."""
     kwargs = {} if policy == "inline" else {"cluster": client}
-    run = battery_fdg().run(iterations=2, steps=T, policy=policy, progress=False, keep_state=True, **kwargs)
+    run = (build or battery_fdg)().run(iterations=2, steps=steps, policy=policy, progress=False, keep_state=True,
+                                       **kwargs)
     return {frag: [replica["seen"] for replica in run.state.fragments[frag]] for frag in ("learner", "actor")}
 
 

@@ -17,20 +17,7 @@ import workbench as wb
 from workbench.runtime.arrays import ReplicasDisagree, gather, lists_marked, stack, unwrapped
 from workbench.runtime.scatter import split
 
-N, T = 4, 3  # envs over all replicas; steps per iteration
-
-SIGNATURE = '''
-def sig(x):
-    """type, dtype, shape and content, recursively"""
-    if isinstance(x, dict):
-        return {k: sig(v) for k, v in x.items()}
-    if isinstance(x, (tuple, list)):
-        return type(x).__name__, [sig(v) for v in x]
-    if hasattr(x, "shape"):
-        return type(x).__name__, str(x.dtype), tuple(x.shape), np.asarray(x).tolist()
-    return type(x).__name__, x
-seen = []
-'''
+from tests.runtime.test_boundaries import SIGNATURE, N, T, saw  # the same battery's tools
 
 
 def _fdg(limits: str = "[-1.0, 1.0]") -> wb.FDG:
@@ -70,9 +57,7 @@ def _fdg(limits: str = "[-1.0, 1.0]") -> wb.FDG:
 
 
 def _saw(policy, client) -> dict[str, list[list[str]]]:
-    kwargs = {} if policy == "inline" else {"cluster": client}
-    run = _fdg().run(iterations=2, steps=T, policy=policy, progress=False, keep_state=True, **kwargs)
-    return {frag: [r["seen"] for r in run.state.fragments[frag]] for frag in ("learner", "actor")}
+    return saw(policy, client, _fdg)
 
 
 @pytest.fixture(scope="module")
