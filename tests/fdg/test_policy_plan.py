@@ -486,3 +486,26 @@ def test_fragments_without_a_device_option_are_not_warned_about_on_a_gpu(ppo_fdg
     with warnings.catch_warnings():
         warnings.simplefilter("error", OverriddenOptionWarning)
         assert make_plan(ppo_fdg, policy).warnings == []
+
+
+def test_counts_computed_with_numpy_are_whole_numbers_and_bools_are_not():
+    """A budget computed with NumPy (``np.int64``) is a count like any other, and is kept
+    as a plain int (a policy's JSON takes it); a bool, NumPy's too, 2.0 and "2" are refused."""
+    import numpy as np
+
+    from workbench.fdg.errors import FragmentOptionError
+    from workbench.fdg.fragment import Fragment
+    from workbench.fdg.policy import Group, MultiLearner, Policy, SingleLearnerCoarse, SingleLearnerFine
+
+    made = [SingleLearnerCoarse(actors=np.int64(3), lag=np.int32(1)).actors, SingleLearnerFine(envs=np.int64(2)).envs,
+            MultiLearner(learners=np.int16(2)).learners, Group(("actor",), np.int64(2)).replicas,
+            Policy("p", (Group(("actor",), 1),), lag=np.int64(1)).lag, Fragment("env", replicas=np.int64(2)).replicas]
+    assert made == [3, 2, 2, 2, 1, 2] and all(type(n) is int for n in made)
+    assert json.loads(json.dumps(Policy("p", (Group(("actor",), np.int64(2)),)).to_dict()))["groups"][0]["replicas"] == 2
+    for bad in (True, np.bool_(True), 2.0, "2"):
+        with pytest.raises(PlacementError, match="must be a whole number"):
+            SingleLearnerCoarse(actors=bad)
+        with pytest.raises(PlacementError, match="must be a whole number"):
+            Group(("actor",), bad)
+    with pytest.raises(FragmentOptionError, match="--replicas must be a whole number"):
+        Fragment("env", replicas=True)

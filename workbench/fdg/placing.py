@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 
+from workbench.fdg.vocabulary import integral
 from workbench.fdg.errors import PlacementError
 from workbench.fdg.inventory import Inventory, WorkerInfo
 
@@ -34,9 +35,12 @@ def _home(inventory: Inventory) -> WorkerInfo:
     return (inventory.gpu_workers() or inventory.workers)[0]
 
 
-def _check_count(preset: str, parameter: str, value) -> None:
-    if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
+def _check_count(preset: str, parameter: str, value) -> int | None:
+    """A preset's count (``actors``, ``envs``, ``learners``) as a plain int, or None."""
+    count = integral(value)
+    if value is not None and (count is None or count < 1):
         raise PlacementError(f"{preset}({parameter}=…) must be a whole number ≥ 1, got {value!r}.")
+    return count
 
 
 def _env_workers(inventory: Inventory, home: WorkerInfo, count: int) -> tuple[str, ...]:

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 
 from workbench.fdg.errors import PlacementError
 from workbench.fdg.graph import Graph
-from workbench.fdg.vocabulary import IN_PROCESS, check_device_kind
+from workbench.fdg.vocabulary import IN_PROCESS, check_device_kind, integral
 from workbench.fdg.inventory import Inventory, WorkerInfo
 from workbench.fdg.placing import _check_count, _env_workers, _home, _spread, _whole
 from workbench.fdg.unplaced import unplaced_message
@@ -56,11 +56,12 @@ class Group:
             check_device_kind(self.device, f"group {self.name!r}")
         except ValueError as exc:
             raise PlacementError(str(exc)) from None
-        # bool is an int to Python, and JSON's 2.7 must not quietly become 2
-        if not isinstance(self.replicas, int) or isinstance(self.replicas, bool) or self.replicas < 1:
+        # bool is an int to Python, and JSON's 2.7 must not quietly become 2; NumPy's 2 is 2
+        if integral(self.replicas) is None or self.replicas < 1:
             raise PlacementError(
                 f"group {self.name!r}: replicas must be a whole number ≥ 1, got {self.replicas!r}."
             )
+        object.__setattr__(self, "replicas", integral(self.replicas))  # a plain int: JSON takes it
         if self.workers and len(self.workers) != self.replicas:
             raise PlacementError(
                 f"group {self.name!r}: {self.replicas} replicas but {len(self.workers)} workers "
@@ -93,8 +94,9 @@ class Policy:
     lag: int = 0
 
     def __post_init__(self) -> None:
-        if not isinstance(self.lag, int) or isinstance(self.lag, bool) or self.lag < 0:
+        if integral(self.lag) is None or self.lag < 0:
             raise PlacementError(f"policy {self.name!r}: lag must be a whole number ≥ 0, got {self.lag!r}.")
+        object.__setattr__(self, "lag", integral(self.lag))
         if self.lag and self.asynchronous:
             raise PlacementError(
                 f"policy {self.name!r}: lag and asynchronous do not combine (an asynchronous "
@@ -235,10 +237,10 @@ class SingleLearnerCoarse:
     name = "SingleLearnerCoarse"
 
     def __init__(self, actors: int | None = None, lag: int = 0) -> None:
-        _check_count(self.name, "actors", actors)  # the class's own name: Async is one too
-        if not isinstance(lag, int) or isinstance(lag, bool) or lag < 0:
+        actors = _check_count(self.name, "actors", actors)  # the class's own name: Async is one too
+        if integral(lag) is None or lag < 0:
             raise PlacementError(f"{self.name}(lag=…) must be a whole number ≥ 0, got {lag!r}.")
-        self.actors, self.lag = actors, lag
+        self.actors, self.lag = actors, integral(lag)
 
     def __repr__(self) -> str:
         return f"SingleLearnerCoarse(actors={self.actors!r}" + (f", lag={self.lag})" if self.lag else ")")
@@ -335,8 +337,7 @@ class SingleLearnerFine:
     name = "SingleLearnerFine"
 
     def __init__(self, envs: int | None = None, env_fragments: tuple[str, ...] | None = None) -> None:
-        _check_count(self.name, "envs", envs)
-        self.envs, self.env_fragments = envs, env_fragments
+        self.envs, self.env_fragments = _check_count(self.name, "envs", envs), env_fragments
 
     def place(self, fdg: Graph, inventory: Inventory) -> Policy:
         home = _home(inventory)
@@ -381,8 +382,7 @@ class MultiLearner:
     name = "MultiLearner"
 
     def __init__(self, learners: int | None = None) -> None:
-        _check_count(self.name, "learners", learners)
-        self.learners = learners
+        self.learners = _check_count(self.name, "learners", learners)
 
     def place(self, fdg: Graph, inventory: Inventory) -> Policy:
         names = inventory.names

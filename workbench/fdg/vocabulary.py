@@ -13,9 +13,10 @@ Example:
 """
 from __future__ import annotations
 
+import numbers
 from typing import Literal, get_args
 
-__all__ = ["Rate", "RATES", "Timing", "TIMINGS", "DeviceKind", "DEVICE_KINDS", "IN_PROCESS",
+__all__ = ["integral", "Rate", "RATES", "Timing", "TIMINGS", "DeviceKind", "DEVICE_KINDS", "IN_PROCESS",
            "check_device_kind"]
 
 #: When a fragment's cell runs: once per replica when deployed, every step, every iteration.
@@ -50,3 +51,16 @@ def check_device_kind(value, where: str) -> DeviceKind:
     if value not in DEVICE_KINDS:
         raise ValueError(f"{where}: device must be 'cpu' or 'gpu', not {value!r}.")
     return value
+
+
+def integral(value) -> int | None:
+    """``value`` as a plain int when it is a whole number of any integer type (a NumPy
+    integer from a computed budget too), None for anything else — a bool, 2.0, "2".
+
+    >>> import numpy as np
+    >>> integral(np.int64(4)), integral(True), integral(2.0)
+    (4, None, None)
+    """
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        return None
+    return int(value)
