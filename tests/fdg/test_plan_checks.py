@@ -105,3 +105,22 @@ def test_an_allreduce_reached_through_the_notebooks_functions_counts_and_a_missi
         make_plan(quiet, MultiLearner(learners=2).place(quiet, TWO_WORKERS))
     with pytest.warns(IndependentLearnersWarning, match="never call wb.allreduce"):
         make_plan(loud, MultiLearner(learners=2).place(loud, TWO_WORKERS))
+
+
+def test_an_evaluator_of_the_learners_weights_is_no_learner_to_warn_about():
+    """A replicated fragment that reads only what the learner writes (it evaluates the
+    weights, it logs) learns nothing to average; a learner that reads experience through
+    a buffer fragment with step cells is still warned."""
+    g = _graph("w = w - wb.allreduce(reward.mean())")
+    g.add_fragment("evaluator", "score = 2 * w", rate="iteration")
+    policy = Policy("p", (Group(("env", "actor"), 2, ("0", "1")), Group(("learner",), 2, ("0", "1")),
+                          Group(("evaluator",), 2, ("0", "1"))))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", IndependentLearnersWarning)
+        assert make_plan(g, policy).warnings == []
+    g = _graph("w = w - batch.mean()")
+    g.add_fragment("buffer", "kept = reward", rate="step")
+    g.add_fragment("buffer", "batch = kept", rate="iteration")
+    policy = Policy("p", (Group(("env", "actor", "buffer"), 2, ("0", "1")), Group(("learner",), 2, ("0", "1"))))
+    with pytest.warns(IndependentLearnersWarning, match="'learner' runs as 2 replicas"):
+        make_plan(g, policy)

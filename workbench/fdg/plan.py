@@ -411,14 +411,19 @@ class IndependentLearnersWarning(UserWarning):
 
 def independent_learners(fdg: Graph, policy: Policy) -> list[str]:
     """Why replicated learners would learn independently: a fragment without step cells
-    (a learner) placed as several replicas whose cells never call ``wb.allreduce`` — each
-    replica then trains on its own data, and their returns are pooled into one number.
+    that reads what a fragment with step cells writes (a learner: it consumes experience)
+    placed as several replicas whose cells never call ``wb.allreduce`` — each replica then
+    trains on its own data, and their returns are pooled into one number. A fragment that
+    reads only the learner's output (an evaluator, a logger) learns nothing to average.
 
     >>> from workbench.fdg.policy import Group, Policy
     >>> g = Graph()
-    >>> _ = g.add_fragment("learner", "w = 0", rate="iteration")
-    >>> independent_learners(g, Policy("p", (Group(("learner",), replicas=2),)))[0][:43]
-    "fragment 'learner' runs as 2 replicas (poli"
+    >>> _ = g.add_fragment("env", "reward = 1.0", rate="step")
+    >>> _ = g.add_fragment("learner", "w = reward.sum()", rate="iteration")
+    >>> _ = g.add_fragment("evaluator", "score = w * 2", rate="iteration")
+    >>> policy = Policy("p", (Group(("env",)), Group(("learner",), replicas=2), Group(("evaluator",), replicas=2)))
+    >>> [m[:43] for m in independent_learners(g, policy)]
+    ["fragment 'learner' runs as 2 replicas (poli"]
     """
     out = []
     for group in policy.groups:
@@ -428,6 +433,8 @@ def independent_learners(fdg: Graph, policy: Policy) -> list[str]:
             frag = fdg[name]
             if "step" in frag.cells or "iteration" not in frag.cells:
                 continue
+            if not any("step" in fdg[e.producer].cells for e in fdg.interfaces if e.consumer == name):
+                continue  # reads no experience: an evaluator of the learner's weights, a logger
             namespace = getattr(fdg, "namespace", None) or {}  # a session's FDG has the notebook's
             if any(reaches_allreduce(cell.code, namespace) for cell in frag.cells.values()):
                 continue
