@@ -136,3 +136,43 @@ def test_init_cell_re_run_from_the_magics_while_a_background_run_trains(ip, caps
     marker = run.metrics["env/marker"]
     assert marker.loc[: step_at - 1].isna().all() and (marker.loc[step_at:] == 7.0).all()
     assert np.isfinite(run.metrics["T"]).all()
+
+
+class _Tracked:
+    """An env that remembers every instance an init cell built (the run is inline)."""
+
+    built: list = []
+
+    def __init__(self) -> None:
+        type(self).built.append(self)
+        self.closed = False
+
+    def reset(self):
+        return np.zeros((2, 2))
+
+    def step(self, action):
+        return np.zeros((2, 2)), np.ones(2), np.zeros(2, bool), np.zeros(2, bool), {}
+
+    def close(self) -> None:
+        self.closed = True
+
+
+def test_the_envs_an_edited_init_cell_builds_for_names_it_keeps_are_closed():
+    """The init cell runs again and builds its envs afresh, but the fragment keeps its
+    trained ones: the fresh ones are closed, not left open (a vector env's subprocesses
+    with them)."""
+    _Tracked.built = []
+    fdg = wb.FDG(namespace={"np": np, "Tracked": _Tracked, "wb": wb, "time": time})
+    fdg.add_fragment("env", "envs = Tracked()\nobs = envs.reset()", rate="init")
+    fdg.add_fragment("actor", "action = np.zeros(len(obs), np.int64)", rate="step")
+    fdg.add_fragment("env", "time.sleep(0.005)  # time for the edit to land\n"
+                            "obs, reward, terminated, truncated, info = envs.step(action)", rate="step")
+    fdg.add_fragment("learner", "total = float(reward.sum())", rate="iteration")
+    edit = At(EDIT_AT, lambda: fdg.add_fragment("env", "envs = Tracked()\nobs = envs.reset()\nmarker = 1",
+                                                rate="init"))
+    run = fdg.run(iterations=ITERATIONS, steps=3, policy="inline", progress=False, loggers=[edit],
+                  keep_state=True)
+    assert _edited(run) and run.status == "finished", run.events
+    assert run.state.fragments["env"][0]["marker"] == 1
+    first, fresh = _Tracked.built  # the run's, and the one the edited init cell built
+    assert fresh.closed, "the env the edited init cell built was left open"

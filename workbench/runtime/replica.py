@@ -324,7 +324,11 @@ class GroupReplica(CellErrors):
     def _overlay(self, frag: str, iteration) -> None:
         values = self.overlays.pop(frag)
         if not isinstance(values, PortableState):  # a snapshot's own objects: lay them over
-            self.namespaces[frag].update(values)
+            from workbench.runtime.driver import close_envs
+
+            ns = self.namespaces[frag]  # the envs the init cell just built for names kept: closed
+            close_envs({n: ns[n] for n, kept in values.items() if n in ns and ns[n] is not kept})
+            ns.update(values)
             return
         try:
             restore_into(self.namespaces[frag], values)
