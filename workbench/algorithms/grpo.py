@@ -43,7 +43,7 @@ from workbench.llm.tasks import (AdditionTask, decode_completions, encode_prompt
                                  heldout_accuracy, score_completions)
 from workbench.llm.tokenizers import char_tokenizer
 
-__all__ = ["GRPOConfig", "group_advantages", "grpo_loss", "grpo_update", "make_model", "adam", "prompt_batch",
+__all__ = ["GRPOConfig", "check_config", "group_advantages", "grpo_loss", "grpo_update", "make_model", "adam", "prompt_batch",
            "generate_completions", "reference_logp", "FRAGMENT_CELLS", "build_fdg", "cfg", "task",
            "tokenizer", "reward_fn", "load_weights"]
 
@@ -107,6 +107,10 @@ class GRPOConfig:
     cuda_graphs: bool = True
     """on a GPU, replay generation's forwards, the reference's scoring and the update as CUDA
     graphs (``workbench.llm.generation``; one learner only); no effect on the CPU"""
+    dropout: bool = False
+    """train with the model's dropout on. Off (TRL's ``disable_dropout``): with it on, each forward
+    draws its own masks, so the ratio is not 1 before the first update and inline and coarse
+    differ (a GPT-2 config's default dropout is 0.1)"""
 
 
 cfg = GRPOConfig()
@@ -135,9 +139,57 @@ def make_model(cfg: GRPOConfig, tokenizer, weights: dict | None = None):
 
 
 # ----------------------------------------------------------------------------- acting
+def check_config(cfg: GRPOConfig) -> None:
+    """Raise :class:`LLMInputError` for settings GRPO cannot learn with, saying why: read
+    where they are used each iteration (prompts, generate, learner), so ``%fdg update cfg``
+    and ``--set`` are checked too.
+
+    >>> check_config(GRPOConfig(group_size=1))
+    Traceback (most recent call last):
+    ...
+    workbench.llm.errors.LLMInputError: GRPO needs group_size ≥ 2, got 1: a completion's advantage is its reward against the others sampled for the same prompt, and one completion has none to compare with (its standard deviation is undefined). Sample at least 2 per prompt (8 is usual).
+    """
+    def whole(name: str, least: int) -> None:
+        value = getattr(cfg, name)
+        if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < least:
+            raise LLMInputError(f"GRPO needs {name} ≥ {least}, got {value!r}" + _WHY.get(name, "."))
+
+    whole("group_size", 2)
+    whole("prompts_per_step", 1)
+    whole("max_new_tokens", 1)
+    if not cfg.temperature > 0:
+        raise LLMInputError(
+            f"GRPO needs temperature > 0, got {cfg.temperature!r}: "
+            + ("a negative one samples the least likely tokens first. " if cfg.temperature < 0 else
+               "0 is greedy decoding, so the completions of a prompt are all the same, every advantage is 0 "
+               "and nothing is learned (held-out accuracy is measured greedily already). ")
+            + "Sample at a positive temperature (1.0 is the model's own distribution).")
+    if not 0 < cfg.top_p <= 1:
+        raise LLMInputError(f"GRPO needs 0 < top_p ≤ 1, got {cfg.top_p!r}: it is the probability mass sampled "
+                            "from (1 keeps every token; near 0 is greedy, so every completion of a prompt is the same).")
+    for name in ("clip_coef", "max_grad_norm"):
+        if not getattr(cfg, name) > 0:
+            raise LLMInputError(f"GRPO needs {name} > 0, got {getattr(cfg, name)!r}" + _WHY[name])
+    for name in ("kl_coef", "learning_rate"):
+        if not getattr(cfg, name) >= 0:
+            raise LLMInputError(f"GRPO needs {name} ≥ 0, got {getattr(cfg, name)!r} (0 turns it off).")
+
+
+_WHY = {
+    "group_size": (": a completion's advantage is its reward against the others sampled for the same prompt, "
+                   "and one completion has none to compare with (its standard deviation is undefined). Sample "
+                   "at least 2 per prompt (8 is usual)."),
+    "prompts_per_step": ": each step samples that many distinct prompts.",
+    "max_new_tokens": ": a completion needs room for one token at least (its <eos> counts).",
+    "clip_coef": ": the ratio is clipped to [1 - clip_coef, 1 + clip_coef] (0.2 is PPO's).",
+    "max_grad_norm": ": the gradient's norm is clipped to it (1.0 is usual).",
+}
+
+
 def prompt_batch(task: AdditionTask, rng: np.random.Generator, cfg: GRPOConfig, replicas: int = 1) -> list[str]:
     """This replica's share of ``cfg.prompts_per_step`` training prompts, each repeated
     ``group_size`` times in a row (a group stays whole on every replica)."""
+    check_config(cfg)
     count = max(1, cfg.prompts_per_step // replicas)
     return [p for p in task.sample(rng, count) for _ in range(cfg.group_size)]
 
@@ -146,6 +198,7 @@ def generate_completions(policy, tokenizer, prompt_ids, prompt_mask, cfg: GRPOCo
     """``(tokens, completion_mask, logp)`` sampled by ``policy`` at ``cfg``'s temperature and
     top-p; logs the generated tokens per second. Out of memory, an :class:`LLMInputError`
     says the sizes and what to lower."""
+    check_config(cfg)
     started = time.perf_counter()
     try:
         out = sample(policy, prompt_ids, prompt_mask, max_new_tokens=cfg.max_new_tokens,
@@ -233,6 +286,7 @@ def grpo_update(model, optimizer, cfg: GRPOConfig, prompt_ids, prompt_mask, toke
                 logp, ref_logp, rewards) -> dict[str, float]:
     """One GRPO step on a ``[T, N, …]`` batch of completions (groups of ``group_size`` in a
     row); logs and returns the metrics. The learning rate is read from ``cfg`` each time."""
+    check_config(cfg)
     started = time.perf_counter()
     device = model_device(model)  # the batch goes where the model is (replica.device)
     graphed = device.type == "cuda" and _graphs(cfg) and _one_learner()
@@ -250,7 +304,7 @@ def grpo_update(model, optimizer, cfg: GRPOConfig, prompt_ids, prompt_mask, toke
     def step(_order, batch) -> tuple:  # the whole batch, in order: advantages belong to groups
         return _grpo_step(model, optimizer, cfg, params, *batch)
 
-    model.train()
+    model.train(getattr(cfg, "dropout", False))  # (a config pickled before the field: off)
     out = None
     if graphed:
         out = graphed_update(model, optimizer, (cfg.clip_coef, cfg.kl_coef, cfg.max_grad_norm, cfg.temperature),

@@ -67,7 +67,9 @@ def load_causal_lm(spec, tokenizer, *, hidden: int = 64, layers: int = 2, heads:
         raise LLMInputError(f"model must be a transformers causal LM, a local directory or None, "
                             f"not {type(spec).__name__}.")
     check_vocabulary(model, tokenizer)
-    return model
+    # in eval mode whatever its source: a model object built by hand is in train mode, and
+    # generate and the reference would sample and score with its dropout on
+    return model.eval()
 
 
 def check_vocabulary(model, tokenizer) -> None:
