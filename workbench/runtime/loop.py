@@ -47,7 +47,9 @@ def run_loop(
     every fragment, what a checkpoint holds). Its state then is the state every replica
     has between iterations ``i - 1`` and ``i``, so the snapshots of all replicas for one
     ``i`` make a consistent state to resume from. It is taken before the replica waits for
-    inputs, while other replicas compute, so it costs the critical path little. ``paced``
+    inputs, while other replicas compute, so it costs the critical path little — unless the
+    task opens with cells of iteration ``i - 1`` (fine's learner update before the actor's
+    steps): then after those, between cells, so that it holds them. ``paced``
     (the run did not set ``snapshot_every``): the light snapshots keep to a share of the
     iterations' time instead (:mod:`workbench.runtime.snapshot_pacing`).
     """
@@ -56,6 +58,7 @@ def run_loop(
     done = 0
     last = None
     pacer = SnapshotPacer(estimate=lambda: _light_nbytes(replica)) if paced and snapshot is not None else None
+    snap = None
     try:
         for task in tasks:
             if task.spec.group != group:
@@ -72,17 +75,17 @@ def run_loop(
                     light = bool(snapshot_every) and (pacer.due(task.iteration) if pacer is not None
                                                       else task.iteration % snapshot_every == 0)
                     if full or light:
-                        began = time.perf_counter()
-                        size = snapshot(task.iteration, full)  # its bytes (None: not said)
-                        if pacer is not None and not full:
-                            pacer.took(time.perf_counter() - began, size)
+                        snap = _snapshotter(snapshot, task.iteration, full, pacer)
                 last = task.iteration
             arrivals = [w for w in task.inputs if w.arrival]
+            if snap is not None and (arrivals or not _opens_with_last_iteration(task)):
+                snap, _ = None, snap()  # now, before it waits for inputs: off the critical path
             if arrivals:  # asynchronous: once per producer replica's value, as each arrives
                 for _ in range(replica_counts[arrivals[0].producer_group]):
                     _run_task(replica, task, mailbox, postman, replica_counts, report, stopped, arrivals)
-            else:
-                _run_task(replica, task, mailbox, postman, replica_counts, report, stopped, [])
+            else:  # a snapshot still due is taken inside, after the last iteration's cells
+                _run_task(replica, task, mailbox, postman, replica_counts, report, stopped, [], snap)
+            snap = None
             done += 1
     except Stopped:
         pass
@@ -90,6 +93,24 @@ def run_loop(
         if replica.lanes is not None:  # its siblings no longer wait for it to step with them
             replica.lanes.leave(replica.index)
     return done
+
+
+def _snapshotter(snapshot, iteration: int, full: bool, pacer: SnapshotPacer | None):
+    """``snapshot(iteration, full)`` as a call to make later, timed for ``pacer``."""
+    def take() -> None:
+        began = time.perf_counter()
+        size = snapshot(iteration, full)  # its bytes (None: not said)
+        if pacer is not None and not full:
+            pacer.took(time.perf_counter() - began, size)
+    return take
+
+
+def _opens_with_last_iteration(task: WiredTask) -> bool:
+    """Whether ``task`` opens with cells of an earlier iteration than its own: a fine
+    policy's actor+learner task runs iteration ``i - 1``'s learner update, then iteration
+    ``i``'s steps. Its snapshot of ``i`` must come after that update, or it holds the learner
+    one update behind the iteration a lost worker's run continues from."""
+    return any(i.iteration is not None and i.iteration < task.iteration for i in task.spec.items)
 
 
 def _light_nbytes(replica: GroupReplica) -> int | None:
@@ -127,7 +148,7 @@ def _run_head(replica: GroupReplica, task: WiredTask, boundary: int, mailbox: Ma
         pass
 
 
-def _run_task(replica, task, mailbox, postman, counts, report, stopped, arrivals) -> None:
+def _run_task(replica, task, mailbox, postman, counts, report, stopped, arrivals, entering=None) -> None:
     """Receive the task's inputs, run its items, send its outputs, report."""
     waited = started = time.perf_counter()
     step_waited, step_sent = replica.step_wait_seconds, replica.step_send_seconds
@@ -149,7 +170,7 @@ def _run_task(replica, task, mailbox, postman, counts, report, stopped, arrivals
         inputs[wired.key] = (wired.spatial, wired.axis, values)
     waited = time.perf_counter() - waited
     emit_keys = tuple(dict.fromkeys(e.key for e in task.emits))
-    outbox, task_report = replica.run(items, inputs, emit_keys)
+    outbox, task_report = replica.run(items, inputs, emit_keys, entering)
     sending, sending_cpu = time.perf_counter(), time.thread_time()
     sends = []
     for emit in task.emits:

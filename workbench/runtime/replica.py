@@ -179,10 +179,11 @@ class GroupReplica(CellErrors):
 
     # -- the loop ----------------------------------------------------------------------
     def run(self, items: tuple[Item, ...], inputs: dict[str, tuple[str, int, list]],
-            emit_keys: tuple[str, ...] = ()) -> tuple[dict[str, Any], TaskReport]:
+            emit_keys: tuple[str, ...] = (), entering=None) -> tuple[dict[str, Any], TaskReport]:
         """Run ``items`` in order with ``inputs`` from other groups (key → (spatial, axis,
         one value per sending replica)); return the outbox (values for other groups, by
-        route key) and a small report."""
+        route key) and a small report. ``entering()``: called before the first item of the
+        task's own iteration, after the last one's cells it may open with (its snapshot)."""
         inbox = {}
         for key, (spatial, axis, values) in inputs.items():
             try:
@@ -200,6 +201,8 @@ class GroupReplica(CellErrors):
         token = activate(ctx)
         try:
             for item in items:
+                if entering is not None and item.iteration == report.iterations[-1]:
+                    entering, _ = None, entering()
                 self.running_since = time.monotonic()
                 ctx.iteration = item.iteration
                 if self._start is None and item.iteration is not None:
