@@ -42,6 +42,7 @@ __all__ = [
     "CheckpointError",
     "WorkerLostError",
     "WorkerUnreachableError",
+    "SchedulerLostError",
     "FragmentRuntimeError",
     "CellNotReturningError",
     "ProcessGroupError",
@@ -87,6 +88,42 @@ class WorkerUnreachableError(WorkerLostError):
                      "reply); retired from the cluster",)
         #: seconds from the run's last report to the decision that the workers are lost
         self.silent_seconds = silent_seconds
+
+
+class SchedulerLostError(WorkbenchError):
+    """This notebook's client lost the Dask scheduler mid-run (its process died, or the
+    link to it broke): the run's tasks were cancelled with it, so the run stops. Names the
+    scheduler's address and the iteration; :meth:`checkpoints_in` adds what a resume can
+    start from."""
+
+    def __init__(self, address: str, iteration: int):
+        self.address, self.iteration = address, iteration
+        self.newest: str | None = None
+        super().__init__(self._text(None, None))
+
+    def _text(self, directory, newest) -> str:
+        head = (f"the Dask scheduler at {self.address} was lost at iteration {self.iteration}: this "
+                "notebook's connection to it broke (the scheduler process died or cannot be reached), "
+                "and every task of the run was cancelled with it. The run stopped.")
+        if directory is None:
+            return (f"{head} This run wrote no checkpoints (pass checkpoint_dir=… and checkpoint_every=N "
+                    "to have one to resume from). Restart the scheduler and its workers, and run again.")
+        if newest is None:
+            return (f"{head} No checkpoint was written to {directory} yet. Restart the scheduler and its "
+                    "workers, and run again.")
+        return (f"{head} The checkpoints written so far are intact (newest: {newest}). Restart the "
+                f"scheduler and its workers, then resume: fdg.run(resume={str(directory)!r}, …) "
+                f"(%fdg run --resume {directory}, workbench run NB --resume {directory}).")
+
+    def checkpoints_in(self, directory) -> "SchedulerLostError":
+        """Name the newest loadable checkpoint in ``directory`` (None: the run had none)."""
+        if directory is not None:
+            from workbench.runtime.checkpoint import newest_loadable
+
+            found = newest_loadable(directory)
+            self.newest = str(found) if found is not None else None
+        self.args = (self._text(directory, self.newest),)
+        return self
 
 
 class ProcessDiedError(WorkbenchError):

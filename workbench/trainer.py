@@ -30,7 +30,7 @@ from typing import Any
 
 from workbench.auto_trials import AUTO_TRIAL_ITERATIONS, auto_summary, check_budget, steady_rate, trial_length
 from workbench.config import DEFAULT_UNIT, RunConfig
-from workbench.errors import CellNotReturningError, ProcessDiedError, RunConfigError, WorkerLostError
+from workbench.errors import CellNotReturningError, ProcessDiedError, RunConfigError, SchedulerLostError, WorkerLostError
 from workbench.fdg.board import fastest_trial
 from workbench.fdg.graph import Graph
 from workbench.fdg.plan import make_plan, plan_in_flight
@@ -228,6 +228,9 @@ class Trainer:
             run.status = "interrupted"
             raise
         except BaseException as exc:
+            if isinstance(exc, SchedulerLostError):  # name the newest checkpoint, once the queued ones are written
+                writer.close()
+                exc.checkpoints_in(config.checkpoint_dir)
             run.status, run.error = "failed", exc
             raise
         finally:

@@ -215,6 +215,8 @@ class DaskBackend:
     def __init__(self, client: Client, inventory: Inventory) -> None:
         self.client = client
         self.inventory = inventory
+        #: kept for the error if the scheduler is lost (the client forgets it once closed)
+        self._scheduler_address = str(getattr(client.scheduler, "address", None) or "(address unknown)")
         self.run_id = uuid.uuid4().hex[:8]
         self._authkey = secrets.token_bytes(32)
         #: on a TLS cluster every replica channel and the driver's channel use TLS too (the
@@ -375,6 +377,15 @@ class DaskBackend:
         except Exception:  # the scheduler itself is unreachable: nothing to compare with
             return []
         return sorted({a for a in self._workers.values() if a not in alive})
+
+    def scheduler_lost(self) -> str | None:
+        """The scheduler's address if this client has lost it (reconnecting, or closed after
+        failing to: every future was cancelled then), else None. Reads two attributes; no
+        message is sent, so it answers at once when the scheduler is gone."""
+        client = self.client
+        if client.status in ("running", "newly-created") and client.scheduler_comm is not None:
+            return None
+        return self._scheduler_address
 
     def check(self) -> None:
         gone = self.lost_workers()

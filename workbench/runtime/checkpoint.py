@@ -50,7 +50,7 @@ from workbench.fdg.policy import Policy
 from workbench.runtime.portable import PortableState, encode_state, unsaved_data
 from workbench.runtime.state import RunState
 
-__all__ = ["Checkpoint", "save_checkpoint", "load_checkpoint", "unsaved_message"]
+__all__ = ["Checkpoint", "save_checkpoint", "load_checkpoint", "newest_loadable", "unsaved_message"]
 
 FORMAT = "workbench-checkpoint"
 VERSION = 1
@@ -175,25 +175,65 @@ def load_checkpoint(path: str | os.PathLike) -> Checkpoint:
         return _read(target)
     except CheckpointError as exc:
         raise CheckpointError(f"{exc}{_earlier(target)}") from None
-    except Exception as exc:
-        raise CheckpointError(f"checkpoint {target} cannot be read ({type(exc).__name__}: {_gist(exc)}): "
-                              "its files are damaged, or hold what workbench never writes (nothing in "
-                              f"them was run).{_earlier(target)}") from None
+
+
+def _damaged(file: Path, exc: BaseException) -> CheckpointError:
+    """The error for a checkpoint file that does not load, naming the file inside."""
+    return CheckpointError(f"checkpoint {file.parent} cannot be read ({file.name}: {type(exc).__name__}: "
+                           f"{_gist(exc)}): its {file.name} is damaged, or holds what workbench never "
+                           "writes (nothing in it was run).")
 
 
 def _read(target: Path) -> Checkpoint:
-    """Load one checkpoint directory; its errors say nothing of the others."""
+    """Load one checkpoint directory; its errors say nothing of the others, and name the
+    file inside (``manifest.json`` or ``state.pt``) that does not load."""
     import torch
 
-    manifest = json.loads((target / "manifest.json").read_text())
-    _check_manifest(target / "manifest.json", manifest)
-    data = torch.load(target / "state.pt", weights_only=True, map_location="cpu")
+    manifest = _read_manifest(target / "manifest.json")
+    try:
+        data = torch.load(target / "state.pt", weights_only=True, map_location="cpu")
+    except Exception as exc:
+        raise _damaged(target / "state.pt", exc) from None
     _check_data(target / "state.pt", data, manifest)
     fragments = {frag: [PortableState(values) for values in replicas]
                  for frag, replicas in data["fragments"].items()}
     stepping = frozenset(f for f, d in manifest["fragments"].items() if d["stepping"])
     state = RunState(int(manifest["iteration"]), fragments, stepping)
     return Checkpoint(target, state.iteration, state, manifest)
+
+
+def _read_manifest(file: Path) -> dict:
+    try:
+        manifest = json.loads(file.read_text())
+    except Exception as exc:  # not JSON, not UTF-8, unreadable
+        raise _damaged(file, exc) from None
+    _check_manifest(file, manifest)
+    return manifest
+
+
+def _intact(path: Path) -> bool:
+    """Whether a complete checkpoint looks loadable, cheaply (what pruning asks, at every
+    save): the manifest passes :func:`_read`'s checks, and ``state.pt`` is a whole zip
+    archive (its central directory is read, every member lies inside the file, and the
+    small pickle that indexes the tensors reads with a good CRC). The tensors' bytes are
+    neither read nor unpickled, so a big state costs no more than a small one."""
+    import zipfile
+
+    try:
+        _read_manifest(path / "manifest.json")
+        state = path / "state.pt"
+        size = state.stat().st_size
+        with zipfile.ZipFile(state) as archive:
+            members = archive.infolist()
+            if any(m.header_offset + m.compress_size > size for m in members):
+                return False
+            pickles = [m for m in members if m.filename.endswith("/data.pkl") or m.filename == "data.pkl"]
+            if len(pickles) != 1:
+                return False
+            archive.read(pickles[0])  # raises BadZipFile on a CRC mismatch
+        return True
+    except Exception:
+        return False
 
 
 def _gist(exc: BaseException) -> str:
@@ -310,14 +350,28 @@ def _newest(root: Path) -> Path:
     return complete[-1]
 
 
+def newest_loadable(root: str | os.PathLike) -> Path | None:
+    """The newest checkpoint in ``root`` that looks loadable (:func:`_intact`), or None."""
+    root = Path(root)
+    done = sorted((p for p in root.glob("iteration-*") if _complete(p)), reverse=True)
+    return next((p for p in done if _intact(p)), None)
+
+
 def _complete(path: Path) -> bool:
     return (path / "manifest.json").is_file() and (path / "state.pt").is_file()
 
 
 def _prune(root: Path, keep: int, protect: str) -> None:
+    """Leave the newest ``keep`` checkpoints that load (and ``protect``, just written).
+    One that does not load (:func:`_intact`) is not counted, so it never costs a loadable
+    one its place; it stays while it is newer than the oldest one kept (to be looked at,
+    or replaced when its iteration is written again) and goes with the old ones after."""
     done = sorted(p for p in root.glob("iteration-*") if _complete(p))
-    for old in done[:-keep] if keep > 0 else done:
-        if old.name != protect:
+    loadable = [p for p in done if p.name == protect or _intact(p)]
+    kept = loadable[-keep:] if keep > 0 else []
+    oldest = kept[0].name if kept else None
+    for old in done:
+        if old.name != protect and old not in kept and (oldest is None or old.name < oldest):
             shutil.rmtree(old, ignore_errors=True)
     for tmp in root.glob(".tmp-*"):  # left by a crash mid-write (one writer at a time)
         shutil.rmtree(tmp, ignore_errors=True)

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 
-from workbench.errors import CellNotReturningError, WorkerLostError
+from workbench.errors import CellNotReturningError, SchedulerLostError, WorkerLostError
 from workbench.fdg.plan import Plan
 from workbench.fdg.wiring import WiredTask, wire_stream
 from workbench.runtime.counting import RETURN_METRIC
@@ -302,11 +302,13 @@ def drive(
                     probe(silent)  # silence: is a worker cut off or frozen?
                     last_probe = time.monotonic()
                 if loops_left == 0 and silent > TRAILING_REPORTS_S:
+                    _check_scheduler(backend, next_iteration)  # before check(): it asks the scheduler
                     backend.check()
                     raise RuntimeError(f"the run stalled at iteration {next_iteration}: every loop has "
                                        f"ended, and no report came in the {TRAILING_REPORTS_S:g} s after.")
                 why = watchdog.stalled(time.monotonic()) if loops_left else None
                 if why is not None:
+                    _check_scheduler(backend, next_iteration)
                     backend.check()
                     raise RuntimeError(_stalled(backend, next_iteration, silent, loops_left, why)) from None
                 continue
@@ -371,6 +373,16 @@ def drive(
         with shielded("stopping the run's replicas"):  # a second Ctrl-C must not cut this short
             backend.stop()
     return next_iteration - start
+
+
+def _check_scheduler(backend: Backend, iteration: int) -> None:
+    """Asked only once a run looks stalled: raise :class:`SchedulerLostError` when the
+    backend's client has lost its scheduler (its loops were cancelled with it), which
+    explains the silence. A backend without a scheduler has no ``scheduler_lost``."""
+    lost = getattr(backend, "scheduler_lost", None)
+    address = lost() if lost is not None else None
+    if address is not None:
+        raise SchedulerLostError(address, iteration)
 
 
 def _stalled(backend: Backend, iteration: int, silent: float, loops: int, why: str) -> str:

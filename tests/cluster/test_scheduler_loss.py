@@ -1,0 +1,98 @@
+"""Losing the Dask scheduler mid-run stops the run with a SchedulerLostError that names
+the scheduler's address, the iteration and the newest checkpoint — not a bare "stalled".
+
+A real scheduler process (``dask scheduler`` on a free loopback port) and a 2-worker
+``dask worker`` are started by the test in their own sessions, and the scheduler is killed
+(SIGKILL) once the run has written a checkpoint. Every process started here is killed by
+its process group at the end."""
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import workbench as wb
+from workbench.errors import SchedulerLostError
+
+DASK = [sys.executable, "-m", "distributed.cli.dask_scheduler"]
+WORKER = [sys.executable, "-m", "distributed.cli.dask_worker"]
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@contextlib.contextmanager
+def _started(command: list[str], log: Path, env: dict | None = None):
+    """A process in its own session (so its children end with it), killed at the end."""
+    with open(log, "wb") as out:
+        proc = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
+                                env={**os.environ, **(env or {})})
+    try:
+        yield proc
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=10)
+
+
+def _wait_for_workers(address: str, count: int, timeout: float = 30.0) -> None:
+    from distributed import Client
+
+    with Client(address, timeout=timeout) as client:
+        client.wait_for_workers(count, timeout=timeout)
+
+
+def cartpole_fdg() -> wb.FDG:
+    """README's CartPole example shape: an env, a fixed actor, a learner that counts."""
+    fdg = wb.FDG(namespace={"np": np, "wb": wb})
+    fdg.add_fragment("env", "envs = wb.envs.make('CartPole-v1', num_envs=4, seed=replica.index)\n"
+                            "obs = envs.reset()", rate="init")
+    fdg.add_fragment("actor", "action = (obs[:, 2] + obs[:, 3] > 0).astype(np.int64)", rate="step")
+    fdg.add_fragment("env", "obs, reward, terminated, truncated, info = envs.step(action)", rate="step")
+    fdg.add_fragment("learner", "count = 0", rate="init")
+    fdg.add_fragment("learner", "import time\ncount += 1\ntime.sleep(0.2)\nwb.log('count', count)",
+                     rate="iteration")
+    return fdg
+
+
+def test_killing_the_scheduler_mid_run_names_it_and_the_newest_checkpoint(tmp_path):
+    port = _free_port()
+    address = f"tcp://127.0.0.1:{port}"
+    ckpt = tmp_path / "ckpt"
+    started = time.monotonic()
+    with _started(DASK + ["--host", "127.0.0.1", "--port", str(port), "--no-dashboard"],
+                  tmp_path / "scheduler.log") as scheduler, \
+         _started(WORKER + [address, "--nthreads", "1", "--nworkers", "2", "--no-dashboard"],
+                  tmp_path / "worker.log", env={"DASK_DISTRIBUTED__WORKER__PROFILE__ENABLED": "False"}):
+        _wait_for_workers(address, 2)
+
+        def kill_once_checkpointed():
+            deadline = time.monotonic() + 15
+            while not (ckpt / "LATEST").exists() and time.monotonic() < deadline:
+                time.sleep(0.05)
+            os.kill(scheduler.pid, signal.SIGKILL)
+
+        killer = threading.Thread(target=kill_once_checkpointed, daemon=True)
+        killer.start()
+        with pytest.raises(SchedulerLostError) as info:
+            cartpole_fdg().run(iterations=80, steps=8, policy="coarse", cluster=address,
+                               checkpoint_dir=str(ckpt), checkpoint_every=2, progress=False)
+        killer.join(timeout=5)
+    text = str(info.value)
+    assert f"the Dask scheduler at {address} was lost at iteration" in text, text
+    assert info.value.address == address and info.value.iteration > 0
+    assert "intact (newest: " in text and str(ckpt) in text and "--resume" in text, text
+    assert info.value.newest is not None and Path(info.value.newest).parent == ckpt
+    assert time.monotonic() - started < 60
