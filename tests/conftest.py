@@ -26,7 +26,7 @@ def _ctrl_c_reaches_python():
 
 
 @contextlib.contextmanager
-def two_worker_client(**cluster_options):
+def two_worker_client(silence_logs: int = logging.ERROR, **cluster_options):
     """A Client of a 2-worker LocalCluster on 127.0.0.1 (the shape of the embedded default);
     ``cluster_options`` go to the cluster (``env=``, ``preload=``…).
 
@@ -39,7 +39,7 @@ def two_worker_client(**cluster_options):
     from workbench.cluster.patient import PatientLocalCluster
 
     with PatientLocalCluster(n_workers=2, threads_per_worker=1, processes=True, host="127.0.0.1",
-                             dashboard_address="127.0.0.1:0", silence_logs=logging.ERROR,
+                             dashboard_address="127.0.0.1:0", silence_logs=silence_logs,
                              **cluster_options) as cluster:
         with Client(cluster, set_as_default=False) as c:
             yield c
@@ -49,6 +49,14 @@ def two_worker_client(**cluster_options):
 def client():
     """A 2-worker LocalCluster on 127.0.0.1 (the shape of the embedded default)."""
     with two_worker_client() as c:
+        yield c
+
+
+@pytest.fixture()
+def doomed_cluster():
+    """Its own 2-worker cluster: a test kills one of the worker processes (the nanny then
+    starts a new one, which joins later)."""
+    with two_worker_client(silence_logs=logging.CRITICAL) as c:
         yield c
 
 

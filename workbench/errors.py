@@ -115,13 +115,10 @@ class SchedulerLostError(WorkbenchError):
                 f"scheduler and its workers, then resume: fdg.run(resume={str(directory)!r}, …) "
                 f"(%fdg run --resume {directory}, workbench run NB --resume {directory}).")
 
-    def checkpoints_in(self, directory) -> "SchedulerLostError":
-        """Name the newest loadable checkpoint in ``directory`` (None: the run had none)."""
-        if directory is not None:
-            from workbench.runtime.checkpoint import newest_loadable
-
-            found = newest_loadable(directory)
-            self.newest = str(found) if found is not None else None
+    def checkpoints_in(self, directory, newest) -> "SchedulerLostError":
+        """Say what a resume can start from: ``newest``, the newest loadable checkpoint in
+        ``directory`` (None: none yet; ``directory`` None: the run wrote none)."""
+        self.newest = None if newest is None else str(newest)
         self.args = (self._text(directory, self.newest),)
         return self
 

@@ -229,8 +229,9 @@ class Trainer:
             raise
         except BaseException as exc:
             if isinstance(exc, SchedulerLostError):  # name the newest checkpoint, once the queued ones are written
+                from workbench.runtime.checkpoint import newest_loadable
                 writer.close()
-                exc.checkpoints_in(config.checkpoint_dir)
+                exc.checkpoints_in(config.checkpoint_dir, config.checkpoint_dir and newest_loadable(config.checkpoint_dir))
             run.status, run.error = "failed", exc
             raise
         finally:

@@ -8,7 +8,6 @@ What is asserted is the mechanism: the learner's own counter, logged each iterat
 exactly 1 … N after the loss, with no repeat and no gap."""
 from __future__ import annotations
 
-import logging
 import os
 import signal
 
@@ -20,19 +19,6 @@ from workbench.cluster._dask_compat import workers_info
 
 ITERATIONS = 20
 KILL_AT = 8
-
-
-@pytest.fixture()
-def doomed_cluster():
-    """Its own 2-worker cluster: a test kills one of the worker processes."""
-    from distributed import Client
-
-    from workbench.cluster.patient import PatientLocalCluster
-
-    with PatientLocalCluster(n_workers=2, threads_per_worker=1, processes=True, host="127.0.0.1",
-                             dashboard_address="127.0.0.1:0", silence_logs=logging.CRITICAL) as cluster:
-        with Client(cluster, set_as_default=False) as c:
-            yield c
 
 
 def _counting_fdg() -> wb.FDG:

@@ -3,7 +3,6 @@ its snapshot, and goes on. What is asserted is the mechanism (the learner's own 
 updates carries through the loss), not a learning outcome that float details can flip."""
 from __future__ import annotations
 
-import logging
 import os
 import signal
 import time
@@ -20,20 +19,6 @@ from workbench.notebook import load_notebook
 QUICKSTART = Path(__file__).resolve().parents[2] / "notebooks" / "quickstart.ipynb"
 KILL_AT = 12
 ITERATIONS = 50
-
-
-@pytest.fixture()
-def doomed_cluster():
-    """Its own 2-worker cluster: a test kills one of the worker processes (the nanny then
-    starts a new one, which joins later)."""
-    from distributed import Client
-
-    from workbench.cluster.patient import PatientLocalCluster
-
-    with PatientLocalCluster(n_workers=2, threads_per_worker=1, processes=True, host="127.0.0.1",
-                             dashboard_address="127.0.0.1:0", silence_logs=logging.CRITICAL) as cluster:
-        with Client(cluster, set_as_default=False) as c:
-            yield c
 
 
 class KillAt:

@@ -7,7 +7,6 @@ form fails the run with the replicas, their workers and the fix, and loses nothi
 from __future__ import annotations
 
 import filecmp
-import logging
 import os
 import signal
 import time
@@ -173,19 +172,6 @@ def test_a_group_that_cannot_form_fails_the_run_by_name_and_loses_nothing(client
     resumed = fdg.run(iterations=2, steps=ppo.PPOConfig().num_steps, policy=policy, cluster=client,
                       progress=False, resume=str(tmp_path), allreduce="channels")
     assert resumed.status == "finished" and resumed.env_steps > first.env_steps
-
-
-@pytest.fixture()
-def doomed_cluster():
-    """Its own 2-worker cluster: the test kills one worker process."""
-    from distributed import Client
-
-    from workbench.cluster.patient import PatientLocalCluster
-
-    with PatientLocalCluster(n_workers=2, threads_per_worker=1, processes=True, host="127.0.0.1",
-                             dashboard_address="127.0.0.1:0", silence_logs=logging.CRITICAL) as cluster:
-        with Client(cluster, set_as_default=False) as c:
-            yield c
 
 
 def test_a_lost_learner_breaks_the_group_and_the_run_goes_on_with_a_new_one(doomed_cluster):

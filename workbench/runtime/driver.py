@@ -19,6 +19,7 @@ from workbench.errors import CellNotReturningError, SchedulerLostError, WorkerLo
 from workbench.fdg.plan import Plan
 from workbench.fdg.wiring import WiredTask, wire_stream
 from workbench.runtime.counting import RETURN_METRIC
+from workbench.runtime.env_objects import close_envs, is_env  # noqa: F401  (this module's API too)
 from workbench.runtime.in_flight import InFlight
 from workbench.runtime.interrupts import shielded
 from workbench.runtime.replica import GroupProgram, TaskReport
@@ -178,21 +179,6 @@ class IterationRecord:
             for name, values in part.items():
                 self.metrics.setdefault(name, []).extend(values)
         self.parts.clear()
-
-
-def is_env(value) -> bool:
-    """Whether ``value`` is an environment :func:`close_envs` closes (reset, step and close)."""
-    return callable(getattr(value, "close", None)) and hasattr(value, "step") and hasattr(value, "reset")
-
-
-def close_envs(ns: dict) -> None:
-    """Close the environments a namespace holds (:func:`is_env`)."""
-    for value in list(ns.values()):
-        if is_env(value):
-            try:
-                value.close()
-            except Exception:  # closing is best effort; the run already has its result
-                pass
 
 
 def drive(

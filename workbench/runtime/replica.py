@@ -18,6 +18,7 @@ from workbench.runtime.arrays import ReplicasDisagree, Unbatched, gather, handed
 from workbench.runtime.cell_exit import install as catch_process_exits, is_cell_error
 from workbench.runtime.channels import Stopped, dumps_state
 from workbench.runtime.deferred_metrics import DeferredMetricError
+from workbench.runtime.env_objects import close_envs
 from workbench.runtime.lanes import Lanes, run_as_lane
 from workbench.runtime.on_arrival import acts_on_arrival, step_on_arrival
 from workbench.runtime.counting import (ENV_STEPS_KEY, RANDOM_KEY, REBUILT_KEY, batch_of, counter_of, explicit,
@@ -327,8 +328,6 @@ class GroupReplica(CellErrors):
     def _overlay(self, frag: str, iteration) -> None:
         values = self.overlays.pop(frag)
         if not isinstance(values, PortableState):  # a snapshot's own objects: lay them over
-            from workbench.runtime.driver import close_envs
-
             ns = self.namespaces[frag]  # the envs the init cell just built for names kept: closed
             close_envs({n: ns[n] for n, kept in values.items() if n in ns and ns[n] is not kept})
             ns.update(values)
