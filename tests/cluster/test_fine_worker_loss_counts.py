@@ -21,14 +21,16 @@ ITERATIONS = 20
 KILL_AT = 8
 
 
-def _counting_fdg() -> wb.FDG:
+def counting_fdg(sleep_s: float = 0.05) -> wb.FDG:
+    """README's CartPole shape: an env, a fixed actor, a learner that counts its updates
+    (and sleeps ``sleep_s``, so faults land mid-run)."""
     fdg = wb.FDG(namespace={"np": np, "wb": wb})
     fdg.add_fragment("env", "envs = wb.envs.make('CartPole-v1', num_envs=4, seed=replica.index)\n"
                             "obs = envs.reset()", rate="init")
     fdg.add_fragment("actor", "action = (obs[:, 2] + obs[:, 3] > 0).astype(np.int64)", rate="step")
     fdg.add_fragment("env", "obs, reward, terminated, truncated, info = envs.step(action)", rate="step")
     fdg.add_fragment("learner", "count = 0", rate="init")
-    fdg.add_fragment("learner", "import time\ncount += 1\ntime.sleep(0.05)\n"
+    fdg.add_fragment("learner", f"import time\ncount += 1\ntime.sleep({sleep_s})\n"
                                 "wb.log('rollout/reward', float(reward.sum()))\nwb.log('count', count)",
                      rate="iteration")
     return fdg
@@ -61,7 +63,7 @@ class KillAt:
 @pytest.mark.parametrize("policy, learner", [("fine", True), ("fine", False), ("coarse", True)],
                          ids=["fine, learner's worker", "fine, env-only worker", "coarse, learner's worker"])
 def test_the_learner_counts_every_iteration_once_after_a_worker_loss(policy, learner, doomed_cluster):
-    fdg = _counting_fdg()
+    fdg = counting_fdg()
     killer = KillAt(doomed_cluster, fdg, learner, KILL_AT)
     run = fdg.run(iterations=ITERATIONS, steps=16, policy=policy, cluster=doomed_cluster,
                   progress=False, loggers=[killer])

@@ -17,11 +17,10 @@ import threading
 import time
 from pathlib import Path
 
-import numpy as np
 import pytest
 
-import workbench as wb
 from workbench.errors import SchedulerLostError
+from tests.cluster.test_fine_worker_loss_counts import counting_fdg
 
 DASK = [sys.executable, "-m", "distributed.cli.dask_scheduler"]
 WORKER = [sys.executable, "-m", "distributed.cli.dask_worker"]
@@ -54,19 +53,6 @@ def _wait_for_workers(address: str, count: int, timeout: float = 30.0) -> None:
         client.wait_for_workers(count, timeout=timeout)
 
 
-def cartpole_fdg() -> wb.FDG:
-    """README's CartPole example shape: an env, a fixed actor, a learner that counts."""
-    fdg = wb.FDG(namespace={"np": np, "wb": wb})
-    fdg.add_fragment("env", "envs = wb.envs.make('CartPole-v1', num_envs=4, seed=replica.index)\n"
-                            "obs = envs.reset()", rate="init")
-    fdg.add_fragment("actor", "action = (obs[:, 2] + obs[:, 3] > 0).astype(np.int64)", rate="step")
-    fdg.add_fragment("env", "obs, reward, terminated, truncated, info = envs.step(action)", rate="step")
-    fdg.add_fragment("learner", "count = 0", rate="init")
-    fdg.add_fragment("learner", "import time\ncount += 1\ntime.sleep(0.2)\nwb.log('count', count)",
-                     rate="iteration")
-    return fdg
-
-
 def test_killing_the_scheduler_mid_run_names_it_and_the_newest_checkpoint(tmp_path):
     port = _free_port()
     address = f"tcp://127.0.0.1:{port}"
@@ -87,7 +73,7 @@ def test_killing_the_scheduler_mid_run_names_it_and_the_newest_checkpoint(tmp_pa
         killer = threading.Thread(target=kill_once_checkpointed, daemon=True)
         killer.start()
         with pytest.raises(SchedulerLostError) as info:
-            cartpole_fdg().run(iterations=80, steps=8, policy="coarse", cluster=address,
+            counting_fdg(sleep_s=0.2).run(iterations=80, steps=8, policy="coarse", cluster=address,
                                checkpoint_dir=str(ckpt), checkpoint_every=2, progress=False)
         killer.join(timeout=5)
     text = str(info.value)
