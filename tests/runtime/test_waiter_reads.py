@@ -101,6 +101,58 @@ def test_a_waiting_replica_files_what_arrives_in_its_own_thread(served, monkeypa
     assert server._frames.pumped_frames - before >= 4
 
 
+def test_a_waiting_replica_that_files_its_own_values_sends_itself_no_wake_ups(served, monkeypatch):
+    """The thread reading files the frames for its own wait and sees them when its round
+    ends: a wake-up byte to itself per frame (a send, a drain, one more ``select``) is
+    waste on every wait of every step. A gather and an act-on-arrival take both."""
+    server, postman, boxes = served
+    monkeypatch.setattr(frame_reader, "LEND_S", LONG_POLL)
+    box, reader = boxes[("actor", 0)], server._frames
+    takes = [lambda t: box.take_all("obs", t, range(4), stopped=lambda: False, poll=LONG_POLL),
+             lambda t: box.take_ready("obs", dict.fromkeys(range(4), t), stopped=lambda: False, poll=LONG_POLL)]
+    for task in range(1, 8):  # the first takes the turn from the reader's thread if it holds it
+        wakes = reader.wakes
+        thread, out = _in_thread(lambda: takes[task % 2](task), "actor-replica")
+        assert _wait_for(lambda: _reading(server))
+        for i in range(4):
+            postman.send(("actor", 0), "obs", task, i, i)
+        thread.join(20)
+        assert out and not isinstance(out[0], BaseException)
+        assert box.filed_by[-1] == "actor-replica"
+        assert reader.wakes == wakes or task == 1, f"take {task}"
+
+
+def test_a_value_filed_while_a_waiter_asks_for_the_turn_ends_its_wait_at_once(served, monkeypatch):
+    """Replica 1 asks for the turn while replica 0 reads, and its value is filed by
+    replica 0 in that moment: replica 1 must see it then, not at its poll."""
+    server, postman, boxes = served
+    monkeypatch.setattr(frame_reader, "LEND_S", LONG_POLL)
+    first, second = boxes[("actor", 0)], boxes[("actor", 1)]
+    reader = server._frames
+    real_pump, asked = reader.pump, threading.Event()
+
+    def pump(timeout, wake):
+        if threading.current_thread().name != "replica-1":
+            return real_pump(timeout, wake)
+        got = real_pump(timeout, wake)
+        if not got and not asked.is_set():  # in the moment between asking and waiting
+            asked.set()
+            postman.send(("actor", 1), "x", 1, 0, "for 1")
+            assert _wait_for(lambda: second.filed_by)  # filed by replica 0's round
+        return got
+
+    monkeypatch.setattr(reader, "pump", pump)
+    t0, out0 = _in_thread(lambda: first.take("x", 1, 0, stopped=lambda: False, poll=LONG_POLL), "replica-0")
+    assert _wait_for(lambda: _reading(server))
+    start = time.monotonic()
+    t1, out1 = _in_thread(lambda: second.take("x", 1, 0, stopped=lambda: False, poll=LONG_POLL), "replica-1")
+    t1.join(20)
+    assert out1 == ["for 1"] and time.monotonic() - start < 10
+    postman.send(("actor", 0), "x", 1, 0, "for 0")
+    t0.join(20)
+    assert out0 == ["for 0"]
+
+
 def test_the_reader_s_thread_stays_parked_after_a_wait_and_the_next_wait_reads(served, monkeypatch):
     """Frames that come in between two waits (an actor sending) stay in the kernel: no
     thread takes the GIL from the actor for them; the next wait files them."""

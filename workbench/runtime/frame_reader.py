@@ -104,6 +104,8 @@ class FrameReader:
         self._pumped_at = float("-inf")
         #: frames handed on, and how many of them by waiting replicas' threads
         self.frames = self.pumped_frames = 0
+        #: wake-up bytes sent to a ``select`` in progress
+        self.wakes = 0
         self.thread = threading.Thread(target=self._run, name=name, daemon=True)
         self.thread.start()
 
@@ -179,8 +181,16 @@ class FrameReader:
         no socket announces."""
         try:
             self._wake_w.send(b"\0")
+            self.wakes += 1
         except OSError:  # closed, or its buffer full of wake-ups already: awake anyway
             pass
+
+    def wake_reader(self) -> None:
+        """:meth:`wake` the thread reading, unless that is the calling thread: a frame it
+        read and filed ends its own wait when the round ends (a wake-up would cost it a
+        send, a drain and one more ``select``, per frame, on every replica's wait)."""
+        if self._holder != threading.get_ident():  # the holder alone changes it from itself
+            self.wake()
 
     def _run(self) -> None:
         try:

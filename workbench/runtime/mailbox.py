@@ -109,8 +109,8 @@ class Mailbox:
                         self._notify(wait)
 
     def _notify(self, wait: _Wait) -> None:
-        if wait.reading is not None:  # its thread is in select, reading the channels (a local put)
-            wait.reading.wake()
+        if wait.reading is not None:  # its thread is reading the channels: a local put wakes it
+            wait.reading.wake_reader()
         else:
             wait.cond.notify()
 
@@ -129,7 +129,10 @@ class Mailbox:
                     raise Stopped()
                 if reader is not None and self._read(reader, wait, poll):
                     continue
-                if wait.turn:  # the turn freed for it while it was asking: ask again, no wait
+                # the turn freed for it while it was asking: ask again, no wait; or what it
+                # waits for was filed while it asked (by the turn's holder, who wakes no
+                # one reading: the lock was free then)
+                if wait.turn or done():
                     wait.turn = False
                     continue
                 if wait.cond.wait(poll) and not wait.turn:  # a value's notify, not a poll's timeout
