@@ -210,7 +210,8 @@ class RunConfig:
     resume: Any = _option(None, "continue from the newest checkpoint in DIR, under any policy and "
                           "workers", metavar="DIR")
     checkpoint_dir: str | None = _option(None, "write checkpoints to DIR (every --checkpoint-every "
-                                         "iterations, and at the end)", check=_directory, metavar="DIR")
+                                         "iterations, else every 5-10 s of training; and at the "
+                                         "end)", check=_directory, metavar="DIR")
     checkpoint_every: int | None = _option(None, "iterations between checkpoints (needs "
                                            "--checkpoint-dir)", check=_whole(1), type=int, metavar="N")
     snapshot_every: int | None = _option(None, "iterations between the learners' snapshots to this "

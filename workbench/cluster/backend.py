@@ -113,7 +113,7 @@ def _loop_task(run_id: str, authkey: bytes, group: str, index: int, plan: Plan, 
 
     def snapshot(iteration: int, full: bool) -> int:
         data = deployed.replica.snapshot_bytes(full)
-        postman.send(DRIVER, snapshot_key(group), iteration, index, data)
+        postman.send(DRIVER, snapshot_key(group, full), iteration, index, data)
         return len(data)
 
     failed: WorkbenchError | None = None

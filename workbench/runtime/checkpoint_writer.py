@@ -1,8 +1,18 @@
 """Checkpoints written while a run trains, off the training thread.
 
-The replicas' full snapshots arrive every ``every`` iterations; a background thread turns
-each into a checkpoint directory, so training never waits for the disk. A write that fails
-is reported once, at the end of the run, as a :class:`~workbench.errors.CheckpointError`.
+The replicas' full snapshots arrive every ``every`` iterations — or, given a directory and
+no ``every``, every 5–10 s of training, however long the run is planned
+(:class:`~workbench.runtime.snapshot_pacing.CheckpointPacer`; such a run used to write its
+only checkpoint at its end, so a long one had none on disk while it trained); a background
+thread turns each into a checkpoint directory, so training never waits for the disk. A
+write that fails is reported once, at the end of the run, as a
+:class:`~workbench.errors.CheckpointError`.
+
+Example:
+    >>> CheckpointWriter(None, "ckpt", 20).every, CheckpointWriter(None, "ckpt", None).every == PACED
+    (20, True)
+    >>> CheckpointWriter(None, None, None).every   # no directory: none while training
+    0
 """
 from __future__ import annotations
 
@@ -11,23 +21,27 @@ import threading
 from typing import TYPE_CHECKING
 
 from workbench.errors import CheckpointError
+from workbench.runtime.snapshot_pacing import PACED
 
 if TYPE_CHECKING:
     from workbench.fdg.plan import Plan
     from workbench.fdg.policy import Policy
     from workbench.runtime.run import Run
+    from workbench.runtime.snapshots import IterationSnapshots
 
 __all__ = ["CheckpointWriter"]
 
 
 class CheckpointWriter:
-    """Writes a checkpoint every ``every`` iterations from the replicas' snapshots, in a
-    background thread, and one at the end (:meth:`final`)."""
+    """Writes a checkpoint every ``every`` iterations from the replicas' snapshots (paced,
+    without ``every``), in a background thread, and one at the end (:meth:`final`)."""
 
     def __init__(self, run: "Run", directory: str | None, every: int | None) -> None:
         self.run, self.directory = run, directory
         self.enabled = directory is not None
-        self.every = every or 0
+        #: the replicas' ``full_snapshot_every``: as given, PACED for a directory alone (a
+        #: user who names one expects checkpoints while it trains), 0 without a directory
+        self.every = every or (PACED if self.enabled else 0)
         self._jobs: queue.Queue = queue.Queue()
         self._thread: threading.Thread | None = None
         self.error: BaseException | None = None
@@ -37,8 +51,10 @@ class CheckpointWriter:
         if not self.every:
             return None
 
-        def on_snapshot(iteration: int, pickled: dict) -> None:
-            if iteration % self.every == 0:
+        def on_snapshot(iteration: int, pickled: "IterationSnapshots") -> None:
+            # only where every replica sent its whole state: replicas that pace their
+            # checkpoints alone may disagree at an iteration, and light ones lack the envs
+            if pickled.full:
                 self._queue((plan, iteration, pickled, policy))
 
         return on_snapshot

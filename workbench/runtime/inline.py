@@ -98,7 +98,7 @@ class InlineBackend:
 
             def snapshot(iteration: int, full: bool) -> int:
                 data = replica.snapshot_bytes(full)
-                postman.send(DRIVER, snapshot_key(key[0]), iteration, key[1], data)
+                postman.send(DRIVER, snapshot_key(key[0], full), iteration, key[1], data)
                 return len(data)
 
             try:

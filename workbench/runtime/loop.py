@@ -16,7 +16,7 @@ from workbench.runtime.channels import Mailbox, Peers, Stopped
 from workbench.runtime.fence import Fence
 from workbench.runtime.mailbox import Arrival
 from workbench.runtime.replica import GroupReplica, TaskReport
-from workbench.runtime.snapshot_pacing import SnapshotPacer
+from workbench.runtime.snapshot_pacing import PACED, CheckpointPacer, SnapshotPacer
 from workbench.runtime.state_size import state_nbytes
 
 __all__ = ["run_loop"]
@@ -51,13 +51,17 @@ def run_loop(
     task opens with cells of iteration ``i - 1`` (fine's learner update before the actor's
     steps): then after those, between cells, so that it holds them. ``paced``
     (the run did not set ``snapshot_every``): the light snapshots keep to a share of the
-    iterations' time instead (:mod:`workbench.runtime.snapshot_pacing`).
+    iterations' time instead (:mod:`workbench.runtime.snapshot_pacing`). ``full_snapshot_every``
+    = :data:`~workbench.runtime.snapshot_pacing.PACED` (a checkpoint directory without
+    ``checkpoint_every``): the full ones every 5–10 s of training, within the same share.
     """
     group = replica.program.group
     replica.peers = Peers(group, replica.index, mailbox, postman, replica_counts, stopped)
     done = 0
     last = None
-    pacer = SnapshotPacer(estimate=lambda: _light_nbytes(replica)) if paced and snapshot is not None else None
+    pacer = SnapshotPacer(estimate=lambda: _nbytes(replica, False)) if paced and snapshot is not None else None
+    checkpoints = (CheckpointPacer(estimate=lambda: _nbytes(replica, True))
+                   if full_snapshot_every == PACED and snapshot is not None else None)
     snap = None
     try:
         for task in tasks:
@@ -71,11 +75,12 @@ def run_loop(
                     _run_head(replica, task, fence.boundary, mailbox, replica_counts, stopped)
                     break
                 if snapshot is not None and last is not None and task.iteration > last:
-                    full = bool(full_snapshot_every) and task.iteration % full_snapshot_every == 0
+                    full = (checkpoints.due(task.iteration) if checkpoints is not None else
+                            bool(full_snapshot_every) and task.iteration % full_snapshot_every == 0)
                     light = bool(snapshot_every) and (pacer.due(task.iteration) if pacer is not None
                                                       else task.iteration % snapshot_every == 0)
                     if full or light:
-                        snap = _snapshotter(snapshot, task.iteration, full, pacer)
+                        snap = _snapshotter(snapshot, task.iteration, full, pacer, checkpoints)
                 last = task.iteration
             arrivals = [w for w in task.inputs if w.arrival]
             if snap is not None and (arrivals or not _opens_with_last_iteration(task)):
@@ -95,12 +100,16 @@ def run_loop(
     return done
 
 
-def _snapshotter(snapshot, iteration: int, full: bool, pacer: SnapshotPacer | None):
-    """``snapshot(iteration, full)`` as a call to make later, timed for ``pacer``."""
+def _snapshotter(snapshot, iteration: int, full: bool, pacer: SnapshotPacer | None,
+                 checkpoints: CheckpointPacer | None = None):
+    """``snapshot(iteration, full)`` as a call to make later, timed for ``pacer`` (a light
+    one) or ``checkpoints`` (a full one)."""
     def take() -> None:
         began = time.perf_counter()
         size = snapshot(iteration, full)  # its bytes (None: not said)
-        if pacer is not None and not full:
+        if full and checkpoints is not None:
+            checkpoints.took(time.perf_counter() - began)
+        elif pacer is not None and not full:
             pacer.took(time.perf_counter() - began, size)
     return take
 
@@ -113,11 +122,11 @@ def _opens_with_last_iteration(task: WiredTask) -> bool:
     return any(i.iteration is not None and i.iteration < task.iteration for i in task.spec.items)
 
 
-def _light_nbytes(replica: GroupReplica) -> int | None:
-    """About the bytes of the replica's light snapshot (None: not known; the first
-    snapshot then measures them)."""
+def _nbytes(replica: GroupReplica, full: bool) -> int | None:
+    """About the bytes of the replica's light (or ``full``) snapshot (None: not known; the
+    first snapshot then measures them)."""
     try:
-        return state_nbytes(replica.export_state(replica.snapshotted(False), streams=False))
+        return state_nbytes(replica.export_state(replica.snapshotted(full), streams=False))
     except Exception:  # noqa: BLE001 - a value that does not pickle: the snapshot says what
         return None
 

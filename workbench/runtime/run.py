@@ -206,7 +206,8 @@ class Run:
             raise CheckpointError(
                 "this run kept no state to checkpoint (it ran with keep_state=False, or failed "
                 "before its first iteration). Run with keep_state=True, or pass "
-                "checkpoint_every=N and checkpoint_dir=… to write checkpoints as it goes."
+                "checkpoint_dir=… (and checkpoint_every=N, or every 5-10 s of training) to write "
+                "checkpoints as it goes."
             )
         written = str(save_checkpoint(path, self.state, self.fdg, self.policy, keep=keep,
                                       warn=lambda text: self.note_once("state not saved", text)))

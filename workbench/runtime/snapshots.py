@@ -5,7 +5,12 @@ written without stopping the run.
 Each replica sends its pickled state as it enters iteration ``i`` (see
 :func:`~workbench.runtime.loop.run_loop`); the driver's :class:`SnapshotBook` files them
 (it speaks the mailbox's ``put``, so a channel server can fill it) and hands out the newest
-iteration for which *every* replica has sent one.
+iteration for which *every* replica has sent one. A replica sends its whole state (a
+*full* snapshot, filed under ``snapshot_key(group, full=True)``) where a checkpoint is due;
+the book says whether every one of an iteration's snapshots was full
+(:class:`IterationSnapshots`), since replicas that pace their checkpoints alone
+(:class:`~workbench.runtime.snapshot_pacing.CheckpointPacer`) may take one where another
+took a light one, and a checkpoint must hold every fragment.
 
 Example:
     >>> book = SnapshotBook({"learner": 1, "actor": 2})
@@ -14,6 +19,14 @@ Example:
     >>> book.put(snapshot_key("learner"), 5, 0, b"...")
     >>> book.latest()[0]
     4
+    >>> seen = []
+    >>> book = SnapshotBook({"learner": 1, "actor": 1}, on_complete=lambda i, s: seen.append((i, s.full)))
+    >>> for group, full in [("learner", True), ("actor", False)]:   # the actor's is light
+    ...     book.put(snapshot_key(group, full), 8, 0, b"...")
+    >>> for group in ["learner", "actor"]:
+    ...     book.put(snapshot_key(group, full=True), 16, 0, b"...")
+    >>> seen                                       # a checkpoint can be written from 16
+    [(8, False), (16, True)]
 """
 from __future__ import annotations
 
@@ -24,15 +37,27 @@ import pickle
 from workbench.runtime.snapshot_pacing import MOST
 from workbench.runtime.state import RunState
 
-__all__ = ["SnapshotBook", "snapshot_key", "state_from", "DRIVER"]
+__all__ = ["SnapshotBook", "IterationSnapshots", "snapshot_key", "state_from", "DRIVER"]
 
 #: where replicas send snapshots: the driver's own mailbox, as a (group, replica) target
 DRIVER = ("__driver__", 0)
 _PREFIX = "snapshot:"
+_FULL_PREFIX = "snapshot-full:"
 
 
-def snapshot_key(group: str) -> str:
-    return _PREFIX + group
+def snapshot_key(group: str, full: bool = False) -> str:
+    """The channel key of a snapshot of ``group``'s replicas: a light one (the learners)
+    or a ``full`` one (every fragment: what a checkpoint holds)."""
+    return (_FULL_PREFIX if full else _PREFIX) + group
+
+
+class IterationSnapshots(dict):
+    """Every replica's pickled snapshot of one iteration, ``(group, replica) → bytes``;
+    ``full``: each of them holds every fragment, so a checkpoint can be written from them."""
+
+    def __init__(self, snapshots: dict, full: bool) -> None:
+        super().__init__(snapshots)
+        self.full = full
 
 
 class SnapshotBook:
@@ -44,10 +69,13 @@ class SnapshotBook:
         #: others (one that does not wait for them) keeps its newer ones until they catch up
         self.keep = keep
         #: called as ``on_complete(iteration, snapshots)`` (in the thread that filed the
-        #: last one) when every replica has sent its snapshot of ``iteration``
+        #: last one) when every replica has sent its snapshot of ``iteration``; ``snapshots``
+        #: is an :class:`IterationSnapshots`
         self.on_complete = on_complete
         self._versions: dict[tuple[str, int], dict[int, bytes]] = {
             (g, i): {} for g, n in counts.items() for i in range(n)}
+        #: per replica, the iterations of its snapshots that were full
+        self._full: dict[tuple[str, int], set[int]] = {key: set() for key in self._versions}
         self._lock = threading.Lock()
         #: the first iteration the driver has not recorded yet (None: no limit). Snapshots
         #: past it are not handed out: a worker lost mid-iteration can take the reports
@@ -62,19 +90,25 @@ class SnapshotBook:
 
     def put(self, key: str, task: int, replica: int, value: bytes) -> None:
         """A snapshot of replica ``replica`` of the group in ``key``, at iteration ``task``."""
-        group = key[len(_PREFIX):]
+        full = key.startswith(_FULL_PREFIX)
+        group = key[len(_FULL_PREFIX if full else _PREFIX):]
         with self._lock:
             versions = self._versions.setdefault((group, replica), {})
+            fulls = self._full.setdefault((group, replica), set())
             versions[task] = value
+            (fulls.add if full else fulls.discard)(task)
             for old in _beyond_keeping(versions, self.keep):
                 del versions[old]
+                fulls.discard(old)
             complete = all(task in v for v in self._versions.values())
             if complete:
-                pickled = {k: v[task] for k, v in self._versions.items()}
+                pickled = IterationSnapshots({k: v[task] for k, v in self._versions.items()},
+                                             full=all(task in f for f in self._full.values()))
                 usable = self._newest_complete()
-                for v in self._versions.values():  # older ones can never be used now
+                for k, v in self._versions.items():  # older ones can never be used now
                     for old in [t for t in v if usable is not None and t < usable]:
                         del v[old]
+                        self._full[k].discard(old)
         if complete and self.on_complete is not None:
             self.on_complete(task, pickled)
 
