@@ -106,8 +106,9 @@ class SchedulerLostError(WorkbenchError):
                 "notebook's connection to it broke (the scheduler process died or cannot be reached), "
                 "and every task of the run was cancelled with it. The run stopped.")
         if directory is None:
-            return (f"{head} This run wrote no checkpoints (pass checkpoint_dir=… and checkpoint_every=N "
-                    "to have one to resume from). Restart the scheduler and its workers, and run again.")
+            return (f"{head} This run wrote no checkpoints (pass checkpoint_dir=…: one every 5-10 s "
+                    "of training, or every checkpoint_every=N iterations, to resume from). Restart the "
+                    "scheduler and its workers, and run again.")
         if newest is None:
             return (f"{head} No checkpoint was written to {directory} yet. Restart the scheduler and its "
                     "workers, and run again.")

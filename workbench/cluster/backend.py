@@ -29,10 +29,11 @@ from workbench.cluster.dashboard_model import RUN_EVENT
 from workbench.cluster.deployed import Deployed, gateways
 from workbench.cluster.notebook_shipping import shipped
 from workbench.cluster.report_events import add_phases, report_event
-from workbench.cluster.report_relay import REPORT_KEY, DriverInbox, ReportRelay
+from workbench.cluster.report_relay import REPORT_KEY, DriverInbox, ReportRelay, scheduler_connected
 from workbench.cluster.state_export import ExportBox, send_export
 from workbench.cluster.worker_control import (PLUGIN_NAME, _busy_cells, _drop_run, _fence_close, _fence_of,
-                                              _fence_pause, _fence_release, _set_stopping)
+                                              _fence_pause, _fence_release, _has_plugin, _set_stopping,
+                                              _worker_addresses)
 from workbench.errors import FragmentRuntimeError, PlacementError, WorkbenchError, WorkerLostError, WorkerUnreachableError
 from workbench.fdg.inventory import Inventory
 from workbench.fdg.plan import Plan
@@ -52,6 +53,8 @@ __all__ = ["DaskBackend", "WorkbenchPlugin"]
 LOSS_GRACE_SECONDS = 5.0
 #: finished runs whose events the scheduler keeps (the /workbench page can show them)
 KEEP_TOPICS = 10
+#: the longest the run's once-a-second look at the cluster's workers may take
+LIVENESS_CALL_S = 3.0
 
 
 class WorkbenchPlugin(WorkerPlugin):
@@ -169,10 +172,6 @@ def _looks_like_loss(exc: BaseException) -> bool:
     return isinstance(exc, (ConnectionError, EOFError, OSError, CommClosedError, KilledWorker))
 
 
-def _worker_addresses(dask_scheduler=None) -> list[str]:
-    return list(dask_scheduler.workers)
-
-
 def _driver_host(inventory: Inventory) -> str:
     """Where workers can reach this process: loopback when every worker is on it (the
     embedded cluster), else this machine's address on the route to the first worker."""
@@ -184,10 +183,6 @@ def _driver_host(inventory: Inventory) -> str:
 
 def _ignore(event) -> None:
     """The run's topic handler: the driver has each report already (see ``start``)."""
-
-
-def _has_plugin(dask_worker=None) -> bool:
-    return PLUGIN_NAME in dask_worker.plugins
 
 
 def loop_ended(events: Events, future: Future, key: tuple[str, int]) -> None:
@@ -370,11 +365,13 @@ class DaskBackend:
     # -- worker loss -------------------------------------------------------------------
     def lost_workers(self) -> list[str]:
         """Addresses of workers holding this run's replicas that have left the cluster."""
-        if not self._workers:
+        if not self._workers or self.scheduler_lost():  # no scheduler to ask (scheduler_lost says so)
             return []
         try:
-            alive = set(self.client.run_on_scheduler(_worker_addresses))
-        except Exception:  # the scheduler itself is unreachable: nothing to compare with
+            # bounded: a scheduler killed mid-call would hold the run for Dask's whole
+            # reconnect (10 s) before the scheduler's loss is even looked at
+            alive = set(self.client.run_on_scheduler(_worker_addresses, callback_timeout=LIVENESS_CALL_S))
+        except Exception:  # the scheduler itself is unreachable (or slow): nothing to compare with
             return []
         return sorted({a for a in self._workers.values() if a not in alive})
 
@@ -382,10 +379,7 @@ class DaskBackend:
         """The scheduler's address if this client has lost it (reconnecting, or closed after
         failing to: every future was cancelled then), else None. Reads two attributes; no
         message is sent, so it answers at once when the scheduler is gone."""
-        client = self.client
-        if client.status in ("running", "newly-created") and client.scheduler_comm is not None:
-            return None
-        return self._scheduler_address
+        return None if scheduler_connected(self.client) else self._scheduler_address
 
     def check(self) -> None:
         gone = self.lost_workers()
@@ -473,6 +467,8 @@ class DaskBackend:
     def stop(self) -> None:
         if not self._stopped.is_set():
             self._stopped.set()
+            if self.scheduler_lost():  # nothing reaches the workers: don't wait out a reconnect
+                return
             try:
                 self.client.run(_set_stopping, self.run_id)
             except Exception:  # a worker that is gone has nothing left to stop
@@ -488,6 +484,8 @@ class DaskBackend:
             self._relay.close()
         try:
             forget_topic_handler(self.client, self._topic)
+            if self.scheduler_lost():
+                return
             self.client.run_on_scheduler(prune_topics, KEEP_TOPICS)
             self.client.run(_drop_run, self.run_id, bool(self._stuck))
         except Exception:  # the cluster may already be gone; nothing is left to free then

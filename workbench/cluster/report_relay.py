@@ -38,7 +38,7 @@ from workbench.cluster.report_events import report_fields
 from workbench.cluster.state_export import EXPORT_PREFIX
 from workbench.runtime.replica import TaskReport
 
-__all__ = ["REPORT_KEY", "RELAY_EVERY_S", "DriverInbox", "ReportRelay", "batch_items"]
+__all__ = ["REPORT_KEY", "RELAY_EVERY_S", "DriverInbox", "ReportRelay", "batch_items", "scheduler_connected"]
 
 #: the channel key of a task report (snapshots use ``snapshot:<group>``)
 REPORT_KEY = "report"
@@ -116,11 +116,24 @@ class ReportRelay:
 
     def close(self) -> None:
         """Stop the thread and send what is left (unless the thread is still stuck sending
-        the last batch: a scheduler that does not answer would hold the run's teardown)."""
+        the last batch: a scheduler that does not answer would hold the run's teardown;
+        one that is gone, while Dask tries to reconnect, would hold it 5 s for nothing)."""
         self._stop.set()
-        self._thread.join(timeout=5.0)
-        if not self._thread.is_alive():
+        connected = scheduler_connected(self.client)
+        self._thread.join(timeout=5.0 if connected else 0.0)
+        if connected and not self._thread.is_alive():
             self.flush()
+
+
+def scheduler_connected(client) -> bool:
+    """Whether ``client`` holds its scheduler's connection now (False while it reconnects
+    after losing it, and once closed). Reads two attributes; sends nothing.
+
+        >>> class Client: status, scheduler_comm = "connecting", None
+        >>> scheduler_connected(Client())
+        False
+    """
+    return client.status in ("running", "newly-created") and client.scheduler_comm is not None
 
 
 def _packed(message: dict) -> dict:

@@ -274,6 +274,9 @@ def drive(
     try:
         while next_iteration < end:
             if time.monotonic() - last_check > check_every:
+                # a lost scheduler first (two attributes read): Dask cancelled every loop
+                # with it, and asking it about workers would only wait for a reconnect
+                _check_scheduler(backend, next_iteration)
                 backend.check()  # a dead worker raises WorkerLostError here
                 last_check = time.monotonic()
             try:
