@@ -48,6 +48,7 @@ from typing import Any, Callable
 from workbench.errors import CheckpointError
 from workbench.fdg.policy import Policy
 from workbench.runtime.portable import PortableState, encode_state, unsaved_data
+from workbench.runtime.resume_checks import EDITED_KEY, mark_edited
 from workbench.runtime.state import RunState
 
 __all__ = ["Checkpoint", "save_checkpoint", "load_checkpoint", "newest_loadable", "unsaved_message"]
@@ -82,7 +83,9 @@ class Checkpoint:
         return list(self.manifest["cells"])
 
     def check_fits(self, fdg) -> None:
-        """Raise :class:`CheckpointError` unless ``fdg`` has the checkpoint's fragments."""
+        """Raise :class:`CheckpointError` unless ``fdg`` has the checkpoint's fragments; mark
+        the saved names whose init cell binding ``fdg`` changed since, which restoring then
+        checks against the edited cell's first values (:mod:`workbench.runtime.resume_checks`)."""
         mine, theirs = set(self.fragments), set(fdg.fragments)
         if mine != theirs:
             missing = ", ".join(sorted(mine - theirs)) or "none"
@@ -93,6 +96,33 @@ class Checkpoint:
                 f"(missing here: {missing}; not in the checkpoint: {extra}). Resume it with the FDG "
                 f"it came from (wb.FDG.from_checkpoint(DIR) rebuilds it), or start a new run."
             )
+        mark_edited(self.cells, fdg, self.state)
+
+    def leave_out(self, fragment: str, *names: str) -> Checkpoint:
+        """Resume without ``names`` of ``fragment``: its init cell's first values stay for
+        them, everything else resumes. Changes this loaded checkpoint, not its files.
+
+        >>> import tempfile, workbench as wb
+        >>> fdg = wb.FDG()
+        >>> _ = fdg.add_fragment("counter", "n = 0\\nscale = 1.0", rate="init")
+        >>> _ = fdg.add_fragment("counter", "n += 1", rate="step")
+        >>> ckpt = load_checkpoint(fdg.run(iterations=1, steps=2, progress=False).checkpoint(tempfile.mkdtemp()))
+        >>> [n for n in ckpt.leave_out("counter", "scale").state.fragments["counter"][0] if n in ("n", "scale")]
+        ['n']
+        """
+        replicas = self.state.fragments.get(fragment)
+        if replicas is None:
+            raise CheckpointError(f"checkpoint {self.path} has no fragment {fragment!r} (it has "
+                                  f"{', '.join(self.fragments) or 'none'}).")
+        saved = sorted({n for values in replicas for n in values if not n.startswith("_wb_")})
+        unknown = [n for n in names if n not in saved]
+        if unknown:
+            raise CheckpointError(f"checkpoint {self.path} saved no {', '.join(map(repr, unknown))} of fragment "
+                                  f"{fragment!r} (it saved {', '.join(saved) or 'nothing'}).")
+        for values in replicas:
+            for name in names:
+                values.pop(name, None)
+        return self
 
 
 def save_checkpoint(directory: str | os.PathLike, state: RunState, fdg, policy: Policy, *,
@@ -323,7 +353,7 @@ def _check_data(file: Path, data: Any, manifest: dict) -> None:
 
 def _portable(values: Any) -> tuple[PortableState, list[str]]:
     if isinstance(values, PortableState):  # resumed from a checkpoint and not yet run
-        return values, []
+        return PortableState((k, v) for k, v in values.items() if k != EDITED_KEY), []
     return encode_state(values)
 
 

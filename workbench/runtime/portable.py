@@ -33,7 +33,9 @@ the warning a run gives at its first checkpoint.
 Restoring checks that each array fits what the init cell builds now (its number of axes
 and every axis but the first — the first may grow, like a list of returns; weights and a
 ``state_dict``'s arrays must match whole, dtype included), so a changed observation shape
-is an error naming the value, not a silent mix of old and new.
+is an error naming the value, not a silent mix of old and new. Where the init cell's
+statements that make a name changed since the checkpoint, the saved value must also be of
+the new first value's kind (:mod:`workbench.runtime.resume_checks`).
 
 Example:
     >>> import numpy as np
@@ -42,6 +44,7 @@ Example:
     (['n', 'obs'], ['f'])
     >>> ns = {"n": 0}
     >>> restore_into(ns, saved)
+    []
     >>> ns["n"], ns["obs"].dtype
     (3, dtype('float32'))
     >>> restore_into({"obs": np.zeros((8, 6), np.float32)}, saved)
@@ -57,6 +60,7 @@ from typing import Any
 import numpy as np
 
 from workbench.loaded_modules import loaded
+from workbench.runtime.resume_checks import EDITED_KEY, MISSING, check_edited
 
 __all__ = ["PortableState", "encode_state", "decode_value", "restore_into", "unsaved_data", "type_label"]
 
@@ -125,14 +129,23 @@ def decode_value(enc: Any) -> Any:
     return _decode(enc, None)
 
 
-def restore_into(ns: dict[str, Any], saved: dict[str, Any]) -> None:
-    """Lay encoded values over a namespace the init cell has just filled.
+def restore_into(ns: dict[str, Any], saved: dict[str, Any]) -> list[str]:
+    """Lay encoded values over a namespace the init cell has just filled; return what to
+    say about it (values kept at the checkpoint's size where an edited init cell builds
+    another: :func:`~workbench.runtime.resume_checks.check_edited`).
 
-    Networks first, then optimisers (they cast their state to their parameters'
+    Names whose init binding changed since the checkpoint (marked by a resume) are checked
+    first, before anything is laid over: another kind of value than the edited cell's is
+    refused. Then networks, then optimisers (they cast their state to their parameters'
     devices), then other stateful objects, then plain values.
     """
+    edited = saved.get(EDITED_KEY) or {}
+    notes = [note for name, enc in saved.items() if name in edited.get("names", ())
+             for note in check_edited(name, enc, ns.get(name, MISSING), edited)]
     order = {"module": 0, "optimizer": 1, "stateful": 2}
     for name, enc in sorted(saved.items(), key=lambda kv: order.get(_kind(kv[1]), 3)):
+        if name == EDITED_KEY:
+            continue
         kind = _kind(enc)
         if kind in order:
             target = ns.get(name)
@@ -153,6 +166,7 @@ def restore_into(ns: dict[str, Any], saved: dict[str, Any]) -> None:
         else:
             _check_fits(name, enc, ns.get(name), whole=False)
             ns[name] = _decode(enc, ns.get(name))
+    return notes
 
 
 def _current_state(target: Any) -> Any:

@@ -193,7 +193,7 @@ class GroupReplica(CellErrors):
                 raise self._disagree(key, exc, items) from None
         report = TaskReport(self.program.group, self.index, self.worker,
                             iterations=sorted({i.iteration for i in items if i.iteration is not None}))
-        report.notes, self.notes = self.notes, []  # e.g. from the snapshot taken before this task
+        report.notes = self.notes  # from the snapshot taken before this task, and from its own cells
         ctx = ReplicaContext(ReplicaInfo(self.program.group, self.index, self.count, self.worker,
                                          self.device))
         if self.peers is not None and self.count > 1:  # waits for the others: not in a turn
@@ -218,6 +218,8 @@ class GroupReplica(CellErrors):
         finally:
             deactivate(token)
             self.running_cell = None
+            if report.iterations:  # an init-only task's report joins no iteration: its notes wait for one
+                self.notes = []
         report.metrics, report.shown = ctx.metrics, ctx.shown
         outbox = {e.key: self._emit(e, ctx.iteration) for e in self.program.emits if e.key in emit_keys}
         return outbox, report
@@ -333,7 +335,7 @@ class GroupReplica(CellErrors):
             ns.update(values)
             return
         try:
-            restore_into(self.namespaces[frag], values)
+            self.notes.extend(("state resized", note) for note in restore_into(self.namespaces[frag], values))
         except Exception as exc:
             raise FragmentRuntimeError(
                 fragment=frag, rate="init", replica=self.index, worker=self.worker, line=None,

@@ -6,7 +6,8 @@ the value and the way out: a value not bound on some path through a cell
 
 They are a mixin of :class:`~workbench.runtime.replica.GroupReplica` (they read its
 ``index``, ``worker`` and ``program``), as is the error for a cell that raised (``_error``),
-which drops the replica loop's own frame from the traceback: the user's code starts at the cell.
+which drops the replica loop's own frame from the traceback: the user's code starts at the cell,
+and names the script or notebook cell of code sent to a worker by value (:func:`_named_frames`).
 
 Example:
     >>> _line_writing("a = 1\\nb, c = 2, 3\\nc += 1", "c")
@@ -111,7 +112,7 @@ class CellErrors:
 
     def _error(self, frag: str, rate: str, exc: BaseException, iteration) -> FragmentRuntimeError:
         filename = f"<fragment {frag}:{rate}>"
-        frames = traceback.extract_tb(exc.__traceback__)
+        frames = _named_frames(exc.__traceback__, self.program.code)
         user = [f for f in frames if f.filename == filename]
         line = user[-1].lineno if user else None
         source = linecache.getline(filename, line) if line else None
@@ -127,6 +128,73 @@ class CellErrors:
     def _missing(self, frag, rate, b: Binding, iteration, why: str) -> FragmentRuntimeError:
         return self._cell_error(frag, rate, iteration, f"it reads {b.name!r} from fragment {b.producer!r}, "
                                 f"which {why}. Give {b.name!r} a first value in {b.producer!r}'s --init cell.")
+
+
+#: the file cloudpickle names for the code of every function and class it rebuilds from
+#: their bytes — a notebook's or a script's (``__main__``), sent to a worker by value: the
+#: frame keeps its lines and names, but not its file
+_REBUILT = "<dynamic-code>"
+
+
+def _named_frames(tb, cells: dict[tuple[str, str], str] | None = None) -> traceback.StackSummary:
+    """The traceback's frames, each naming the file or cell the user wrote its code in.
+
+    cloudpickle keeps, of the globals a function was defined with, ``__file__``: a
+    script's frames name the script (and show its line, where the worker can read the
+    file). Code from a notebook cell has no file of its own on the worker (the kernel's
+    name for the cell is not sent): its frames name the cell by what it defines, with the
+    line in that cell. A class or function one of ``cells`` (this replica's fragment
+    cells: (fragment, rate) → source) defines, rebuilt from a state sent by value, names
+    that cell, as the cell's own frames do.
+
+    >>> ns = {"__file__": "/home/me/train.py"}
+    >>> exec(compile("class Env:\\n    def step(self):\\n        raise ValueError", _REBUILT, "exec"), ns)
+    >>> def last_frame(ns):
+    ...     try:
+    ...         ns["Env"]().step()
+    ...     except ValueError as exc:
+    ...         frame = _named_frames(exc.__traceback__)[-1]
+    ...         return frame.filename, frame.lineno, frame.name
+    >>> last_frame(ns)
+    ('/home/me/train.py', 3, 'step')
+    >>> del ns["__file__"]  # a notebook's: no file
+    >>> last_frame(ns)
+    ('<notebook cell defining Env>', 3, 'step')
+    """
+    frames = traceback.extract_tb(tb)
+    for i, (frame, _) in enumerate(traceback.walk_tb(tb)):
+        if frames[i].filename == _REBUILT:
+            old = frames[i]
+            frames[i] = traceback.FrameSummary(
+                _written_in(frame, cells or {}), old.lineno, old.name, end_lineno=old.end_lineno,
+                colno=old.colno, end_colno=old.end_colno)
+    return frames
+
+
+def _written_in(frame, cells: dict[tuple[str, str], str]) -> str:
+    """Where the code of a frame cloudpickle rebuilt was written: its script, the fragment
+    cell or else the notebook cell that defines its outermost class or function."""
+    script = frame.f_globals.get("__file__")
+    if isinstance(script, str) and script:
+        return script
+    outer = frame.f_code.co_qualname.split(".")[0]
+    if not outer.isidentifier():  # a lambda or a comprehension at a cell's top level
+        return "<a notebook cell>"
+    for (frag, rate), code in cells.items():
+        if outer in _defines(code):
+            return f"<fragment {frag}:{rate}>"  # the replica registered its lines (linecache)
+    return f"<notebook cell defining {outer}>"
+
+
+def _defines(code: str) -> set[str]:
+    """The classes and functions a cell defines at its top level."""
+    import ast
+
+    try:
+        body = ast.parse(code).body
+    except SyntaxError:
+        return set()
+    return {node.name for node in body if isinstance(node, (ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))}
 
 
 def _line_writing(code: str, name: str) -> int | None:
