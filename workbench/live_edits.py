@@ -13,6 +13,14 @@
   re-run. The replica's machinery is the one a snapshot that left out an unpicklable value
   uses (``REBUILT_KEY``: run the init cell, lay the saved values over), so every backend
   does the same.
+- A **value sent with** ``%fdg update`` reaches the step and iteration cells from the
+  boundary on, but no init cell runs again for it: a part of the value only init cells
+  read (``cfg.hidden``, by the cell that builds the network) changes nothing in this run.
+  Those parts are copied where the run's first stretch takes its values
+  (:func:`take_changes`); an update that changes one says so, naming it and the init
+  cells, and that it takes effect at the next run (:func:`init_only_changes`,
+  :func:`init_only_notice`). Only what the cells' syntax trees prove is claimed
+  (:mod:`workbench.fdg.fields`); where they cannot tell, the update says nothing more.
 
 Example:
     >>> from workbench.fdg.fragment import Fragment
@@ -23,9 +31,16 @@ Example:
 """
 from __future__ import annotations
 
+import copy
+import dataclasses
+import types
+from collections.abc import Mapping
+
+from workbench.fdg.fields import init_only
 from workbench.runtime.counting import REBUILT_KEY, RESERVED
 
-__all__ = ["take_changes", "say_unapplied", "with_new_init_names", "init_edit_notice", "NEW_IN_INIT"]
+__all__ = ["take_changes", "say_unapplied", "with_new_init_names", "init_edit_notice", "NEW_IN_INIT",
+           "init_only_changes", "init_only_notice"]
 
 #: the label a name the edited init cell adds gets among the names its replicas build again
 NEW_IN_INIT = "new in the edited init cell"
@@ -34,7 +49,13 @@ NEW_IN_INIT = "new in the edited init cell"
 def take_changes(run, trainer, start: int) -> None:
     """Note every change ``trainer`` holds as applying from ``start``, the iteration the
     stretch being planned begins with, and forget them (call with ``trainer.lock`` held,
-    while taking the FDG the stretch runs)."""
+    while taking the FDG the stretch runs). The first stretch's call also keeps copies of
+    the parts of notebook values only init cells read, as those cells are given them."""
+    if getattr(trainer, "init_values", None) is None:  # where fdg.update finds them
+        try:
+            trainer.init_values = _init_values(trainer.fdg, trainer.namespace)
+        except Exception:  # noqa: BLE001 — a notebook object that resists looking into: the
+            trainer.init_values = {}  # update's notice claims nothing, the run goes on
     changes, trainer._changes = trainer._changes, []
     for kind, what in changes:
         run.note(kind, f"{what}: applies from iteration {start}", start)
@@ -101,3 +122,190 @@ def init_edit_notice(old, new) -> str:
     return (f"it adds no name, so it changes nothing in this run{kept_text}. It is the init cell of "
             "the next run; to change a value now, assign it in an iteration cell, or pass it with "
             "%fdg update / fdg.update")
+
+
+# -- values only init cells read ---------------------------------------------------------
+#: a part of a value that cannot be read or copied: never compared, never claimed
+_UNKNOWN = object()
+#: values copied at a run's start to compare with later: scalars, and small containers and
+#: dataclasses of them (a data set read at init is not copied at every run's start)
+_SCALARS = (bool, int, float, complex, str, bytes, type(None))
+_MAX_ITEMS = 1000
+_CODE = (types.ModuleType, types.FunctionType, types.BuiltinFunctionType, types.MethodType, type)
+
+
+def _part(value, field):
+    """``value``'s ``field`` (None: the value itself), as ``cfg.field`` or ``cfg["field"]``."""
+    if field is None:
+        return value
+    try:
+        return value[field] if isinstance(value, Mapping) else getattr(value, field)
+    except Exception:  # noqa: BLE001 — a part this value lacks: nothing to compare
+        return _UNKNOWN
+
+
+def _small(value, budget: list[int]) -> bool:
+    budget[0] -= 1
+    if budget[0] < 0:
+        return False
+    if isinstance(value, _SCALARS):
+        return True
+    if type(value) in (tuple, list, set, frozenset):
+        return all(_small(v, budget) for v in value)
+    if type(value) is dict:
+        return all(_small(k, budget) and _small(v, budget) for k, v in value.items())
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return all(_small(getattr(value, f.name), budget) for f in dataclasses.fields(value))
+    return False
+
+
+def _copy(value):
+    try:
+        if value is _UNKNOWN or not _small(value, [_MAX_ITEMS]):
+            return _UNKNOWN
+        return copy.deepcopy(value)
+    except Exception:  # noqa: BLE001 — an unset or uncopyable dataclass field: not compared
+        return _UNKNOWN
+
+
+def _changed(before, now) -> bool:
+    """True only where ``now`` provably differs from ``before`` (an ``==`` that gives no
+    plain bool, or raises, proves nothing)."""
+    if before is _UNKNOWN or now is _UNKNOWN or before is now:
+        return False
+    try:
+        same = before == now
+    except Exception:  # noqa: BLE001
+        return False
+    return type(same) is bool and not same
+
+
+def _code_names(obj, seen: set) -> set[str]:
+    """The global and attribute names a function's or a class's code uses (nested code too)."""
+    if isinstance(obj, (staticmethod, classmethod, types.MethodType)):
+        obj = obj.__func__
+    names: set[str] = set()
+    if isinstance(obj, property):
+        for function in (obj.fget, obj.fset, obj.fdel):
+            names |= _code_names(function, seen)
+        return names
+    if isinstance(obj, type):
+        if obj not in seen and obj.__module__ != "builtins":
+            seen.add(obj)
+            for member in vars(obj).values():
+                names |= _code_names(member, seen)
+        return names
+    code = getattr(obj, "__code__", None)
+    stack = [code] if isinstance(code, types.CodeType) else []
+    while stack:
+        code = stack.pop()
+        names.update(code.co_names)
+        stack.extend(c for c in code.co_consts if isinstance(c, types.CodeType))
+    return names
+
+
+def _notebook_code_names(fdg, namespace) -> set[str]:
+    """The names used by the code of the functions and classes the cells read from the
+    notebook: any of them may read a notebook value at any step (modules are not looked
+    into)."""
+    names: set[str] = set()
+    seen: set = set()
+    for name in fdg.notebook_names():
+        value = namespace.get(name)
+        if isinstance(value, (types.FunctionType, types.MethodType, type)):
+            names |= _code_names(value, seen)
+    return names
+
+
+def _init_only_parts(fdg, name: str, code_names: set[str]) -> dict:
+    """Part (a field, or None for the whole value) → the fragments whose init cells alone
+    read it, for the notebook value ``name``; empty where that cannot be proved (``name``
+    is among ``code_names``, :func:`_notebook_code_names`)."""
+    if name in code_names:
+        return {}
+    only = init_only(fdg, name)
+    parts: dict = dict(only.fields)
+    if only.whole:
+        parts[None] = only.whole
+    return parts
+
+
+def _init_values(fdg, namespace) -> dict:
+    """(name, part) → a copy of each part of a notebook value only init cells read, as the
+    run's first stretch gives it to them (see :func:`take_changes`)."""
+    kept, code_names = {}, _notebook_code_names(fdg, namespace)
+    for name in fdg.notebook_names():
+        if name not in namespace or isinstance(namespace[name], _CODE):
+            continue  # modules, functions, classes: code, not values (and reading a module's
+            # attribute may import a submodule)
+        for part in _init_only_parts(fdg, name, code_names):
+            value = _copy(_part(namespace[name], part))
+            if value is not _UNKNOWN:
+                kept[(name, part)] = value
+    return kept
+
+
+#: what makes a run run init cells again, with the values as they are then: a replica
+#: count that changed (a re-placement, policy auto's trials), replicas rebuilt after a lost
+#: worker, or a value left out of a fragment's state (it does not pickle), which the init
+#: cell builds again at every boundary before the kept values are laid over
+_INIT_AGAIN = frozenset({"replaced", "re-placed", "worker lost", "state left out"})
+
+
+def _init_cells_may_run_again(run, trainer) -> bool:
+    return (getattr(run, "auto_table", None) is not None or getattr(trainer, "_pending", None) is not None
+            or any(e.kind in _INIT_AGAIN for e in run.events))
+
+
+def init_only_changes(fdg, trainer, values: Mapping) -> list[tuple[str, tuple[str, ...]]]:
+    """The parts of ``values`` (name → the value ``fdg.update`` sends) that differ from what
+    the run's init cells were given, and that only init cells read: ``("cfg.hidden",
+    ("learner",))`` each (the name alone when nothing else reads the value at all). Empty
+    where that cannot be proved — a part a step or iteration cell mentions, a value used
+    whole there, a value too big to copy, a run that has recorded no iteration yet (its
+    init cells may still be about to take the new value), or one whose init cells may run
+    again (:func:`_init_cells_may_run_again`).
+
+    >>> from types import SimpleNamespace as Obj
+    >>> import workbench as wb
+    >>> fdg = wb.FDG(namespace={"cfg": Obj(hidden=64, lr=0.1)})
+    >>> _ = fdg.add_fragment("learner", "net = [0.0] * cfg.hidden", rate="init")
+    >>> _ = fdg.add_fragment("learner", "net = [w - cfg.lr for w in net]", rate="iteration")
+    >>> trainer = Obj(fdg=fdg, namespace=fdg.namespace, run_record=Obj(rows=[{}], events=[]))
+    >>> trainer.init_values = _init_values(fdg, fdg.namespace)   # as the run's start keeps them
+    >>> init_only_changes(fdg, trainer, {"cfg": Obj(hidden=128, lr=0.01)})
+    [('cfg.hidden', ('learner',))]
+    """
+    kept, run = getattr(trainer, "init_values", None), trainer.run_record
+    if not kept or run is None or not run.rows or _init_cells_may_run_again(run, trainer):
+        return []
+    out, code_names = [], _notebook_code_names(fdg, trainer.namespace)
+    for name, value in values.items():
+        parts = _init_only_parts(fdg, name, code_names)  # the cells as they are now
+        changed = [(f"{name}.{part}", frags) for part, frags in parts.items() if part is not None
+                   and (name, part) in kept and _changed(kept[(name, part)], _part(value, part))]
+        if not changed and None in parts and (name, None) in kept and _changed(kept[(name, None)], value):
+            changed = [(name, parts[None])]
+        out += changed
+    return sorted(out)
+
+
+def init_only_notice(changes: list[tuple[str, tuple[str, ...]]]) -> str:
+    """What an update's notice says of ``changes`` (from :func:`init_only_changes`).
+
+    >>> init_only_notice([("cfg.hidden", ("learner",))])
+    'cfg.hidden is read only by the init cell of learner, which does not run again in this run: it takes effect at the next run (re-running that cell now keeps what it built: the names it had keep their trained values).'
+    """
+    def cells(frags) -> str:
+        return f"init cell{'s' if len(frags) > 1 else ''} of {', '.join(frags)}"
+
+    if len(changes) == 1:
+        (label, frags), = changes
+        many = len(frags) > 1
+        return (f"{label} is read only by the {cells(frags)}, which {'do' if many else 'does'} not run "
+                f"again in this run: it takes effect at the next run (re-running {'those cells' if many else 'that cell'} "
+                "now keeps what it built: the names it had keep their trained values).")
+    listed = ", ".join(f"{label} ({cells(frags)})" for label, frags in changes)
+    return (f"{listed} are read only by init cells, which do not run again in this run: they take "
+            "effect at the next run (re-running an init cell now keeps what it built: the names it "
+            "had keep their trained values).")

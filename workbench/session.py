@@ -24,9 +24,9 @@ from typing import TYPE_CHECKING, Any
 from workbench.errors import RunConfigError
 from workbench.fdg.fragment import default_rate
 from workbench.fdg.graph import Graph
-from workbench.fdg.plan import Plan, make_plan
+from workbench.fdg.plan import MeasuredSizes, Plan, make_plan
 from workbench.fdg.policy import Policy, as_policy_spec, needs_cluster, resolve_policy
-from workbench.live_edits import init_edit_notice
+from workbench.live_edits import init_edit_notice, init_only_changes, init_only_notice
 from workbench.runtime.arrays import nbytes
 
 if TYPE_CHECKING:
@@ -134,6 +134,10 @@ class FDG(Graph):
         fragments' own state is kept; cells read the new values from then on. Without a
         run the values are just set. Returns the iteration they apply from (None idle).
 
+        Init cells do not run again: a changed part that only init cells read (``cfg.hidden``
+        building the network) takes effect at the next run, and the notice names it and
+        those cells (:func:`workbench.live_edits.init_only_changes`).
+
         >>> fdg = wb.FDG(namespace={"scale": 1.0})     # doctest: +SKIP
         >>> fdg.update(scale=0.5)                      # doctest: +SKIP
         """
@@ -150,14 +154,22 @@ class FDG(Graph):
             namespace.update(values)
             return None
         names = ", ".join(sorted(values))
+        later = init_only_changes(self, trainer, values)  # parts only init cells read: next run
+        what = f"new value of {names}"
+        if later:
+            what += f" ({', '.join(label for label, _ in later)} read only by init cells: from the next run)"
         with trainer.lock:  # the values and their notice together, as an edit's
             namespace.update(values)
-            at = trainer.apply_at_boundary("updated", f"new value of {names}")
+            at = trainer.apply_at_boundary("updated", what)
         if at is None:
             print(f"workbench: new value of {names}, for the next run: this one has ended.", flush=True)
             return None
-        print(f"workbench: new value of {names}, applies from iteration {at} {_EXACT_LATER}",
-              flush=True)
+        # a value nothing but init cells reads applies from no iteration of this run
+        now = [n for n in sorted(values) if n not in {label for label, _ in later}]
+        said = f"applies from iteration {at} {_EXACT_LATER}" if now else ""
+        if later:
+            said = f"{said} {init_only_notice(later)}".strip()
+        print(f"workbench: new value of {names}{', ' if now else ': '}{said}", flush=True)
         return at
 
     # -- planning ----------------------------------------------------------------------
@@ -184,15 +196,32 @@ class FDG(Graph):
             plan.measured = (self.measure_sizes(), steps)
         return plan
 
-    def measure_sizes(self) -> dict[str, int]:
-        """Bytes of every value a fragment writes, after one inline iteration of one step."""
+    def measure_sizes(self) -> MeasuredSizes:
+        """Bytes of every value a fragment writes, after one inline iteration of one step:
+        arrays, tensors and numbers, and lists, tuples and dicts of them (nested) by what
+        they hold. A list, tuple or dict that holds nothing yet (``batches = []`` until a
+        warm-up ends) has no size to measure: it is left out, and named in ``.empty``, so
+        the plan says its size is not known instead of 0 B.
+
+        >>> import numpy as np, workbench as wb
+        >>> fdg = wb.FDG(namespace={"np": np})
+        >>> _ = fdg.add_fragment("env", "pair = (np.zeros(4), [1.0, 2.0])\\nbatches = []")
+        >>> sizes = fdg.measure_sizes()
+        >>> sizes["pair"], sorted(sizes.empty)
+        (48, ['batches'])
+        """
         probe = self.copy()
         run = probe.run(iterations=1, steps=1, progress=False, keep_state=True)
         sizes: dict[str, int] = {}
+        empty: set[str] = set()
         for replicas in run.state.fragments.values():
             for name, value in replicas[0].items():
-                sizes[name] = max(sizes.get(name, 0), nbytes(value))
-        return sizes
+                size = nbytes(value)
+                if size == 0 and isinstance(value, (list, tuple, dict)):
+                    empty.add(name)  # (a reader's copy may be empty where the writer's is not)
+                else:
+                    sizes[name] = max(sizes.get(name, 0), size)
+        return MeasuredSizes(sizes, empty=empty)
 
     # -- running -----------------------------------------------------------------------
     def run(self, config: "RunConfig | None" = None, /, *, namespace: Mapping[str, Any] | None = None,

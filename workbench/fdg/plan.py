@@ -33,7 +33,7 @@ from workbench.fdg.interface import Interface, spatial_kind
 from workbench.fdg.policy import Group, Policy
 from workbench.fdg.unplaced import refuse_new_fragments
 
-__all__ = ["Item", "Route", "TaskSpec", "Plan", "make_plan", "plan_in_flight", "human_bytes"]
+__all__ = ["Item", "Route", "TaskSpec", "Plan", "MeasuredSizes", "make_plan", "plan_in_flight", "human_bytes"]
 
 
 @dataclass(frozen=True)
@@ -97,6 +97,27 @@ class TaskSpec:
         body = " · ".join(i.describe() for i in self.items)
         when = f" (iteration {self.iteration})" if self.iteration is not None else " (init)"
         return f"{self.group}: {body}{when}"
+
+
+#: why a route's size is not known, as its line says it → as the total says it
+_IN_TOTAL = {"not written in the first iteration": "written only after the first iteration"}
+
+
+class MeasuredSizes(dict):
+    """Interface name → bytes of one value, as a short probe run measured them
+    (:meth:`workbench.FDG.measure_sizes`), and ``empty``: the names it saw written as an
+    empty list, tuple or dict (``batches = []`` until a warm-up ends). Their size is not
+    known, which is not 0 B, so they are left out of the mapping, as a name the probe never
+    saw written is, and :meth:`Plan.explain` says which of the two it was.
+
+    >>> sizes = MeasuredSizes({"obs": 512}, empty=["batches"])
+    >>> dict(sizes), sorted(sizes.empty)
+    ({'obs': 512}, ['batches'])
+    """
+
+    def __init__(self, sizes=(), *, empty=()) -> None:
+        super().__init__(sizes)
+        self.empty = frozenset(empty) - set(self)
 
 
 class Plan:
@@ -226,7 +247,11 @@ class Plan:
 
     def explain(self, sizes: dict[str, int] | None = None, steps: int | None = None) -> str:
         """What runs where, and what crosses process boundaries (with bytes per iteration
-        when value ``sizes`` and ``steps`` are given, or were measured: see :meth:`traffic`)."""
+        when value ``sizes`` and ``steps`` are given, or were measured: see :meth:`traffic`).
+
+        A name the sizes lack is said to be of unknown size, not 0 B, and the total is then
+        "at least": the probe did not see it written, or (:class:`MeasuredSizes`) saw it
+        written empty, as a list of batches that a warm-up leaves empty at first."""
         if sizes is None and self.measured is not None:
             sizes, steps = self.measured
         moved = self.traffic(sizes, steps) if sizes is not None and steps else None
@@ -236,24 +261,30 @@ class Plan:
             lines.append(f"  {group.name} ×{group.replicas} on {where} ({group.device})")
         if self.routes:
             lines.append("  crossing processes:")
-            unmeasured = []
+            unmeasured: dict[str, str] = {}  # name → why its size is not known
+            empty = getattr(sizes, "empty", ())
             for r in self.routes:
                 how = "as it arrives, one replica at a time" if r.arrival else r.spatial
                 size = ""
                 if moved is not None and r.interface.name not in sizes and self._route_costs(r):
                     # not bound in the probe's first iteration (a learner that starts after a
-                    # warm-up): its size is unknown, not 0 B
-                    size = ", size not measured: not written in the first iteration"
-                    unmeasured.append(r.interface.name)
+                    # warm-up), or bound to an empty list (batches sampled only after it):
+                    # its size is unknown, not 0 B
+                    why = ("written empty in the first iteration" if r.interface.name in empty
+                           else "not written in the first iteration")
+                    size = f", size not measured: {why}"
+                    unmeasured[r.interface.name] = why
                 elif moved is not None:
                     size = f", {human_bytes(self._route_bytes(r, sizes, steps))}/iteration"
                 lines.append(f"    {r.interface.describe()} [{how}{size}]")
             if moved is not None:
+                by_why: dict[str, list[str]] = {}
+                for name, why in unmeasured.items():
+                    by_why.setdefault(_IN_TOTAL.get(why, why), []).append(name)
+                plus = "; ".join(f"{', '.join(names)}, {why}" for why, names in by_why.items())
                 lines.append(f"  on the wire per iteration: {'at least' if unmeasured else 'at most'} "
                              f"{human_bytes(sum(moved.values()))} "
-                             + (f"(plus {', '.join(dict.fromkeys(unmeasured))}, written only after the "
-                                "first iteration)" if unmeasured else
-                                "(less where two groups share a worker process)"))
+                             + (f"(plus {plus})" if unmeasured else "(less where two groups share a worker process)"))
         else:
             lines.append("  nothing crosses processes: every interface is an in-process hand-off")
         lines += [f"  WARNING: {message}" for message in self.warnings]
