@@ -45,7 +45,7 @@ from workbench.runtime.faults import announce, fault_line
 from workbench.runtime.interrupts import shielded
 from workbench.runtime.lanes import NOT_PLACED_FOR_LANES, placed_for_lanes
 from workbench.runtime.on_arrival import check_act_on_arrival
-from workbench.runtime.notebook_values import taken_at_deploy
+from workbench.runtime.notebook_values import taken_at_deploy, values_for_stretch
 from workbench.runtime.replica import group_program
 from workbench.runtime.run import Run, rate_label
 from workbench.runtime.serialisable import check_notebook, quiet_dask_serialisation, readers_of
@@ -317,7 +317,7 @@ class Trainer:
         ns = stretch.namespace
         with self.lock:  # the FDG and values as the changes noted here left them (apply_at_boundary)
             fdg, self._ending = self.fdg.copy(), False
-            notebook = {n: ns[n] for n in fdg.notebook_names() if n in ns}
+            notebook = values_for_stretch(self, ns, fdg.notebook_names())  # the first's, but what was sent
             take_changes(run, self, start)
         resolved = _fit_to_cluster(resolve_policy(policy, fdg, inventory), inventory, run)
         if resolved.in_process and stretch.cluster is not None:  # asked for, not used: say so
