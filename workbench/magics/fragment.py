@@ -8,18 +8,18 @@ become ``UsageError``s (a short red message, no traceback); the FDG is left as i
 """
 from __future__ import annotations
 
+import difflib
 import html
-import threading
-import time
 
 from IPython.core.error import UsageError
 from IPython.core.magic import Magics, cell_magic, line_magic, magics_class
 from IPython.display import HTML, display
 
-from workbench.errors import FragmentError, WorkbenchError
 from workbench.config import RUN_USAGE, parse_place_line, parse_run_line
-from workbench.runtime.driver import STOP_GRACE_S
+from workbench.errors import FragmentError, WorkbenchError
 from workbench.fdg.options import FRAGMENT_USAGE, parse_fragment_line
+from workbench.fdg.policy import needs_cluster
+from workbench.magics.background import BackgroundRun
 from workbench.session import FDG
 
 __all__ = ["WorkbenchMagics"]
@@ -31,7 +31,8 @@ _FDG_HELP = f"""Show, run or change the notebook's fragmented dataflow graph (FD
                       --policy: the placement board's policy (fdg.placement) when one
                       was placed, else inline; without --steps: the board's steps
 %fdg run --background ...   train in a background thread; %fdg stop ends it
-%fdg stop             stop a background run after its current iteration
+%fdg stop             stop the background run after its current iteration and return its
+                      record (also one that failed or ended by itself: run.error has why)
 %fdg update NAME …    send the notebook's current values of NAME … (e.g. cfg after
                       cfg.ent_coef = 0.02) to the running replicas: they apply at the
                       next iteration boundary, every fragment's state kept. Re-running
@@ -45,6 +46,7 @@ _FDG_HELP = f"""Show, run or change the notebook's fragmented dataflow graph (FD
                       devices, set replica counts, start from a preset, import/export
                       JSON; returns the board (board.policy is its wb.Policy)
 %fdg reset            forget every fragment (and the board's placement)
+%fdg help             this help (also %fdg?)
 
 Options of %fdg run:
 {RUN_USAGE}"""
@@ -64,7 +66,7 @@ class WorkbenchMagics(Magics):
     def __init__(self, shell) -> None:
         super().__init__(shell)
         self.fdg = FDG(namespace=shell.user_ns)
-        self._background: threading.Thread | None = None
+        self._background: BackgroundRun | None = None
         self._board = None  # the last %fdg place board: a new one closes it
 
     @cell_magic
@@ -75,6 +77,7 @@ class WorkbenchMagics(Magics):
         except WorkbenchError as exc:
             raise _usage_error(exc) from None
         print(fragment.summary())
+        self._say_background_failure()
 
     fragment.__doc__ = (
         "Register this cell as one rate of a fragment of the FDG.\n\n"
@@ -117,16 +120,19 @@ class WorkbenchMagics(Magics):
                                      steps=options.get("steps"))
                 display(HTML(f"<pre>{html.escape(plan.explain())}</pre>"))
                 return None
+            if command in ("help", "--help", "-h"):
+                print(_FDG_HELP)
+                return None
         except WorkbenchError as exc:
             raise _usage_error(exc) from None
-        raise UsageError(f"unknown %fdg command {command!r}.\n\n{_FDG_HELP}")
+        raise UsageError(_unknown_command(command))
 
     fdg.__doc__ = _FDG_HELP
 
     def _run(self, rest: str):
         options = parse_run_line(rest)
         background = options.pop("background", False)
-        if self._background is not None and self._background.is_alive():
+        if self._background is not None and self._background.alive:
             raise UsageError("a background run is going; stop it first with %fdg stop.")
         placement = getattr(self.fdg, "placement", None)
         if "policy" not in options and placement is not None:
@@ -138,6 +144,7 @@ class WorkbenchMagics(Magics):
             print(f"steps: the placement board's, {board_steps} per iteration (--steps T runs another)")
         if options.get("progress", True) is True:
             options["progress"] = self._live_view
+        self._say_background_failure(starting=background)
         if not background:
             try:
                 return self.fdg.run(**options)
@@ -145,25 +152,25 @@ class WorkbenchMagics(Magics):
                 # the interrupt's one line; the partial record is the cell's result
                 run = self.fdg.last_run
                 done = run.completed_iterations if run is not None else 0
+                # an inline run (no --cluster) had no cluster to keep: it is not mentioned
+                cluster = needs_cluster(options.get("policy", "inline")) or options.get("cluster") is not None
+                kept = " and the cluster kept" if cluster else ""
+                # the first Ctrl-C stops at a boundary: the state came back (r.checkpoint works)
+                state = ", its state kept" if run is not None and run.state is not None else ""
                 print(f"workbench: interrupted after {done} iteration{'s' if done != 1 else ''}; "
-                      "every replica was stopped and the cluster kept. The run so far is this "
-                      "cell's result.", flush=True)
+                      f"every replica was stopped{kept}{state}. The run so far is this cell's result.", flush=True)
                 return run
-        self._background = threading.Thread(
-            target=self._run_in_background, kwargs=options, name="workbench-run", daemon=True)
+        self._background = BackgroundRun(self.fdg, options)
         self._background.start()
         print("training in the background; %fdg stop ends it and returns the run's record.")
         return None
 
-    def _run_in_background(self, **options) -> None:
-        """A background run's error is said in one line where the run was started (the
-        whole error, traceback included, stays in the run's record: ``%fdg stop`` returns it)."""
-        try:
-            self.fdg.run(**options)
-        except WorkbenchError as exc:
-            print(f"workbench: the background run failed: {exc}", flush=True)
-        except BaseException as exc:  # noqa: BLE001 — a thread must not die with a raw traceback
-            print(f"workbench: the background run failed: {type(exc).__name__}: {exc}", flush=True)
+    def _say_background_failure(self, *, starting: bool = False) -> None:
+        """A failed background run was said only in the cell that started it, maybe far up
+        the notebook: the next edit, update or run says so once."""
+        line = self._background.failure_notice(starting=starting) if self._background is not None else None
+        if line is not None:
+            print(line, flush=True)
 
     def _place(self, rest: str):
         """The placement board for the notebook's FDG (a new one replaces the last)."""
@@ -200,30 +207,30 @@ class WorkbenchMagics(Magics):
         at = self.fdg.update(**{n: self.shell.user_ns[n] for n in names})
         if at is None:
             print("nothing is running: the next run reads these values anyway.")
-        return None
+            self._say_background_failure()
 
     def _stop(self):
-        thread = self._background
-        if thread is None or not thread.is_alive():
-            last = self.fdg.last_run
-            if thread is not None and last is not None and last.error is not None:
-                print(f"nothing is running: the background run {last.status} "
-                      f"({type(last.error).__name__}); returning its record (run.error has why).")
-                return last
-            if thread is not None and last is not None:  # it ended on its own before the stop
-                print(f"nothing is running: the background run ended by itself ({last.summary()}); "
-                      "returning its record.")
-                return last
+        """The background run's record, never a foreground run's (fdg.last_run may be one).
+        Once handed over, the run is forgotten: a second stop has nothing to stop or say."""
+        job = self._background
+        if job is None:
             print("nothing is running.")
             return None
-        # a stuck cell costs the run's grace (named when it passes) and a worker restart;
-        # asked again while it lasts: a thread that has yet to call fdg.run gets it too
-        deadline = time.monotonic() + 3 * STOP_GRACE_S + 60
-        while thread.is_alive() and time.monotonic() < deadline:
-            self.fdg.stop()
-            thread.join(timeout=0.05)
-        if thread.is_alive():
-            print("workbench: the run has not stopped yet; it goes on stopping in the background "
-                  "(%fdg stop again to wait for it).")
-            return None
-        return self.fdg.last_run
+        if job.alive:
+            record = job.stop()
+        else:
+            print(job.ended_line())
+            record = job.record
+        if not job.alive:
+            self._background = None
+        return record
+
+
+def _unknown_command(command: str) -> str:
+    """One line, with the closest command when there is one (the help is one command away)."""
+    close = difflib.get_close_matches(command.lower(), _COMMANDS, n=1, cutoff=0.6)
+    hint = f" Did you mean {close[0]!r}?" if close else f" The commands: {', '.join(_COMMANDS)}."
+    return f"unknown %fdg command {command!r}.{hint} %fdg help lists what each does."
+
+
+_COMMANDS = ("run", "stop", "update", "profile", "policy", "place", "reset", "help")
