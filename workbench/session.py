@@ -28,6 +28,7 @@ from workbench.fdg.plan import MeasuredSizes, Plan, make_plan
 from workbench.fdg.policy import Policy, as_policy_spec, needs_cluster, resolve_policy
 from workbench.live_edits import init_edit_notice, init_only_changes, init_only_notice
 from workbench.runtime.arrays import nbytes
+from workbench.runtime.interrupts import first_interrupt_stops
 from workbench.runtime.notebook_values import mark_sent
 
 if TYPE_CHECKING:
@@ -271,7 +272,12 @@ class FDG(Graph):
                 self._stop_asked = False
                 trainer.stop()
         try:
-            return trainer.run()
+            with first_interrupt_stops(trainer.stop) as ctrl_c:  # a foreground run's first Ctrl-C
+                run = trainer.run()
+            if ctrl_c.pressed:  # stopped at a boundary, its state and final checkpoint kept
+                run.status = "interrupted"
+                raise KeyboardInterrupt
+            return run
         finally:
             self._last_run = trainer.run_record or self._last_run
             self._trainer = None

@@ -103,14 +103,15 @@ def test_ctrl_c_stops_every_loop_and_frees_the_workers(client):
 
 
 @pytest.mark.parametrize("policy", ["coarse", "inline"])
-def test_a_second_ctrl_c_while_the_run_stops_is_held_until_its_replicas_are_released(client, policy, capsys):
-    """Users press Ctrl-C twice. The second, while the first stops the run, waits until
-    the replicas are released: one KeyboardInterrupt, nothing left on the workers, no worker
-    restarted, and the next run works. Every learner iteration after the first takes 4 s,
-    so the run is still stopping (waiting for that cell) when the second Ctrl-C comes; the
-    second is sent once the stop has begun (the stop holds Ctrl-C), not after a fixed
-    time: on a busy machine the first may take a while to reach the main thread, and two
-    pending interrupts would arrive as one."""
+def test_a_ctrl_c_while_an_interrupted_run_stops_is_held_until_its_replicas_are_released(client, policy, capsys):
+    """Users press Ctrl-C again and again. The first asks the run to stop at its boundary,
+    the second interrupts it at once, and a third, while that stops the run, waits until
+    the replicas are released: one KeyboardInterrupt, nothing left on the workers, no
+    worker restarted, and the next run works. Every learner iteration after the first
+    takes 4 s, so the run is still stopping (waiting for that cell) when the presses come;
+    each is sent once the one before has been taken (the handler in place says so), not
+    after a fixed time: on a busy machine a Ctrl-C may take a while to reach the main
+    thread, and two pending interrupts would arrive as one."""
     import _thread
     import os
     import signal
@@ -122,20 +123,27 @@ def test_a_second_ctrl_c_while_the_run_stops_is_held_until_its_replicas_are_rele
                                 "time.sleep(4.0 if slow >= 1 else 0.0)\nscale = 1.0", rate="iteration")
     pids = client.run(os.getpid)
 
-    def interrupt_twice() -> None:
-        deadline = time.monotonic() + 120  # a cold cluster may take seconds to deploy
-        while time.monotonic() < deadline and not (
-                fdg.last_run is not None and fdg.last_run.status == "running" and fdg.last_run.rows):
-            time.sleep(0.02)
-        _thread.interrupt_main()
-        deadline = time.monotonic() + 60
-        while signal.getsignal(signal.SIGINT) is signal.default_int_handler:  # not stopping yet
+    def until(condition, seconds: float = 60) -> bool:
+        deadline = time.monotonic() + seconds
+        while not condition():
             if time.monotonic() > deadline:
-                return  # never held: the test fails on the missing line, not on a stray interrupt
+                return False
             time.sleep(0.001)
-        _thread.interrupt_main()
+        return True
 
-    threading.Thread(target=interrupt_twice, daemon=True).start()
+    def interrupt_three_times() -> None:
+        # a cold cluster may take seconds to deploy
+        until(lambda: fdg.last_run is not None and fdg.last_run.status == "running" and fdg.last_run.rows, 120)
+        first = signal.getsignal(signal.SIGINT)
+        _thread.interrupt_main()  # the first: stop at the boundary
+        if not until(lambda: signal.getsignal(signal.SIGINT) is not first):
+            return  # never taken: the test fails on the missing lines, not on a stray interrupt
+        _thread.interrupt_main()  # the second: at once
+        if not until(lambda: signal.getsignal(signal.SIGINT) is not signal.default_int_handler):
+            return
+        _thread.interrupt_main()  # the third: held while the replicas are released
+
+    threading.Thread(target=interrupt_three_times, daemon=True).start()
     with pytest.raises(KeyboardInterrupt):
         fdg.run(iterations=1_000_000, steps=1, policy=policy, cluster=client, progress=False)
     assert fdg.last_run.status == "interrupted" and fdg.last_run.completed_iterations >= 1
@@ -143,7 +151,9 @@ def test_a_second_ctrl_c_while_the_run_stops_is_held_until_its_replicas_are_rele
     assert client.run(os.getpid) == pids  # the interrupt cost no worker its process
     again = toy_fdg().run(iterations=2, steps=1, policy=policy, cluster=client, progress=False)
     assert again.status == "finished" and again.completed_iterations == 2
-    assert capsys.readouterr().err.count("Ctrl-C again abandons it") == 1
+    said = capsys.readouterr()
+    assert said.out.count("stopping at the end of this iteration") == 1
+    assert said.err.count("Ctrl-C again abandons it") == 1
 
 
 def test_no_channel_threads_outlive_a_run(client):

@@ -23,7 +23,7 @@ import sys
 import threading
 from collections.abc import Iterator
 
-__all__ = ["shielded"]
+__all__ = ["shielded", "first_interrupt_stops"]
 
 
 @contextlib.contextmanager
@@ -39,8 +39,9 @@ def shielded(what: str, *, if_abandoned: str = "the workers may then keep the ru
     ...     1 + 1
     2
     """
+    previous = signal.getsignal(signal.SIGINT)
     if threading.current_thread() is not threading.main_thread() \
-            or signal.getsignal(signal.SIGINT) is not signal.default_int_handler:
+            or not (previous is signal.default_int_handler or getattr(previous, "stops_the_run", False)):
         # a background thread, or a host that handles SIGINT itself (it decides)
         yield
         return
@@ -61,6 +62,53 @@ def shielded(what: str, *, if_abandoned: str = "the workers may then keep the ru
     try:
         yield
     finally:
-        signal.signal(signal.SIGINT, signal.default_int_handler)
+        # what it held back: Python's own, or a run's first-press stop (between stretches)
+        signal.signal(signal.SIGINT, previous if signal.getsignal(signal.SIGINT) is hold else
+                      signal.default_int_handler)
     if held and reraise and not already_interrupted:
         raise KeyboardInterrupt
+
+
+class _Pressed:
+    """Whether the run's first Ctrl-C came (see :func:`first_interrupt_stops`)."""
+
+    pressed = False
+
+
+@contextlib.contextmanager
+def first_interrupt_stops(stop) -> Iterator[_Pressed]:
+    """A foreground run's first Ctrl-C calls ``stop()`` — the run ends at its next iteration
+    boundary, as ``%fdg stop`` ends a background one, with its state and its final
+    checkpoint — and says so; a second one interrupts at once, as Ctrl-C always did.
+    Before 2026-12-01 the first one interrupted at once: the run so far was the cell's
+    result, but without its state (``run.checkpoint`` refused) and without the checkpoint
+    promised at the end. The caller raises KeyboardInterrupt after the run returns when
+    ``pressed``. Off the main thread, or where the host handles SIGINT itself, nothing
+    changes.
+
+    >>> with first_interrupt_stops(lambda: None) as ctrl_c:
+    ...     pass
+    >>> ctrl_c.pressed
+    False
+    """
+    state = _Pressed()
+    if threading.current_thread() is not threading.main_thread() \
+            or signal.getsignal(signal.SIGINT) is not signal.default_int_handler:
+        yield state
+        return
+
+    def first(signum, frame) -> None:
+        state.pressed = True
+        signal.signal(signal.SIGINT, signal.default_int_handler)  # the next one interrupts
+        stop()
+        # stdout: the cell's own line, as its result's (a notebook shows stderr as a warning)
+        print("workbench: Ctrl-C: stopping at the end of this iteration, keeping what it trained "
+              "(Ctrl-C again interrupts at once).", flush=True)
+
+    first.stops_the_run = True  # shielded() holds a Ctrl-C back over it too
+    signal.signal(signal.SIGINT, first)
+    try:
+        yield state
+    finally:
+        if signal.getsignal(signal.SIGINT) is first:
+            signal.signal(signal.SIGINT, signal.default_int_handler)
