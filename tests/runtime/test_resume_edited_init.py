@@ -230,3 +230,30 @@ def test_a_resume_that_keeps_the_checkpoint_s_size_says_so_in_the_run_s_events(p
     assert resumed.state.fragments["env"][0]["obs"].shape == (8, 2)
     said = [e.message for e in resumed.events if e.kind == "state resized"]
     assert len(said) == 1 and "'obs'" in said[0] and "8 rows, the edited init cell builds 4" in said[0], said
+
+
+def test_a_resume_whose_notebook_value_changed_a_shape_names_that_cause_and_no_internal_frames(tmp_path):
+    """The cells are as they were, but a size they read from the notebook is not: the error
+    says a notebook value may be why (it said only "the cells changed"), with no traceback
+    of workbench's own frames."""
+    class Config:
+        hidden = 4
+
+    def fdg(cfg) -> wb.FDG:
+        f = wb.FDG(namespace={"np": np, "cfg": cfg})
+        f.add_fragment("env", "obs = np.zeros((3, 2))", rate="init")
+        f.add_fragment("env", "obs = obs + 1", rate="step")
+        f.add_fragment("learner", "table = np.zeros((2, cfg.hidden))", rate="init")
+        f.add_fragment("learner", "table = table + obs.sum()", rate="iteration")
+        return f
+
+    fdg(Config()).run(iterations=1, steps=2, progress=False, checkpoint_dir=str(tmp_path), checkpoint_every=1)
+    wider = Config()
+    wider.hidden = 8
+    with pytest.raises(wb.FragmentRuntimeError) as info:
+        fdg(wider).run(iterations=1, steps=2, progress=False, resume=str(tmp_path))
+    text = str(info.value)
+    assert "'table' does not fit what the init cell builds now" in text
+    assert "or a notebook value they read (a size in a config) is not what it was then" in text
+    assert "Resume as it says" in text and "Fix the cell" not in text
+    assert "portable.py" not in text and "replica.py" not in text

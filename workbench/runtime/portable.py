@@ -212,9 +212,11 @@ def _check_fits(name: str, enc: Any, current: Any, *, whole: bool) -> None:
             raise ValueError(
                 f"{repr(name) if name.isidentifier() else name} does not fit what the init cell builds now: "
                 f"the checkpoint holds "
-                f"{_describe(enc)}, the init cell {_describe_live(current)}. The fragment's cells "
-                "changed since the checkpoint was written: resume with the cells it came from "
-                "(wb.FDG.from_checkpoint(DIR) rebuilds them), or start a new run.")
+                f"{_describe(enc)}, the init cell {_describe_live(current)}. It builds it otherwise "
+                "than the run that wrote the checkpoint: the fragment's cells changed since, or a "
+                "notebook value they read (a size in a config) is not what it was then. Resume "
+                "with the cells and values it came from (wb.FDG.from_checkpoint(DIR) rebuilds the "
+                "cells), or start a new run.")
         return
     if kind == "dict" or (kind is None and isinstance(enc, dict)):
         items = enc["value"] if kind == "dict" else list(enc.items())

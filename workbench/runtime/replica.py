@@ -338,13 +338,13 @@ class GroupReplica(CellErrors):
             self.notes.extend(("state resized", note) for note in restore_into(self.namespaces[frag], values))
         except Exception as exc:
             raise FragmentRuntimeError(
-                fragment=frag, rate="init", replica=self.index, worker=self.worker, line=None,
-                source_line=None, iteration=iteration,
-                error=f"restoring its checkpointed state failed: {type(exc).__name__}: "
+                fragment=frag, rate="init", replica=self.index, worker=self.worker, line=None, source_line=None,
+                iteration=iteration, error=f"restoring its checkpointed state failed: {type(exc).__name__}: "
                       + (str(exc) if "init cell" in str(exc) else  # it says what to do already
                          f"{str(exc).rstrip('.')}. The init cell must build the same objects (network "
                          "shapes, optimiser) as the run that wrote the checkpoint."),
-                traceback_text="".join(traceback.format_exception(exc)),
+                traceback_text="" if type(exc) is ValueError and exc.__cause__ is None else  # a check's own
+                "".join(traceback.format_exception(exc)), advice="Resume as it says; the checkpoint is unchanged.",
             ) from None
 
     def _layout_tag(self) -> list:
