@@ -317,6 +317,9 @@ class FDG(Graph):
             raise RunConfigError("nothing is running: replace() moves a running run's fragments. "
                                  "Pass the policy to run() instead.")
         trainer.replace(spec)
+        # said now, as an edit's or an update's notice is; the run says again when it lands
+        print(f"workbench: re-placing the run under {getattr(spec, 'name', spec)} at its next iteration "
+              "boundary (the state moves with the fragments).", flush=True)
 
     def stop(self) -> None:
         """Ask a running ``run`` (e.g. in another thread) to stop after the current iteration.

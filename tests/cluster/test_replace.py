@@ -134,3 +134,16 @@ def test_a_change_asked_for_as_the_run_ends_is_said_not_applied():
     assert len(said) == 1 and said[0].iteration == 4, run.events
     assert "re-placement under inline: not applied, the run ended first" in said[0].message
     assert "finished its iterations at iteration 4" in said[0].message
+
+
+def test_a_re_placement_is_said_when_asked_for_and_when_it_lands(capsys):
+    """As an edit's or an update's notice: the call says it at once, the run when it lands."""
+    fdg = weights_fdg()
+    mover = ReplaceAt(fdg, 1, lambda policy: "inline")
+    run = fdg.run(iterations=6, steps=2, policy="inline", progress=False, loggers=[mover])
+    assert run.status == "finished"
+    out = capsys.readouterr().out
+    asked = "workbench: re-placing the run under inline at its next iteration boundary"
+    assert out.count(asked) == 1
+    assert [e.kind for e in run.events] == ["replaced"]
+    assert out.index(asked) < out.index("re-placed at iteration")
