@@ -160,6 +160,22 @@ def test_a_cell_that_keeps_the_turn_too_long_is_run_beside_not_waited_for():
     turns.give(other)  # nothing to give: harmless
 
 
+def test_an_init_cell_that_holds_the_turn_without_computing_is_waited_for():
+    """An init cell imports and builds (reading files: little CPU on a loaded machine) and
+    waits for no other replica: the others wait for it past the usual patience, up to
+    INIT_PATIENCE_S, and keep their own draws (a fresh cluster's first run said "random
+    streams shared" nearly every time)."""
+    turns = Turns()
+    holder = turns.streams()
+    turns.take(holder, lambda: False, init=True)
+    threading.Timer(0.6, turns.give, (holder,)).start()  # sleeps (no CPU), then gives the turn
+    other = turns.streams()
+    started = time.monotonic()
+    assert turns.take(other, lambda: False, patience=0.2) is True
+    assert time.monotonic() - started >= 0.5 and other.holding
+    turns.give(other)
+
+
 def test_a_wait_inside_a_cell_gives_the_turn_up():
     """Two replicas that meet inside their cells (wb.allreduce) must not wait on each other
     for the turn."""

@@ -73,7 +73,8 @@ from typing import Any
 from workbench.loaded_modules import loaded
 from workbench.runtime.channels import Stopped
 
-__all__ = ["Turns", "Streams", "SharedStreams", "SHARED_STREAMS", "PATIENCE_S", "BUSY_PATIENCE_S"]
+__all__ = ["Turns", "Streams", "SharedStreams", "SHARED_STREAMS", "PATIENCE_S", "BUSY_PATIENCE_S",
+           "INIT_PATIENCE_S"]
 
 #: how often a replica waiting for its turn looks at the run's stop flag (seconds)
 _STOP_POLL_S = 0.05
@@ -87,6 +88,12 @@ PATIENCE_S = 1.0
 #: polls for this replica would look the same, hence the bound.
 BUSY_PATIENCE_S = 120.0
 _BUSY_SHARE = 0.1
+#: how long a cell waits for a turn held by another replica's *init* cell, computing or not:
+#: an init cell imports and builds (envpool, torch, a model), which on a loaded machine or a
+#: cold worker can take seconds at well under a tenth of a core (reading files), and it has
+#: no other replica's value to wait for. A fresh cluster's first run once said "random
+#: streams shared" nearly every time for an Acrobot env beside a torch learner.
+INIT_PATIENCE_S = 30.0
 
 
 #: bytes of NumPy's MT19937 state in memory: ``uint32 key[624]`` then ``int pos``
@@ -249,6 +256,7 @@ class Turns:
         self._lock = threading.Lock()
         self._holder: Streams | None = None  # whose states the generators hold now
         self._holder_thread: int | None = None  # the native id of the thread holding the turn
+        self._holder_init = False  # whether it holds it for an init cell
         self._start = Streams()
         self._start.save()
 
@@ -323,14 +331,18 @@ class Turns:
         except Stopped:
             return False
 
-    def take(self, streams: Streams, stopped: Callable[[], bool], patience: float = PATIENCE_S) -> bool:
-        """Begin a turn of the replica whose streams these are (see :meth:`turn`). False
-        when another replica's cell kept the turn for ``patience`` seconds without computing
-        (its thread's CPU time still; up to :data:`BUSY_PATIENCE_S` while it computes): the
-        cell then runs beside it without a turn (it may be waiting for this replica), and
-        its draws are no longer its own."""
+    def take(self, streams: Streams, stopped: Callable[[], bool], patience: float = PATIENCE_S,
+             init: bool = False) -> bool:
+        """Begin a turn of the replica whose streams these are (see :meth:`turn`), for an
+        ``init`` cell or another. False when another replica's cell kept the turn for
+        ``patience`` seconds without computing (its thread's CPU time still; up to
+        :data:`BUSY_PATIENCE_S` while it computes; :data:`INIT_PATIENCE_S` at least for an
+        init cell's turn): the cell then runs beside it without a turn (it may be waiting
+        for this replica), and its draws are no longer its own."""
         if not self._lock.acquire(blocking=False):  # free, the usual case: no clock reads
             start = time.monotonic()
+            if self._holder_init:
+                patience = max(patience, INIT_PATIENCE_S)
             deadline, watched = start + patience, None
             while not self._lock.acquire(timeout=_STOP_POLL_S):
                 if stopped():
@@ -343,7 +355,7 @@ class Turns:
                     if watched is None or now - start > BUSY_PATIENCE_S:
                         return False  # the holder waits (maybe for this replica): run beside it
                     deadline = now + patience  # it computes: wait on
-        self._holder_thread = threading.get_native_id()
+        self._holder_thread, self._holder_init = threading.get_native_id(), init
         if self._holder is not streams:  # another replica ran since: swap (lazily, so a
             try:                         # process with one replica never pays for it)
                 if self._holder is not None:
@@ -409,7 +421,8 @@ class SharedStreams:
                  stopped: Callable[[], bool]) -> Callable[..., Any]:
         return wait
 
-    def take(self, streams: Streams, stopped: Callable[[], bool], patience: float = PATIENCE_S) -> bool:
+    def take(self, streams: Streams, stopped: Callable[[], bool], patience: float = PATIENCE_S,
+             init: bool = False) -> bool:
         return True
 
     def states_of(self, streams: Streams, stopped: Callable[[], bool]) -> None:

@@ -304,7 +304,7 @@ class GroupReplica(CellErrors):
             return
         self._bind(frag, rate, ns, self.program.bindings[key], inbox, iteration)
         self.running_cell = key
-        if not self.turns.take(self.streams, self._stopped):
+        if not self.turns.take(self.streams, self._stopped, init=rate == "init"):
             self._ran_without_turn(frag, rate)
         start = time.perf_counter() if TIMING else 0.0
         try:
