@@ -40,7 +40,7 @@ from workbench.live_edits import say_unapplied, take_changes, with_new_init_name
 from workbench.progress import make_progress
 from workbench.runtime.checkpoint_writer import CheckpointWriter
 from workbench.runtime.driver import IterationRecord, drive
-from workbench.runtime.inline import InlineBackend
+from workbench.runtime.inline import CarriedEnvs, InlineBackend
 from workbench.runtime.faults import announce, fault_line
 from workbench.runtime.interrupts import shielded
 from workbench.runtime.lanes import NOT_PLACED_FOR_LANES, placed_for_lanes
@@ -205,7 +205,7 @@ class Trainer:
         bar = make_progress(config.progress, config.iterations, run.policy_name)
         writer = CheckpointWriter(run, config.checkpoint_dir, config.checkpoint_every)
         stretch = _Stretch(config, cluster, self.namespace, config.keep_state or writer.enabled, writer)
-        self._loggers, self._bar = loggers, bar
+        self._loggers, self._bar, self._carried = loggers, bar, CarriedEnvs()
         self._fault = None  # a lost worker's line, said when the next stretch is placed
         try:
             try:
@@ -236,6 +236,7 @@ class Trainer:
             raise
         finally:
             self._over = True
+            self._carried.close()  # the envs stretches handed on: nothing steps them now
             writer.close()
             if bar is not None:
                 bar.finish(run)
@@ -338,7 +339,7 @@ class Trainer:
         if self._stop.is_set():
             return  # stopped while it connected: nothing deployed, nothing to wait for
         if resolved.in_process:
-            backend = InlineBackend()
+            backend = InlineBackend(self._carried)  # a next stretch may step the same envs
         else:
             from workbench.cluster.backend import DaskBackend
             from workbench.cluster.dashboard_model import UNIT_EVENT

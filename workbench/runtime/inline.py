@@ -33,17 +33,62 @@ from workbench.runtime.replica import GroupProgram, GroupReplica
 from workbench.runtime.snapshots import DRIVER, SnapshotBook, snapshot_key
 from workbench.runtime.stall import thread_cpu_seconds
 
-__all__ = ["InlineBackend"]
+__all__ = ["CarriedEnvs", "InlineBackend"]
+
+
+class CarriedEnvs:
+    """The envs one in-process stretch of a run leaves open for the next: those it handed
+    on by reference (an env that does not pickle: the next stretch steps the very object)
+    and the notebook values it read (the same objects, where they cannot be copied). Each is
+    closed once nothing will step it: when the next stretch deployed without it, or when
+    the run ends (:meth:`close`). One per run, shared by its stretches' backends.
+
+        >>> class Env:
+        ...     closed = False
+        ...     def reset(self): ...
+        ...     def step(self, action): ...
+        ...     def close(self): self.closed = True
+        >>> carried, kept, dropped = CarriedEnvs(), Env(), Env()
+        >>> carried.keep([kept, dropped])
+        >>> carried.settle([kept])  # the next stretch deployed holding one of them
+        >>> kept.closed, dropped.closed
+        (False, True)
+    """
+
+    def __init__(self) -> None:
+        self._envs: dict[int, Any] = {}
+
+    def keep(self, envs) -> None:
+        """A stretch ended handing ``envs`` on: open until the next one has deployed."""
+        self._envs.update((id(env), env) for env in envs)
+
+    def settle(self, taken) -> None:
+        """A stretch deployed holding ``taken``: those are its own now (its teardown closes
+        or keeps them); the rest nothing steps any more."""
+        held = {id(env) for env in taken}
+        close_envs({key: env for key, env in self._envs.items() if key not in held})
+        self._envs.clear()
+
+    def close(self) -> None:
+        """The run has ended (finished, stopped, failed or interrupted)."""
+        self.settle(())
 
 
 class InlineBackend:
     """Runs every replica in the calling process: one thread per replica loop, values
-    handed over by reference."""
+    handed over by reference.
+
+    ``carried``: the run's :class:`CarriedEnvs`, when a stretch may follow this one; without
+    it teardown closes every env."""
 
     #: a loop's reports reach the driver before its exit (one queue, one thread)
     reports_before_exits = True
 
-    def __init__(self) -> None:
+    def __init__(self, carried: CarriedEnvs | None = None) -> None:
+        self._carried = carried
+        #: what export handed on and the notebook values deployed (id → env): teardown
+        #: leaves these open, for a next stretch that steps the same objects
+        self._passed_on: dict[int, Any] = {}
         self.replicas: dict[tuple[str, int], GroupReplica] = {}
         self._stop = threading.Event()
         self._threads: dict[tuple[str, int], threading.Thread] = {}
@@ -58,21 +103,29 @@ class InlineBackend:
                states: dict[tuple[str, int], dict] | None = None) -> None:
         turns = Turns()  # every replica is in this process: they take turns with its RNGs
         lanes: dict = {}
-        for name, group in plan.groups.items():
-            for index in range(group.replicas):
-                # a copy: the replicas train what they restore, and a kept run.state
-                # (``resume=first.state``, twice) must stay as it was
-                restored = (states or {}).get((name, index))
-                self.replicas[(name, index)] = GroupReplica(
-                    programs[name], index, group.replicas, "local", notebook, group.device,
-                    None if restored is None else _copy_of(restored), turns)
-                # lanes=True: every replica is here, one thread steps them
-                join_lanes(lanes, name, self.replicas[(name, index)], list(range(group.replicas)))
+        self._passed_on.update((id(v), v) for v in notebook.values() if is_env(v))
+        try:
+            for name, group in plan.groups.items():
+                for index in range(group.replicas):
+                    # a copy: the replicas train what they restore, and a kept run.state
+                    # (``resume=first.state``, twice) must stay as it was
+                    restored = (states or {}).get((name, index))
+                    self.replicas[(name, index)] = GroupReplica(
+                        programs[name], index, group.replicas, "local", notebook, group.device,
+                        None if restored is None else _copy_of(restored), turns)
+                    # lanes=True: every replica is here, one thread steps them
+                    join_lanes(lanes, name, self.replicas[(name, index)], list(range(group.replicas)))
+        finally:  # the envs the last stretch left open are this one's now, or nobody's
+            if self._carried is not None:
+                self._carried.settle(_envs_held(self.replicas))
 
     def export(self) -> dict[tuple[str, int], dict[str, dict[str, Any]]]:
         for thread in self._threads.values():
             thread.join()
-        return {key: _outliving(replica.export_state()) for key, replica in self.replicas.items()}
+        out = {key: _outliving(replica.export_state()) for key, replica in self.replicas.items()}
+        self._passed_on.update((id(v), v) for state in out.values() for values in state.values()
+                               for v in values.values() if is_env(v))
+        return out
 
     def check(self) -> None:
         pass  # the calling process cannot lose itself
@@ -163,14 +216,28 @@ class InlineBackend:
             print(f"workbench: {'; '.join(cells)}; its thread is abandoned (it finishes on its own, "
                   "holding nothing of the run) and the FDG is free.", flush=True)
         getattr(self, "_restore_threads", lambda: None)()
-        for key, replica in self.replicas.items():
-            if key not in stuck:
-                for ns in replica.namespaces.values():
-                    close_envs(ns)
+        # a next stretch of this run steps what was handed on (the very objects): those
+        # stay open in the run's CarriedEnvs; this stretch's others nothing steps any more
+        envs = _envs_held({k: r for k, r in self.replicas.items() if k not in stuck})
+        kept = self._passed_on if self._carried is not None else {}
+        if kept:
+            self._carried.keep(env for env in envs if id(env) in kept)
+        close_envs(dict(enumerate(env for env in envs if id(env) not in kept)))
         self.replicas.clear()
+        self._passed_on.clear()
         # what the run's replicas held, back to the OS, when the run grew this process by a
         # GiB (a big model's): a kernel big on its own data is not collected after every run
         release_free_memory(above=self._resident_at_start + RELEASE_ABOVE_BYTES)
+
+
+def _envs_held(replicas: dict[tuple[str, int], GroupReplica]) -> list:
+    """Every env ``replicas`` hold, once each: in their namespaces, and in the kept state an
+    init cell has yet to lay over (:attr:`GroupReplica.overlays`)."""
+    found = {}
+    for replica in replicas.values():
+        spaces = [*replica.namespaces.values(), *(v for v in replica.overlays.values() if type(v) is dict)]
+        found.update((id(value), value) for ns in spaces for value in ns.values() if is_env(value))
+    return list(found.values())
 
 
 def limit_threads(count: int = 1) -> Callable[[], None]:
@@ -213,7 +280,9 @@ def _copy_of(state: dict) -> dict:
 
 def _outliving(state: dict) -> dict:
     """A replica's exported state as the run's result: its values themselves (the replica is
-    torn down next and never runs again), but a copy of each env, which teardown closes.
+    torn down next and never runs again), but a copy of each env, whose original teardown
+    closes; an env that cannot be copied is handed on itself (and left open for the next
+    stretch: :class:`CarriedEnvs`).
     Copying everything doubled a big model's memory at the end of every run: GRPO with a
     64 MB model peaked at 2.35 GB and kept 1.42 GB after it; 1.74 and 1.09 GB so."""
     return {frag: {name: _copy_of(value) if is_env(value) else value for name, value in values.items()}
