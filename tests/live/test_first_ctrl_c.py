@@ -13,17 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from .kernel import Kernel, quickstart_cells
+from .kernel import quickstart_cells
 from .test_real_kernel import SMALL
-
-
-@pytest.fixture(scope="module")
-def kernel(tmp_path_factory):
-    k = Kernel(tmp_path_factory.mktemp("kernel"))
-    try:
-        yield k
-    finally:
-        k.close()
 
 
 def _rows(log_dir: Path) -> int:

@@ -21,7 +21,7 @@ import math
 
 import pytest
 
-from .kernel import Kernel, applies_from, learner_cell, quickstart_cells
+from .kernel import applies_from, learner_cell, quickstart_cells
 
 #: small and quick on 2 busy cores
 SMALL = "cfg.num_envs = 4\ncfg.num_steps = 16\ncfg.iterations = 100_000"
@@ -31,15 +31,6 @@ ITERATIONS = 100_000
 OLD_LR, NEW_LR = 3e-3, 1e-3
 #: iterations past a landing to see before the next change (the metrics rows behind it)
 PAST = 3
-
-
-@pytest.fixture(scope="module")
-def kernel(tmp_path_factory):
-    k = Kernel(tmp_path_factory.mktemp("kernel"))
-    try:
-        yield k
-    finally:
-        k.close()
 
 
 #: iterations the running run has finished (0 before it has a record: the last run's is not it)
