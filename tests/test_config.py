@@ -7,6 +7,8 @@ import dataclasses
 import pathlib
 import re
 
+import sys
+
 import pytest
 
 import workbench as wb
@@ -73,6 +75,21 @@ def test_a_checkpoint_dir_that_is_a_file_is_refused_before_training(tmp_path):
     afile.write_text("x")
     with pytest.raises(wb.RunConfigError, match="is a file, not a directory"):
         RunConfig(checkpoint_dir=str(afile))
+
+
+@pytest.mark.parametrize("field", ["checkpoint_dir", "log_dir"])
+def test_a_directory_that_cannot_be_created_is_refused_before_training(tmp_path, field):
+    """Tried, not asked: root may "write" to /proc by os.access, and a run trained to its
+    end then failed on its checkpoint (or crashed on its log) with nothing kept on disk."""
+    afile = tmp_path / "file"
+    afile.write_text("x")
+    with pytest.raises(wb.RunConfigError, match="cannot create a directory in"):
+        RunConfig(**{field: str(afile / "below")})
+    if sys.platform.startswith("linux"):
+        with pytest.raises(wb.RunConfigError, match="cannot create a directory in '/proc'"):
+            RunConfig(**{field: "/proc/workbench-checkpoints"})
+    RunConfig(**{field: str(tmp_path / "new" / "deeper")})  # creatable: fine, and not created yet
+    assert not (tmp_path / "new").exists() and list(tmp_path.iterdir()) == [afile]
 
 
 def test_naming_a_cluster_without_a_policy_means_run_there():

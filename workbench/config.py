@@ -28,6 +28,7 @@ import dataclasses
 import math
 import numbers
 import os
+import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
@@ -151,9 +152,13 @@ def _directory(name: str, value) -> None:
     existing = path
     while not existing.exists():
         existing = existing.parent
-    if not os.access(existing, os.W_OK):
-        raise RunConfigError(f"{_flag(name)} {str(path)!r}: {str(existing)!r} is not writable. "
-                             f"Choose a directory you can write to.")
+    # tried, not asked (os.access): root "may write" to /proc, and a read-only mount says
+    # so only when written; a run that trained to its end must not fail on its checkpoint
+    try:
+        tempfile.TemporaryDirectory(dir=existing, prefix=".workbench-probe-").cleanup()
+    except OSError as exc:
+        raise RunConfigError(f"{_flag(name)} {str(path)!r}: cannot create a directory in {str(existing)!r} "
+                             f"({exc.strerror or exc}). Choose a directory you can write to.") from None
 
 
 def _loggers(name: str, value) -> None:
