@@ -275,7 +275,9 @@ class Run:
 
     @property
     def steps_per_second(self) -> float:
-        return self.env_steps / self.wall_time if self.wall_time else 0.0
+        """This run's own env steps per second of its training (a resumed run's count goes
+        on from the checkpoint's, which this run's time did not take: ``charts/SPS`` too)."""
+        return (self.env_steps - self.env_steps_base) / self.wall_time if self.wall_time else 0.0
 
     @property
     def metrics(self):
@@ -312,7 +314,9 @@ class Run:
                       if self.unfinished_env_steps else "")
         headline = headline_text(self.headline())
         text = (f"{self.status}: {self.completed_iterations}/{self.iterations} iterations under "
-                f"{self.policy_name}, {self.env_steps:,} {self.unit}{unfinished} in {self.wall_time:.1f} s "
+                f"{self.policy_name}, {self.env_steps:,} {self.unit}{unfinished}"
+                f"{f' ({self.env_steps_base:,} of them before it resumed)' if self.env_steps_base else ''} "
+                f"in {self.wall_time:.1f} s "
                 f"({self.steps_per_second:,.0f} {rate_label(self.unit)}); ")
         # a run without episodes (GRPO) says what it logged for the progress bar instead
         text += (headline if headline and not last else
