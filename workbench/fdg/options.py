@@ -16,7 +16,7 @@ import shlex
 from workbench.fdg.errors import FragmentOptionError
 from workbench.fdg.vocabulary import DEVICE_KINDS
 
-__all__ = ["parse_fragment_line", "FRAGMENT_USAGE"]
+__all__ = ["parse_fragment_line", "FRAGMENT_USAGE", "without_comment"]
 
 
 class LineParser(argparse.ArgumentParser):
@@ -52,10 +52,34 @@ FRAGMENT_USAGE = _fragment_parser().format_help()
 
 
 def split_line(line: str, error_type) -> list[str]:
+    """A magic line's words; a ``# comment`` after them is not one (docs write
+    ``%%fragment actor   # every step``, and a copied cell must run as it reads).
+
+        >>> split_line("actor --replicas 2  # two of them", ValueError)
+        ['actor', '--replicas', '2']
+    """
     try:
-        return shlex.split(line)
+        return shlex.split(line, comments=True)
     except ValueError as exc:
         raise error_type(f"cannot read the options {line!r}: {exc}.") from None
+
+
+def without_comment(line: str) -> str:
+    """``line`` up to a ``#`` that starts a comment: at its start or after a space, outside
+    quotes (``%fdg   # draw the FDG`` is ``%fdg``).
+
+        >>> without_comment("update cfg  # the new lr"), without_comment("run --log-dir 'a #1'")
+        ('update cfg', "run --log-dir 'a #1'")
+    """
+    quote = None
+    for i, ch in enumerate(line):
+        if quote:
+            quote = None if ch == quote else quote
+        elif ch in "'\"":
+            quote = ch
+        elif ch == "#" and (i == 0 or line[i - 1].isspace()):
+            return line[:i].rstrip()
+    return line
 
 
 def parse_fragment_line(line: str) -> dict:

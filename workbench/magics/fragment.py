@@ -17,7 +17,7 @@ from IPython.display import HTML, display
 
 from workbench.config import RUN_USAGE, parse_place_line, parse_run_line
 from workbench.errors import FragmentError, WorkbenchError
-from workbench.fdg.options import FRAGMENT_USAGE, parse_fragment_line
+from workbench.fdg.options import FRAGMENT_USAGE, parse_fragment_line, without_comment
 from workbench.fdg.policy import needs_cluster
 from workbench.magics.background import BackgroundRun
 from workbench.session import FDG
@@ -87,7 +87,7 @@ class WorkbenchMagics(Magics):
 
     @line_magic
     def fdg(self, line: str = ""):
-        words = line.split(maxsplit=1)
+        words = without_comment(line).split(maxsplit=1)
         command = words[0] if words else ""
         rest = words[1] if len(words) > 1 else ""
         try:
