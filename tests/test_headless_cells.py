@@ -73,3 +73,23 @@ def test_fragment_cells_after_the_run_line_are_not_part_of_the_run(tmp_path):
     fdg, options = load_notebook(path)
     assert sorted(fdg.fragments) == ["env", "learner"]
     assert fdg.run(progress=False, **options).metrics["seen/scale"].tolist() == [1.0]
+
+
+def test_a_cell_that_is_not_python_is_named_when_the_fragments_miss_what_it_may_define(tmp_path):
+    """`cfg = (` is a syntax error: the fragments' cfg is then defined by no cell, and the
+    error names that cell and its syntax error (it said only "not defined")."""
+    from workbench.errors import NotebookCellError
+
+    path = _notebook(tmp_path, "import numpy as np\nimport workbench as wb", "cfg = (",
+                     *FRAGMENTS, "%fdg run --iterations 1 --steps 1")
+    with pytest.raises(NotebookCellError, match=r"the fragments read 'cfg', which no cell that runs headless "
+                                                r"defines, and code cell 2 is not Python \(line 1: "):
+        load_notebook(path)
+
+
+def test_a_cell_of_ipython_syntax_is_no_error_when_the_fragments_have_what_they_read(tmp_path):
+    path = _notebook(tmp_path, "import numpy as np\nimport workbench as wb",
+                     "class Config:\n    scale = 1.0\ncfg = Config()", "Config?", "len??",
+                     *FRAGMENTS, "%fdg run --iterations 1 --steps 1")
+    fdg, options = load_notebook(path)
+    assert fdg.run(progress=False, **options).metrics["seen/scale"].tolist() == [1.0]

@@ -45,3 +45,12 @@ def test_what_is_not_a_notebook_is_said_so(tmp_path, text):
     path.write_text(text)
     with pytest.raises(RunConfigError, match=r"cannot read .*bad\.ipynb.* as a notebook"):
         notebook_cells(path)
+
+
+def test_a_python_script_is_said_to_be_one(tmp_path):
+    script = tmp_path / "train.py"
+    script.write_text("print('hi')\n")
+    with pytest.raises(RunConfigError, match=r"is a Python script: `workbench run` trains a notebook's "
+                                             r"%%fragment cells \(an .ipynb\). Run a script that builds its FDG "
+                                             r"with `python .*train.py`"):
+        notebook_cells(script)

@@ -46,6 +46,10 @@ def notebook_cells(path: str | Path) -> list[str]:
     if not path.exists():
         raise RunConfigError(f"notebook not found: {str(path)!r}. Check the path (it is relative "
                              f"to {Path.cwd()}).")
+    if path.suffix == ".py":  # it would be "not JSON", which says nothing of what to do
+        raise RunConfigError(f"{str(path)!r} is a Python script: `workbench run` trains a notebook's "
+                             f"%%fragment cells (an .ipynb). Run a script that builds its FDG with "
+                             f"`python {path}`.")
     try:
         nb = json.loads(path.read_text(encoding="utf-8"))
         if not isinstance(nb, dict) or not isinstance(nb.get("cells"), list) or nb.get("nbformat", 4) != 4:
@@ -128,6 +132,7 @@ def load_notebook(path: str | Path, overrides: list[str] = ()) -> tuple[FDG, dic
         raise RunConfigError(f"--set: the notebook defines no {names} (in a cell that runs headless). "
                              f"--set changes a field of an object an ordinary cell defines, e.g. "
                              f"--set cfg.seed=3 for cfg = PPOConfig().")
+    _say_unreadable_cells(path, fdg, namespace, zip(numbers, before_run))
     fdg.namespace = namespace
     options = parse_run_line(_expand(path, run_line, namespace)) if run_line else {}
     options.pop("background", None)  # headless: the run is the whole job
@@ -280,6 +285,25 @@ def _expand(path, line: str, namespace: dict) -> str:
                                     f"evaluated ({type(exc).__name__}: {exc}). Define the name in an "
                                     "ordinary cell, or write the value.") from exc
     return re.sub(r"\{([^{}]+)\}", value, line)
+
+
+def _say_unreadable_cells(path, fdg: FDG, namespace: dict, cells) -> None:
+    """A name the fragments read that no cell defined, where an ordinary cell before the run
+    is not Python: that cell is the likely why, so the error names it (it said only "no
+    fragment writes it and the notebook does not define it", the syntax error unsaid)."""
+    import builtins
+
+    missing = sorted(n for n in fdg.notebook_names() if n not in namespace and not hasattr(builtins, n))
+    if not missing:
+        return
+    for number, source in cells:
+        try:
+            compile(source, f"<code cell {number}>", "exec")
+        except SyntaxError as exc:
+            raise NotebookCellError(
+                f"{path}: the fragments read {', '.join(map(repr, missing))}, which no cell that runs "
+                f"headless defines, and code cell {number} is not Python (line {exc.lineno}: {exc.msg}), "
+                "so what it defines cannot be known. Fix that cell and run again.") from None
 
 
 def _python_only(source: str) -> str:
