@@ -13,6 +13,10 @@ from workbench.cli import main
 
 ROOT = Path(__file__).resolve().parents[1]
 QUICKSTART = ROOT / "notebooks" / "quickstart.ipynb"
+#: `workbench run` in a child process that Ctrl-C reaches: a shell's background job ignores
+#: SIGINT, and Python keeps that, so it sets its own handler, as a terminal's foreground one has
+CLI_WITH_CTRL_C = ("import signal, sys\nsignal.signal(signal.SIGINT, signal.default_int_handler)\n"
+                   "from workbench.cli import console_main\nsys.exit(console_main(sys.argv[1:]))")
 
 
 def test_quickstart_cells_are_the_library_algorithm_byte_for_byte():
@@ -139,12 +143,8 @@ def test_cli_ctrl_c_twice_exits_130_with_one_line_and_no_worker_left(tmp_path):
     import psutil
 
     logs = tmp_path / "logs"
-    # a shell's background job ignores SIGINT, and Python keeps that: set its own handler,
-    # as a terminal's foreground `workbench run` has
-    code = ("import signal, sys\nsignal.signal(signal.SIGINT, signal.default_int_handler)\n"
-            "from workbench.cli import console_main\nsys.exit(console_main(sys.argv[1:]))")
     proc = subprocess.Popen(
-        [sys.executable, "-c", code, "run", str(QUICKSTART), "--policy", "coarse", "--iterations", "100000",
+        [sys.executable, "-c", CLI_WITH_CTRL_C, "run", str(QUICKSTART), "--policy", "coarse", "--iterations", "100000",
          "--target-return", "1e9", "--no-progress", "--log-dir", str(logs)],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:

@@ -140,6 +140,13 @@ def _run(args) -> int:
         config = config.replace(cluster=handle.client)
     try:
         run = fdg.run(config)
+    except KeyboardInterrupt:  # the first Ctrl-C stops at a boundary: say what it kept
+        stopped = fdg.last_run
+        if stopped is not None and stopped.state is not None and config.checkpoint_dir is not None:
+            print(f"workbench: stopped at iteration {stopped.completed_iterations}; its final checkpoint "
+                  f"is in {config.checkpoint_dir} (--resume {config.checkpoint_dir} goes on from it).",
+                  file=sys.stderr)
+        raise
     finally:
         if handle is not None:
             handle.close()
