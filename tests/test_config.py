@@ -115,6 +115,7 @@ def test_set_overrides_a_notebook_config_before_its_run_line_is_read():
 @pytest.mark.parametrize("override, message", [
     ("cfg.sed=3", "PPOConfig has no field 'sed' \\(did you mean 'seed'\\?\\)"),
     ("cfg.seed=three", "cfg.seed is a int \\(1\\); 'three' is a str"),
+    ("cfg.seed=True", "cfg.seed is a int \\(1\\); True is a bool"),  # True is an int to isinstance
     ("nothing.seed=3", "the notebook defines no nothing"),
     ("cfg=3", "write NAME.FIELD=VALUE"),
 ])

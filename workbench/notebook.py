@@ -203,7 +203,8 @@ def _apply_if_defined(override, namespace: dict) -> bool:
     current = obj[field_name] if keyed else getattr(obj, field_name)
     if isinstance(current, float) and isinstance(value, int) and not isinstance(value, bool):
         value = float(value)  # --set cfg.learning_rate=1 means 1.0
-    elif current is not None and not isinstance(value, type(current)):
+    elif current is not None and (not isinstance(value, type(current))  # True is an int to isinstance
+                                  or isinstance(value, bool) != isinstance(current, bool)):
         raise RunConfigError(f"--set {text}: {name}.{field_name} is a {type(current).__name__} "
                              f"({current!r}); {value!r} is a {type(value).__name__}.")
     if dataclasses.is_dataclass(obj) and getattr(type(obj), "__dataclass_params__").frozen:
