@@ -52,16 +52,21 @@ def steady_rate(rows: list[dict]) -> float:
     return steps / seconds if seconds > 0 else 0.0
 
 
-def auto_summary(table: list[dict], best: str) -> str:
+def auto_summary(table: list[dict], best: str, left_out: tuple[str, ...] = ()) -> str:
     """The lines auto prints once every candidate was tried: ``table`` is the run's
     ``auto_table``, a row per candidate of its ``policy``, ``rate`` and the rate's ``unit``
-    (the run's unit a second: completions/s for GRPO).
+    (the run's unit a second: completions/s for GRPO); ``left_out`` says which presets were
+    not tried and why (``auto_candidates(...).left_out``), so a preset missing from the
+    table is never a mystery.
 
-    >>> print(auto_summary([{"policy": "coarse", "rate": 3730.0, "unit": "completions/s"}], "coarse"))
+    >>> print(auto_summary([{"policy": "coarse", "rate": 3730.0, "unit": "completions/s"}], "coarse",
+    ...                    ("MultiLearner: not tried, the learner never calls wb.allreduce",)))
     policy auto measured (completions/s, first iteration of each left out):
       coarse                        3,730   ← continuing with this
+      MultiLearner: not tried, the learner never calls wb.allreduce
     """
     lines = [f"policy auto measured ({table[0]['unit']}, first iteration of each left out):"]
     lines += [f"  {row['policy']:<22} {row['rate']:>12,.0f}" + ("   ← continuing with this" if row["policy"] == best else "")
               for row in table]
+    lines += [f"  {line}" for line in left_out]
     return "\n".join(lines)

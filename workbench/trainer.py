@@ -424,7 +424,7 @@ class Trainer:
         one learning state through all of them; then train on with the fastest."""
         from workbench.cluster.connect import inventory_of
         from workbench.cluster.restarts import wait_for_restarts
-        from workbench.fdg.policy import auto_candidates
+        from workbench.fdg.auto_candidates import auto_candidates
 
         iterations = run.iterations
         wait_for_restarts(stretch.cluster)
@@ -448,7 +448,7 @@ class Trainer:
                                  f"more than {trial} per candidate policy.")
         best = fastest_trial(table)
         run.policy_name = f"auto → {best}"
-        print(auto_summary(table, best))
+        print(auto_summary(table, best, candidates.left_out))
         if not run.is_solved() and not self._stop.is_set():
             self._run_stretches(run, dict(candidates)[best], stretch, state)
 

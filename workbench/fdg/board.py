@@ -25,7 +25,8 @@ from workbench.fdg.graph import Graph
 from workbench.fdg.vocabulary import check_device_kind, integral
 from workbench.fdg.inventory import Inventory
 from workbench.fdg.plan import make_plan
-from workbench.fdg.policy import IN_PROCESS, PRESETS, Group, Policy, auto_candidates
+from workbench.fdg.auto_candidates import auto_candidates
+from workbench.fdg.policy import IN_PROCESS, PRESETS, Group, Policy
 
 __all__ = ["BOARD_PRESETS", "move_fragment", "set_replicas", "fill_preset", "load_policy"]
 

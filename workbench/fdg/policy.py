@@ -29,7 +29,7 @@ from workbench.fdg.placing import _check_count, _env_workers, _home, _spread, _w
 from workbench.fdg.unplaced import unplaced_message
 
 __all__ = ["Group", "Policy", "Inline", "SingleLearnerCoarse", "SingleLearnerFine", "MultiLearner",
-           "GPUOnly", "Async", "Pipelined", "auto_candidates", "resolve_policy", "as_policy_spec",
+           "GPUOnly", "Async", "Pipelined", "resolve_policy", "as_policy_spec",
            "needs_cluster", "PRESETS"]
 
 #: Where an unplaced replica runs: the calling process (no Dask).
@@ -404,22 +404,6 @@ class GPUOnly:
     def place(self, fdg: Graph, inventory: Inventory) -> Policy:
         home = _home(inventory)
         return Policy(self.name, (Group(_ordered(fdg), 1, (home.name,), "gpu" if home.gpus else "cpu"),))
-
-
-def auto_candidates(fdg: Graph, inventory: Inventory, lag: int = 0) -> list[tuple[str, object]]:
-    """The presets ``policy="auto"`` tries: every synchronous preset that can place this
-    FDG on this cluster, and ``Pipelined(lag=lag)`` when ``lag`` (``--auto-lag``) allows it.
-    Async and Pipelined change the algorithm's semantics, acting on older weights, so they
-    are never chosen for you unasked."""
-    out = []
-    lagging = [Pipelined(lag=lag)] if lag else []
-    for preset in (SingleLearnerCoarse(), SingleLearnerFine(), MultiLearner(), GPUOnly(), *lagging):
-        try:
-            preset.place(fdg, inventory)
-        except PlacementError:
-            continue
-        out.append((preset.name, preset))
-    return out
 
 
 def _ordered(fdg: Graph) -> tuple[str, ...]:
