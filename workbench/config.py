@@ -195,8 +195,7 @@ class RunConfig:
                          metavar="T")
     # where
     policy: Any = _option("inline", "inline | coarse | fine | multilearner | gpuonly | async | pipelined | auto | "
-                          "FILE.json (a saved wb.Policy); default inline, or coarse when --cluster "
-                          "is given", check=_policy, metavar="P")
+                          "FILE.json (a saved wb.Policy); coarse when --cluster is given without one", check=_policy, metavar="P")
     auto_lag: int = _option(0, "let --policy auto also try Pipelined, its acting replicas this many "
                             "updates behind the learner (batches as many updates off-policy, which "
                             "PPO's and GRPO's clipped ratio corrects for); 0 keeps auto to the "
