@@ -13,7 +13,6 @@ import time
 from pathlib import Path
 
 import numpy as np
-import torch
 import pytest
 import torch
 
