@@ -38,6 +38,13 @@ TRAILING_REPORTS_S = 2.0
 #: thread), before the run is stalled; a run's deadline grows with its longest iteration
 #: (workbench.runtime.stall)
 STALL_TIMEOUT_S = 30.0
+#: under a synchronous policy, how many iterations past the first one not yet recorded a
+#: replica may begin (plus the policy's ``lag``), so the boundary of a stop, a change or a
+#: re-placement (one past the newest iteration begun) is at most this many + 1 past the
+#: first iteration not recorded when it was decided. Unbounded, actors that read nothing
+#: from the learner ran ahead to the end of the run, and the boundary was the run's end: a
+#: stop at iteration 3 of 1000 trained on for 55 s (tests/cluster/test_stop_decoupled.py)
+LOOKAHEAD = 8
 
 
 class Events:
@@ -90,8 +97,9 @@ class Backend(Protocol):
     # optional: ``probe(silent_for)``, called when no loop has reported for ``probe_after``
     # seconds; raises WorkerLostError for workers that are alive but do not answer.
     # ``activity()``: per replica, (steps finished, CPU seconds of its loop's thread), read
-    # when the run falls silent (workbench.runtime.stall). ``fence(at_least)`` and, under
-    # lockstep, ``release(iteration)``: exact iteration boundaries (workbench.runtime.fence).
+    # when the run falls silent (workbench.runtime.stall). ``fence(at_least)`` and
+    # ``release(iteration)`` (the newest iteration a replica may begin: lockstep's, or the
+    # window's): exact iteration boundaries (workbench.runtime.fence).
     # ``env_step_counts()``: each replica's own env-step counter, read once the loops stopped.
 
 
@@ -220,6 +228,12 @@ def drive(
     have: the env replicas' own counters are then final (the trainer counts from them the
     steps of iterations left unfinished, docs/counting.md).
 
+    Without ``lockstep`` a synchronous run's replicas may begin at most :data:`LOOKAHEAD`
+    (+ the policy's ``lag``) iterations past the first one not yet recorded: the driver
+    releases the window as rows come (``Backend.release``, every half window: one
+    ``client.run`` per four iterations on a cluster), so wherever a stop is decided, the
+    boundary is at most that far past it.
+
     ``stopping`` says a stop was asked for: if then no replica reports for
     ``STOP_GRACE_S``, a cell is stuck, and :class:`CellNotReturningError` names it.
 
@@ -228,6 +242,10 @@ def drive(
     """
     release = getattr(backend, "release", None)
     gated = lockstep and release is not None and not plan.policy.asynchronous
+    # not in lockstep: a window of iterations released ahead, half of it at a time (a task
+    # needs at most the iteration after the one the driver waits for: never held)
+    window = 0 if gated or release is None or plan.policy.asynchronous else LOOKAHEAD + plan.policy.lag
+    released = start + window
     stream = StreamSpec(iterations, start, with_init, snapshot_every, full_snapshot_every, gated, snapshot_paced)
     pending = stream.tasks(plan)  # the driver walks the stream too, a little ahead of the loops
     tasks: dict[int, WiredTask] = {}
@@ -268,6 +286,8 @@ def drive(
     probe = getattr(backend, "probe", None)
     end = start + iterations  # lowered to the fence's boundary when a stop is asked for
     unbounded_stop = False  # a stop without a boundary (asynchronous): wait for the loops to end
+    if window:
+        release(released)  # before any loop starts: none begins past the window
     backend.start(plan, stream, events)
     if getattr(backend, "snapshots", None) is not None:
         backend.snapshots.settle(start)
@@ -347,6 +367,9 @@ def drive(
                             del tasks[index]
                 elif gated:
                     release(next_iteration)  # decided: the replicas may begin it
+                elif window and next_iteration + window - released >= (window + 1) // 2:
+                    released = next_iteration + window
+                    release(released)
         if unbounded_stop:
             _await_exits(backend, events, loops_left)
     except WorkerLostError as lost:

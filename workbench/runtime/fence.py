@@ -20,7 +20,10 @@ worker's on a cluster); :func:`decide` closes several at one boundary.
 iteration until the driver has recorded the one before and released it
 (:meth:`Fence.release`), so a stop decided on iteration ``i`` closes at ``i + 1``
 exactly — no replica, however far it could run ahead (actors that read nothing from the
-learner), has begun ``i + 1``.
+learner), has begun ``i + 1``. Every other synchronous run is gated too, with a window:
+the driver releases a few iterations past the newest it recorded
+(:data:`~workbench.runtime.driver.LOOKAHEAD`), so such actors stay within it, and a stop
+closes there, not at the run's end.
 
 Example:
     >>> fence = Fence()
@@ -67,9 +70,10 @@ class Fence:
             return True
 
     def _held(self, iteration: int) -> bool:
-        """Gated, and ``iteration`` not released yet (nor past a boundary: that ends it)."""
-        return (self._released is not None and iteration > self._released
-                and (self._boundary is None or iteration < self._boundary))
+        """Gated, ``iteration`` not released yet, and no boundary: once closed, every
+        iteration before the boundary runs (as the boundary promised, whatever this
+        process had been released) and every one past it ends the loop."""
+        return self._released is not None and self._boundary is None and iteration > self._released
 
     def gate(self, first: int) -> None:
         """Lockstep: from now on an iteration past ``first`` waits for :meth:`release`
@@ -79,7 +83,8 @@ class Fence:
                 self._released = first
 
     def release(self, iteration: int) -> None:
-        """Lockstep: the replicas may begin every iteration up to ``iteration``."""
+        """The replicas may begin every iteration up to ``iteration``; on a fence not gated
+        yet, it gates it there (the window released before the loops start)."""
         with self._cond:
             self._released = max(iteration, -1 if self._released is None else self._released)
             self._cond.notify_all()
