@@ -15,6 +15,16 @@ ROOT = Path(__file__).resolve().parents[1]
 QUICKSTART = ROOT / "notebooks" / "quickstart.ipynb"
 #: `workbench run` in a child process that Ctrl-C reaches: a shell's background job ignores
 #: SIGINT, and Python keeps that, so it sets its own handler, as a terminal's foreground one has
+def wait_for_rows(proc, csv, rows: int = 3, seconds: float = 180) -> None:
+    """Until a `workbench run` child's metrics CSV has ``rows`` rows (or it ended, or time ran out)."""
+    import time
+
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline and proc.poll() is None and not (
+            csv.exists() and csv.read_text().count("\n") >= rows):
+        time.sleep(0.1)
+
+
 CLI_WITH_CTRL_C = ("import signal, sys\nsignal.signal(signal.SIGINT, signal.default_int_handler)\n"
                    "from workbench.cli import console_main\nsys.exit(console_main(sys.argv[1:]))")
 
@@ -148,11 +158,7 @@ def test_cli_ctrl_c_twice_exits_130_with_one_line_and_no_worker_left(tmp_path):
          "--target-return", "1e9", "--no-progress", "--log-dir", str(logs)],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
-        deadline = time.monotonic() + 180
-        csv = logs / "metrics.csv"
-        while time.monotonic() < deadline and proc.poll() is None and not (
-                csv.exists() and csv.read_text().count("\n") >= 3):
-            time.sleep(0.1)
+        wait_for_rows(proc, logs / "metrics.csv")
         children = psutil.Process(proc.pid).children(recursive=True)
         assert children, "the embedded cluster's workers should be running"
         os.kill(proc.pid, signal.SIGINT)

@@ -6,9 +6,8 @@ import os
 import signal
 import subprocess
 import sys
-import time
 
-from tests.test_cli_and_notebooks import CLI_WITH_CTRL_C, QUICKSTART
+from tests.test_cli_and_notebooks import CLI_WITH_CTRL_C, QUICKSTART, wait_for_rows
 
 
 def test_one_ctrl_c_stops_at_a_boundary_and_says_where_the_final_checkpoint_is(tmp_path):
@@ -19,11 +18,7 @@ def test_one_ctrl_c_stops_at_a_boundary_and_says_where_the_final_checkpoint_is(t
          "--checkpoint-every", "100000"],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
-        deadline = time.monotonic() + 180
-        csv = logs / "metrics.csv"
-        while time.monotonic() < deadline and proc.poll() is None and not (
-                csv.exists() and csv.read_text().count("\n") >= 3):
-            time.sleep(0.1)
+        wait_for_rows(proc, logs / "metrics.csv")
         os.kill(proc.pid, signal.SIGINT)
         out, err = proc.communicate(timeout=120)
     finally:

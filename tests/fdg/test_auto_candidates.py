@@ -16,6 +16,7 @@ from workbench.auto_trials import auto_summary
 from workbench.fdg.graph import Graph
 from workbench.fdg.inventory import Inventory, WorkerInfo
 from workbench.fdg.plan import IndependentLearnersWarning
+from tests.fdg.test_plan_checks import _graph as plain_graph
 from workbench.fdg.auto_candidates import auto_candidates
 
 TWO_WORKERS = Inventory((WorkerInfo("tcp://a:1", "w0"), WorkerInfo("tcp://b:1", "w1")))
@@ -24,13 +25,15 @@ LEFT_OUT = ("MultiLearner: not tried, the learner never calls wb.allreduce (inde
 
 
 def _graph(learner_code: str, namespace: dict | None = None) -> Graph:
-    g = wb.FDG(namespace=namespace) if namespace is not None else Graph()  # FDG: a notebook's names
-    g.add_fragment("env", "obs = 0", rate="init")
-    g.add_fragment("actor", "action = obs + 1", rate="step")
-    g.add_fragment("env", "obs = action\nreward = obs", rate="step")
-    g.add_fragment("learner", "w = 0.0", rate="init")
-    g.add_fragment("learner", learner_code, rate="iteration")
-    return g
+    """test_plan_checks' loop; as an FDG with a notebook's names when ``namespace`` is given."""
+    graph = plain_graph(learner_code)
+    if namespace is None:
+        return graph
+    fdg = wb.FDG(namespace=namespace)
+    for name, fragment in graph.fragments.items():
+        for rate, cell in fragment.cells.items():
+            fdg.add_fragment(name, cell.code, rate=rate)
+    return fdg
 
 
 def _averaged(grad):
