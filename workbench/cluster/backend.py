@@ -391,6 +391,8 @@ class DaskBackend:
         :class:`WorkerUnreachableError` for workers whose replicas' channel servers do not
         answer (alive but cut off, or frozen), after removing them from the scheduler."""
         self.check()  # a dead process is the plainer explanation
+        if self.scheduler_lost():  # the plainest: the driver's next check says it
+            return
         started = time.monotonic()
         servers: dict[str, tuple[str, int]] = {}
         for key, address in self._workers.items():
@@ -436,7 +438,7 @@ class DaskBackend:
         (see :mod:`workbench.runtime.fence`): pause them all, then close at one past the
         newest iteration any began. None under an asynchronous policy, or when a worker
         does not answer (the run then stops as before; the loss is found by ``check``)."""
-        if self._asynchronous:
+        if self._asynchronous or self.scheduler_lost():  # (without one, it would wait out a reconnect)
             return None
         workers = sorted(set(self._workers.values()))
         try:
@@ -448,7 +450,11 @@ class DaskBackend:
         return boundary
 
     def release(self, iteration: int) -> None:
-        """Lockstep: the replicas may begin ``iteration`` (one round trip to the workers)."""
+        """The replicas may begin ``iteration`` (one round trip to the workers): lockstep's,
+        or the driver's window. Not tried without a scheduler: it would wait out Dask's
+        reconnect before the loss is looked at."""
+        if self.scheduler_lost():
+            return
         try:
             self.client.run(_fence_release, self.run_id, iteration, workers=sorted(set(self._workers.values())))
         except Exception:  # a worker that is gone is found by check()

@@ -17,7 +17,9 @@ Example::
 """
 from __future__ import annotations
 
+import _thread
 import contextlib
+import gc
 import signal
 import sys
 import threading
@@ -97,18 +99,37 @@ def first_interrupt_stops(stop) -> Iterator[_Pressed]:
         yield state
         return
 
+    def second(signum, frame) -> None:
+        # at once, as Ctrl-C always did — but not inside a gc callback (Dask's GC diagnosis
+        # runs Python there), where Python can only print the KeyboardInterrupt and drop it
+        if _in_gc_callback(frame):
+            threading.Timer(0.01, _thread.interrupt_main).start()  # again, just after
+            return
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        raise KeyboardInterrupt
+
     def first(signum, frame) -> None:
         state.pressed = True
-        signal.signal(signal.SIGINT, signal.default_int_handler)  # the next one interrupts
+        signal.signal(signal.SIGINT, second)  # the next one interrupts
         stop()
         # stdout: the cell's own line, as its result's (a notebook shows stderr as a warning)
         print("workbench: Ctrl-C: stopping at the end of this iteration, keeping what it trained "
               "(Ctrl-C again interrupts at once).", flush=True)
 
-    first.stops_the_run = True  # shielded() holds a Ctrl-C back over it too
+    first.stops_the_run = second.stops_the_run = True  # shielded() holds a Ctrl-C back over them too
     signal.signal(signal.SIGINT, first)
     try:
         yield state
     finally:
-        if signal.getsignal(signal.SIGINT) is first:
+        if signal.getsignal(signal.SIGINT) in (first, second):
             signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
+def _in_gc_callback(frame) -> bool:
+    """Whether ``frame`` (where a signal landed) runs inside one of ``gc.callbacks``."""
+    codes = {getattr(getattr(cb, "__func__", cb), "__code__", None) for cb in gc.callbacks}
+    while frame is not None:
+        if frame.f_code in codes:
+            return True
+        frame = frame.f_back
+    return False
