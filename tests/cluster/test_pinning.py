@@ -92,3 +92,20 @@ def test_pin_process_moves_every_thread_of_the_process():
     facts = json.loads(out.stdout)
     assert facts["pinned"] == len(facts["threads"]) >= 2
     assert all(cores == [facts["core"]] for cores in facts["threads"]), facts
+
+
+def _threads_cores(dask_worker=None) -> list[list[int]]:
+    return [sorted(os.sched_getaffinity(int(tid))) for tid in os.listdir("/proc/self/task")]
+
+
+@pytest.mark.skipif(len(usable_cores()) < 2, reason="needs 2 cores to give 2 workers one each")
+def test_workers_started_apart_that_share_a_machine_get_cores_of_their_own(client):
+    """A user's own workers (this LocalCluster is not workbench's embedded one: nothing
+    pinned it) are pinned as the embedded cluster's are, every thread of each."""
+    from workbench.cluster.worker_setup import ensure_worker_setup
+
+    ensure_worker_setup(client)  # what every run on a cluster does first
+    cores = client.run(_threads_cores)
+    assigned = sorted({tuple(c) for threads in cores.values() for c in threads})
+    assert len(assigned) == 2 and all(len(c) == 1 for c in assigned), cores  # one core each, all threads
+    assert pinning.pin_shared_machines(client) == {}  # pinned already: nothing more to do

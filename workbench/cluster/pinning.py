@@ -11,8 +11,16 @@ thread it starts later (a new thread takes its creator's cores). The notebook's 
 (scheduler, dashboard, the run's driver) is not pinned. With more workers than cores nothing
 is pinned: the scheduler's balancing is then worth more than warm caches.
 
-``WORKBENCH_PIN_WORKERS=0`` turns it off, e.g. on a machine whose other work would then share
-a pinned worker's core.
+Workers you start yourself (``dask worker``) are pinned the same way at a run's start
+(:func:`pin_shared_machines`): the workers of one machine — the same kernel boot, whatever
+their network namespace or address — that may use the same cores and whose threads fit
+them get cores of their own. A user's two ``dask worker --nthreads 1`` on the 2-core box
+trained the quickstart at 0.91× the embedded cluster's rate unpinned, and 0.95× with the
+embedded cluster unpinned too (``benchmarks/bench_external_workers.py``, docs/clusters.md).
+
+``WORKBENCH_PIN_WORKERS=0`` turns it off — in the notebook's environment for every worker,
+in a worker's for that worker —, e.g. on a machine whose other work would then share a
+pinned worker's core.
 
 Example::
 
@@ -26,7 +34,8 @@ import os
 
 from distributed import WorkerPlugin
 
-__all__ = ["PIN_VARIABLE", "PinToCore", "pinning_plugin", "pin_process", "usable_cores"]
+__all__ = ["PIN_VARIABLE", "PinToCore", "pinning_plugin", "pin_process", "usable_cores", "core_assignment",
+           "pin_shared_machines"]
 
 #: the environment variable that turns pinning off (0) or on (1, the default)
 PIN_VARIABLE = "WORKBENCH_PIN_WORKERS"
@@ -43,15 +52,19 @@ def usable_cores() -> list[int]:
     return list(range(os.cpu_count() or 1))
 
 
+def _pinning_wanted() -> bool:
+    wanted = os.environ.get(PIN_VARIABLE, "1").strip()
+    if wanted not in ("0", "1", ""):
+        raise ValueError(f"{PIN_VARIABLE} must be 0 or 1, got {wanted!r}")
+    return wanted != "0" and hasattr(os, "sched_setaffinity")
+
+
 def pinning_plugin(n_workers: int, threads_per_worker: int = 1) -> PinToCore | None:
     """The plugin that pins ``n_workers`` workers one to a core, or None where they would
     not each get a core of their own (more worker threads than cores), where the platform
     cannot pin, or where ``WORKBENCH_PIN_WORKERS`` is 0."""
-    wanted = os.environ.get(PIN_VARIABLE, "1").strip()
-    if wanted not in ("0", "1", ""):
-        raise ValueError(f"{PIN_VARIABLE} must be 0 or 1, got {wanted!r}")
     cores = usable_cores()
-    if wanted == "0" or not hasattr(os, "sched_setaffinity") or n_workers * threads_per_worker > len(cores):
+    if not _pinning_wanted() or n_workers * threads_per_worker > len(cores):
         return None
     return PinToCore(cores[: n_workers * threads_per_worker], threads_per_worker)
 
@@ -87,3 +100,67 @@ class PinToCore(WorkerPlugin):
             return
         start = (index * self.width) % len(self.cores)
         pin_process(set(self.cores[start:start + self.width]))
+
+
+def _where_am_i(dask_worker=None) -> dict:
+    """On a worker: its machine (the kernel's boot id, shared by every network namespace and
+    container of one kernel), the cores it may use, its threads, and whether it may be pinned."""
+    try:
+        with open("/proc/sys/kernel/random/boot_id") as fh:
+            machine = fh.read().strip()
+    except OSError:  # not Linux: nothing to pin with
+        machine = None
+    return {"machine": machine, "cores": usable_cores(), "nthreads": dask_worker.state.nthreads,
+            "pinnable": machine is not None and _pinning_wanted()}
+
+
+def core_assignment(workers: dict[str, dict]) -> dict[str, list[int]]:
+    """Which cores each worker gets (:func:`_where_am_i`'s answers by worker address): the
+    workers of one machine that may use the same cores, and whose threads together fit
+    them, each get cores of their own, in address order; a worker already on no more cores
+    than its threads (pinned) or not pinnable keeps what it has, and so does every worker of
+    a machine whose workers do not fit.
+
+    >>> one = {"machine": "m", "cores": [0, 1], "nthreads": 1, "pinnable": True}
+    >>> core_assignment({"tcp://b:1": one, "tcp://a:1": one})
+    {'tcp://a:1': [0], 'tcp://b:1': [1]}
+    >>> core_assignment({"a": one, "b": one, "c": one})   # three threads, two cores
+    {}
+    >>> core_assignment({"a": one, "b": {**one, "machine": "n"}})   # two machines: each its own first core
+    {'a': [0], 'b': [0]}
+    """
+    machines: dict[tuple, list[str]] = {}
+    for address in sorted(workers):
+        w = workers[address]
+        if not w["pinnable"] or len(w["cores"]) <= w["nthreads"]:
+            continue
+        machines.setdefault((w["machine"], tuple(w["cores"])), []).append(address)
+    assignment: dict[str, list[int]] = {}
+    for (_, cores), addresses in machines.items():
+        if sum(workers[a]["nthreads"] for a in addresses) > len(cores):
+            continue
+        first = 0
+        for address in addresses:
+            width = workers[address]["nthreads"]
+            assignment[address] = list(cores[first:first + width])
+            first += width
+    return assignment
+
+
+def _pin_here(cores: list[int], dask_worker=None) -> int:
+    return pin_process(set(cores))
+
+
+def pin_shared_machines(client) -> dict[str, list[int]]:
+    """Pin the cluster's workers that share a machine to cores of their own where they fit
+    (:func:`core_assignment`); returns what was pinned. Best effort: a worker that does not
+    answer is left as it is."""
+    if not _pinning_wanted():
+        return {}
+    try:
+        assignment = core_assignment(client.run(_where_am_i, on_error="ignore"))
+        for address, cores in assignment.items():
+            client.run(_pin_here, cores, workers=[address], on_error="ignore")
+    except Exception:  # a worker lost meanwhile: the run finds it
+        return {}
+    return assignment

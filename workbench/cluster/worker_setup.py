@@ -12,7 +12,10 @@ join or restart later. It
 1. sets glibc's malloc thresholds to its adaptive mode's maximum (``mallopt`` through
    ctypes; `workbench.runtime.malloc`), which also undoes the nanny's pinned one;
 2. gives torch (and BLAS, through threadpoolctl where installed) the worker's ``nthreads``;
-3. imports numpy and torch.
+3. imports numpy and torch;
+
+and :func:`ensure_worker_setup` pins the workers that share a machine to cores of their own
+where they fit, as the embedded cluster's are (:mod:`workbench.cluster.pinning`).
 
 Nothing must be set before ``dask worker`` starts; ``docs/clusters.md`` says what can be.
 
@@ -27,6 +30,7 @@ import os
 
 from distributed import WorkerPlugin
 
+from workbench.cluster.pinning import pin_shared_machines
 from workbench.runtime.malloc import tune_malloc
 
 __all__ = ["WorkerSetup", "ensure_worker_setup", "tune_malloc", "limit_threads", "PLUGIN_NAME"]
@@ -88,6 +92,8 @@ def _has_setup(dask_worker=None) -> bool:
 
 def ensure_worker_setup(client) -> None:
     """Register :class:`WorkerSetup` unless every worker already runs it (Dask keeps it on
-    the scheduler, so workers that join later get it too)."""
+    the scheduler, so workers that join later get it too), and pin workers that share a
+    machine to cores of their own where they fit (:mod:`workbench.cluster.pinning`)."""
     if not all(client.run(_has_setup).values()):
         client.register_plugin(WorkerSetup(), name=PLUGIN_NAME)
+    pin_shared_machines(client)
