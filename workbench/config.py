@@ -87,6 +87,14 @@ def _finite(name: str, value):
     return int(value) if isinstance(value, numbers.Integral) else float(value)
 
 
+def _lost_after(name: str, value):
+    value = _finite(name, value)
+    if value < 2:
+        raise RunConfigError(f"{_flag(name)} must be at least 2 seconds (workers heartbeat every half second, "
+                             f"and a busy one may miss a few), got {value!r}.")
+    return float(value)
+
+
 #: what one env step is called unless a run says otherwise (``--unit``)
 DEFAULT_UNIT = "env steps"
 
@@ -223,6 +231,10 @@ class RunConfig:
                                          "(default: every iteration on a cluster, paced to a twentieth of the "
                                          "time for snapshots of 16 MB and more; 0 = off)", check=_whole(0), type=int,
                                          metavar="N")
+    lost_after: float = _option(10.0, "seconds within which a worker that stops answering (frozen, or its host "
+                                "cut off) is called lost and its fragments re-placed; a busy worker whose "
+                                "process computes is never called lost (docs/faults.md)", check=_lost_after,
+                                type=float, metavar="SECONDS")
     allreduce: str = _option("auto", "how wb.allreduce averages across learner replicas: auto "
                              "(torch.distributed with NCCL when every learner's tensors are on a GPU of "
                              "its own, else the channels) | channels (workbench's own) | torch "

@@ -76,17 +76,18 @@ class WorkerLostError(WorkbenchError):
 
 class WorkerUnreachableError(WorkerLostError):
     """Workers holding replicas stopped answering mid-run while their processes may still
-    live (a link down, a partition, a frozen process): found from the replicas' silence
-    and a probe of their channels, then retired from the scheduler so they cannot rejoin
-    the run half-way. Handled as a lost worker: re-placed from the latest snapshot."""
+    live (a link down, a partition, a frozen process): unheard by the scheduler, their
+    replicas' channels silent to a probe and their nannies not seeing them compute; retired
+    from the scheduler so they cannot rejoin the run half-way. Handled as a lost worker:
+    re-placed from the latest snapshot."""
 
     def __init__(self, workers: list[str], silent_seconds: float, state=None, iteration: int | None = None):
         super().__init__(workers, state, iteration)
         names = ", ".join(workers)
-        self.args = (f"worker{'s' if len(workers) > 1 else ''} {names} stopped answering mid-run (the run "
-                     f"was silent {silent_seconds:.1f} s and a probe of its replicas' channels got no "
+        self.args = (f"worker{'s' if len(workers) > 1 else ''} {names} stopped answering mid-run (not heard "
+                     f"from for {silent_seconds:.1f} s, and a probe of its replicas' channels got no "
                      "reply); retired from the cluster",)
-        #: seconds from the run's last report to the decision that the workers are lost
+        #: seconds from the workers' last word to the decision that they are lost
         self.silent_seconds = silent_seconds
 
 

@@ -320,6 +320,11 @@ class Trainer:
             fdg, self._ending = self.fdg.copy(), False
             notebook = values_for_stretch(self, ns, fdg.notebook_names())  # the first's, but what was sent
             take_changes(run, self, start)
+        if isinstance(policy, Policy) and inventory is not None and getattr(self, "_fault", None) is not None:
+            # a policy of the user's own names its workers: after a loss, off the lost ones (the
+            # fault's line says where its groups went); one that names a missing worker from the
+            # start is refused by the check instead
+            policy = rehome(policy, inventory)
         resolved = _fit_to_cluster(resolve_policy(policy, fdg, inventory), inventory, run)
         if resolved.in_process and stretch.cluster is not None:  # asked for, not used: say so
             run.note_once("not applied", f"policy {resolved.name} runs every fragment in this process, so the "
@@ -344,7 +349,7 @@ class Trainer:
             from workbench.cluster.backend import DaskBackend
             from workbench.cluster.dashboard_model import UNIT_EVENT
 
-            backend = DaskBackend(client, inventory)
+            backend = DaskBackend(client, inventory, lost_after=stretch.config.lost_after)
             if stretch.config.unit != DEFAULT_UNIT:  # the dashboard page names the steps as the run does
                 backend.announce(UNIT_EVENT, stretch.config.unit, start)
         fault, self._fault = getattr(self, "_fault", None), None

@@ -1,11 +1,11 @@
 """A worker whose channel servers answer late is busy, not lost (issue 30: under
 SingleLearnerCoarse(actors=100) on 2 cores, liveness retired a healthy worker): the
-liveness decision retires only workers that miss both probes, that the scheduler has not
-heard from lately, AND whose nanny does not see them compute: a worker starved of the CPU
-can miss its heartbeats for longer than any fixed patience (it did once in CI, silent 19 s),
-but its process runs and uses CPU; a frozen one is stopped. And the same run leaked a
-``FutureCancelledError`` traceback: a loop's done callback read the result of a future
-cancelled after it finished (``workbench.cluster.backend.loop_ended``)."""
+liveness decision retires only workers the scheduler has not heard from for a while, whose
+channels then miss a probe, AND whose nanny does not see them compute: a worker starved of
+the CPU can miss its heartbeats for longer than any fixed patience (it did once in CI,
+silent 19 s), but its process runs and uses CPU; a frozen one is stopped. And the same run
+leaked a ``FutureCancelledError`` traceback: a loop's done callback read the result of a
+future cancelled after it finished (``workbench.cluster.backend.loop_ended``)."""
 from __future__ import annotations
 
 import time
@@ -14,12 +14,27 @@ from workbench.cluster import liveness
 from workbench.cluster._dask_compat import workers_info
 
 UNANSWERED = ("127.0.0.1", 1)  # nothing listens there: a probe gets no challenge
+BOUND = liveness.LossBound(5.0)
 
 
-def test_a_heartbeating_worker_whose_channels_do_not_answer_is_not_lost(client):
+def test_the_decision_is_pure_suspects_then_neither_answer_nor_compute():
+    assert liveness.suspects({"w1": 0.5, "w2": 2.0, "w3": None}, BOUND) == ["w2", "w3"]
+    assert liveness.suspects({"w1": 1.99}, BOUND) == []
+    assert liveness.judged_lost(["w1", "w2", "w3", "w4"], answered={"w1"}, computing={"w2", "w1"}) == ["w3", "w4"]
+    # the whole decision comes within the bound: suspected, then probe and nanny at once
+    bound = liveness.LossBound(10.0)
+    assert bound.suspect_after + max(bound.probe_timeout, bound.nanny_timeout) < bound.seconds
+
+
+def test_every_worker_is_heard_from_within_a_second(client):
+    unheard = liveness.unheard_for(client, timeout=5.0)
+    assert set(unheard) == set(workers_info(client)) and all(0 <= s < 2.0 for s in unheard.values()), unheard
+
+
+def test_a_live_worker_whose_channels_do_not_answer_is_not_lost(client):
     live = sorted(workers_info(client))[0]
-    assert liveness.confirmed_silent({live: UNANSWERED}) == [live]  # the probes alone would retire it
-    assert liveness.lost_among(client, {live: UNANSWERED}) == []
+    assert liveness.unanswered({live: UNANSWERED}, timeout=0.5) == [live]  # the probe alone would retire it
+    assert liveness.lost_among(client, {live: UNANSWERED}, BOUND) == []  # its nanny sees it run
     assert live in workers_info(client)
 
 
@@ -30,22 +45,22 @@ def _spin(seconds: float) -> int:
     return n
 
 
-def test_a_worker_the_scheduler_has_not_heard_from_is_lost_unless_its_nanny_sees_it_compute(client):
-    gone = "tcp://127.0.0.1:9"  # not a worker of this cluster: never heard from, no nanny
+def test_a_silent_worker_is_lost_unless_its_nanny_sees_it_compute(client):
+    gone = "tcp://127.0.0.1:9"  # not a worker of this cluster: no nanny to vouch for it
     live = sorted(workers_info(client))[0]
-    assert liveness.lost_among(client, {gone: UNANSWERED, live: UNANSWERED}) == [gone]
-    # one heard from too long ago (as a worker starved of the CPU for seconds), but computing:
-    # its nanny sees the process run and its CPU time grow, so it is busy, not lost
+    assert liveness.lost_among(client, {gone: UNANSWERED, live: UNANSWERED}, BOUND) == [gone]
+    # one whose channels do not answer (as a worker starved of the CPU for seconds), but
+    # computing: its nanny sees the process run and its CPU time grow, so it is busy, not lost
     spinning = client.submit(_spin, 15.0, workers=[live], pure=False)  # (a running task cannot be cancelled: short)
     deadline = time.monotonic() + 12
     while live not in liveness.computing(client, [live]):
         assert time.monotonic() < deadline, "the spinning worker never showed CPU time"
-    assert liveness.lost_among(client, {live: UNANSWERED}, within=0.0) == []
+    assert liveness.lost_among(client, {live: UNANSWERED}, BOUND) == []
     assert liveness.computing(client, [gone]) == []
     client.cancel(spinning)
 
 
-def test_a_frozen_worker_is_not_computing_by_its_nannys_word(client):
+def test_a_frozen_worker_is_lost_by_its_nannys_word_and_unheard(client):
     import os
     import signal
 
@@ -53,8 +68,10 @@ def test_a_frozen_worker_is_not_computing_by_its_nannys_word(client):
     pid = client.run(os.getpid, workers=[address])[address]
     os.kill(pid, signal.SIGSTOP)
     try:
+        time.sleep(BOUND.suspect_after + 0.5)
+        assert liveness.unheard_for(client, timeout=5.0)[address] >= BOUND.suspect_after
         assert liveness.computing(client, [address]) == []
-        assert liveness.lost_among(client, {address: UNANSWERED}, within=0.0) == [address]
+        assert liveness.lost_among(client, {address: UNANSWERED}, BOUND) == [address]
     finally:
         os.kill(pid, signal.SIGCONT)
     assert address in workers_info(client)  # lost_among decides; retiring is the caller's

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -30,10 +31,15 @@ def main(spec: dict) -> dict:
     client = Client(spec["scheduler"], timeout=120, set_as_default=False)
     client.wait_for_workers(spec["workers"], timeout=180)
     pids = client.run(os.getpid)
-    fdg = toy_fdg(time=time)
-    # the counters' env step, taking some time (iterations of some length)
-    fdg.add_fragment("env", "time.sleep(0.01)\nobs = obs + 1\nreward = action.copy()\nseen += 1\n"
-                            "wb.log('charts/episodic_return', float(reward.sum()))", rate="step")
+    policy = spec.get("policy", "coarse")
+    if spec.get("fdg") == "five kinds":
+        fdg = five_kinds_fdg()
+        policy = alone_on_w2(spec["target"])
+    else:
+        fdg = toy_fdg(time=time)
+        # the counters' env step, taking some time (iterations of some length)
+        fdg.add_fragment("env", "time.sleep(0.01)\nobs = obs + 1\nreward = action.copy()\nseen += 1\n"
+                                "wb.log('charts/episodic_return', float(reward.sum()))", rate="step")
     fault: dict = {}
 
     class Inject:
@@ -50,7 +56,10 @@ def main(spec: dict) -> dict:
             learner_home = run.policy.group_of("learner").workers[0]
             info = workers_info(client)
             names = {str(w["name"]): a for a, w in info.items()}
-            name = learner_home if spec["target"] == "learner" else next(n for n in sorted(names) if n != learner_home)
+            if spec["target"] == "other":
+                name = next(n for n in sorted(names) if n != learner_home)
+            else:  # the worker holding that fragment
+                name = run.policy.group_of(spec["target"]).workers[0]
             address = names[name]
             fault.update(worker=name, address=address, at=time.time(),
                          placement={g.name: list(g.workers) for g in run.policy.groups})
@@ -81,8 +90,9 @@ def main(spec: dict) -> dict:
         if tensorboard_available():
             loggers.append(TensorBoardLogger(os.path.join(spec["log_dir"], "tb")))
     topics_before = set(client.run_on_scheduler(_workbench_topics))
-    run = fdg.run(iterations=spec["iterations"], steps=4, policy=spec.get("policy", "coarse"), cluster=client,
-                  progress=False, loggers=loggers)
+    options = {"lost_after": spec["lost_after"]} if "lost_after" in spec else {}
+    run = fdg.run(iterations=spec["iterations"], steps=4, policy=policy, cluster=client,
+                  progress=False, loggers=loggers, **options)
     lost = [e for e in run.events if e.kind == "worker lost"]
     result = {
         "status": run.status, "completed": run.completed_iterations, "wall_s": run.wall_time,
@@ -92,6 +102,9 @@ def main(spec: dict) -> dict:
         "workers_after": sorted(workers_info(client)),
         "placed_on": sorted({w for g in run.policy.groups for w in g.workers}),
         "scale": run.state.fragments["learner"][0]["scale"] if run.state is not None else None,
+        "total": run.state.fragments["learner"][0].get("total") if run.state is not None else None,
+        "silent_seconds": [float(m.group(1)) for e in lost
+                           if (m := re.search(r"not heard from for ([\d.]+) s", e.message))],
     }
     if spec.get("log_dir"):
         result["report"] = run.report(os.path.join(spec["log_dir"], "report.html"))
@@ -105,6 +118,41 @@ def main(spec: dict) -> dict:
             pass
     client.close()
     return result
+
+
+KINDS = ("learner", "actor", "env", "buffer", "reward")
+
+
+def five_kinds_fdg():
+    """A torch-free loop with a fragment of each kind a run may place on its own worker:
+    envs count up and report a raw signal, a reward fragment turns it into rewards, a buffer
+    keeps them, the learner sums the buffer's iteration and halves the actors' gain."""
+    import numpy as np
+
+    import workbench as wb
+
+    fdg = wb.FDG(namespace={"np": np, "wb": wb, "time": time})
+    fdg.add_fragment("env", "obs = np.arange(3.0) + 10 * replica.index", rate="init")
+    fdg.add_fragment("learner", "scale = 1.0\ntotal = 0.0", rate="init")
+    fdg.add_fragment("actor", "gain = scale", rate="init")
+    fdg.add_fragment("buffer", "kept = 0", rate="init")
+    fdg.add_fragment("actor", "action = obs * gain", rate="step")
+    fdg.add_fragment("env", "time.sleep(0.01)\nobs = obs + 1\nsignal = action.copy()\n"
+                            "wb.log('charts/episodic_return', float(signal.sum()))", rate="step")
+    fdg.add_fragment("reward", "reward = signal * 2.0", rate="step")
+    fdg.add_fragment("buffer", "stored = reward + 0.0\nkept += 1", rate="step")
+    fdg.add_fragment("learner", "total += float(stored.sum())\nwb.log('learner/total', total)\n"
+                                "scale = scale * 0.5", rate="iteration")
+    fdg.add_fragment("actor", "gain = scale", rate="iteration")
+    return fdg
+
+
+def alone_on_w2(kind: str):
+    """One group per kind: ``kind``'s alone on worker w2, every other on w1, so a fault of
+    w2 hits that kind's worker and nothing else."""
+    from workbench.fdg.policy import Group, Policy
+
+    return Policy(f"{kind} on w2", tuple(Group((k,), 1, ("w2" if k == kind else "w1",)) for k in KINDS))
 
 
 def _workbench_topics(dask_scheduler=None) -> list[str]:

@@ -32,8 +32,7 @@ from workbench.cluster.report_events import add_phases, report_event
 from workbench.cluster.report_relay import REPORT_KEY, DriverInbox, ReportRelay, scheduler_connected
 from workbench.cluster.state_export import ExportBox, send_export
 from workbench.cluster.worker_control import (PLUGIN_NAME, _busy_cells, _drop_run, _fence_close, _fence_of,
-                                              _fence_pause, _fence_release, _has_plugin, _set_stopping,
-                                              _worker_addresses)
+                                              _fence_pause, _fence_release, _has_plugin, _set_stopping)
 from workbench.errors import FragmentRuntimeError, PlacementError, WorkbenchError, WorkerLostError, WorkerUnreachableError
 from workbench.fdg.inventory import Inventory
 from workbench.fdg.plan import Plan
@@ -55,6 +54,8 @@ LOSS_GRACE_SECONDS = 5.0
 KEEP_TOPICS = 10
 #: the longest the run's once-a-second look at the cluster's workers may take
 LIVENESS_CALL_S = 3.0
+#: the longest the driver waits for the workers' word that an iteration was released
+RELEASE_WAIT_S = 1.0
 
 
 class WorkbenchPlugin(WorkerPlugin):
@@ -207,9 +208,11 @@ def loop_ended(events: Events, future: Future, key: tuple[str, int]) -> None:
 class DaskBackend:
     """The :class:`~workbench.runtime.driver.Backend` for a Dask cluster."""
 
-    def __init__(self, client: Client, inventory: Inventory) -> None:
+    def __init__(self, client: Client, inventory: Inventory, lost_after: float = 10.0) -> None:
         self.client = client
         self.inventory = inventory
+        #: how soon a worker that stops answering is called lost (the run option lost_after)
+        self._loss_bound = liveness.LossBound(lost_after)
         #: kept for the error if the scheduler is lost (the client forgets it once closed)
         self._scheduler_address = str(getattr(client.scheduler, "address", None) or "(address unknown)")
         self.run_id = uuid.uuid4().hex[:8]
@@ -365,15 +368,16 @@ class DaskBackend:
     # -- worker loss -------------------------------------------------------------------
     def lost_workers(self) -> list[str]:
         """Addresses of workers holding this run's replicas that have left the cluster."""
+        unheard = self._unheard_for()
+        return [] if unheard is None else sorted({a for a in self._workers.values() if a not in unheard})
+
+    def _unheard_for(self) -> dict[str, float] | None:
+        """Every worker's seconds since the scheduler heard from it; None without an answer."""
         if not self._workers or self.scheduler_lost():  # no scheduler to ask (scheduler_lost says so)
-            return []
-        try:
-            # bounded: a scheduler killed mid-call would hold the run for Dask's whole
-            # reconnect (10 s) before the scheduler's loss is even looked at
-            alive = set(self.client.run_on_scheduler(_worker_addresses, callback_timeout=LIVENESS_CALL_S))
-        except Exception:  # the scheduler itself is unreachable (or slow): nothing to compare with
-            return []
-        return sorted({a for a in self._workers.values() if a not in alive})
+            return None
+        # bounded: a scheduler killed mid-call would hold the run for Dask's whole
+        # reconnect (10 s) before the scheduler's loss is even looked at
+        return liveness.unheard_for(self.client, LIVENESS_CALL_S)
 
     def scheduler_lost(self) -> str | None:
         """The scheduler's address if this client has lost it (reconnecting, or closed after
@@ -382,30 +386,34 @@ class DaskBackend:
         return None if scheduler_connected(self.client) else self._scheduler_address
 
     def check(self) -> None:
-        gone = self.lost_workers()
+        """Called about once a second: :class:`WorkerLostError` for a worker that left the
+        cluster; :class:`WorkerUnreachableError`, after retiring them, for workers that stopped
+        answering (frozen, or cut off) within the run's ``lost_after`` (see
+        :class:`~workbench.cluster.liveness.LossBound`)."""
+        unheard = self._unheard_for()
+        if unheard is None:
+            return
+        ours = set(self._workers.values())
+        gone = sorted(a for a in ours if a not in unheard)
         if gone:
             raise WorkerLostError([self._name_of(a) for a in gone])
-
-    def probe(self, silent_for: float) -> None:
-        """The run has been silent ``silent_for`` seconds: raise
-        :class:`WorkerUnreachableError` for workers whose replicas' channel servers do not
-        answer (alive but cut off, or frozen), after removing them from the scheduler."""
-        self.check()  # a dead process is the plainer explanation
-        if self.scheduler_lost():  # the plainest: the driver's next check says it
+        suspected = liveness.suspects({a: unheard[a] for a in ours}, self._loss_bound)
+        if not suspected:
             return
-        started = time.monotonic()
         servers: dict[str, tuple[str, int]] = {}
         for key, address in self._workers.items():
-            servers.setdefault(address, self._addresses[key])
-        silent = liveness.lost_among(self.client, servers, tls=self._driver_tls())
-        if not silent:
+            if address in suspected:
+                servers.setdefault(address, self._addresses[key])
+        started = time.monotonic()
+        lost = liveness.lost_among(self.client, servers, self._loss_bound, tls=self._driver_tls())
+        if not lost:
             return
+        decided_after = max(unheard[a] for a in lost) + time.monotonic() - started
         try:
-            liveness.retire(self.client, silent)
+            liveness.retire(self.client, lost)
         except Exception:  # the scheduler itself is unreachable: its TTL will do it
             pass
-        raise WorkerUnreachableError([self._name_of(a) for a in silent],
-                                     silent_for + time.monotonic() - started)
+        raise WorkerUnreachableError([self._name_of(a) for a in lost], decided_after)
 
     def failure(self, exc: BaseException) -> BaseException:
         if isinstance(exc, FragmentRuntimeError):
@@ -456,8 +464,12 @@ class DaskBackend:
         if self.scheduler_lost():
             return
         try:
-            self.client.run(_fence_release, self.run_id, iteration, workers=sorted(set(self._workers.values())))
-        except Exception:  # a worker that is gone is found by check()
+            # bounded: the scheduler delivers to every worker at once, and only the reply of
+            # one cut off would keep the driver (and its look for lost workers) waiting for
+            # Dask's TCP timeout, 30 s; giving up waiting sends nothing back
+            self.client.run(_fence_release, self.run_id, iteration, workers=sorted(set(self._workers.values())),
+                            callback_timeout=RELEASE_WAIT_S)
+        except Exception:  # a worker that is gone, or cut off, is found by check()
             pass
 
     def activity(self) -> dict[str, tuple[int, float | None]]:
@@ -476,8 +488,8 @@ class DaskBackend:
             if self.scheduler_lost():  # nothing reaches the workers: don't wait out a reconnect
                 return
             try:
-                self.client.run(_set_stopping, self.run_id)
-            except Exception:  # a worker that is gone has nothing left to stop
+                self.client.run(_set_stopping, self.run_id, callback_timeout=LIVENESS_CALL_S)
+            except Exception:  # a worker that is gone (or cut off) has nothing left to stop
                 pass
 
     def teardown(self) -> None:

@@ -130,7 +130,7 @@ def embedded_cluster(n_workers: int | None = None, threads_per_worker: int = 1, 
         client.register_plugin(DetachFromKernelSignals(), name="workbench-detach")
         if pin is not None:
             client.register_plugin(pin, name=pin.name)
-        client.run(_warm_up)
+        client.run(_warm_up, on_error="ignore")  # a worker lost meanwhile is the run's to find
         _embedded = ClusterHandle(client, owned=True, cluster=cluster)
         atexit.register(shutdown_embedded)
         # every path that starts the cluster says where its dashboard is (quiet or not:
@@ -227,11 +227,11 @@ def connect(cluster: Client | str | None = None, *, quiet: bool = False, timeout
         if security is not None:
             raise RunConfigError("security= applies to a scheduler address; a cluster object has its own.")
         client = Client(cluster, set_as_default=False)  # ours to close; the cluster stays theirs
-        client.run(_warm_up)
+        client.run(_warm_up, on_error="ignore")  # a worker lost meanwhile is the run's to find
         return ClusterHandle(client, owned=True)
     if isinstance(cluster, str):
         client = _open_client(cluster, timeout, security)
-        client.run(_warm_up)
+        client.run(_warm_up, on_error="ignore")  # a worker lost meanwhile is the run's to find
         return ClusterHandle(client, owned=True)
     if cluster is not None:
         raise RunConfigError(

@@ -1,23 +1,25 @@
-"""Finding workers that are alive but unreachable, from the replicas' own silence.
+"""Finding workers that are alive but unreachable, within a stated bound.
 
 Dask notices a dead worker process within a second or two (its comms break), but one that
 is alive and unreachable — a link down, a partition, a process frozen by SIGSTOP or a
-swap storm — only after its TTL, minutes later; meanwhile every replica waiting for its
-values waits too. The driver therefore probes when the run falls silent (no replica has
-reported for ``drive``'s ``probe_after`` seconds, 3 by default): one connection per worker to a replica's channel
-server, which must send its authentication challenge within ``PROBE_TIMEOUT_SECONDS``.
-The kernel answers the TCP handshake of a frozen process, so the probe waits for those
-first bytes, which only the live process sends. A slow iteration is not silence that
-fails a probe: a busy worker still answers within milliseconds. On a TLS cluster the probe
-speaks TLS first (the server's half of that handshake, too, comes only from a live process).
+swap storm — only after its TCP timeout (30 s) or its TTL (minutes); meanwhile every
+replica waiting for its values waits too. The driver therefore reads, once a second with
+its look for dead workers, how long ago the scheduler last heard from each of the run's
+workers (they heartbeat every half second). One unheard for a while is a suspect
+(:class:`LossBound`): its replicas' channel server is probed — it must send its
+authentication challenge, which only the live process does (the kernel answers the TCP
+handshake of a frozen one) — and its nanny is asked whether the process runs and its CPU
+time grows (:func:`computing`). A worker that neither answers nor computes is lost
+(:func:`judged_lost`, pure); the run retires it and re-places its fragments. A worker
+starved of the CPU (a hundred replicas' threads on two cores) can miss heartbeats and
+probes for longer than any fixed patience, but its nanny sees it compute, so it is busy,
+not lost. On a TLS cluster the probe speaks TLS first (the server's half of that
+handshake, too, comes only from a live process).
 
 A busy worker is not a stalled run either: when the run stays silent past its stall
 deadline, :func:`loop_activity` reads each replica's progress on its worker — the steps its
 step loop finished, and the CPU its loop's thread used — and the driver calls the run
-stalled only if no replica stepped or computed (:mod:`workbench.runtime.stall`). Nor is a
-worker starved of the CPU (a hundred replicas' threads on two cores) lost when it misses the
-probes and its heartbeats: before retiring a worker, its nanny is asked whether the process
-is running and its CPU time grows (:func:`computing`).
+stalled only if no replica stepped or computed (:mod:`workbench.runtime.stall`).
 
 Example:
     >>> unanswered({"w1": ("127.0.0.1", 1)}, timeout=0.5)   # nothing listens on port 1
@@ -30,24 +32,18 @@ import socket
 import threading
 import uuid
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 
 from distributed.core import rpc
 from distributed.metrics import time as dask_time
 
 from workbench.runtime.stall import thread_cpu_seconds
 
-__all__ = ["PROBE_TIMEOUT_SECONDS", "CONFIRM_TIMEOUT_SECONDS", "HEARD_WITHIN_SECONDS", "answers", "unanswered",
-           "confirmed_silent", "computing", "lost_among", "retire", "loop_activity", "env_step_counts"]
+__all__ = ["PROBE_TIMEOUT_SECONDS", "LossBound", "answers", "unanswered", "suspects", "judged_lost", "unheard_for",
+           "computing", "lost_among", "retire", "loop_activity", "env_step_counts"]
 
-#: how long a probed channel server has to answer (generous: a busy 2-core CI box)
+#: the longest a probed channel server is given to answer (LossBound gives less for a short bound)
 PROBE_TIMEOUT_SECONDS = 5.0
-#: a worker that missed the first probe gets a second, this long, before it is retired:
-#: an overloaded machine (32 workers on 2 cores) can starve a live worker past the first
-#: timeout, and retiring a live worker costs a re-placement; a frozen or cut-off one
-#: misses both, so detection takes at most this much longer
-CONFIRM_TIMEOUT_SECONDS = 10.0
-
-
 def answers(address: tuple[str, int], timeout: float = PROBE_TIMEOUT_SECONDS, tls=None) -> bool:
     """Whether the channel server at ``address`` accepts a connection and sends its first
     bytes (the HMAC challenge) within ``timeout``; through TLS with ``tls`` (a
@@ -75,27 +71,89 @@ def unanswered(servers: dict[str, tuple[str, int]], timeout: float = PROBE_TIMEO
     return sorted(w for w, ok in results.items() if not ok)
 
 
-def confirmed_silent(servers: dict[str, tuple[str, int]], tls=None) -> list[str]:
-    """The workers that miss a probe and then a second, longer one (see
-    ``CONFIRM_TIMEOUT_SECONDS``)."""
-    silent = unanswered(servers, tls=tls)
-    if not silent:
-        return []
-    return unanswered({w: servers[w] for w in silent}, timeout=CONFIRM_TIMEOUT_SECONDS, tls=tls)
+@dataclass(frozen=True)
+class LossBound:
+    """How soon a worker that stops answering is called lost: within ``seconds`` of the last
+    time the scheduler heard from it (run option ``lost_after``, 10 s by default).
+
+    The driver looks at the workers' heartbeats once a second. A worker unheard for
+    ``suspect_after`` (0.4 of the bound) is probed — its replicas' channel server must answer
+    within ``probe_timeout`` (0.2) — while its nanny is asked, within ``nanny_timeout`` (0.3),
+    whether its process runs and computes. So a decision comes at most 0.9 of the bound after
+    the last heartbeat, plus the second between looks. Dask alone takes its TCP timeout (30 s)
+    or its worker TTL (minutes).
+
+    Example:
+        >>> LossBound(10.0).suspect_after, LossBound(10.0).probe_timeout, LossBound(10.0).nanny_timeout
+        (4.0, 2.0, 3.0)
+    """
+
+    seconds: float = 10.0
+
+    @property
+    def suspect_after(self) -> float:
+        return 0.4 * self.seconds
+
+    @property
+    def probe_timeout(self) -> float:
+        return min(PROBE_TIMEOUT_SECONDS, 0.2 * self.seconds)
+
+    @property
+    def nanny_timeout(self) -> float:
+        return 0.3 * self.seconds
 
 
-#: a worker the scheduler heard from (a heartbeat, any message) this recently is alive and
-#: reachable, however late its channel server answers: its process is busy, not lost.
-#: Below the two probes' time (every lost worker has been silent longer by then), above a
-#: starved worker's heartbeat delay (100 actor replicas on 2 cores: seconds)
-HEARD_WITHIN_SECONDS = CONFIRM_TIMEOUT_SECONDS
+def suspects(unheard_for: dict[str, float | None], bound: LossBound) -> list[str]:
+    """The workers to probe: unheard for ``bound.suspect_after`` or more, or no longer listed
+    by the scheduler (``None``).
+
+    Example:
+        >>> suspects({"w1": 0.4, "w2": 4.5, "w3": None}, LossBound(10.0))
+        ['w2', 'w3']
+    """
+    return sorted(w for w, s in unheard_for.items() if s is None or s >= bound.suspect_after)
 
 
-def _heard_from(addresses: list[str], within: float, dask_scheduler=None) -> list[str]:
-    """On the scheduler: those of ``addresses`` it heard from in the last ``within`` s."""
+def judged_lost(candidates: list[str], answered: set[str], computing: set[str]) -> list[str]:
+    """Of the suspected workers, those lost: their channel server did not answer the probe
+    and their nanny did not vouch that the process runs and computes. A worker starved of
+    the CPU (a hundred replicas on two cores) can miss heartbeats and probes, yet its nanny
+    sees it compute; a frozen process is stopped, a cut-off host's nanny does not answer.
+
+    Example:
+        >>> judged_lost(["w1", "w2", "w3"], answered={"w1"}, computing={"w2"})
+        ['w3']
+    """
+    return [w for w in candidates if w not in answered and w not in computing]
+
+
+def _unheard_for(dask_scheduler=None) -> dict[str, float]:
+    """On the scheduler: each worker's seconds since it last heard from it (a heartbeat —
+    every 0.5 s on a small cluster — or any message)."""
     now = dask_time()  # the clock the scheduler stamps last_seen with
-    return [a for a in addresses if (ws := dask_scheduler.workers.get(a)) is not None
-            and now - ws.last_seen < within]
+    return {a: max(0.0, now - ws.last_seen) for a, ws in dask_scheduler.workers.items()}
+
+
+def unheard_for(client, timeout: float) -> dict[str, float] | None:
+    """Every worker's seconds since the scheduler last heard from it; None when the
+    scheduler does not answer within ``timeout``."""
+    try:
+        return dict(client.run_on_scheduler(_unheard_for, callback_timeout=timeout))
+    except Exception:  # the scheduler itself is unreachable (or slow): nothing to judge by
+        return None
+
+
+def lost_among(client, servers: dict[str, tuple[str, int]], bound: LossBound, tls=None) -> list[str]:
+    """Of ``servers`` (suspected worker address → a channel server there), those lost by
+    :func:`judged_lost`: the probe and the nannies are asked at once, so this takes at most
+    ``bound.nanny_timeout`` (plus the nanny's CPU sample)."""
+    if not servers:
+        return []
+    with ThreadPoolExecutor(1, thread_name_prefix="workbench-nanny") as pool:
+        vouched = pool.submit(computing, client, list(servers), CPU_SAMPLE_SECONDS, bound.nanny_timeout)
+        silent = set(unanswered(servers, timeout=bound.probe_timeout, tls=tls))
+        busy = set(vouched.result())
+    return judged_lost(sorted(servers), answered=set(servers) - silent, computing=busy)
 
 
 #: how long a retired worker's nanny gets to kill its process (it asks first, then kills:
@@ -128,9 +186,9 @@ async def _worker_process_computes(sample_s: float, dask_worker=None) -> bool:
     return (after.user + after.system) > (before.user + before.system)
 
 
-async def _computing(addresses: list[str], sample_s: float, dask_scheduler=None) -> list[str]:
-    """On the scheduler: those of ``addresses`` whose nanny answers within
-    ``NANNY_REACH_TIMEOUT_SECONDS`` that their process is running and computing."""
+async def _computing(addresses: list[str], sample_s: float, reach_s: float, dask_scheduler=None) -> list[str]:
+    """On the scheduler: those of ``addresses`` whose nanny answers within ``reach_s`` (plus
+    the sample) that their process is running and computing."""
     from distributed.protocol.pickle import dumps
 
     async def ask(address: str) -> bool:
@@ -142,7 +200,7 @@ async def _computing(addresses: list[str], sample_s: float, dask_scheduler=None)
                 reply = await asyncio.wait_for(
                     nanny.run(function=dumps(_worker_process_computes), args=dumps((sample_s,)),
                               kwargs=dumps({})),
-                    NANNY_REACH_TIMEOUT_SECONDS + sample_s)
+                    reach_s + sample_s)
         except Exception:  # unreachable with its worker (a link down), or too slow
             return False
         return reply.get("status") == "OK" and reply.get("result") is True
@@ -151,7 +209,8 @@ async def _computing(addresses: list[str], sample_s: float, dask_scheduler=None)
     return [a for a, busy in zip(addresses, answers) if busy]
 
 
-def computing(client, addresses: list[str], sample_s: float = CPU_SAMPLE_SECONDS) -> list[str]:
+def computing(client, addresses: list[str], sample_s: float = CPU_SAMPLE_SECONDS,
+              reach_s: float = NANNY_REACH_TIMEOUT_SECONDS) -> list[str]:
     """Those of ``addresses`` that are busy, not lost, by their nannies' word: the worker
     process is neither stopped nor gone and its CPU time grows. A worker starved of the CPU
     (a hundred replicas' threads on two cores) can miss the probes and its heartbeats for
@@ -159,33 +218,9 @@ def computing(client, addresses: list[str], sample_s: float = CPU_SAMPLE_SECONDS
     ``stopped``, and a cut-off host's nanny does not answer. Workers without a nanny are
     not vouched for."""
     try:
-        return list(client.run_on_scheduler(_computing, list(addresses), sample_s))
+        return list(client.run_on_scheduler(_computing, list(addresses), sample_s, reach_s))
     except Exception:  # the scheduler is unreachable: nobody can vouch for them
         return []
-
-
-def lost_among(client, servers: dict[str, tuple[str, int]], tls=None,
-               within: float = HEARD_WITHIN_SECONDS) -> list[str]:
-    """The workers of ``servers`` (worker address → a channel server there) that are lost:
-    they miss both probes (:func:`confirmed_silent`), the scheduler has not heard from
-    them for ``within`` seconds, and their nanny does not say they compute
-    (:func:`computing`). A worker so busy that its channel server answers late (many
-    replicas per core) still heartbeats or computes, so it is not taken for a lost one;
-    a frozen, cut-off or dead one does neither."""
-    silent = confirmed_silent(servers, tls=tls)
-    if not silent:
-        return []
-    try:
-        heard = set(client.run_on_scheduler(_heard_from, silent, within))
-    except Exception:  # the scheduler is unreachable: the probes are all there is to go by
-        heard = set()
-    unheard = [w for w in silent if w not in heard]
-    if not unheard:
-        return []
-    busy = set(computing(client, unheard))
-    return [w for w in unheard if w not in busy]
-
-
 
 
 async def _retire_workers(addresses: list[str], dask_scheduler=None) -> None:

@@ -23,11 +23,6 @@ def _has_plugin(dask_worker=None) -> bool:
     return PLUGIN_NAME in dask_worker.plugins
 
 
-def _worker_addresses(dask_scheduler=None) -> list[str]:
-    """(On the scheduler.) The workers it knows now."""
-    return list(dask_scheduler.workers)
-
-
 def _set_stopping(run_id: str, dask_worker=None) -> None:
     plugin = dask_worker.plugins.get(PLUGIN_NAME)
     if plugin is not None:

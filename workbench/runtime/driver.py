@@ -87,16 +87,14 @@ class Backend(Protocol):
         """Wait for loops to end and drop the replicas' state (envs closed, memory freed)."""
 
     def check(self) -> None:
-        """Raise :class:`WorkerLostError` if a process holding replicas is gone (called by
-        the driver about once a second)."""
+        """Raise :class:`WorkerLostError` if a process holding replicas is gone, or has
+        stopped answering (called by the driver about once a second)."""
 
     def failure(self, exc: BaseException) -> BaseException:
         """What a loop's error means: the error itself, or a :class:`WorkerLostError` when
         it came from a process that died."""
 
-    # optional: ``probe(silent_for)``, called when no loop has reported for ``probe_after``
-    # seconds; raises WorkerLostError for workers that are alive but do not answer.
-    # ``activity()``: per replica, (steps finished, CPU seconds of its loop's thread), read
+    # optional: ``activity()``: per replica, (steps finished, CPU seconds of its loop's thread), read
     # when the run falls silent (workbench.runtime.stall). ``fence(at_least)`` and
     # ``release(iteration)`` (the newest iteration a replica may begin: lockstep's, or the
     # window's): exact iteration boundaries (workbench.runtime.fence).
@@ -202,7 +200,6 @@ def drive(
     full_snapshot_every: int = 0,
     on_snapshot=None,
     check_every: float = 1.0,
-    probe_after: float = 3.0,
     stopping: Callable[[], bool] | None = None,
     lockstep: bool = False,
     snapshot_paced: bool = False,
@@ -210,9 +207,8 @@ def drive(
     """Run ``iterations`` iterations. ``on_iteration`` gets each finished iteration in
     order and returns True to stop early. Returns the number of iterations completed.
 
-    When no loop has reported for ``probe_after`` seconds (and every ``probe_after`` after
-    that), a backend with a ``probe`` method checks that its workers still answer: an
-    unreachable one ends the run with a WorkerLostError long before it could stall. The run
+    Every ``check_every`` seconds the backend's ``check`` looks for lost workers (dead, or
+    alive and unreachable: a WorkerLostError), whether or not the run is silent. The run
     is stalled when no loop has reported for ``stall_timeout`` seconds (default
     ``STALL_TIMEOUT_S``, growing with the longest iteration) and none made progress in them
     either: a long iteration steps or computes (:mod:`workbench.runtime.stall`).
@@ -280,10 +276,9 @@ def drive(
     records: dict[int, IterationRecord] = {}
     events = Events(on_snapshot)
     next_iteration = start
-    last_check = last_probe = time.monotonic()
+    last_check = time.monotonic()
     watchdog = Watchdog(STALL_TIMEOUT_S if stall_timeout is None else stall_timeout,
                         getattr(backend, "activity", None))
-    probe = getattr(backend, "probe", None)
     end = start + iterations  # lowered to the fence's boundary when a stop is asked for
     unbounded_stop = False  # a stop without a boundary (asynchronous): wait for the loops to end
     if window:
@@ -307,9 +302,6 @@ def drive(
                 if stopping is not None and stopping() and silent > STOP_GRACE_S:
                     busy = getattr(backend, "busy_cells", None)
                     raise CellNotReturningError(busy() if busy is not None else [], STOP_GRACE_S)
-                if probe is not None and loops_left and min(silent, now - last_probe) > probe_after:
-                    probe(silent)  # silence: is a worker cut off or frozen?
-                    last_probe = time.monotonic()
                 if loops_left == 0 and silent > TRAILING_REPORTS_S:
                     _check_scheduler(backend, next_iteration)  # before check(): it asks the scheduler
                     backend.check()
