@@ -199,8 +199,8 @@ class CellNotReturningError(WorkbenchError):
     def __init__(self, cells: list[str], grace: float):
         said = "; ".join(cells) if cells else "a replica's cell has not returned"
         super().__init__(f"{said} — {grace:g} s after the stop. The run is stopped without it: "
-                         "its replica is abandoned (a worker is restarted; a thread in this process "
-                         "is left to finish on its own). Fix the cell so it returns, and run again.")
+                         "a worker running it is restarted; a thread in this process is ended, or, where "
+                         "it cannot be, named with what to do. Fix the cell so it returns, and run again.")
         self.cells = list(cells)
 
 

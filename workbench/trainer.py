@@ -30,6 +30,7 @@ from typing import Any
 
 from workbench.auto_trials import AUTO_TRIAL_ITERATIONS, auto_summary, check_budget, steady_rate, trial_length
 from workbench.config import DEFAULT_UNIT, RunConfig
+from workbench.devices import gpus_here
 from workbench.errors import CellNotReturningError, ProcessDiedError, RunConfigError, SchedulerLostError, WorkerLostError
 from workbench.fdg.board import fastest_trial
 from workbench.fdg.graph import Graph
@@ -40,7 +41,7 @@ from workbench.live_edits import say_unapplied, take_changes, with_new_init_name
 from workbench.progress import make_progress
 from workbench.runtime.checkpoint_writer import CheckpointWriter
 from workbench.runtime.driver import IterationRecord, drive
-from workbench.runtime.inline import CarriedEnvs, InlineBackend
+from workbench.runtime.inline import CarriedEnvs, InlineBackend, left_running_notice
 from workbench.runtime.faults import announce, fault_line
 from workbench.runtime.interrupts import shielded
 from workbench.runtime.lanes import NOT_PLACED_FOR_LANES, placed_for_lanes
@@ -159,6 +160,7 @@ class Trainer:
         config = self.config
         self.fdg.validate(self.namespace)
         self._policy = as_policy_spec(config.policy)  # a bad policy name or file fails before anything starts
+        _check_in_process_gpus(self._policy, self.fdg)
         self._resume = self._resume_state(config.resume)
         policy = self._policy
         label = policy if isinstance(policy, str) else getattr(policy, "name", "custom")
@@ -201,6 +203,9 @@ class Trainer:
         config = self.config
         run = self.run_record
         run.started = time.perf_counter()  # rates count from training, not from connecting
+        left_running = left_running_notice()
+        if left_running is not None:  # a thread an earlier stop could not end slows this run: never unseen
+            run.note("cell left running", left_running)
         loggers = _loggers(config.loggers, config.log_dir)
         bar = make_progress(config.progress, config.iterations, run.policy_name)
         writer = CheckpointWriter(run, config.checkpoint_dir, config.checkpoint_every)
@@ -325,7 +330,7 @@ class Trainer:
             # fault's line says where its groups went); one that names a missing worker from the
             # start is refused by the check instead
             policy = rehome(policy, inventory)
-        resolved = _fit_to_cluster(resolve_policy(policy, fdg, inventory), inventory, run)
+        resolved = _fit_to_cluster(resolve_policy(policy, fdg, inventory, gpus_here=gpus_here), inventory, run)
         if resolved.in_process and stretch.cluster is not None:  # asked for, not used: say so
             run.note_once("not applied", f"policy {resolved.name} runs every fragment in this process, so the "
                           "cluster given is not used (until the run is re-placed onto it, fdg.replace('coarse')); "
@@ -456,6 +461,15 @@ class Trainer:
         print(auto_summary(table, best, candidates.left_out))
         if not run.is_solved() and not self._stop.is_set():
             self._run_stretches(run, dict(candidates)[best], stretch, state)
+
+
+def _check_in_process_gpus(spec, fdg: Graph) -> None:
+    """Refuse, before anything starts, a policy that runs a GPU group in this process when
+    this process has no GPU (a cluster worker without one is refused as its inventory is read)."""
+    if spec == "auto" or needs_cluster(spec):
+        return
+    placed = spec if isinstance(spec, Policy) else spec.place(fdg, None)
+    placed.check_gpus_here(gpus_here)
 
 
 def _fit_to_cluster(policy: Policy, inventory, run: Run) -> Policy:

@@ -148,11 +148,12 @@ def test_inline_on_the_gpu_places_every_fragment_in_this_process_there(fdg):
 
 @cpu_host_only
 def test_inline_on_the_gpu_of_a_host_without_one_says_so_and_loses_nothing(fdg):
-    from workbench.devices import DeviceError
+    from workbench.fdg.errors import PlacementError
     from workbench.fdg.policy import Inline
 
     before = {name: list(frag.cells) for name, frag in fdg.fragments.items()}
-    with pytest.raises(DeviceError, match=r"placed on a GPU \('gpu'\), but no CUDA device answers"):
+    # refused before anything starts (tests/test_gpu_placement_refused.py has the whole message)
+    with pytest.raises(PlacementError, match=r"on the GPU of this process .*, which has no GPU"):
         fdg.run(iterations=1, policy=Inline(device="gpu"), progress=False)
     assert {name: list(frag.cells) for name, frag in fdg.fragments.items()} == before
     assert fdg.run(iterations=1, policy="inline", progress=False).status == "finished"  # still runs

@@ -7,7 +7,10 @@ into Python during the interpreter's shutdown, is ended by ``pthread_exit``, who
 through torch's C++ frames aborts the process. Here both ways to leave such a thread are
 run in a fresh process: a long torch update past a (shortened) stall deadline, which must
 now finish; and a stop whose grace (shortened) runs out while the update computes, which
-abandons its thread — the exit then waits for it (``workbench.runtime.exit_guard``).
+abandons its thread — the exit then waits for it (``workbench.runtime.exit_guard``). The
+update catches every exception: a stop now ends a cell that comes back to Python by raising
+into its thread (``workbench.runtime.inline.reclaim``), and one that swallows that is what
+is left behind computing.
 """
 from __future__ import annotations
 
@@ -24,14 +27,20 @@ SCRIPT = textwrap.dedent('''
     import numpy as np, torch
     import workbench as wb
     import workbench.runtime.driver as driver
+    import workbench.runtime.inline as inline
 
     case = sys.argv[1]
     driver.STALL_TIMEOUT_S = 1.0   # the long update below lasts 3 deadlines
     driver.STOP_GRACE_S = 0.5      # a stop gives up on the update at once: its thread is abandoned
+    inline.RECLAIM_WAIT_S = 0.1    # the update survives the exception raised into it: no use waiting
     UPDATE = """
     began = time.monotonic()
     while time.monotonic() - began < seconds:
-        (x @ w).tanh().sum().backward()      # inside torch, the GIL released, most of the time
+        try:                                     # the loop inside: its every return to Python is in the try
+            while time.monotonic() - began < seconds:
+                (x @ w).tanh().sum().backward()  # inside torch, the GIL released, most of the time
+        except BaseException:                    # the stop's exception too: the thread outlives the stop
+            pass
     updates += 1
     """
     fdg = wb.FDG(namespace={"np": np, "torch": torch, "time": time, "seconds": 3.0})
@@ -64,3 +73,4 @@ def test_a_script_that_runs_inline_exits_cleanly(case, status, tmp_path):
     assert f"run: {status}" in done.stdout
     if case == "stopped":  # the abandoned update was still computing: the exit waited for it
         assert "has not returned" in done.stdout and "waiting for the learner iteration cell" in done.stderr
+        assert "cannot be stopped" in done.stdout  # the stop said so, with what to do

@@ -2,7 +2,9 @@
 "Restoring"): a name whose first value the edit makes another way must still be of the
 new first value's kind — else the resume is refused, naming the value, the cell line, both
 kinds and the ways out, and nothing changes; names the edit did not touch keep what the
-run made of them, whatever their kind; a changed first-axis size is kept and said.
+run made of them, whatever their kind; an edited value the checkpoint replaces (another
+dtype, a first axis of another size, another number) runs as the checkpoint's, and is said
+once per value, naming what the edited cell built and what the checkpoint restores.
 """
 from __future__ import annotations
 
@@ -14,10 +16,11 @@ import numpy as np
 import pytest
 
 import workbench as wb
+from tests.conftest import toy_fdg
 from workbench.errors import CheckpointError
 from workbench.runtime.checkpoint import load_checkpoint, save_checkpoint
 from workbench.runtime.portable import PortableState, encode_state, restore_into
-from workbench.runtime.resume_checks import EDITED_KEY, edited_bindings
+from workbench.runtime.resume_checks import EDITED_KEY, MISSING, edited_bindings, replaced_notes
 
 torch = pytest.importorskip("torch")
 
@@ -97,17 +100,23 @@ def test_a_part_of_another_kind_is_refused_naming_the_part(where, saved, new, pa
         _restore(saved, new)
 
 
-@pytest.mark.parametrize("saved, new", [
-    (1.0, 2),                                  # numbers, whatever their type
-    (np.float32(1.5), 0.0),
-    (np.zeros((3, 2)), np.ones((3, 2), np.float32)),  # a dtype may change (docs: plain arrays)
-    (2.5, None),                               # a new placeholder takes anything
-    ([1, 2, 3], [0]),                          # a list's length
-    ({"a": 1.0}, {"b": np.ones(2)}),           # only the keys both have
+@pytest.mark.parametrize("saved, new, said", [
+    (1.0, 2, "the edited cell builds an int (2), the checkpoint restores a float (1.0)"),  # numbers
+    (np.float32(1.5), 0.0, "the edited cell builds a float (0.0), the checkpoint restores a float (1.5)"),
+    (np.zeros((3, 2)), np.ones((3, 2), np.float32),   # a dtype may change (docs: plain arrays)
+     "the edited cell builds a float32 array of shape (3, 2), the checkpoint restores a float64 array of shape (3, 2)"),
+    (2.5, None, "the edited cell builds None, the checkpoint restores a float (2.5)"),  # a placeholder
+    ([1, 2, 3], [0], "the edited cell builds a list of 1 item, the checkpoint restores a list of 3 items"),
+    ({"a": 1.0}, {"b": np.ones(2)}, "the edited cell builds a dict with keys 'b', the checkpoint restores "
+                                    "a dict with keys 'a'"),
 ])
-def test_an_edited_name_of_the_same_kind_resumes_with_the_saved_value(saved, new):
+def test_an_edited_name_of_the_same_kind_resumes_with_the_saved_value_and_says_so(saved, new, said):
     notes, ns = _restore(saved, new)
-    assert notes == []
+    assert len(notes) == 1, notes
+    assert notes[0].startswith("fragment 'env' resumes 'x' from the checkpoint, not as its edited init cell "
+                               f"builds it (line 2: `x = NEW`, which was `x = OLD`): {said}. "), notes[0]
+    assert "start a fresh run (without resume= / --resume)" in notes[0]
+    assert "undo the edit (wb.FDG.from_checkpoint(DIR)" in notes[0] and "ckpt.leave_out('env', 'x')" in notes[0]
     np.testing.assert_equal(ns["x"], saved)
 
 
@@ -119,19 +128,80 @@ def test_an_unedited_name_keeps_what_the_run_made_of_it_whatever_its_kind():
     assert ns["obs"].shape == (4, 2) and ns["best"] == 3.5
 
 
-@pytest.mark.parametrize("saved, new, path", [
-    (np.zeros((8, 4)), np.zeros((4, 4)), "x"),
-    (Box(np.zeros((8, 3))), Box(np.zeros((4, 3))), "x.scale"),   # an env object's arrays
-    (torch.zeros(8, 2), torch.zeros(4, 2), "x"),
+@pytest.mark.parametrize("saved, new, said", [
+    (np.zeros((8, 4)), np.zeros((4, 4)),
+     ": the edited cell builds a float64 array of shape (4, 4), the checkpoint restores a float64 array of shape (8, 4)."),
+    (Box(np.zeros((8, 3))), Box(np.zeros((4, 3))),  # an env object's arrays
+     ": x.scale: the edited cell builds a float64 array of shape (4, 3), the checkpoint restores a float64 "
+     "array of shape (8, 3)."),
+    (torch.zeros(8, 2), torch.zeros(4, 2),
+     ": the edited cell builds a float32 tensor of shape (4, 2), the checkpoint restores a float32 tensor of shape (8, 2)."),
 ])
-def test_an_edited_first_axis_is_kept_and_said_with_both_sizes(saved, new, path):
+def test_an_edited_first_axis_is_kept_and_said_with_both_sizes(saved, new, said):
     notes, ns = _restore(saved, new)
     assert len(notes) == 1, notes
-    assert f"{path} has 8 rows, the edited init cell builds 4" in notes[0]
-    assert notes[0].startswith("fragment 'env' keeps the checkpoint's size of 'x'")
+    assert said in notes[0] and notes[0].startswith("fragment 'env' resumes 'x' from the checkpoint")
     assert "ckpt.leave_out('env', 'x')" in notes[0]
     kept = ns["x"].scale if isinstance(ns["x"], Box) else ns["x"]
     assert kept.shape[0] == 8  # the docs' rule: the first axis may differ, the saved one is used
+
+
+# -- what a resume says it replaced (pure: encoded saved values against built ones) -------
+def _mark(*names: str) -> dict:
+    return {"fragment": "env", "names": {n: {"line": i + 1, "now": f"{n} = NEW", "was": None}
+                                         for i, n in enumerate(names)}}
+
+
+def _notes(saved: dict, built: dict, *marked: str) -> list[str]:
+    return replaced_notes(built, encode_state(saved)[0], _mark(*(marked or tuple(saved))))
+
+
+def test_every_edited_value_the_checkpoint_replaces_gets_one_note_naming_it():
+    saved = {"obs": np.zeros((3, 2)), "lr": 3e-4, "n": 4, "same": np.arange(3.0), "kept": 1.0}
+    built = {"obs": np.zeros((3, 2), np.float32), "lr": 1e-4, "n": 4, "same": np.arange(3.0), "kept": 2.0}
+    notes = _notes(saved, built, "obs", "lr", "n", "same")  # `kept` not edited: the run's own value
+    assert [n.split(" from the checkpoint")[0] for n in notes] == [
+        "fragment 'env' resumes 'obs'", "fragment 'env' resumes 'lr'"]
+    assert "(line 1: `obs = NEW`, new since the checkpoint): the edited cell builds a float32 array" in notes[0]
+    assert "the edited cell builds a float (0.0001), the checkpoint restores a float (0.0003)" in notes[1]
+
+
+def test_a_value_the_edited_cell_did_not_build_or_built_as_saved_is_not_said():
+    assert _notes({"x": 1.0}, {"x": MISSING}) == []
+    assert _notes({"x": 1.0}, {}) == []
+    assert _notes({"x": [1, {"a": np.ones(2)}]}, {"x": [1, {"a": np.ones(2)}]}) == []
+    assert _notes({"rng": np.random.default_rng(3)}, {"rng": np.random.default_rng(3)}) == []
+
+
+def test_same_shapes_with_other_contents_are_said_as_such():
+    notes = _notes({"obs": np.ones(3), "rng": np.random.default_rng(1)},
+                   {"obs": np.zeros(3), "rng": np.random.default_rng(2)})
+    assert "the checkpoint restores a float64 array of shape (3,) with other values." in notes[0]
+    assert "the checkpoint restores a NumPy random Generator in another state." in notes[1]
+
+
+def test_an_edited_optimiser_s_learning_rate_is_said_where_the_checkpoint_s_wins():
+    net = torch.nn.Linear(2, 1)
+    trained = torch.optim.Adam(net.parameters(), lr=3e-4)
+    net(torch.ones(1, 2)).sum().backward()
+    trained.step()
+    edited = torch.optim.Adam(net.parameters(), lr=1e-4)
+    note, = _notes({"opt": trained}, {"opt": edited})
+    assert ("opt.state_dict()['param_groups'][0]['lr']: the edited cell builds a float (0.0001), the "
+            "checkpoint restores a float (0.0003)") in note
+    saved, _ = encode_state({"opt": trained})
+    saved[EDITED_KEY] = _mark("opt")
+    restore_into({"opt": edited}, saved)
+    assert edited.param_groups[0]["lr"] == 3e-4  # what the note says: the checkpoint's runs
+
+
+def test_a_network_s_weights_are_listed_up_to_four_parts():
+    saved = torch.nn.Sequential(*(torch.nn.Linear(2, 2) for _ in range(3)))
+    built = torch.nn.Sequential(*(torch.nn.Linear(2, 2) for _ in range(3)))  # other random weights
+    note, = _notes({"net": saved}, {"net": built})
+    assert ("net.state_dict()['0.weight']: the edited cell builds a float32 tensor of shape (2, 2), the "
+            "checkpoint restores a float32 tensor of shape (2, 2) with other values") in note
+    assert "; and 2 more parts." in note
 
 
 def test_an_unedited_first_axis_is_not_said():
@@ -219,7 +289,7 @@ def test_a_resumed_checkpoint_saves_again_without_the_marks(tmp_path):
 @pytest.mark.parametrize("policy", ["inline", "coarse"])
 def test_a_resume_that_keeps_the_checkpoint_s_size_says_so_in_the_run_s_events(policy, client, tmp_path):
     """An edited cell that builds 4 envs where the checkpoint holds 8 resumes with 8 (the
-    first axis may differ), and the run says which value and both sizes."""
+    first axis may differ), and the run says which value and both shapes."""
     cluster = client if policy != "inline" else None
     _fdg("obs_scale = 1.0\nobs = np.zeros((8, 2))").run(
         iterations=1, steps=2, policy=policy, cluster=cluster, progress=False,
@@ -228,8 +298,37 @@ def test_a_resume_that_keeps_the_checkpoint_s_size_says_so_in_the_run_s_events(p
         iterations=1, steps=2, policy=policy, cluster=cluster, progress=False, resume=str(tmp_path))
     assert resumed.status == "finished", resumed.error
     assert resumed.state.fragments["env"][0]["obs"].shape == (8, 2)
-    said = [e.message for e in resumed.events if e.kind == "state resized"]
-    assert len(said) == 1 and "'obs'" in said[0] and "8 rows, the edited init cell builds 4" in said[0], said
+    said = [e.message for e in resumed.events if e.kind == "edit overridden"]
+    assert len(said) == 1 and said[0].startswith("fragment 'env' resumes 'obs' from the checkpoint"), said
+    assert ("the edited cell builds a float64 array of shape (4, 2), the checkpoint restores a float64 array "
+            "of shape (8, 2)") in said[0]
+
+
+def test_a_resume_after_an_init_cell_builds_obs_of_another_dtype_runs_the_checkpoint_s_and_says_so(
+        tmp_path, capsys):
+    """The case that was silent: the toy FDG's env init cell edited to build float32
+    observations; the checkpoint's float64 ones run, and the run says so once."""
+    toy_fdg().run(iterations=2, steps=2, progress=False, checkpoint_dir=str(tmp_path), checkpoint_every=1)
+    capsys.readouterr()
+    edited = toy_fdg()
+    edited.add_fragment("env", "obs = (np.arange(3.0) + 10 * replica.index).astype(np.float32)\nseen = 0",
+                        rate="init")
+    resumed = edited.run(iterations=2, steps=2, progress=False, resume=str(tmp_path))
+    assert resumed.status == "finished", resumed.error
+    obs = resumed.state.fragments["env"][0]["obs"]
+    assert obs.dtype == np.float64 and obs.tolist() == [8.0, 9.0, 10.0]  # the checkpoint's, 4 steps on
+    said = [e for e in resumed.events if e.kind == "edit overridden"]
+    assert len(said) == 1, said
+    assert said[0].message == (
+        "fragment 'env' resumes 'obs' from the checkpoint, not as its edited init cell builds it (line 1: "
+        "`obs = (np.arange(3.0) + 10 * replica.index).astype(np.float32)`, which was `obs = np.arange(3.0) + "
+        "10 * replica.index`): the edited cell builds a float32 array of shape (3,), the checkpoint restores a "
+        "float64 array of shape (3,). A resume lays the checkpoint's values over what the init cells build "
+        "(docs/reliability.md), so the run goes on with the checkpoint's 'obs'. To use the edited value, "
+        "start a fresh run (without resume= / --resume), or leave 'obs' out of the resume (ckpt = "
+        "load_checkpoint(DIR); ckpt.leave_out('env', 'obs'); fdg.run(resume=ckpt, …)); to resume as the "
+        "checkpoint was written, undo the edit (wb.FDG.from_checkpoint(DIR) rebuilds its cells).")
+    assert capsys.readouterr().out.count("resumes 'obs' from the checkpoint") == 1  # printed once
 
 
 def test_a_resume_whose_notebook_value_changed_a_shape_names_that_cause_and_no_internal_frames(tmp_path):

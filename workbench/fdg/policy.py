@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import difflib
 import json
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from workbench.fdg.errors import PlacementError
@@ -113,9 +114,14 @@ class Policy:
                 return group
         raise PlacementError(unplaced_message(self.name, fragment))
 
-    def check(self, fdg: Graph, inventory: Inventory | None = None) -> None:
+    def check(self, fdg: Graph, inventory: Inventory | None = None, *,
+              gpus_here: Callable[[], int] | None = None) -> None:
         """Raise :class:`PlacementError` unless the policy places every fragment of ``fdg``
-        exactly once, on workers that exist."""
+        exactly once, on workers that exist, and every GPU group where there is a GPU:
+        ``inventory`` says the cluster workers' GPUs, ``gpus_here`` this process's (see
+        :meth:`check_gpus_here`; None: not checked)."""
+        if gpus_here is not None:
+            self.check_gpus_here(gpus_here)
         placed = [f for g in self.groups for f in g.fragments]
         for name in placed:
             if name not in fdg:
@@ -148,6 +154,23 @@ class Policy:
                             f"{worker!r}, which has no GPU (workers with GPUs: {gpus}). Use "
                             "device 'cpu' or a worker with a GPU."
                         )
+
+    def check_gpus_here(self, gpus_here: Callable[[], int]) -> None:
+        """Raise :class:`PlacementError` for a group this policy puts on the GPU of the calling
+        process (inline, or a group on ``"local"``) when that process has none — before
+        anything runs, as :meth:`check` refuses a GPU group on a cluster worker without one.
+        ``gpus_here`` (the process's GPU count) is asked only when there is such a group.
+
+        >>> on_gpu = Policy("inline", (Group(("learner",), 1, (IN_PROCESS,), "gpu"),))
+        >>> on_gpu.check_gpus_here(lambda: 1)  # a GPU here: fine
+        >>> on_gpu.check_gpus_here(lambda: 0)  # doctest: +ELLIPSIS
+        Traceback (most recent call last):
+        ...
+        workbench.fdg.errors.PlacementError: policy 'inline' puts group 'learner' (fragment learner) on the GPU ...
+        """
+        here = [g for g in self.groups if g.device == "gpu" and (self.in_process or IN_PROCESS in g.workers)]
+        if here and gpus_here() <= 0:
+            raise PlacementError(gpu_not_here_message(self, here[0]))
 
     def to_dict(self) -> dict:
         """Plain data (what ``to_json`` writes)."""
@@ -188,6 +211,17 @@ class Policy:
             parts.append(f"{g.name} ×{g.replicas}{where}")
         mode = ", async" if self.asynchronous else f", lag {self.lag}" if self.lag else ""
         return f"Policy({self.name!r}, {' | '.join(parts)}{mode})"
+
+
+def gpu_not_here_message(policy: Policy, group: Group) -> str:
+    """Why ``group`` cannot run on the GPU of the calling process, and what to do (one line)."""
+    fragments = f"fragment{'s' if len(group.fragments) > 1 else ''} {', '.join(group.fragments)}"
+    here = ("wb.Inline() (the CPU) instead of wb.Inline(device='gpu')" if policy.name == Inline.name
+            else f"device='cpu' for group {group.name!r}")
+    return (f"policy {policy.name!r} puts group {group.name!r} ({fragments}) on the GPU of this process "
+            f"(the notebook's or script's own, {IN_PROCESS!r}), which has no GPU: no CUDA device answers "
+            f"here. Run it on a cluster worker with a GPU (policy 'gpuonly' or 'coarse' with a cluster, or "
+            f"a wb.Policy group on that worker with device='gpu'), or here on the CPU: {here}.")
 
 
 def _names(value) -> tuple[str, ...]:
@@ -470,9 +504,11 @@ def needs_cluster(spec) -> bool:
     return not isinstance(spec, Inline)
 
 
-def resolve_policy(spec, fdg: Graph, inventory: Inventory | None) -> Policy:
-    """Turn a policy given by name, file, preset object or :class:`Policy` into a checked Policy."""
+def resolve_policy(spec, fdg: Graph, inventory: Inventory | None, *,
+                   gpus_here: Callable[[], int] | None = None) -> Policy:
+    """Turn a policy given by name, file, preset object or :class:`Policy` into a checked
+    Policy (``gpus_here``: see :meth:`Policy.check`)."""
     spec = as_policy_spec(spec)
     policy = spec if isinstance(spec, Policy) else spec.place(fdg, inventory)
-    policy.check(fdg, inventory)
+    policy.check(fdg, inventory, gpus_here=gpus_here)
     return policy

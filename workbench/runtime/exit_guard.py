@@ -1,7 +1,9 @@
 """A process whose run left a thread behind still exits cleanly.
 
 A stop gives a cell that does not return ``STOP_GRACE_S``; then its replica's thread is
-abandoned (Python cannot end a thread) and finishes on its own. If the process exits
+told to end (an exception raised into it, :func:`workbench.runtime.inline.reclaim`), and one
+that does not (blocked outside Python, inside native code) is abandoned: it runs on until
+its call returns, and every later run says so (:func:`abandoned`). If the process exits
 while that thread is inside native code with the GIL released — a torch op — the thread,
 coming back into Python during the interpreter's shutdown, is ended by ``pthread_exit``,
 whose unwinding through torch's C++ frames calls ``std::terminate``: the process prints

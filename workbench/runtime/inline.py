@@ -14,7 +14,10 @@ Example:
 """
 from __future__ import annotations
 
+import ctypes
+import linecache
 import pickle
+import sys
 import threading
 import time
 from typing import Any, Callable
@@ -33,7 +36,24 @@ from workbench.runtime.replica import GroupProgram, GroupReplica
 from workbench.runtime.snapshots import DRIVER, SnapshotBook, snapshot_key
 from workbench.runtime.stall import thread_cpu_seconds
 
-__all__ = ["CarriedEnvs", "InlineBackend"]
+__all__ = ["CarriedEnvs", "InlineBackend", "ThreadReclaimed", "reclaim", "left_running_notice",
+           "RECLAIM_WAIT_S"]
+
+#: how long a stop waits for a stuck cell's thread to end once told to (a pure-Python loop
+#: ends within milliseconds; one blocked outside Python does not end at all)
+RECLAIM_WAIT_S = 1.0
+#: what to do about a cell whose thread a stop could not end (said by the stop and by
+#: every later run while the thread lives)
+LEFT_RUNNING_ADVICE = ("Restart the kernel to end it, or run cells that may not return under a cluster "
+                       "policy (policy=\"coarse\"), where a stop restarts the worker process instead.")
+
+
+class ThreadReclaimed(BaseException):
+    """Raised into a replica's thread whose cell did not return after a stop, to end it.
+
+    A BaseException, so that a cell's ``except Exception`` does not swallow it; a cell that
+    catches everything, or a call blocked outside Python (a sleep, a lock, native code),
+    keeps its thread, and the stop says so (:meth:`InlineBackend.teardown`)."""
 
 
 class CarriedEnvs:
@@ -155,14 +175,19 @@ class InlineBackend:
                 return len(data)
 
             try:
-                run_loop(replica, stream.tasks(plan), boxes[key], postman, counts, events.report,
-                         self._stop.is_set, snapshot, stream.snapshot_every, stream.full_snapshot_every,
-                         None if self._asynchronous else self._fence, stream.snapshot_paced)
-            except BaseException as exc:  # reported to the driver, which re-raises it
-                self._stop.set()
-                events.error(exc)
-            finally:
-                events.exit(*key)
+                try:
+                    run_loop(replica, stream.tasks(plan), boxes[key], postman, counts, events.report,
+                             self._stop.is_set, snapshot, stream.snapshot_every, stream.full_snapshot_every,
+                             None if self._asynchronous else self._fence, stream.snapshot_paced)
+                except ThreadReclaimed:
+                    raise
+                except BaseException as exc:  # reported to the driver, which re-raises it
+                    self._stop.set()
+                    events.error(exc)
+                finally:
+                    events.exit(*key)
+            except ThreadReclaimed:
+                pass  # the stop's teardown ended this thread: its cell had not returned
 
         self._threads = {key: threading.Thread(target=loop, args=(key,), name=f"workbench-{key[0]}-{key[1]}",
                                                daemon=True) for key in self.replicas}
@@ -207,18 +232,13 @@ class InlineBackend:
         stuck = []
         for key, thread in self._threads.items():
             thread.join(max(0.0, deadline - time.monotonic()))
-            if thread.is_alive():  # a cell that never returns: Python cannot kill a thread
+            if thread.is_alive():  # a cell that does not return
                 stuck.append(key)
-        if stuck:
-            cells = [self.replicas[k].describe_busy() or f"replica {k[1]} of {k[0]}" for k in stuck]
-            for key, cell in zip(stuck, cells):
-                exit_guard.abandon(self._threads[key], cell)  # the process's exit waits while it computes
-            print(f"workbench: {'; '.join(cells)}; its thread is abandoned (it finishes on its own, "
-                  "holding nothing of the run) and the FDG is free.", flush=True)
+        left_running = self._end_stuck(stuck) if stuck else []
         getattr(self, "_restore_threads", lambda: None)()
         # a next stretch of this run steps what was handed on (the very objects): those
         # stay open in the run's CarriedEnvs; this stretch's others nothing steps any more
-        envs = _envs_held({k: r for k, r in self.replicas.items() if k not in stuck})
+        envs = _envs_held({k: r for k, r in self.replicas.items() if k not in left_running})
         kept = self._passed_on if self._carried is not None else {}
         if kept:
             self._carried.keep(env for env in envs if id(env) in kept)
@@ -228,6 +248,104 @@ class InlineBackend:
         # what the run's replicas held, back to the OS, when the run grew this process by a
         # GiB (a big model's): a kernel big on its own data is not collected after every run
         release_free_memory(above=self._resident_at_start + RELEASE_ABOVE_BYTES)
+
+    def _end_stuck(self, stuck: list[tuple[str, int]]) -> list[tuple[str, int]]:
+        """End the threads of ``stuck`` replicas, whose cells did not return after a stop,
+        and say what became of them; return the keys of those still running. Python
+        cannot kill a thread, but it can raise into one (:func:`reclaim`): a loop that
+        never returns (``while True: pass``) ends there. Those it cannot end run on in this
+        process (until their call returns, if ever): registered
+        (:mod:`workbench.runtime.exit_guard`), so the process's exit and every later run know
+        of them."""
+        threads = {key: self._threads[key] for key in stuck}
+        # named before the attempt: once told to end, a thread's frames are its unwinding
+        seen = {key: (self.replicas[key].describe_busy() or f"replica {key[1]} of {key[0]} has not returned",
+                      _cell_named(self.replicas[key], key), _cell_line(threads[key])) for key in stuck}
+        survivors = reclaim(list(threads.values()), RECLAIM_WAIT_S)
+        left_running = [key for key in stuck if threads[key] in survivors]
+        ended = [f"{busy}{where}" for key, (busy, _, where) in seen.items() if key not in left_running]
+        if ended:
+            print(f"workbench: {'; '.join(ended)}; workbench ended its thread as the run stopped (an "
+                  "exception raised into it), so nothing of the run keeps running in this kernel, and the FDG "
+                  "is free.",
+                  flush=True)
+        if left_running:
+            for key in left_running:
+                _, name, where = seen[key]
+                exit_guard.abandon(threads[key], f"{name}{where}")  # the exit and later runs know of it
+            cells = "; ".join(f"{seen[k][0]}{seen[k][2]}" for k in left_running)
+            print(f"workbench: {cells}, and cannot be stopped: its thread did not end when told to (a call "
+                  "blocked outside Python, or a cell that catches every exception), so it keeps running in "
+                  "this kernel, taking CPU from every later run here while it computes (each says so at its "
+                  f"start). {LEFT_RUNNING_ADVICE} The FDG is free.", flush=True)
+        return left_running
+
+
+def reclaim(threads: list[threading.Thread], wait: float) -> list[threading.Thread]:
+    """Raise :class:`ThreadReclaimed` into each of ``threads`` and wait up to ``wait``
+    seconds for them to end; return those still alive.
+
+    CPython raises it at the thread's next Python instruction: a thread blocked outside
+    Python (a sleep, a lock, a long native call) raises it only when that call returns, and
+    ends then. ``PyThreadState_SetAsyncExc`` is CPython's; elsewhere nothing is raised.
+
+        >>> spinning = threading.Event()
+        >>> def cell():
+        ...     spinning.set()
+        ...     while True: pass
+        >>> def loop():  # as a replica's loop calls its cells
+        ...     try:
+        ...         cell()
+        ...     except ThreadReclaimed:
+        ...         pass
+        >>> thread = threading.Thread(target=loop, daemon=True)
+        >>> thread.start(); _ = spinning.wait()
+        >>> reclaim([thread], wait=5.0), thread.is_alive()
+        ([], False)
+    """
+    raise_in = getattr(getattr(ctypes, "pythonapi", None), "PyThreadState_SetAsyncExc", None)
+    for thread in threads:
+        if raise_in is not None and thread.ident is not None and thread.is_alive():
+            hit = raise_in(ctypes.c_ulong(thread.ident), ctypes.py_object(ThreadReclaimed))
+            if hit > 1:  # CPython's documented guard: more than one thread state changed, undo
+                raise_in(ctypes.c_ulong(thread.ident), None)
+    deadline = time.monotonic() + wait
+    for thread in threads:
+        thread.join(max(0.0, deadline - time.monotonic()))
+    return [thread for thread in threads if thread.is_alive()]
+
+
+def left_running_notice() -> str | None:
+    """What a run starting now says of the cells earlier runs in this process could not
+    stop (their threads still alive, :func:`exit_guard.abandoned`), or None when there are
+    none: such a thread shares the process's CPU with every run, unseen otherwise."""
+    alive = exit_guard.abandoned()
+    if not alive:
+        return None
+    cells = "; ".join(what for _, what in alive)
+    return (f"a cell an earlier run could not stop still runs in this kernel, beside this run ({cells}): "
+            f"while it computes it takes CPU from this run. {LEFT_RUNNING_ADVICE}")
+
+
+def _cell_named(replica: GroupReplica, key: tuple[str, int]) -> str:
+    """``the env step cell (replica 0 of env)``: the cell ``replica`` is in, for good (no
+    duration, which would go stale in a later run's notice)."""
+    cell = replica.running_cell
+    where = f"replica {key[1]} of {key[0]}"
+    return f"the {cell[0]} {cell[1]} cell ({where})" if cell is not None else where
+
+
+def _cell_line(thread: threading.Thread) -> str:
+    """``, at cell line 2: `while True: pass` ``: where in a fragment's cell ``thread`` is now
+    (its innermost cell frame: a function the cell called is named by the cell's line that
+    called it), or '' when it is in none."""
+    frame = sys._current_frames().get(thread.ident)
+    while frame is not None and not frame.f_code.co_filename.startswith("<fragment "):
+        frame = frame.f_back
+    if frame is None:
+        return ""
+    text = linecache.getline(frame.f_code.co_filename, frame.f_lineno).strip()
+    return f", at cell line {frame.f_lineno}" + (f": `{text}`" if text else "")
 
 
 def _envs_held(replicas: dict[tuple[str, int], GroupReplica]) -> list:

@@ -60,7 +60,7 @@ from typing import Any
 import numpy as np
 
 from workbench.loaded_modules import loaded
-from workbench.runtime.resume_checks import EDITED_KEY, MISSING, check_edited
+from workbench.runtime.resume_checks import EDITED_KEY, MISSING, check_edited, replaced_notes
 
 __all__ = ["PortableState", "encode_state", "decode_value", "restore_into", "unsaved_data", "type_label"]
 
@@ -131,17 +131,22 @@ def decode_value(enc: Any) -> Any:
 
 def restore_into(ns: dict[str, Any], saved: dict[str, Any]) -> list[str]:
     """Lay encoded values over a namespace the init cell has just filled; return what to
-    say about it (values kept at the checkpoint's size where an edited init cell builds
-    another: :func:`~workbench.runtime.resume_checks.check_edited`).
+    say about it: for each name whose init binding changed since the checkpoint, a note
+    where the saved value replaces another one the edited cell built
+    (:func:`~workbench.runtime.resume_checks.replaced_notes`).
 
     Names whose init binding changed since the checkpoint (marked by a resume) are checked
     first, before anything is laid over: another kind of value than the edited cell's is
-    refused. Then networks, then optimisers (they cast their state to their parameters'
-    devices), then other stateful objects, then plain values.
+    refused (:func:`~workbench.runtime.resume_checks.check_edited`). Then networks, then
+    optimisers (they cast their state to their parameters' devices), then other stateful
+    objects, then plain values.
     """
     edited = saved.get(EDITED_KEY) or {}
-    notes = [note for name, enc in saved.items() if name in edited.get("names", ())
-             for note in check_edited(name, enc, ns.get(name, MISSING), edited)]
+    marked = [name for name in saved if name in edited.get("names", ())]
+    for name in marked:
+        check_edited(name, saved[name], ns.get(name, MISSING), edited)
+    # compared before anything is laid over: networks and objects are restored in place
+    notes = replaced_notes({name: ns.get(name, MISSING) for name in marked}, saved, edited)
     order = {"module": 0, "optimizer": 1, "stateful": 2}
     for name, enc in sorted(saved.items(), key=lambda kv: order.get(_kind(kv[1]), 3)):
         if name == EDITED_KEY:

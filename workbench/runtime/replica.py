@@ -335,7 +335,7 @@ class GroupReplica(CellErrors):
             ns.update(values)
             return
         try:
-            self.notes.extend(("state resized", note) for note in restore_into(self.namespaces[frag], values))
+            self.notes.extend(("edit overridden", note) for note in restore_into(self.namespaces[frag], values))
         except Exception as exc:
             raise FragmentRuntimeError(
                 fragment=frag, rate="init", replica=self.index, worker=self.worker, line=None, source_line=None,

@@ -20,10 +20,13 @@ later, far from the cause. So:
   the init cell: a saved value of another kind (number, string, None, NumPy array, tensor,
   list, tuple, dict, …) than the new one is refused with the value, the cell line, both
   kinds and the ways out; a new first value of ``None`` takes anything (a placeholder the
-  cells rebind). Shapes are checked for every name as before (every axis but the first).
-  An array whose first axis differs (8 envs saved, the edited cell builds 4) is allowed —
-  an array's first axis may differ on a resume (docs/reliability.md) — and said, in the
-  notes it returns.
+  cells rebind). Shapes are checked for every name as before (every axis but the first);
+- :func:`replaced_notes` says, once per edited name, where the checkpoint's value replaces
+  another one the edited cell built — a resume lays the saved values over what the init
+  cells build, so an edit that changes a value the checkpoint holds (another dtype, a first
+  axis of another size, another number, another optimiser learning rate) is not what runs:
+  each note names the value, the fragment and cell line, what the edited cell built and
+  what the checkpoint restores, and the ways out.
 
 Example:
     >>> sorted(edited_bindings("n = 8\\nscale = 1.0\\nenvs = make(n)",
@@ -35,6 +38,10 @@ Example:
     Traceback (most recent call last):
     ...
     ValueError: 'scale' does not fit what the edited init cell builds now: the checkpoint holds a float (1.0), the init cell a float64 array of shape (4,). ...
+    >>> mark = {"fragment": "learner", "names": {"lr": {"line": 1, "now": "lr = 1e-4", "was": "lr = 3e-4"}}}
+    >>> note, = replaced_notes({"lr": 1e-4}, {"lr": 3e-4}, mark)
+    >>> print(note.split(". A resume")[0])
+    fragment 'learner' resumes 'lr' from the checkpoint, not as its edited init cell builds it (line 1: `lr = 1e-4`, which was `lr = 3e-4`): the edited cell builds a float (0.0001), the checkpoint restores a float (0.0003)
 """
 from __future__ import annotations
 
@@ -46,7 +53,7 @@ import numpy as np
 
 from workbench.fdg.analysis import analyse_code
 
-__all__ = ["EDITED_KEY", "MISSING", "edited_bindings", "mark_edited", "check_edited"]
+__all__ = ["EDITED_KEY", "MISSING", "edited_bindings", "mark_edited", "check_edited", "replaced_notes"]
 
 #: a checkpoint's fragment state: the names whose init binding changed since it was written
 #: ({"fragment": F, "names": {name: {"line", "now", "was"}}}); read by restore_into, never saved
@@ -104,23 +111,30 @@ def mark_edited(cells: list[dict], fdg, state) -> None:
                 values.pop(EDITED_KEY, None)
 
 
-def check_edited(name: str, enc: Any, current: Any, mark: dict) -> list[str]:
+def check_edited(name: str, enc: Any, current: Any, mark: dict) -> None:
     """Raise ValueError when the saved ``enc`` (encoded) of ``name``, whose init binding
     changed (``mark``: :data:`EDITED_KEY`'s value), is not of the kind of ``current``, the
     edited cell's first value (recursing into dicts, lists, tuples and objects saved by
-    attributes); return notes for arrays in it whose first axis differs."""
-    sizes = []
+    attributes)."""
     for path, saved, live in _pairs(name, enc, current):
         kind, now = _saved_kind(saved), _live_kind(live)
-        if kind is None or now is None:
-            continue
-        if kind != now:
+        if kind is not None and now is not None and kind != now:
             raise ValueError(_refusal(path, name, saved, live, mark))
-        if kind in ("array", "tensor"):
-            shape, new_shape = tuple(saved["value"].shape), tuple(live.shape)
-            if len(shape) == len(new_shape) and shape[1:] == new_shape[1:] and shape[:1] != new_shape[:1]:
-                sizes.append((path, shape[0], new_shape[0]))
-    return [_size_note(name, sizes, mark)] if sizes else []
+
+
+def replaced_notes(built: dict[str, Any], saved: dict[str, Any], mark: dict) -> list[str]:
+    """What to say about the edited names (``mark``: :data:`EDITED_KEY`'s value) whose saved
+    value (``saved``: name → encoded) differs from what the edited init cell built now
+    (``built``: name → value, before anything is laid over it): one note per name, naming
+    the fragment, the cell line, what the cell built and what the checkpoint restores in its
+    place. A name the cell did not bind (:data:`MISSING`), or built as saved, is not said."""
+    notes = []
+    for name in mark.get("names", {}):
+        if name in saved and built.get(name, MISSING) is not MISSING:
+            differences = _differences(name, saved[name], built[name])
+            if differences:
+                notes.append(_replaced_note(name, differences, mark))
+    return notes
 
 
 # -- which statements make a name's first value ---------------------------------------
@@ -290,11 +304,114 @@ def _refusal(path: str, name: str, saved: Any, live: Any, mark: dict) -> str:
             "fdg.run(resume=ckpt, …)), or start a new run.")
 
 
-def _size_note(name: str, sizes: list[tuple[str, int, int]], mark: dict) -> str:
+def _replaced_note(name: str, differences: list[tuple[str, str, str]], mark: dict) -> str:
     frag, info = mark["fragment"], mark["names"][name]
-    parts = "; ".join(f"{path} has {saved} rows, the edited init cell builds {new}" for path, saved, new in sizes)
-    return (f"fragment {frag!r} keeps the checkpoint's size of {name!r} ({parts}): its init cell makes "
-            f"it another way since the checkpoint ({_where(info)}). An array's first axis may differ on "
-            "a resume (docs/reliability.md), so the run goes on with the checkpoint's. To use the new "
-            f"size, leave {name!r} out of the resume (ckpt.leave_out({frag!r}, {name!r})) or start a "
-            "new run.")
+    if len(differences) == 1 and differences[0][0] == name:
+        what = f"the edited cell builds {differences[0][1]}, the checkpoint restores {differences[0][2]}"
+    else:
+        shown = [f"{_label(path)}: the edited cell builds {built}, the checkpoint restores {restored}"
+                 for path, built, restored in differences[:_SHOWN]]
+        more = len(differences) - _SHOWN
+        what = "; ".join(shown) + (f"; and {more} more part{'s' if more != 1 else ''}" if more > 0 else "")
+    return (f"fragment {frag!r} resumes {name!r} from the checkpoint, not as its edited init cell builds it "
+            f"({_where(info)}): {what}. A resume lays the checkpoint's values over what the init cells "
+            f"build (docs/reliability.md), so the run goes on with the checkpoint's {name!r}. To use the "
+            f"edited value, start a fresh run (without resume= / --resume), or leave {name!r} out of the "
+            f"resume (ckpt = load_checkpoint(DIR); ckpt.leave_out({frag!r}, {name!r}); "
+            "fdg.run(resume=ckpt, …)); to resume as the checkpoint was written, undo the edit "
+            "(wb.FDG.from_checkpoint(DIR) rebuilds its cells).")
+
+
+# -- what the checkpoint replaces -------------------------------------------------------
+#: the differences a note lists, of one value (a network's weights are many)
+_SHOWN = 4
+
+
+def _differences(path: str, enc: Any, live: Any) -> list[tuple[str, str, str]]:
+    """(path, what the cell built, what the checkpoint restores) for each part of the
+    saved ``enc`` (encoded) that differs from ``live``; empty where it is the same value."""
+    if live is MISSING:
+        return [(path, "nothing", _restored(enc))]
+    encoded = enc.get("__kind__") if isinstance(enc, dict) else None
+    if encoded in ("module", "optimizer", "stateful"):  # its state loads into what the cell built
+        state = _state_of(live)
+        if state is None:
+            return [(path, _built(live), f"the saved state of a {encoded}")]
+        return _differences(f"{path}.state_dict()", enc["value"], state)
+    if encoded == "object":
+        cls = type(live)
+        if f"{cls.__module__}.{cls.__qualname__}" != enc["class"]:  # restoring refuses it
+            return [(path, _built(live), f"a {enc['class']}")]
+        return [d for attr, value in enc["value"]
+                for d in _differences(f"{path}.{attr}", value, getattr(live, attr, MISSING))]
+    kind, now = _saved_kind(enc), _live_kind(live)
+    if kind is None:  # a bare state_dict's dict: nothing to compare it by
+        return []
+    if kind != now:  # a placeholder (None) the checkpoint fills
+        return [(path, _built(live), _restored(enc))]
+    if kind in ("list", "tuple"):
+        if len(enc["value"]) != len(live):
+            return [(path, _built(live), _restored(enc))]
+        return [d for i, (value, item) in enumerate(zip(enc["value"], live))
+                for d in _differences(f"{path}[{i}]", value, item)]
+    if kind == "dict":
+        keys = [key for key, _ in enc["value"]]
+        out = [] if set(keys) == set(live) else [(path, _keys(list(live)), _keys(keys))]
+        return out + [d for key, value in enc["value"] if key in live
+                      for d in _differences(f"{path}[{key!r}]", value, live[key])]
+    built, restored = _built(live), _restored(enc)
+    if built != restored:
+        return [(path, built, restored)]
+    if _same(kind, enc, live):
+        return []
+    return [(path, built, restored + (" in another state" if kind in ("generator", "random") else " with other values"))]
+
+
+def _state_of(value: Any) -> Any:
+    try:
+        return value.state_dict()
+    except Exception:  # noqa: BLE001 — loading its saved state will say what is wrong
+        return None
+
+
+def _same(kind: str, enc: Any, live: Any) -> bool:
+    """Whether the saved ``enc`` and ``live``, of one kind and description, are equal."""
+    if kind == "array":
+        saved = enc["value"].numpy().astype(np.dtype(enc["dtype"]), copy=False)
+        now = live.get() if hasattr(live, "get") and not isinstance(live, np.ndarray) else live
+        return saved.shape == now.shape and bool(np.array_equal(saved, now, equal_nan=saved.dtype.kind == "f"))
+    if kind == "tensor":
+        return bool((enc["value"] == live.detach().to("cpu")).all())  # one dtype and shape: said alike
+    if kind == "generator":
+        return enc["value"] == live.bit_generator.state
+    if kind == "random":
+        return _plain(enc["value"]) == live.getstate()
+    return enc == live
+
+
+def _plain(enc: Any) -> Any:
+    """An encoded value of plain parts (a ``random.Random``'s state) as it was."""
+    kind = enc.get("__kind__") if isinstance(enc, dict) else None
+    if kind in ("list", "tuple"):
+        items = [_plain(v) for v in enc["value"]]
+        return items if kind == "list" else tuple(items)
+    if kind == "dict":
+        return {k: _plain(v) for k, v in enc["value"]}
+    return enc
+
+
+def _built(value: Any) -> str:
+    return "None" if value is None else _describe_live(value)
+
+
+def _restored(enc: Any) -> str:
+    if isinstance(enc, dict) and enc.get("__kind__") in ("module", "optimizer", "stateful", "object"):
+        return f"the saved state of a {enc.get('class', enc['__kind__'])}"
+    if isinstance(enc, dict) and "__kind__" not in enc:
+        return "a saved state_dict"
+    return _describe_saved(enc)
+
+
+def _keys(keys: list) -> str:
+    shown = ", ".join(repr(k) for k in keys[:5]) + (", …" if len(keys) > 5 else "")
+    return f"a dict with keys {shown}" if keys else "an empty dict"

@@ -23,7 +23,8 @@ __all__ = ["Run", "RunEvent", "RunStatus", "EventKind", "RETURN_METRIC", "headli
 RunStatus = Literal["running", "finished", "solved", "stopped", "interrupted", "failed"]
 #: What can happen to a run's placement while it trains.
 EventKind = Literal["replaced", "re-placed", "worker lost", "edited", "updated", "not applied",
-                    "state left out", "state not saved", "state resized", "random streams shared"]
+                    "state left out", "state not saved", "edit overridden", "random streams shared",
+                    "cell left running"]
 
 
 @dataclass(frozen=True)
