@@ -71,7 +71,7 @@ def main() -> None:
               f"({r['rm_s']:.0f} s); held-out {r['before']:.3f} → rm/kl 0.2 {r['rm, kl 0.2']:.3f}, "
               f"rm/kl 0.02 {r['rm, kl 0.02']:.3f}, exact {r['exact, kl 0.02']:.3f}", flush=True)
     names = ["rm, kl 0.2", "rm, kl 0.02", "exact, kl 0.02"]
-    print(f"\n| seed | reward model: held-out pairs ranked right | held-out before | "
+    print("\n| seed | reward model: held-out pairs ranked right | held-out before | "
           + " | ".join(f"after GRPO, {n} (best)" for n in names) + " |")
     print("|---:|---:|---:|" + "---:|" * len(names))
     for r in rows + [{"seed": "median", **{k: statistics.median(x[k] for x in rows) for k in rows[0] if k != "seed"}}]:

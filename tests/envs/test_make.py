@@ -71,7 +71,7 @@ def test_gym_vector_env_same_step_autoreset():
 def test_gym_vector_env_matches_array_cartpole_dynamics():
     # Same start states and actions: the two backends agree on everything but resets.
     gym_env = make("CartPole-v1", 8, seed=3, backend="gymnasium")
-    obs = gym_env.reset()
+    gym_env.reset()
     array_env = CartPole(8, seed=0)
     array_env.set_state(np.stack([e.unwrapped.state for e in gym_env._vec.envs]))
     for t in range(8):

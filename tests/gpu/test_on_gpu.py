@@ -9,7 +9,6 @@ import logging
 import pickle
 
 import numpy as np
-import pytest
 
 from tests.gpu import ON_GPU
 

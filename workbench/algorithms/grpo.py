@@ -37,9 +37,10 @@ from workbench.algorithms.optim import adam
 from workbench.algorithms.ppo_graphs import graphed_update, update_captured
 from workbench.llm.generation import graphable_prompts, model_device, sample, sequence_logp
 from workbench.llm.errors import LLMInputError
-from workbench.llm.models import (context_length, count_parameters, frozen, load_causal_lm, load_weights,
+# the fragment cells read these from this module's globals (build_fdg's default namespace)
+from workbench.llm.models import (context_length, count_parameters, frozen, load_causal_lm, load_weights,  # noqa: F401
                                   weights_copy)
-from workbench.llm.tasks import (AdditionTask, decode_completions, encode_prompts, exact_answer_reward,
+from workbench.llm.tasks import (AdditionTask, decode_completions, encode_prompts, exact_answer_reward,  # noqa: F401
                                  heldout_accuracy, score_completions)
 from workbench.llm.tokenizers import char_tokenizer
 

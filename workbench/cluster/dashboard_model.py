@@ -24,7 +24,7 @@ from typing import Any, Iterable, Sequence
 from workbench.cluster._dask_compat import workbench_topic_names
 from workbench.cluster.report_events import report_fields
 from workbench.cluster.report_relay import batch_items
-from workbench.runtime.run import DEFAULT_UNIT, RETURN_METRIC, headline_text, merge_shown
+from workbench.runtime.run import DEFAULT_UNIT, RETURN_METRIC, merge_shown
 
 __all__ = ["EventCursor", "ReplicaStats", "RunState", "RUN_EVENT", "UNIT_EVENT", "FRAGMENT_COLORS", "WAIT_COLOR",
            "SEND_COLOR", "BYTES_COLOR", "workbench_topics", "log_length"]

@@ -29,7 +29,7 @@ from workbench.fdg.fragment import RATES, Fragment, default_rate
 from workbench.fdg.interface import Interface
 from workbench.fdg.options import parse_fragment_line
 
-__all__ = ["FDG", "Schedule"]
+__all__ = ["Graph", "Schedule"]
 
 
 @dataclass(frozen=True)
@@ -112,7 +112,7 @@ class Graph:
     def clear(self) -> None:
         self._fragments.clear()
 
-    def copy(self) -> "FDG":
+    def copy(self) -> "Graph":
         return type(self)(self._fragments.values())
 
     # -- reading -----------------------------------------------------------------------

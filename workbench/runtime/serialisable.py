@@ -68,7 +68,7 @@ def culprit(value: Any, dump: Callable[[Any], bytes] = cloudpickle.dumps, path: 
             parts = [(f"[{k!r}]", v) for k, v in list(value.items())[:100]]
         elif isinstance(value, (list, tuple)):
             parts = [(f"[{i}]", v) for i, v in enumerate(value[:100])]
-        elif getattr(value, "dtype", None) == object and hasattr(value, "flat"):
+        elif getattr(value, "dtype", None) == object and hasattr(value, "flat"):  # noqa: E721 (NumPy's dtype('O') == object)
             # a step value stacked over T steps: NumPy's object array of what each step wrote
             parts = [(f"[{i}]", v) for i, v in zip(range(100), value.flat)]
         elif hasattr(value, "__dict__") and not isinstance(value, type) and not callable(value):
