@@ -38,13 +38,13 @@ from workbench.fdg.inventory import Inventory
 from workbench.fdg.plan import Plan
 from workbench.runtime.channels import SocketServer, dumps_state
 from workbench.runtime.socket_postman import SocketPostman
-from workbench.runtime.driver import STOP_GRACE_S, Events, StreamSpec
+from workbench.runtime.backend import Backend, Events, StreamSpec, run_replica
+from workbench.runtime.driver import STOP_GRACE_S
 from workbench.runtime.fence import Fence
-from workbench.runtime.loop import run_loop
 from workbench.runtime.lanes import join_lanes
 from workbench.runtime.randomness import Turns
 from workbench.runtime.replica import GroupProgram, GroupReplica, TaskReport
-from workbench.runtime.snapshots import DRIVER, SnapshotBook, snapshot_key
+from workbench.runtime.snapshots import DRIVER, SnapshotBook
 
 __all__ = ["DaskBackend", "WorkbenchPlugin"]
 
@@ -115,31 +115,20 @@ def _loop_task(run_id: str, authkey: bytes, group: str, index: int, plan: Plan, 
         message = dict(report_event(task, task_report), worker=worker.address)
         postman.send(DRIVER, REPORT_KEY, task, index, message)
 
-    def snapshot(iteration: int, full: bool) -> int:
-        data = deployed.replica.snapshot_bytes(full)
-        postman.send(DRIVER, snapshot_key(group, full), iteration, index, data)
-        return len(data)
-
     failed: WorkbenchError | None = None
     try:
-        fence = None if plan.policy.asynchronous else _fence_of(plugin, run_id)
-        if fence is not None and stream.lockstep:  # iterations wait for the driver's release
-            fence.gate(stream.start)
-        return run_loop(deployed.replica, stream.tasks(plan), deployed.mailbox, postman, counts, report,
-                        lambda: run_id in plugin.stopping, snapshot, stream.snapshot_every,
-                        stream.full_snapshot_every, fence, stream.snapshot_paced)
+        # an error stops this worker's replicas of the run at once (the driver stops the
+        # rest) and is the task's outcome: Dask carries it to the driver (loop_ended)
+        return run_replica(deployed.replica, plan, stream, deployed.mailbox, postman, counts, report,
+                           stopping=lambda: run_id in plugin.stopping, stop=lambda: plugin.stopping.add(run_id),
+                           fence=None if plan.policy.asynchronous else _fence_of(plugin, run_id))
     except WorkbenchError as exc:  # a cell's error, say: raised below, without its context
-        plugin.stopping.add(run_id)
         failed = exc
     except (ConnectionError, EOFError) as exc:
         # a peer's process died under this replica's send: not this task's fault, so no
         # "Compute Failed" in the worker's log — the driver finds the dead worker and
         # re-places the run
-        plugin.stopping.add(run_id)
         return PeerLost(f"{type(exc).__name__}: {exc}")
-    except BaseException:
-        plugin.stopping.add(run_id)  # peers on this worker stop at once; the driver stops the rest
-        raise
     finally:
         postman.close()
         # once per phase for the whole loop: Dask's ledger of this task keeps every
@@ -205,8 +194,11 @@ def loop_ended(events: Events, future: Future, key: tuple[str, int]) -> None:
         events.exit(*key)
 
 
-class DaskBackend:
-    """The :class:`~workbench.runtime.driver.Backend` for a Dask cluster."""
+class DaskBackend(Backend):
+    """The :class:`~workbench.runtime.backend.Backend` for a Dask cluster."""
+
+    #: each worker's replicas of a run wait at its fence (worker_control): exact boundaries
+    fenced = True
 
     def __init__(self, client: Client, inventory: Inventory, lost_after: float = 10.0) -> None:
         self.client = client

@@ -1,28 +1,28 @@
 """The driver: wires the plan, starts one loop per group replica on a backend, and turns
 the loops' task reports into finished iterations, in order.
 
-A :class:`Backend` decides where loops run — ``InlineBackend`` in this process (a thread
-per replica, :mod:`workbench.runtime.inline`), the Dask backend in ``workbench.cluster`` on
-workers. The driver only sees small :class:`TaskReport`s; bulk data moves replica to
+A :class:`~workbench.runtime.backend.Backend` decides where loops run — ``InlineBackend``
+in this process (a thread per replica, :mod:`workbench.runtime.inline`), the Dask backend
+in ``workbench.cluster`` on workers; the driver calls the methods that contract declares,
+and nothing else. It only sees small :class:`TaskReport`s; bulk data moves replica to
 replica.
 """
 from __future__ import annotations
 
 import queue
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Protocol
-
 
 from workbench.errors import CellNotReturningError, SchedulerLostError, WorkerLostError
 from workbench.fdg.plan import Plan
-from workbench.fdg.wiring import WiredTask, wire_stream
+from workbench.fdg.wiring import WiredTask
+from workbench.runtime.backend import Backend, Events, StreamSpec  # noqa: F401  (this module's API too)
 from workbench.runtime.counting import RETURN_METRIC
 from workbench.runtime.env_objects import close_envs, is_env  # noqa: F401  (this module's API too)
 from workbench.runtime.in_flight import InFlight
 from workbench.runtime.interrupts import shielded
-from workbench.runtime.replica import GroupProgram, TaskReport
+from workbench.runtime.replica import TaskReport
 from workbench.runtime.stall import Watchdog
 
 __all__ = ["Backend", "IterationRecord", "StreamSpec", "drive", "Events", "close_envs"]
@@ -45,83 +45,6 @@ STALL_TIMEOUT_S = 30.0
 #: from the learner ran ahead to the end of the run, and the boundary was the run's end: a
 #: stop at iteration 3 of 1000 trained on for 55 s (tests/cluster/test_stop_decoupled.py)
 LOOKAHEAD = 8
-
-
-class Events:
-    """What loops tell the driver, from any thread: ``("report", task, TaskReport)``,
-    ``("error", exception)`` or ``("exit", group, replica)``."""
-
-    def __init__(self, on_snapshot=None) -> None:
-        self.queue: queue.Queue = queue.Queue()
-        #: ``on_snapshot(iteration, pickled)`` when every replica's snapshot of an
-        #: iteration is in (see :class:`~workbench.runtime.snapshots.SnapshotBook`)
-        self.on_snapshot = on_snapshot
-
-    def report(self, task: int, report: TaskReport) -> None:
-        self.queue.put(("report", task, report))
-
-    def error(self, exc: BaseException) -> None:
-        self.queue.put(("error", exc))
-
-    def exit(self, group: str, replica: int) -> None:
-        self.queue.put(("exit", group, replica))
-
-
-class Backend(Protocol):
-    """Where replicas live and their loops run."""
-
-    def deploy(self, plan: Plan, programs: dict[str, GroupProgram], notebook: dict[str, Any],
-               states: dict[tuple[str, int], dict] | None = None) -> None:
-        """Create every replica (``states``: (group, index) → fragment states to resume)."""
-
-    def export(self) -> dict[tuple[str, int], dict[str, dict[str, Any]]]:
-        """Every replica's fragment states, once the loops have stopped."""
-
-    def start(self, plan: Plan, stream: "StreamSpec", events: Events) -> None:
-        """Start every replica's loop over ``stream``; loops report through ``events``."""
-
-    def stop(self) -> None:
-        """Ask every loop to stop after its current task (non-blocking)."""
-
-    def teardown(self) -> None:
-        """Wait for loops to end and drop the replicas' state (envs closed, memory freed)."""
-
-    def check(self) -> None:
-        """Raise :class:`WorkerLostError` if a process holding replicas is gone, or has
-        stopped answering (called by the driver about once a second)."""
-
-    def failure(self, exc: BaseException) -> BaseException:
-        """What a loop's error means: the error itself, or a :class:`WorkerLostError` when
-        it came from a process that died."""
-
-    # optional: ``activity()``: per replica, (steps finished, CPU seconds of its loop's thread), read
-    # when the run falls silent (workbench.runtime.stall). ``fence(at_least)`` and
-    # ``release(iteration)`` (the newest iteration a replica may begin: lockstep's, or the
-    # window's): exact iteration boundaries (workbench.runtime.fence).
-    # ``env_step_counts()``: each replica's own env-step counter, read once the loops stopped.
-
-
-@dataclass(frozen=True)
-class StreamSpec:
-    """Which part of the loop to run; every replica generates the same wired task stream
-    from it (:func:`~workbench.fdg.wiring.wire_stream`)."""
-
-    iterations: int
-    start: int = 0
-    with_init: bool = True
-    #: replicas send their learners' state to the driver every this many iterations,
-    #: and every fragment's every ``full_snapshot_every`` (0: never)
-    snapshot_every: int = 0
-    full_snapshot_every: int = 0
-    #: no replica begins an iteration before the driver has recorded the one before and
-    #: released it (``Backend.release``): a stop decided on an iteration lands right after it
-    lockstep: bool = False
-    #: the light snapshots keep to a share of the iterations' time (``snapshot_every`` was
-    #: left to workbench: :mod:`workbench.runtime.snapshot_pacing`)
-    snapshot_paced: bool = False
-
-    def tasks(self, plan: Plan) -> Iterator[WiredTask]:
-        return wire_stream(plan, self.iterations, self.start, with_init=self.with_init)
 
 
 @dataclass
@@ -213,7 +136,7 @@ def drive(
     ``STALL_TIMEOUT_S``, growing with the longest iteration) and none made progress in them
     either: a long iteration steps or computes (:mod:`workbench.runtime.stall`).
 
-    When ``on_iteration`` asks to stop and the backend has a ``fence``, the replicas are
+    When ``on_iteration`` asks to stop and the backend is ``fenced``, the replicas are
     closed at one exact boundary first (:mod:`workbench.runtime.fence`): the iterations
     they had begun are finished and recorded too (``on_iteration``'s answer then no longer
     matters), so the state collected afterwards is the state at the last recorded one.
@@ -236,11 +159,11 @@ def drive(
     Ctrl-C (KeyboardInterrupt) stops every loop before it propagates; a second one
     while they stop is held until they have (:mod:`workbench.runtime.interrupts`).
     """
-    release = getattr(backend, "release", None)
-    gated = lockstep and release is not None and not plan.policy.asynchronous
+    fenced = backend.fenced and not plan.policy.asynchronous  # the replicas wait for release()
+    gated = lockstep and fenced
     # not in lockstep: a window of iterations released ahead, half of it at a time (a task
     # needs at most the iteration after the one the driver waits for: never held)
-    window = 0 if gated or release is None or plan.policy.asynchronous else LOOKAHEAD + plan.policy.lag
+    window = LOOKAHEAD + plan.policy.lag if fenced and not gated else 0
     released = start + window
     stream = StreamSpec(iterations, start, with_init, snapshot_every, full_snapshot_every, gated, snapshot_paced)
     pending = stream.tasks(plan)  # the driver walks the stream too, a little ahead of the loops
@@ -277,14 +200,13 @@ def drive(
     events = Events(on_snapshot)
     next_iteration = start
     last_check = time.monotonic()
-    watchdog = Watchdog(STALL_TIMEOUT_S if stall_timeout is None else stall_timeout,
-                        getattr(backend, "activity", None))
+    watchdog = Watchdog(STALL_TIMEOUT_S if stall_timeout is None else stall_timeout, backend.activity)
     end = start + iterations  # lowered to the fence's boundary when a stop is asked for
     unbounded_stop = False  # a stop without a boundary (asynchronous): wait for the loops to end
     if window:
-        release(released)  # before any loop starts: none begins past the window
+        backend.release(released)  # before any loop starts: none begins past the window
     backend.start(plan, stream, events)
-    if getattr(backend, "snapshots", None) is not None:
+    if backend.snapshots is not None:
         backend.snapshots.settle(start)
     try:
         while next_iteration < end:
@@ -300,8 +222,7 @@ def drive(
                 now = time.monotonic()
                 silent = watchdog.silent_for(now)
                 if stopping is not None and stopping() and silent > STOP_GRACE_S:
-                    busy = getattr(backend, "busy_cells", None)
-                    raise CellNotReturningError(busy() if busy is not None else [], STOP_GRACE_S)
+                    raise CellNotReturningError(backend.busy_cells(), STOP_GRACE_S)
                 if loops_left == 0 and silent > TRAILING_REPORTS_S:
                     _check_scheduler(backend, next_iteration)  # before check(): it asks the scheduler
                     backend.check()
@@ -341,12 +262,11 @@ def drive(
                 record = records.pop(next_iteration)
                 next_iteration += 1
                 watchdog.iteration_done(time.monotonic())
-                if getattr(backend, "snapshots", None) is not None:
+                if backend.snapshots is not None:
                     backend.snapshots.settle(next_iteration)  # a resume starts no later
                 count_through(next_iteration + 1)
                 if on_iteration(record) and end == start + iterations:
-                    fence = getattr(backend, "fence", None)
-                    boundary = fence(next_iteration) if fence is not None else None
+                    boundary = backend.fence(next_iteration)  # None: no exact boundary
                     if boundary is None:
                         unbounded_stop, end = True, next_iteration
                         break
@@ -358,10 +278,10 @@ def drive(
                                 outstanding[it] -= left
                             del tasks[index]
                 elif gated:
-                    release(next_iteration)  # decided: the replicas may begin it
+                    backend.release(next_iteration)  # decided: the replicas may begin it
                 elif window and next_iteration + window - released >= (window + 1) // 2:
                     released = next_iteration + window
-                    release(released)
+                    backend.release(released)
         if unbounded_stop:
             _await_exits(backend, events, loops_left)
     except WorkerLostError as lost:
@@ -382,9 +302,8 @@ def drive(
 def _check_scheduler(backend: Backend, iteration: int) -> None:
     """Asked only once a run looks stalled: raise :class:`SchedulerLostError` when the
     backend's client has lost its scheduler (its loops were cancelled with it), which
-    explains the silence. A backend without a scheduler has no ``scheduler_lost``."""
-    lost = getattr(backend, "scheduler_lost", None)
-    address = lost() if lost is not None else None
+    explains the silence. A backend without a scheduler never loses one."""
+    address = backend.scheduler_lost()
     if address is not None:
         raise SchedulerLostError(address, iteration)
 
@@ -395,8 +314,7 @@ def _stalled(backend: Backend, iteration: int, silent: float, loops: int, why: s
             "loops are still alive")
     if not why:
         return text + "."
-    busy = getattr(backend, "busy_cells", None)
-    cells = busy() if busy is not None else []
+    cells = backend.busy_cells()
     return (f"{text}, and {why}{' (' + '; '.join(cells) + ')' if cells else ''}. A cell that waits for "
             "what never comes (an event, a lock, another process) holds every replica that needs its "
             "values: fix the cell, or stop the run.")

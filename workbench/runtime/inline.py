@@ -1,8 +1,9 @@
 """The in-process backend: every replica of a run in the calling process, one thread each.
 
 The inline policy (and any policy that places every group here) runs on it. Values are
-handed over by reference; the :class:`~workbench.runtime.driver.Backend` protocol is the
-same as on a Dask cluster, so the driver cannot tell the two apart.
+handed over by reference; it implements the :class:`~workbench.runtime.backend.Backend`
+contract as the Dask backend does, and runs each replica's loop with the same
+:func:`~workbench.runtime.backend.run_replica`, so the driver cannot tell the two apart.
 
 Example:
     >>> import workbench as wb
@@ -25,15 +26,15 @@ from typing import Any, Callable
 from workbench.fdg.plan import Plan
 from workbench.loaded_modules import loaded
 from workbench.runtime import exit_guard
+from workbench.runtime.backend import Backend, Events, StreamSpec, run_replica
 from workbench.runtime.channels import LocalPostman, Mailbox, dumps_state
-from workbench.runtime.driver import Events, StreamSpec, close_envs, is_env
+from workbench.runtime.env_objects import close_envs, is_env
 from workbench.runtime.fence import Fence, decide
 from workbench.runtime.lanes import join_lanes
-from workbench.runtime.loop import run_loop
 from workbench.runtime.malloc import RELEASE_ABOVE_BYTES, release_free_memory, resident_bytes, tune_malloc
 from workbench.runtime.randomness import Turns
 from workbench.runtime.replica import GroupProgram, GroupReplica
-from workbench.runtime.snapshots import DRIVER, SnapshotBook, snapshot_key
+from workbench.runtime.snapshots import DRIVER, SnapshotBook
 from workbench.runtime.stall import thread_cpu_seconds
 
 __all__ = ["CarriedEnvs", "InlineBackend", "ThreadReclaimed", "reclaim", "left_running_notice",
@@ -94,7 +95,7 @@ class CarriedEnvs:
         self.settle(())
 
 
-class InlineBackend:
+class InlineBackend(Backend):
     """Runs every replica in the calling process: one thread per replica loop, values
     handed over by reference.
 
@@ -103,6 +104,8 @@ class InlineBackend:
 
     #: a loop's reports reach the driver before its exit (one queue, one thread)
     reports_before_exits = True
+    #: every replica waits at one fence in this process: exact boundaries, paced iterations
+    fenced = True
 
     def __init__(self, carried: CarriedEnvs | None = None) -> None:
         self._carried = carried
@@ -167,25 +170,11 @@ class InlineBackend:
             self.snapshots = boxes[DRIVER] = SnapshotBook(counts, on_complete=events.on_snapshot)
 
         def loop(key: tuple[str, int]) -> None:
-            replica = self.replicas[key]
-
-            def snapshot(iteration: int, full: bool) -> int:
-                data = replica.snapshot_bytes(full)
-                postman.send(DRIVER, snapshot_key(key[0], full), iteration, key[1], data)
-                return len(data)
-
-            try:
-                try:
-                    run_loop(replica, stream.tasks(plan), boxes[key], postman, counts, events.report,
-                             self._stop.is_set, snapshot, stream.snapshot_every, stream.full_snapshot_every,
-                             None if self._asynchronous else self._fence, stream.snapshot_paced)
-                except ThreadReclaimed:
-                    raise
-                except BaseException as exc:  # reported to the driver, which re-raises it
-                    self._stop.set()
-                    events.error(exc)
-                finally:
-                    events.exit(*key)
+            try:  # reports, the error and the exit go straight onto the driver's queue
+                run_replica(self.replicas[key], plan, stream, boxes[key], postman, counts, events.report,
+                            stopping=self._stop.is_set, stop=self._stop.set,
+                            fence=None if self._asynchronous else self._fence,
+                            on_error=events.error, on_exit=lambda: events.exit(*key), passes=(ThreadReclaimed,))
             except ThreadReclaimed:
                 pass  # the stop's teardown ended this thread: its cell had not returned
 
