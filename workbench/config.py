@@ -37,7 +37,8 @@ from workbench.errors import RunConfigError
 from workbench.fdg.options import LineParser, split_line
 
 __all__ = ["RunConfig", "add_run_arguments", "options_from", "parse_run_line", "parse_place_line",
-           "RUN_USAGE", "PLACE_USAGE", "DEFAULT_ITERATIONS", "DEFAULT_STEPS"]
+           "RUN_USAGE", "PLACE_USAGE", "DEFAULT_ITERATIONS", "DEFAULT_STEPS", "DEFAULT_UNIT", "rate_label",
+           "ALLREDUCE_BACKENDS", "lanes_available", "LANES_INSTALL_HINT"]
 
 DEFAULT_ITERATIONS = 100
 DEFAULT_STEPS = 128
@@ -99,6 +100,15 @@ def _lost_after(name: str, value):
 DEFAULT_UNIT = "env steps"
 
 
+def rate_label(unit: str) -> str:
+    """What a rate of ``unit`` is called: the words joined by dashes, per second.
+
+    >>> rate_label("env steps"), rate_label("completions")
+    ('env-steps/s', 'completions/s')
+    """
+    return "-".join(unit.split()) + "/s"
+
+
 def _unit(name: str, value) -> None:
     if not isinstance(value, str) or not value.strip() or len(value) > 40 or not value.isprintable():
         raise RunConfigError(f"{_flag(name)} names what one env step is (e.g. completions, samples): "
@@ -110,10 +120,20 @@ def _boolean(name: str, value) -> None:
         raise RunConfigError(f"{name} must be True or False, got {value!r}.")
 
 
+LANES_INSTALL_HINT = "pip install greenlet (or workbench-rl[envpool])"
+
+
+def lanes_available() -> bool:
+    """Whether ``greenlet`` (what lanes run on, `workbench.runtime.lanes`) is installed."""
+    try:
+        import greenlet  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
 def _lanes(name: str, value) -> None:
     _boolean(name, value)
-    from workbench.runtime.lanes import LANES_INSTALL_HINT, lanes_available
-
     if value and not lanes_available():
         raise RunConfigError(f"{_flag(name)} runs replicas as greenlets, and greenlet is not installed: "
                              f"{LANES_INSTALL_HINT}.")
@@ -129,11 +149,13 @@ def _policy(name: str, value) -> None:
         f"pipelined, auto), a FILE.json, a preset object or a wb.Policy; got {type(value).__name__} {value!r}.")
 
 
-def _allreduce(name: str, value) -> None:
-    from workbench.runtime.process_group import BACKENDS
+#: the values of ``allreduce``: how a group's replicas reduce (`workbench.runtime.process_group`)
+ALLREDUCE_BACKENDS = ("auto", "channels", "torch")
 
-    if value not in BACKENDS:
-        raise RunConfigError(f"{_flag(name)} must be one of {', '.join(BACKENDS)}, got {value!r} (torch uses "
+
+def _allreduce(name: str, value) -> None:
+    if value not in ALLREDUCE_BACKENDS:
+        raise RunConfigError(f"{_flag(name)} must be one of {', '.join(ALLREDUCE_BACKENDS)}, got {value!r} (torch uses "
                              "NCCL for CUDA tensors and gloo for CPU ones).")
 
 

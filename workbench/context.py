@@ -17,9 +17,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
+
+from workbench.deferred_metrics import Deferred, is_deferred, read_metric, where_logged
 from workbench.metric_values import as_floats, check_finite, metric_values
 
-__all__ = ["ReplicaInfo", "ReplicaContext", "log", "allreduce", "current", "env_steps", "count_env_steps"]
+__all__ = ["ReplicaInfo", "ReplicaContext", "log", "allreduce", "reducible", "current", "env_steps", "count_env_steps",
+           "step_elsewhere", "lane_switch"]
 
 
 @dataclass(frozen=True)
@@ -97,8 +101,6 @@ class ReplicaContext:
         metric. Raises `DeferredMetricError` for a NaN/inf, naming where it was logged."""
         if not self.deferred:
             return
-        from workbench.runtime.deferred_metrics import read_metric
-
         for bucket in self.metrics.values():
             for name, values in bucket.items():
                 values[:] = read_metric(name, values)
@@ -136,7 +138,7 @@ def log(name: str, value: Any, *, allow_nan: bool = False, prog_bar: bool = Fals
     Use flat names such as ``charts/episodic_return`` or ``losses/policy_loss``. A device
     value (a CuPy array, a CUDA tensor, a GPU env's ``info["episode_return"]``) is read at
     the end of the iteration, not here, so a step cell that logs it never makes the GPU
-    wait (`workbench.runtime.deferred_metrics`). A value
+    wait (`workbench.deferred_metrics`). A value
     that is NaN or infinite raises :class:`~workbench.errors.MetricError` naming the
     metric, so a diverging loss stops the run at the line that logged it instead of
     training on garbage; ``allow_nan=True`` records such a value anyway (for a metric that
@@ -155,8 +157,6 @@ def log(name: str, value: Any, *, allow_nan: bool = False, prog_bar: bool = Fals
         raise MetricError(f"wb.log needs a metric name (a non-empty string such as "
                           f"'losses/loss') first, got {type(name).__name__} {name!r:.40}: "
                           f"wb.log('name', value).")
-    from workbench.runtime.deferred_metrics import Deferred, is_deferred, where_logged
-
     ctx = _current.get()
     if prog_bar and ctx is not None and name not in ctx.shown:
         ctx.shown.append(name)
@@ -178,13 +178,44 @@ def allreduce(value: Any) -> Any:
     replica too); every replica
     must call it the same number of times each iteration (a replica that calls it once
     more is an error, not a mean over two iterations)."""
-    from workbench.runtime.collectives import reducible
-
     value = reducible(value)  # what it takes, said alike under every policy
     ctx = _current.get()
     if ctx is None or ctx.reducer is None:
         return value
     return ctx.reducer(value)
+
+
+def reducible(value: Any) -> Any:
+    """``value`` as ``wb.allreduce`` averages it, or a ``ValueError`` saying what it takes —
+    the same under every policy (with one replica nothing is averaged, so a list or an
+    integer array came back unchanged there, while two learners met a bare ``TypeError``
+    or got floats back).
+
+    One number or one array or tensor; integers (and bools) are averaged as the floats
+    their true division gives (NumPy: float64; torch: its default dtype), one replica or many:
+
+        >>> reducible(3), reducible(np.arange(2)).dtype, reducible(np.ones(2, np.float32)).dtype
+        (3.0, dtype('float64'), dtype('float32'))
+        >>> reducible([np.ones(2)])
+        Traceback (most recent call last):
+        ...
+        ValueError: wb.allreduce averages one array, tensor or number; it was given a list. Join several gradients into one (torch.cat([g.reshape(-1) for g in grads])) and split the mean back, or call it once for each.
+    """
+    if isinstance(value, (int, float, np.number)):  # bool is an int
+        return float(value) if isinstance(value, (int, np.integer, np.bool_)) else value
+    kind = type(value).__module__
+    if kind.startswith("torch"):
+        if value.is_floating_point() or value.is_complex():
+            return value
+        import torch
+
+        return value.to(torch.get_default_dtype())
+    if isinstance(value, np.ndarray) or kind.startswith("cupy"):
+        return value if value.dtype.kind in "fc" else value.astype(np.float64)
+    raise ValueError(
+        f"wb.allreduce averages one array, tensor or number; it was given a {type(value).__name__}. "
+        "Join several gradients into one (torch.cat([g.reshape(-1) for g in grads])) and split the "
+        "mean back, or call it once for each.")
 
 
 def env_steps() -> int:
@@ -218,7 +249,9 @@ def count_env_steps(n: int) -> None:
         ctx.counted = (ctx.counted or 0) + int(n)
 
 
-_lane_switch: contextvars.ContextVar[Callable[[], None] | None] = contextvars.ContextVar(
+#: what `step_elsewhere` calls in this context: the lanes runtime (`workbench.runtime.lanes`)
+#: sets it in each lane; None outside lanes
+lane_switch: contextvars.ContextVar[Callable[[], None] | None] = contextvars.ContextVar(
     "workbench_lane_switch", default=None)
 
 
@@ -233,6 +266,6 @@ def step_elsewhere() -> None:
         step_elsewhere()        # the other replica acts meanwhile
         result = pool.recv()
     """
-    switch = _lane_switch.get()
+    switch = lane_switch.get()
     if switch is not None:
         switch()

@@ -1,4 +1,4 @@
-"""The capture that every algorithm's CUDA graphs go through (``workbench.algorithms.cuda_graphs``),
+"""The capture that every algorithm's CUDA graphs go through (``workbench.kernels.cuda_graphs``),
 on a real GPU (skipped without CUDA): a function that cannot be captured falls back to its
 eager call with one warning and leaves the thread's stream as it was."""
 from __future__ import annotations
@@ -13,7 +13,7 @@ pytestmark = ON_TORCH_GPU
 def test_a_capture_that_fails_runs_eagerly_and_leaves_the_stream_as_it_was():
     import torch
 
-    from workbench.algorithms.cuda_graphs import graphed_call
+    from workbench.kernels.cuda_graphs import graphed_call
 
     owner = torch.nn.Linear(4, 4).cuda()
     x = torch.ones(3, 4, device="cuda")

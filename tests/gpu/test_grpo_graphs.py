@@ -42,7 +42,7 @@ def _sample(model, ids, mask, seed, **kw):
 
 
 def _slots(model):
-    from workbench.algorithms.cuda_graphs import _CALLS
+    from workbench.kernels.cuda_graphs import _CALLS
 
     return _CALLS.get(model, {})
 

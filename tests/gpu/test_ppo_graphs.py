@@ -101,7 +101,7 @@ def test_a_replayed_actor_step_draws_fresh_actions():
     import torch
 
     from workbench.algorithms import ppo
-    from workbench.algorithms.cuda_graphs import captured_graphs
+    from workbench.kernels.cuda_graphs import captured_graphs
 
     torch.manual_seed(0)
     policy = ppo.ActorCritic(4, 2).to("cuda:0")

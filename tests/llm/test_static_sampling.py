@@ -118,7 +118,7 @@ def test_a_sliding_window_model_samples_over_a_static_cache_but_never_through_a_
     graphed function only count, which shows whether a graph was asked for)."""
     import transformers as T
 
-    from workbench.algorithms.cuda_graphs import _CALLS
+    from workbench.kernels.cuda_graphs import _CALLS
     from workbench.llm.generation import graph_safe
 
     common = dict(vocab_size=len(TOK), pad_token_id=TOK.pad_token_id, eos_token_id=TOK.eos_token_id,

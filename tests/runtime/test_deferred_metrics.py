@@ -10,7 +10,7 @@ import pytest
 import workbench as wb
 from workbench.envs.episodes import EndedEpisodes
 from workbench.errors import FragmentRuntimeError
-from workbench.runtime.deferred_metrics import Deferred, is_deferred, read_metric
+from workbench.deferred_metrics import Deferred, is_deferred, read_metric
 
 ENV_STEP = """\
 ret = np.arange(4.0) + 10 * replica.iteration + step

@@ -32,7 +32,7 @@ import torch
 import workbench as wb
 from workbench.algorithms.config_docs import documented
 from workbench.algorithms.ppo import _one_learner, _sync_and_clip
-from workbench.algorithms.cuda_graphs import captured_graphs
+from workbench.kernels.cuda_graphs import captured_graphs
 from workbench.algorithms.optim import adam
 from workbench.algorithms.ppo_graphs import graphed_update, update_captured
 from workbench.llm.generation import graphable_prompts, model_device, sample, sequence_logp

@@ -31,8 +31,8 @@ from typing import Any, Callable
 
 import torch
 
-from workbench.algorithms.cuda_graphs import (WARMUP, CapturableAdam, Slot, capture, give_up, graphed_call,
-                                              slot_for)
+from workbench.kernels.cuda_graphs import (WARMUP, CapturableAdam, Slot, capture, give_up, graphed_call,
+                                           slot_for)
 
 __all__ = ["graphed_act", "graphed_update", "update_captured", "WARMUP", "UPDATE_WARMUP", "UPDATE_TRIES"]
 

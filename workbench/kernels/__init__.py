@@ -1,6 +1,8 @@
 """Array kernels for RL (NumPy, CuPy, torch): GAE, array-module choice, zero-copy interop.
 
 Importing this package imports neither CuPy nor torch; they load on first use.
+``workbench.kernels.cuda_graphs`` (CUDA graphs any algorithm captures) imports torch, so it is
+imported by name, not from here.
 """
 
 from workbench.kernels.array_module import array_module_of, get_xp, gpu_available

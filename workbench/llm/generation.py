@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 import torch
 
-from workbench.algorithms.cuda_graphs import graphed_call
+from workbench.kernels.cuda_graphs import graphed_call
 from workbench.llm import llama_fast
 
 __all__ = ["Completions", "sample", "sample_static", "sequence_logp", "scorer", "distinct_prompts", "positions",

@@ -41,7 +41,7 @@ def _figure(title: str, x_label: str, y_label: str, **kw):
 def _plots(run):
     from bokeh.models import ColumnDataSource
     from workbench.profiling.accounting import KINDS, _columns, profile
-    from workbench.runtime.run import rate_label
+    from workbench.config import rate_label
 
     rows = run.rows
     it = [r["iteration"] for r in rows]

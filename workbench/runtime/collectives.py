@@ -2,7 +2,7 @@
 
 Three algorithms, one contract — the mean (the sum divided by N) with the value's shape,
 dtype and device, identical bit for bit on every replica and the same run to run (``wb.allreduce``
-hands them floats: :func:`reducible` turns integers into the floats of their mean first):
+hands them floats: :func:`workbench.context.reducible` turns integers into the floats of their mean first):
 
 - :func:`direct_allreduce` — every replica sends its whole value to every other and sums
   in replica order: one message latency, but (N−1)·B bytes sent per replica for a value
@@ -61,6 +61,7 @@ from typing import Any
 
 import numpy as np
 
+from workbench.context import reducible  # re-exported: its home is beside wb.allreduce
 from workbench.runtime.arrays import _is_cupy, _is_torch
 
 __all__ = ["allreduce", "reducible", "other_iteration", "direct_allreduce", "scatter_allreduce", "ring_allreduce", "torch_allreduce",
@@ -79,40 +80,6 @@ ALGORITHMS = ("scatter", "ring")
 
 Send = Callable[[int, int, Any], None]  # (to replica, tag, value)
 Take = Callable[[int, int], Any]        # (from replica, tag) -> value, blocking
-
-
-def reducible(value: Any) -> Any:
-    """``value`` as ``wb.allreduce`` averages it, or a ``ValueError`` saying what it takes —
-    the same under every policy (with one replica nothing is averaged, so a list or an
-    integer array came back unchanged there, while two learners met a bare ``TypeError``
-    or got floats back).
-
-    One number or one array or tensor; integers (and bools) are averaged as the floats
-    their true division gives (NumPy: float64; torch: its default dtype), one replica or many:
-
-        >>> reducible(3), reducible(np.arange(2)).dtype, reducible(np.ones(2, np.float32)).dtype
-        (3.0, dtype('float64'), dtype('float32'))
-        >>> reducible([np.ones(2)])
-        Traceback (most recent call last):
-        ...
-        ValueError: wb.allreduce averages one array, tensor or number; it was given a list. Join several gradients into one (torch.cat([g.reshape(-1) for g in grads])) and split the mean back, or call it once for each.
-    """
-    if isinstance(value, (int, float, np.number)):  # bool is an int
-        return float(value) if isinstance(value, (int, np.integer, np.bool_)) else value
-    if _is_torch(value):
-        return value if value.is_floating_point() or value.is_complex() else value.to(_torch_float())
-    if isinstance(value, np.ndarray) or _is_cupy(value):
-        return value if value.dtype.kind in "fc" else value.astype(np.float64)
-    raise ValueError(
-        f"wb.allreduce averages one array, tensor or number; it was given a {type(value).__name__}. "
-        "Join several gradients into one (torch.cat([g.reshape(-1) for g in grads])) and split the "
-        "mean back, or call it once for each.")
-
-
-def _torch_float():
-    import torch
-
-    return torch.get_default_dtype()
 
 
 def other_iteration(index: int, mine: Any, sender: int, theirs: Any) -> ValueError:

@@ -44,7 +44,8 @@ import time
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from workbench.context import _lane_switch as _switch, step_elsewhere
+from workbench.config import LANES_INSTALL_HINT, lanes_available  # re-exported: their home is beside the --lanes check
+from workbench.context import lane_switch, step_elsewhere
 from workbench.errors import WorkbenchError
 from workbench.runtime.channels import Stopped
 
@@ -53,20 +54,10 @@ __all__ = ["Lanes", "LanesError", "step_elsewhere", "join_lanes", "run_as_lane",
 
 #: how often a replica waiting for its lane looks at the run's stop flag (seconds)
 _STOP_POLL_S = 0.05
-LANES_INSTALL_HINT = "pip install greenlet (or workbench-rl[envpool])"
 
 
 class LanesError(WorkbenchError):
     """A step cell did what lanes cannot do (wait for another lane of its thread)."""
-
-
-def lanes_available() -> bool:
-    """Whether ``greenlet`` (what lanes run on) is installed."""
-    try:
-        import greenlet  # noqa: F401
-    except ImportError:
-        return False
-    return True
 
 
 class _Lane:
@@ -153,7 +144,7 @@ class Lanes:
             return switch
 
         def start(lane: _Lane) -> None:
-            _switch.set(make_switch(lane))
+            lane_switch.set(make_switch(lane))
             try:
                 lane.body()
             except BaseException as exc:  # the replica's own thread re-raises it

@@ -49,6 +49,7 @@ from contextlib import nullcontext
 from dataclasses import dataclass
 from typing import Any, Callable
 
+from workbench.config import ALLREDUCE_BACKENDS
 from workbench.errors import ProcessGroupError
 from workbench.loaded_modules import loaded
 from workbench.runtime.channels import LocalPostman, Stopped
@@ -58,7 +59,7 @@ __all__ = ["BACKENDS", "Hello", "choose", "TorchGroup", "host_store", "Reducer",
            "open_groups"]
 
 #: the values of ``RunConfig.allreduce``
-BACKENDS = ("auto", "channels", "torch")
+BACKENDS = ALLREDUCE_BACKENDS
 #: how long joining the store and connecting the group may take, once every replica has
 #: reached the sync point (the hellos make sure of that): a network question, not a wait
 #: for slow peers

@@ -17,7 +17,7 @@ from workbench.fdg.plan import Item
 from workbench.runtime.arrays import ReplicasDisagree, Unbatched, gather, handed_over, lists_marked, unwrapped
 from workbench.runtime.cell_exit import install as catch_process_exits, is_cell_error
 from workbench.runtime.channels import Stopped, dumps_state
-from workbench.runtime.deferred_metrics import DeferredMetricError
+from workbench.deferred_metrics import DeferredMetricError
 from workbench.runtime.env_objects import close_envs
 from workbench.runtime.lanes import Lanes, run_as_lane
 from workbench.runtime.on_arrival import acts_on_arrival, step_on_arrival

@@ -13,7 +13,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from workbench.config import DEFAULT_UNIT
+from workbench.config import DEFAULT_UNIT, rate_label
 from workbench.runtime.driver import IterationRecord
 
 __all__ = ["Run", "RunEvent", "RunStatus", "EventKind", "RETURN_METRIC", "headline_text", "merge_shown", "rate_label",
@@ -38,15 +38,6 @@ class RunEvent:
 
 #: The metric fragments log episode returns under (CleanRL's name).
 RETURN_METRIC = "charts/episodic_return"
-
-
-def rate_label(unit: str) -> str:
-    """What a rate of ``unit`` is called: the words joined by dashes, per second.
-
-    >>> rate_label("env steps"), rate_label("completions")
-    ('env-steps/s', 'completions/s')
-    """
-    return "-".join(unit.split()) + "/s"
 
 
 @dataclass

@@ -8,6 +8,9 @@ metric in one copy — so the rollout never waits on the host. The metric's valu
 their order are what an immediate read would give; a NaN or infinite value is still an
 error naming the fragment and the cell line that logged it.
 
+``wb.log`` (`workbench.context`) keeps the values and the runtime reads them: this module is
+below both (workbench/layers.py).
+
 Example:
     >>> import numpy as np
     >>> pending = [Deferred(np.array([1.0, 2.0]), False, None), Deferred(np.array([3.0]), False, None)]
