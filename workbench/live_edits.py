@@ -2,7 +2,7 @@
 (docs/live_changes.md), under inline and every cluster policy alike.
 
 - The changes asked for since the last stretch was planned are noted where the next one
-  starts (:func:`take_changes`), together with the FDG it plans from, so the iteration
+  starts (:func:`note_changes`), together with the FDG it plans from, so the iteration
   ``run.events`` names is the one the new cells ran from; those the run ended before are
   said not applied (:func:`say_unapplied`).
 - An **init cell re-run mid-run** runs once more at that boundary, in each replica of its
@@ -17,7 +17,7 @@
   boundary on, but no init cell runs again for it: a part of the value only init cells
   read (``cfg.hidden``, by the cell that builds the network) changes nothing in this run.
   Those parts are copied where the run's first stretch takes its values
-  (:func:`take_changes`); an update that changes one says so, naming it and the init
+  (:func:`kept_init_values`); an update that changes one says so, naming it and the init
   cells, and that it takes effect at the next run (:func:`init_only_changes`,
   :func:`init_only_notice`). Only what the cells' syntax trees prove is claimed
   (:mod:`workbench.fdg.fields`); where they cannot tell, the update says nothing more.
@@ -34,41 +34,44 @@ from __future__ import annotations
 import copy
 import dataclasses
 import types
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 
 from workbench.fdg.fields import init_only
 from workbench.runtime.counting import REBUILT_KEY, RESERVED
 
-__all__ = ["take_changes", "say_unapplied", "with_new_init_names", "init_edit_notice", "NEW_IN_INIT",
+__all__ = ["note_changes", "kept_init_values", "say_unapplied", "with_new_init_names", "init_edit_notice", "NEW_IN_INIT",
            "init_only_changes", "init_only_notice"]
 
 #: the label a name the edited init cell adds gets among the names its replicas build again
 NEW_IN_INIT = "new in the edited init cell"
 
 
-def take_changes(run, trainer, start: int) -> None:
-    """Note every change ``trainer`` holds as applying from ``start``, the iteration the
-    stretch being planned begins with, and forget them (call with ``trainer.lock`` held,
-    while taking the FDG the stretch runs). The first stretch's call also keeps copies of
-    the parts of notebook values only init cells read, as those cells are given them."""
-    if getattr(trainer, "init_values", None) is None:  # where fdg.update finds them
-        try:
-            trainer.init_values = _init_values(trainer.fdg, trainer.namespace)
-        except Exception:  # noqa: BLE001 — a notebook object that resists looking into: the
-            trainer.init_values = {}  # update's notice claims nothing, the run goes on
-    changes, trainer._changes = trainer._changes, []
+def note_changes(run, changes: Iterable[tuple[str, str]], start: int) -> None:
+    """Note each of ``changes`` (kind, what changed) in ``run`` as applying from ``start``,
+    the iteration the stretch being planned begins with (the trainer calls it with its lock
+    held, while taking the FDG the stretch runs, and then forgets them)."""
     for kind, what in changes:
         run.note(kind, f"{what}: applies from iteration {start}", start)
 
 
-def say_unapplied(run, trainer) -> None:
-    """Changes (and a re-placement) ``trainer`` still holds once the run has ended (its last
-    iteration, solved, stopped) at the boundary they waited for: said, not dropped quietly
-    (call with ``trainer.lock`` held)."""
-    asked = [what for _, what in trainer._changes]
-    if trainer._pending is not None:
-        asked.append(f"re-placement under {getattr(trainer._pending, 'name', trainer._pending)}")
-    trainer._changes, trainer._pending = [], None
+def kept_init_values(fdg, namespace) -> dict:
+    """(name, part) → a copy of each part of a notebook value only init cells read, as the
+    run's first stretch gives it to them: what :func:`init_only_changes` compares an update
+    with. A notebook object that resists looking into gives none: the update's notice then
+    claims nothing, and the run goes on."""
+    try:
+        return _init_values(fdg, namespace)
+    except Exception:  # noqa: BLE001
+        return {}
+
+
+def say_unapplied(run, changes: Iterable[tuple[str, str]], pending) -> None:
+    """The ``changes`` (kind, what changed) and re-placement (``pending``, or None) still
+    held once the run has ended (its last iteration, solved, stopped) at the boundary they
+    waited for: said in ``run``, not dropped quietly (the trainer then forgets them)."""
+    asked = [what for _, what in changes]
+    if pending is not None:
+        asked.append(f"re-placement under {getattr(pending, 'name', pending)}")
     if not asked:
         return
     why = ("it finished its iterations" if run.completed_iterations >= run.iterations
@@ -232,7 +235,7 @@ def _init_only_parts(fdg, name: str, code_names: set[str]) -> dict:
 
 def _init_values(fdg, namespace) -> dict:
     """(name, part) → a copy of each part of a notebook value only init cells read, as the
-    run's first stretch gives it to them (see :func:`take_changes`)."""
+    run's first stretch gives it to them (see :func:`kept_init_values`)."""
     kept, code_names = {}, _notebook_code_names(fdg, namespace)
     for name in fdg.notebook_names():
         if name not in namespace or isinstance(namespace[name], _CODE):
@@ -271,8 +274,8 @@ def init_only_changes(fdg, trainer, values: Mapping) -> list[tuple[str, tuple[st
     >>> fdg = wb.FDG(namespace={"cfg": Obj(hidden=64, lr=0.1)})
     >>> _ = fdg.add_fragment("learner", "net = [0.0] * cfg.hidden", rate="init")
     >>> _ = fdg.add_fragment("learner", "net = [w - cfg.lr for w in net]", rate="iteration")
-    >>> trainer = Obj(fdg=fdg, namespace=fdg.namespace, run_record=Obj(rows=[{}], events=[]))
-    >>> trainer.init_values = _init_values(fdg, fdg.namespace)   # as the run's start keeps them
+    >>> kept = kept_init_values(fdg, fdg.namespace)   # as the run's first stretch keeps them
+    >>> trainer = Obj(fdg=fdg, namespace=fdg.namespace, run_record=Obj(rows=[{}], events=[]), init_values=kept)
     >>> init_only_changes(fdg, trainer, {"cfg": Obj(hidden=128, lr=0.01)})
     [('cfg.hidden', ('learner',))]
     """

@@ -29,7 +29,6 @@ from workbench.fdg.policy import Policy, as_policy_spec, needs_cluster, resolve_
 from workbench.live_edits import init_edit_notice, init_only_changes, init_only_notice
 from workbench.runtime.arrays import nbytes
 from workbench.runtime.interrupts import first_interrupt_stops
-from workbench.runtime.notebook_values import mark_sent
 
 if TYPE_CHECKING:
     from workbench.config import RunConfig
@@ -163,7 +162,7 @@ class FDG(Graph):
         with trainer.lock:  # the values and their notice together, as an edit's
             namespace.update(values)
             at = trainer.apply_at_boundary("updated", what)
-            mark_sent(trainer, values)  # the next stretch takes these as they are; the rest as given
+            trainer.mark_sent(values)  # the next stretch takes these as they are; the rest as given
         if at is None:
             print(f"workbench: new value of {names}, for the next run: this one has ended.", flush=True)
             return None

@@ -37,7 +37,7 @@ from workbench.fdg.graph import Graph
 from workbench.fdg.plan import make_plan, plan_in_flight
 from workbench.fdg.policy import IN_PROCESS, Policy, as_policy_spec, needs_cluster, resolve_policy
 from workbench.fdg.rehome import rehome
-from workbench.live_edits import say_unapplied, take_changes, with_new_init_names
+from workbench.live_edits import kept_init_values, note_changes, say_unapplied, with_new_init_names
 from workbench.progress import make_progress
 from workbench.runtime.checkpoint_writer import CheckpointWriter
 from workbench.runtime.driver import IterationRecord, drive
@@ -53,10 +53,54 @@ from workbench.runtime.serialisable import check_notebook, quiet_dask_serialisat
 from workbench.runtime.state import RunState
 from workbench.stretch_state import collect_state, counts_in, say_left_out, settle_counts, snapshot_state, states_for
 
-__all__ = ["Trainer", "AUTO_TRIAL_ITERATIONS", "MAX_RECOVERIES"]
+__all__ = ["Trainer", "TrainerState", "AUTO_TRIAL_ITERATIONS", "MAX_RECOVERIES"]
 
 #: a run gives up after this many lost workers (something is wrong with the cluster)
 MAX_RECOVERIES = 5
+
+
+@dataclasses.dataclass
+class TrainerState:
+    """What a :class:`Trainer` keeps while its run trains, between and across stretches.
+
+    The trainer alone changes it (:mod:`workbench.live_edits` and
+    :mod:`workbench.runtime.notebook_values` return what changes; the trainer applies it).
+    The notebook's thread asks through the trainer's methods (:meth:`Trainer.apply_at_boundary`,
+    :meth:`Trainer.mark_sent`, :meth:`Trainer.replace`); the trainer reads and changes
+    ``changes``, ``sent_names`` and ``ending`` with :attr:`Trainer.lock` held.
+
+    >>> TrainerState().ending, TrainerState().changes
+    (True, [])
+    """
+
+    #: a policy to re-place the running run under at its next boundary (:meth:`Trainer.replace`)
+    pending: Any = None
+    #: changes to apply at the next iteration boundary: (kind, what changed)
+    changes: list[tuple[str, str]] = dataclasses.field(default_factory=list)
+    #: the boundary is decided (or the stretch not yet planned): a change made now lands
+    #: where the next stretch starts, one past the newest recorded iteration
+    ending: bool = True
+    #: the run takes no more changes: its last stretch has ended
+    over: bool = False
+    #: (name, part) → the parts of notebook values only init cells read, as the first
+    #: stretch gave them (:func:`~workbench.live_edits.kept_init_values`); None before it
+    init_values: dict | None = None
+    #: name → the notebook value each stretch deploys with unless sent again
+    #: (:func:`~workbench.runtime.notebook_values.values_for_stretch`)
+    given_values: dict[str, Any] = dataclasses.field(default_factory=dict)
+    #: the names ``fdg.update`` sent since the last stretch was planned
+    sent_names: set[str] = dataclasses.field(default_factory=set)
+    #: a lost worker's (error, policy before, iteration resumed at, iterations redone),
+    #: said once the next stretch is placed
+    fault: tuple | None = None
+    #: (iteration, groups) of the last lost worker: the same again stops the run
+    last_loss: tuple | None = None
+    #: the envs in-process stretches hand on to the next (set when training starts)
+    carried: CarriedEnvs | None = None
+    #: the metric loggers every recorded iteration goes to
+    loggers: list = dataclasses.field(default_factory=list)
+    #: the progress display (None: none)
+    bar: Any = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -95,17 +139,11 @@ class Trainer:
         self.run_record: Run | None = None
         self._policy = self._resume = None  # set by prepare(): the policy spec, the state to resume
         self._stop = threading.Event()
-        self._pending = None  # a policy to re-place the running run under
-        #: changes to apply at the next iteration boundary: (kind, what changed)
-        self._changes: list[tuple[str, str]] = []
+        #: the run's state between and across stretches; only the trainer changes it
+        self.state = TrainerState()
         #: held while a change is made and announced, while an iteration is recorded and
         #: while a stretch takes the FDG: a change lands at the boundary its notice names
         self.lock = threading.RLock()
-        #: the boundary is decided (or the stretch not yet planned): a change made now
-        #: lands where the next stretch starts, one past the newest recorded iteration
-        self._ending = True
-        #: the run takes no more changes: its last stretch has ended
-        self._over = False
 
     # -- control from another thread -------------------------------------------------------
     def stop(self) -> None:
@@ -114,7 +152,24 @@ class Trainer:
 
     def replace(self, spec) -> None:
         """Re-place the run under ``spec`` at its next iteration boundary."""
-        self._pending = spec
+        self.state.pending = spec
+
+    def mark_sent(self, names) -> None:
+        """``names`` were sent to the run (``fdg.update``): the next stretch deploys their
+        values as the notebook holds them then. Call with :attr:`lock` held."""
+        self.state.sent_names = self.state.sent_names | set(names)
+
+    @property
+    def init_values(self) -> dict | None:
+        """The parts of notebook values only init cells read, as the run's first stretch
+        gave them (read by :func:`~workbench.live_edits.init_only_changes`)."""
+        return self.state.init_values
+
+    @property
+    def _pending(self):
+        """The re-placement asked for and not yet made (read by
+        :func:`~workbench.live_edits.init_only_changes`)."""
+        return self.state.pending
 
     def check_change(self, graph: Graph) -> None:
         """Raise unless ``graph`` (the FDG as an edit would leave it) can run under the
@@ -132,19 +187,19 @@ class Trainer:
         Make the change itself while holding :attr:`lock`, as ``FDG.add_fragment`` does."""
         with self.lock:
             run = self.run_record
-            if self._over:
+            if self.state.over:
                 return None
             # the newest row, then the change: unless a boundary is decided already, the
-            # driver acts on it at a row after this one (see on_iteration), so the
+            # driver acts on it at a row after this one (see _record), so the
             # boundary is at least two past it; a decided one is at least one past it
             last = run.rows[-1]["iteration"] if run is not None and run.rows else -1
-            self._changes.append((kind, what))
-            return last + (1 if self._ending or self._ends(None) else 2)
+            self.state.changes.append((kind, what))
+            return last + (1 if self.state.ending or self._ends(None) else 2)
 
     def _ends(self, run: Run | None) -> bool:
         """Whether the stretch ends at the next boundary for a stop, a re-placement or
         (``run`` given) a solved run."""
-        return self._stop.is_set() or self._pending is not None or (run is not None and run.is_solved())
+        return self._stop.is_set() or self.state.pending is not None or (run is not None and run.is_solved())
 
     # -- the run -------------------------------------------------------------------------
     def prepare(self) -> Run:
@@ -210,8 +265,8 @@ class Trainer:
         bar = make_progress(config.progress, config.iterations, run.policy_name)
         writer = CheckpointWriter(run, config.checkpoint_dir, config.checkpoint_every)
         stretch = _Stretch(config, cluster, self.namespace, config.keep_state or writer.enabled, writer)
-        self._loggers, self._bar, self._carried = loggers, bar, CarriedEnvs()
-        self._fault = None  # a lost worker's line, said when the next stretch is placed
+        self.state.loggers, self.state.bar, self.state.carried = loggers, bar, CarriedEnvs()
+        self.state.fault = None
         try:
             try:
                 if self._stop.is_set():
@@ -225,8 +280,9 @@ class Trainer:
                     raise
                 print(f"workbench: stopped; {stuck}", flush=True)  # what was asked for, with why it took long
             with self.lock:  # no more changes: one asked for too late is said, not dropped
-                self._over = True
-                say_unapplied(run, self)
+                self.state.over = True
+                say_unapplied(run, self.state.changes, self.state.pending)
+                self.state.changes, self.state.pending = [], None
             run.status = "stopped" if self._stop.is_set() else ("solved" if run.solved_at else "finished")
             writer.final()
         except KeyboardInterrupt:
@@ -240,8 +296,8 @@ class Trainer:
             run.status, run.error = "failed", exc
             raise
         finally:
-            self._over = True
-            self._carried.close()  # the envs stretches handed on: nothing steps them now
+            self.state.over = True
+            self.state.carried.close()  # the envs stretches handed on: nothing steps them now
             writer.close()
             if bar is not None:
                 bar.finish(run)
@@ -275,11 +331,11 @@ class Trainer:
                 state = self._recover(run, lost, state)
                 continue
             with self.lock:  # the changes are noted where the next stretch takes the FDG
-                if self._pending is None and not self._changes:
+                if self.state.pending is None and not self.state.changes:
                     return
                 if run.completed_iterations >= run.iterations or run.is_solved() or self._stop.is_set():
                     return  # _train says what was not applied
-                state, pending, self._pending = run.state, self._pending, None
+                state, pending, self.state.pending = run.state, self.state.pending, None
             if pending is None:
                 continue  # the same placement, re-planned from the FDG as it is now
             current = pending
@@ -293,39 +349,58 @@ class Trainer:
         resume_at = state.iteration if state is not None else first
         dropped = run.rewind(resume_at)
         run.lost_iterations += dropped
-        _check_not_repeating(run, lost, getattr(self, "_last_loss", None))
-        self._last_loss = (lost.iteration, _groups_on(run, lost.workers))
+        _check_not_repeating(run, lost, self.state.last_loss)
+        self.state.last_loss = (lost.iteration, _groups_on(run, lost.workers))
         if sum(e.kind == "worker lost" for e in run.events) >= MAX_RECOVERIES:
             raise RunConfigError(f"{MAX_RECOVERIES} workers were lost in this run; giving up. "
                                  "Check the cluster (memory, crashes) before running again.") from lost
         # said once the next stretch is placed: the line names where the fragments went
-        self._fault = (lost, run.policy, resume_at, dropped)
+        self.state.fault = (lost, run.policy, resume_at, dropped)
         return state
 
     def _run_one(self, run: Run, iterations: int, policy, stretch: _Stretch,
                  resume: RunState | None) -> None:
         """One placement's stretch of a run: ``iterations`` iterations, recorded into ``run``."""
-        inventory, client = None, None
         policy = as_policy_spec(policy)  # an unknown name fails before any cluster starts
         if self._stop.is_set():
             return  # stopped before this stretch began: nothing to place
-        if needs_cluster(policy):
-            from workbench.cluster.connect import connect, inventory_of
-            from workbench.cluster.restarts import wait_for_a_worker, wait_for_restarts
-
-            client = connect(stretch.cluster).client
-            wait_for_restarts(client)  # a worker a stuck cell's stop restarted: place on it again
-            inventory = inventory_of(client)
-            if not inventory.workers:  # none at all (one died and is restarting): wait for one
-                wait_for_a_worker(client)
-                inventory = inventory_of(client)
+        client, inventory = _connect_for(policy, stretch)
         start = resume.iteration if resume is not None else 0
-        ns = stretch.namespace
-        with self.lock:  # the FDG and values as the changes noted here left them (apply_at_boundary)
-            fdg, self._ending = self.fdg.copy(), False
-            notebook = values_for_stretch(self, ns, fdg.notebook_names())  # the first's, but what was sent
-            take_changes(run, self, start)
-        if isinstance(policy, Policy) and inventory is not None and getattr(self, "_fault", None) is not None:
+        fdg, notebook = self._take_changes(run, stretch, start)
+        resolved = self._resolve_placement(run, policy, fdg, inventory, stretch)
+        placed = _plan_stretch(run, fdg, resolved, stretch.config)
+        notebook = _values_to_deploy(notebook, resolved)
+        if self._stop.is_set():
+            return  # stopped while it connected: nothing deployed, nothing to wait for
+        backend = self._backend_for(resolved, client, inventory, stretch, start)
+        self._announce_fault(run, resolved, backend)
+        _record_placement(run, placed)
+        try:
+            self._run_replicas(run, placed, backend, notebook, iterations, start, stretch, resume)
+        finally:
+            with shielded("releasing the run's replicas"):  # a second Ctrl-C must not cut this short
+                backend.teardown()
+
+    def _take_changes(self, run: Run, stretch: _Stretch, start: int) -> tuple[Graph, dict[str, Any]]:
+        """The FDG and the notebook values this stretch runs, as the changes noted so far
+        left them; those changes are noted in ``run`` as applying from ``start`` (under the
+        lock :meth:`apply_at_boundary` takes: a change lands at the boundary it was told)."""
+        state = self.state
+        with self.lock:
+            fdg, state.ending = self.fdg.copy(), False
+            # each stretch deploys the first's values, but for those sent since
+            taken = values_for_stretch(state.given_values, state.sent_names, stretch.namespace,
+                                       fdg.notebook_names())
+            state.given_values, state.sent_names = taken.given, set()
+            if state.init_values is None:  # where fdg.update compares what only init cells read
+                state.init_values = kept_init_values(self.fdg, self.namespace)
+            changes, state.changes = state.changes, []
+            note_changes(run, changes, start)
+        return fdg, taken.values
+
+    def _resolve_placement(self, run: Run, policy, fdg: Graph, inventory, stretch: _Stretch) -> Policy:
+        """The concrete policy this stretch runs under, on the workers there are."""
+        if isinstance(policy, Policy) and inventory is not None and self.state.fault is not None:
             # a policy of the user's own names its workers: after a loss, off the lost ones (the
             # fault's line says where its groups went); one that names a missing worker from the
             # start is refused by the check instead
@@ -335,99 +410,104 @@ class Trainer:
             run.note_once("not applied", f"policy {resolved.name} runs every fragment in this process, so the "
                           "cluster given is not used (until the run is re-placed onto it, fdg.replace('coarse')); "
                           "pick a cluster policy (coarse, fine, …) to train on it")
-        plan = make_plan(fdg, resolved)
-        run.fdg = fdg  # the cells this stretch runs (hot edits change them)
-        if resolved.in_process:  # as on a cluster: a notebook object changed mid-stretch waits for %fdg update
-            notebook = taken_at_deploy(notebook)
-        programs = {g: group_program(plan, g, stretch.config.steps, stretch.config.own_random,
-                                     stretch.config.allreduce, stretch.config.lanes,
-                                     stretch.config.act_on_arrival) for g in plan.groups}
-        if stretch.config.lanes and not placed_for_lanes(plan, programs):  # asked for, not used: say so
-            run.note_once("not applied", NOT_PLACED_FOR_LANES)
-        if stretch.config.act_on_arrival:
-            check_act_on_arrival(plan, programs, run)
-        if self._stop.is_set():
-            return  # stopped while it connected: nothing deployed, nothing to wait for
-        if resolved.in_process:
-            backend = InlineBackend(self._carried)  # a next stretch may step the same envs
-        else:
-            from workbench.cluster.backend import DaskBackend
-            from workbench.cluster.dashboard_model import UNIT_EVENT
+        return resolved
 
-            backend = DaskBackend(client, inventory, lost_after=stretch.config.lost_after)
-            if stretch.config.unit != DEFAULT_UNIT:  # the dashboard page names the steps as the run does
-                backend.announce(UNIT_EVENT, stretch.config.unit, start)
-        fault, self._fault = getattr(self, "_fault", None), None
-        if fault is not None:
-            lost, before, resume_at, dropped = fault
-            line = fault_line(lost, getattr(before, "groups", ()), resolved.groups, resume_at=resume_at, redone=dropped)
-            announce(run, line, resume_at, self._loggers, backend)
-        if run.auto_table is None:  # under auto the name says which preset auto chose
-            run.policy_name = resolved.name
-        run.policy = resolved
-        run.plan_text = plan.explain()
-        completed = 0
-        every, full_every = stretch.snapshots_for(resolved)
+    def _backend_for(self, resolved: Policy, client, inventory, stretch: _Stretch, start: int):
+        """The backend that runs this stretch's replicas: in this process, or on the cluster."""
+        if resolved.in_process:
+            return InlineBackend(self.state.carried)  # a next stretch may step the same envs
+        from workbench.cluster.backend import DaskBackend
+        from workbench.cluster.dashboard_model import UNIT_EVENT
+
+        backend = DaskBackend(client, inventory, lost_after=stretch.config.lost_after)
+        if stretch.config.unit != DEFAULT_UNIT:  # the dashboard page names the steps as the run does
+            backend.announce(UNIT_EVENT, stretch.config.unit, start)
+        return backend
+
+    def _announce_fault(self, run: Run, resolved: Policy, backend) -> None:
+        """Say the lost worker that ended the last stretch, naming where its fragments went."""
+        fault, self.state.fault = self.state.fault, None
+        if fault is None:
+            return
+        lost, before, resume_at, dropped = fault
+        line = fault_line(lost, getattr(before, "groups", ()), resolved.groups, resume_at=resume_at, redone=dropped)
+        announce(run, line, resume_at, self.state.loggers, backend)
+
+    def _run_replicas(self, run: Run, placed: _Placed, backend, notebook: dict[str, Any], iterations: int,
+                      start: int, stretch: _Stretch, resume: RunState | None) -> None:
+        """Deploy the replicas from ``resume``, drive them, settle the env-step counts and
+        collect their state (the caller tears the backend down)."""
+        if not run.rows:
+            run.started = time.perf_counter()  # the clock includes deploying the replicas
+        states = with_new_init_names(placed.plan, states_for(placed.plan, resume))  # edited init cells run
+        _deploy(backend, placed, notebook, states)
+        # the env replicas' own counts settle the stretch's: steps of iterations left unfinished count
+        counts = counts_in(states), dict(run.replica_env_steps)
+        completed = self._drive(run, placed, backend, iterations, start, stretch, counts)
+        settle_counts(run, backend, *counts)
+        self._collect(run, placed.plan, backend, start + completed, stretch)
+
+    def _drive(self, run: Run, placed: _Placed, backend, iterations: int, start: int, stretch: _Stretch,
+               counts: tuple[dict[str, int], dict[str, int]]) -> int:
+        """Drive the deployed replicas through ``iterations`` iterations from ``start``,
+        recording each; return how many were recorded. A lost worker's error carries the
+        newest snapshot's state to resume from."""
+        plan, completed = placed.plan, 0
+        every, full_every = stretch.snapshots_for(placed.policy)
 
         def on_iteration(rec: IterationRecord) -> bool:
             nonlocal completed
             completed += 1
-            # decided with the row, under the lock apply_at_boundary takes: a change asked for
-            # after it is acted on at the next row (its notice: two past this one), or, when
-            # this row ends the stretch, lands at that boundary (its notice: one past)
-            with self.lock:
-                changed = bool(self._changes)
-                run.record(rec)
-                ending = changed or self._ends(run)
-                self._ending = self._ending or ending
-                asked = len(self._changes)
-                for logger in self._loggers:
-                    logger.log(run.rows[-1])
-                if self._bar is not None:
-                    self._bar.advance(run)
-                if not ending and len(self._changes) == asked:  # a stop, a re-placement asked meanwhile
-                    ending = self._ends(run)
-                    self._ending = self._ending or ending
-            return ending
+            return self._record(run, rec)
 
         try:
-            if not run.rows:
-                run.started = time.perf_counter()  # the clock includes deploying the replicas
-            states = with_new_init_names(plan, states_for(plan, resume))  # edited init cells run
-            try:
-                with quiet_dask_serialisation():  # a name that fails is said below, in one message
-                    backend.deploy(plan, programs, notebook, states)  # pickles the notebook once
-            except Exception:
-                if not resolved.in_process:  # a lock or a generator read from the notebook: say which
-                    check_notebook(notebook, readers_of(fdg, notebook))
-                raise
-            # the env replicas' own counts settle the stretch's: steps of iterations left unfinished count
-            at_start, recorded_before = counts_in(states), dict(run.replica_env_steps)
-            try:
-                # lockstep with a target: the run stops at the iteration that met it (docs/counting.md)
-                drive(plan, backend, iterations, on_iteration, start=start, snapshot_every=every,
-                      full_snapshot_every=full_every, on_snapshot=stretch.writer.stretch(plan, resolved),
-                      stopping=self._stop.is_set, lockstep=run.target_return is not None,
-                      snapshot_paced=self.config.snapshot_every is None)
-            except CellNotReturningError:
-                settle_counts(run, backend, at_start, recorded_before)
-                backend.overdue = True  # its loops were given their grace already: don't wait again
-                raise
-            except WorkerLostError as lost:
-                lost.state = snapshot_state(plan, backend.snapshots)
-                if lost.iteration is None:  # none of its replicas had begun an iteration (drive says which)
-                    lost.iteration = start + completed
-                raise
-            settle_counts(run, backend, at_start, recorded_before)
-            with self.lock:  # a change from here on goes to a next stretch, which needs the state
-                keep = stretch.keep_state or self._pending is not None or bool(self._changes)
-                self._over = self._over or not keep  # …or is said not applied: this was the last
-            if keep:
-                run.state = collect_state(plan, backend.export(), start + completed)
-                say_left_out(run)
-        finally:
-            with shielded("releasing the run's replicas"):  # a second Ctrl-C must not cut this short
-                backend.teardown()
+            # lockstep with a target: the run stops at the iteration that met it (docs/counting.md)
+            drive(plan, backend, iterations, on_iteration, start=start, snapshot_every=every,
+                  full_snapshot_every=full_every, on_snapshot=stretch.writer.stretch(plan, placed.policy),
+                  stopping=self._stop.is_set, lockstep=run.target_return is not None,
+                  snapshot_paced=self.config.snapshot_every is None)
+        except CellNotReturningError:
+            settle_counts(run, backend, *counts)
+            backend.overdue = True  # its loops were given their grace already: don't wait again
+            raise
+        except WorkerLostError as lost:
+            lost.state = snapshot_state(plan, backend.snapshots)
+            if lost.iteration is None:  # none of its replicas had begun an iteration (drive says which)
+                lost.iteration = start + completed
+            raise
+        return completed
+
+    def _record(self, run: Run, rec: IterationRecord) -> bool:
+        """Record one iteration (the run, its loggers, the progress display); return
+        whether the stretch ends at this boundary."""
+        state = self.state
+        # decided with the row, under the lock apply_at_boundary takes: a change asked for
+        # after it is acted on at the next row (its notice: two past this one), or, when
+        # this row ends the stretch, lands at that boundary (its notice: one past)
+        with self.lock:
+            changed = bool(state.changes)
+            run.record(rec)
+            ending = changed or self._ends(run)
+            state.ending = state.ending or ending
+            asked = len(state.changes)
+            for logger in state.loggers:
+                logger.log(run.rows[-1])
+            if state.bar is not None:
+                state.bar.advance(run)
+            if not ending and len(state.changes) == asked:  # a stop, a re-placement asked meanwhile
+                ending = self._ends(run)
+                state.ending = state.ending or ending
+        return ending
+
+    def _collect(self, run: Run, plan, backend, iteration: int, stretch: _Stretch) -> None:
+        """Keep the replicas' state in ``run.state`` where a next stretch, a checkpoint or
+        the caller needs it; otherwise this was the last stretch."""
+        with self.lock:  # a change from here on goes to a next stretch, which needs the state
+            keep = stretch.keep_state or self.state.pending is not None or bool(self.state.changes)
+            self.state.over = self.state.over or not keep  # …or is said not applied: this was the last
+        if keep:
+            run.state = collect_state(plan, backend.export(), iteration)
+            say_left_out(run)
 
     def _run_auto(self, run: Run, stretch: _Stretch, resume) -> None:
         """Try each applicable preset for a few iterations on the real cluster, continuing
@@ -461,6 +541,74 @@ class Trainer:
         print(auto_summary(table, best, candidates.left_out))
         if not run.is_solved() and not self._stop.is_set():
             self._run_stretches(run, dict(candidates)[best], stretch, state)
+
+
+@dataclasses.dataclass(frozen=True)
+class _Placed:
+    """A stretch's placement: the FDG it runs, the concrete policy, the plan, and each
+    group's program."""
+
+    fdg: Graph
+    policy: Policy
+    plan: Any  # a workbench.fdg.plan.Plan
+    programs: dict
+
+
+def _connect_for(policy, stretch: _Stretch) -> tuple[Any, Any]:
+    """(client, inventory) for a policy that needs the cluster, with a worker to place on
+    (one a stuck cell's stop restarted placed on again); (None, None) in-process."""
+    if not needs_cluster(policy):
+        return None, None
+    from workbench.cluster.connect import connect, inventory_of
+    from workbench.cluster.restarts import wait_for_a_worker, wait_for_restarts
+
+    client = connect(stretch.cluster).client
+    wait_for_restarts(client)  # a worker a stuck cell's stop restarted: place on it again
+    inventory = inventory_of(client)
+    if not inventory.workers:  # none at all (one died and is restarting): wait for one
+        wait_for_a_worker(client)
+        inventory = inventory_of(client)
+    return client, inventory
+
+
+def _plan_stretch(run: Run, fdg: Graph, resolved: Policy, config: RunConfig) -> _Placed:
+    """The plan and the group programs of ``fdg`` under ``resolved``; what was asked for
+    and cannot be used under it is said in ``run``."""
+    plan = make_plan(fdg, resolved)
+    run.fdg = fdg  # the cells this stretch runs (hot edits change them)
+    programs = {g: group_program(plan, g, config.steps, config.own_random, config.allreduce, config.lanes,
+                                 config.act_on_arrival) for g in plan.groups}
+    if config.lanes and not placed_for_lanes(plan, programs):  # asked for, not used: say so
+        run.note_once("not applied", NOT_PLACED_FOR_LANES)
+    if config.act_on_arrival:
+        check_act_on_arrival(plan, programs, run)
+    return _Placed(fdg, resolved, plan, programs)
+
+
+def _values_to_deploy(notebook: dict[str, Any], resolved: Policy) -> dict[str, Any]:
+    """The notebook values as the replicas get them: in this process, their own copies, as
+    on a cluster (a notebook object changed mid-stretch waits for %fdg update)."""
+    return taken_at_deploy(notebook) if resolved.in_process else notebook
+
+
+def _record_placement(run: Run, placed: _Placed) -> None:
+    """The run's record names the placement and plan it now runs under."""
+    if run.auto_table is None:  # under auto the name says which preset auto chose
+        run.policy_name = placed.policy.name
+    run.policy = placed.policy
+    run.plan_text = placed.plan.explain()
+
+
+def _deploy(backend, placed: _Placed, notebook: dict[str, Any], states) -> None:
+    """Deploy the replicas with ``notebook`` (pickled once) and their ``states``; on a
+    cluster, a notebook value that does not pickle (a lock, a generator) is named."""
+    try:
+        with quiet_dask_serialisation():  # a name that fails is said below, in one message
+            backend.deploy(placed.plan, placed.programs, notebook, states)
+    except Exception:
+        if not placed.policy.in_process:
+            check_notebook(notebook, readers_of(placed.fdg, notebook))
+        raise
 
 
 def _check_in_process_gpus(spec, fdg: Graph) -> None:

@@ -23,30 +23,31 @@ open file: what a cluster could not send either) is shared as it is.
 
 A run of several stretches (a live change ends one at a boundary, the next deploys the
 change) gives each later stretch what the first was given, except the names sent since
-with ``%fdg update`` (:func:`mark_sent`) and names a cell reads for the first time:
-:func:`values_for_stretch`. Before 2026-12-01 each stretch read the notebook as it was,
-so ``cfg.lr = 0.5`` typed in a cell and never sent reached the learner at the next
-boundary of any other change (an ``%fdg update`` of another name, a re-run cell), and the
-run's events named only that change.
+with ``%fdg update`` and names a cell reads for the first time: :func:`values_for_stretch`.
+It changes nothing it is given: it returns the values to deploy and what to keep for the
+stretches after, and the trainer keeps them (:class:`workbench.trainer.TrainerState`).
+Before 2026-12-01 each stretch read the notebook as it was, so ``cfg.lr = 0.5`` typed in a
+cell and never sent reached the learner at the next boundary of any other change (an
+``%fdg update`` of another name, a re-run cell), and the run's events named only that
+change.
 
->>> class Trainer: pass
->>> trainer, notebook = Trainer(), {"cfg": cfg, "scale": 1.0}
->>> values_for_stretch(trainer, notebook, ["cfg", "scale"])["cfg"].lr   # the first stretch
+>>> notebook = {"cfg": cfg, "scale": 1.0}
+>>> first = values_for_stretch({}, set(), notebook, ["cfg", "scale"])   # the first stretch
+>>> first.values["cfg"].lr
 0.001
 >>> cfg.lr, notebook["scale"] = 0.5, 2.0       # typed in a cell; only scale is sent
->>> mark_sent(trainer, ["scale"])
->>> later = values_for_stretch(trainer, notebook, ["cfg", "scale"])
->>> later["cfg"].lr, later["scale"]
+>>> later = values_for_stretch(first.given, {"scale"}, notebook, ["cfg", "scale"])
+>>> later.values["cfg"].lr, later.values["scale"]
 (0.001, 2.0)
 """
 from __future__ import annotations
 
 import copy
 import types
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Collection, Mapping
+from typing import Any, NamedTuple
 
-__all__ = ["taken_at_deploy", "values_for_stretch", "mark_sent"]
+__all__ = ["taken_at_deploy", "values_for_stretch", "StretchValues"]
 
 _SHARED = (types.ModuleType, types.FunctionType, types.BuiltinFunctionType, type)
 
@@ -65,19 +66,22 @@ def taken_at_deploy(values: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
-def values_for_stretch(trainer, namespace: Mapping[str, Any], names) -> dict[str, Any]:
-    """Name → the value a stretch of ``trainer``'s run deploys with, for the ``names`` its
-    cells read that ``namespace`` holds: the first stretch's copy (kept on the trainer),
-    unless the name was sent since (:func:`mark_sent`) or no stretch read it before; those
-    are copied now, and kept for the stretches after. Call with ``trainer.lock`` held."""
-    given = trainer.__dict__.setdefault("given_values", {})
-    sent, trainer.sent_names = getattr(trainer, "sent_names", set()), set()
+class StretchValues(NamedTuple):
+    """What :func:`values_for_stretch` gives: the values a stretch deploys with, and the
+    values to give the stretches after (the trainer keeps them)."""
+
+    #: name → the value this stretch deploys with
+    values: dict[str, Any]
+    #: name → the value each later stretch is given unless the name is sent again
+    given: dict[str, Any]
+
+
+def values_for_stretch(given: Mapping[str, Any], sent: Collection[str], namespace: Mapping[str, Any],
+                       names) -> StretchValues:
+    """The values a stretch of a run deploys with, for the ``names`` its cells read that
+    ``namespace`` holds: the earlier stretches' copy in ``given``, unless the name was
+    ``sent`` since (``fdg.update``) or no stretch read it before; those are copied now, and
+    returned in ``given`` for the stretches after. ``given`` itself is not changed."""
     fresh = {n: namespace[n] for n in names if n in namespace and (n in sent or n not in given)}
-    given.update(taken_at_deploy(fresh))
-    return {n: given[n] for n in names if n in namespace}
-
-
-def mark_sent(trainer, names) -> None:
-    """``names`` were sent to ``trainer``'s run (``fdg.update``): the next stretch deploys
-    their values as the notebook holds them then. Call with ``trainer.lock`` held."""
-    trainer.sent_names = getattr(trainer, "sent_names", set()) | set(names)
+    kept = {**given, **taken_at_deploy(fresh)}
+    return StretchValues({n: kept[n] for n in names if n in namespace}, kept)
