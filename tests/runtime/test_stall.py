@@ -116,3 +116,14 @@ def test_the_deadline_grows_with_the_longest_iteration():
     assert dog.deadline == pytest.approx(STALL_FACTOR * 10.0)
     # silence alone decides here (no activity to read): stalled only past the grown deadline
     assert dog.stalled(10.2 + 25.0) is None and dog.stalled(10.2 + STALL_FACTOR * 10.0 + 0.1) == ""
+
+
+def test_progress_that_can_never_be_read_leaves_silence_to_decide():
+    """A backend whose replicas cannot be asked (activity() None every time) is judged by its
+    silence alone; it was never called stalled (each read at half the deadline returned)."""
+    from workbench.runtime.stall import Watchdog
+
+    dog = Watchdog(1.0, lambda: None, now=0.0)
+    assert dog.stalled(0.6) is None  # half the deadline: a read, nothing known
+    assert dog.stalled(0.9) is None
+    assert dog.stalled(1.1) == ""

@@ -128,7 +128,7 @@ class Watchdog:
             reading = self._read()
             if reading is not None:
                 self._baseline = (now, reading)  # the window progress is judged over
-            return None
+                return None
         if quiet < self.deadline:
             return None
         if self._baseline is None:  # nothing known of the replicas' progress: silence decides
