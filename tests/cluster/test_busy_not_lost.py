@@ -17,13 +17,32 @@ UNANSWERED = ("127.0.0.1", 1)  # nothing listens there: a probe gets no challeng
 BOUND = liveness.LossBound(5.0)
 
 
-def test_the_decision_is_pure_suspects_then_neither_answer_nor_compute():
+def test_the_decision_is_pure_suspects_then_what_the_probe_and_the_nanny_say():
+    S, U, A = liveness.SILENT, liveness.UNREACHABLE, liveness.ANSWERED
     assert liveness.suspects({"w1": 0.5, "w2": 2.0, "w3": None}, BOUND) == ["w2", "w3"]
     assert liveness.suspects({"w1": 1.99}, BOUND) == []
-    assert liveness.judged_lost(["w1", "w2", "w3", "w4"], answered={"w1"}, computing={"w2", "w1"}) == ["w3", "w4"]
-    # the whole decision comes within the bound: suspected, then probe and nanny at once
+    unheard = dict.fromkeys(["answers", "computes", "frozen", "gone", "cut", "idle", "late nanny"], 2.5)
+    probes = {"answers": A, "computes": S, "frozen": S, "gone": S, "cut": U, "idle": S, "late nanny": S}
+    processes = {"answers": "idle", "computes": "computing", "frozen": "stopped", "gone": "gone", "cut": U,
+                 "idle": "idle", "late nanny": U}
+    assert liveness.judged_lost(sorted(unheard), probes, processes, unheard, BOUND) == ["cut", "frozen", "gone"]
+    # a process its host answers for, neither answering nor computing: lost once unheard the whole bound
+    unheard = {**unheard, "idle": BOUND.seconds, "late nanny": BOUND.seconds + 1}
+    assert liveness.judged_lost(["idle", "late nanny"], probes, processes, unheard, BOUND) == ["idle", "late nanny"]
+    # the whole quick decision comes within the bound: suspected, then probe and nanny at once
     bound = liveness.LossBound(10.0)
     assert bound.suspect_after + max(bound.probe_timeout, bound.nanny_timeout) < bound.seconds
+
+
+def test_a_probe_says_silent_where_the_host_takes_or_refuses_the_connection():
+    import socket
+
+    with socket.socket() as listening:  # a host that takes the connection, a process that says nothing
+        listening.bind(("127.0.0.1", 0))
+        listening.listen()
+        assert liveness.probe(listening.getsockname(), timeout=0.3) == liveness.SILENT
+    assert liveness.probe(UNANSWERED, timeout=0.3) == liveness.SILENT  # refused: the host is there
+    # a host that answers nothing (its link down) is tests/hosts/test_fault_matrix.py's
 
 
 def test_every_worker_is_heard_from_within_a_second(client):
@@ -34,7 +53,7 @@ def test_every_worker_is_heard_from_within_a_second(client):
 def test_a_live_worker_whose_channels_do_not_answer_is_not_lost(client):
     live = sorted(workers_info(client))[0]
     assert liveness.unanswered({live: UNANSWERED}, timeout=0.5) == [live]  # the probe alone would retire it
-    assert liveness.lost_among(client, {live: UNANSWERED}, BOUND) == []  # its nanny sees it run
+    assert liveness.lost_among(client, {live: UNANSWERED}, {live: 3.0}, BOUND) == []  # its host answers
     assert live in workers_info(client)
 
 
@@ -48,14 +67,15 @@ def _spin(seconds: float) -> int:
 def test_a_silent_worker_is_lost_unless_its_nanny_sees_it_compute(client):
     gone = "tcp://127.0.0.1:9"  # not a worker of this cluster: no nanny to vouch for it
     live = sorted(workers_info(client))[0]
-    assert liveness.lost_among(client, {gone: UNANSWERED, live: UNANSWERED}, BOUND) == [gone]
+    assert liveness.lost_among(client, {gone: UNANSWERED, live: UNANSWERED}, {gone: None, live: 3.0},
+                               BOUND) == [gone]
     # one whose channels do not answer (as a worker starved of the CPU for seconds), but
     # computing: its nanny sees the process run and its CPU time grow, so it is busy, not lost
     spinning = client.submit(_spin, 15.0, workers=[live], pure=False)  # (a running task cannot be cancelled: short)
     deadline = time.monotonic() + 12
     while live not in liveness.computing(client, [live]):
         assert time.monotonic() < deadline, "the spinning worker never showed CPU time"
-    assert liveness.lost_among(client, {live: UNANSWERED}, BOUND) == []
+    assert liveness.lost_among(client, {live: UNANSWERED}, {live: BOUND.seconds + 1}, BOUND) == []
     assert liveness.computing(client, [gone]) == []
     client.cancel(spinning)
 
@@ -71,7 +91,8 @@ def test_a_frozen_worker_is_lost_by_its_nannys_word_and_unheard(client):
         time.sleep(BOUND.suspect_after + 0.5)
         assert liveness.unheard_for(client, timeout=5.0)[address] >= BOUND.suspect_after
         assert liveness.computing(client, [address]) == []
-        assert liveness.lost_among(client, {address: UNANSWERED}, BOUND) == [address]
+        assert liveness.process_states(client, [address])[address] == "stopped"
+        assert liveness.lost_among(client, {address: UNANSWERED}, {address: 3.0}, BOUND) == [address]
     finally:
         os.kill(pid, signal.SIGCONT)
     assert address in workers_info(client)  # lost_among decides; retiring is the caller's

@@ -397,7 +397,8 @@ class DaskBackend(Backend):
             if address in suspected:
                 servers.setdefault(address, self._addresses[key])
         started = time.monotonic()
-        lost = liveness.lost_among(self.client, servers, self._loss_bound, tls=self._driver_tls())
+        lost = liveness.lost_among(self.client, servers, {a: unheard[a] for a in servers}, self._loss_bound,
+                                   tls=self._driver_tls())
         if not lost:
             return
         decided_after = max(unheard[a] for a in lost) + time.monotonic() - started

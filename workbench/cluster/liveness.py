@@ -8,9 +8,10 @@ its look for dead workers, how long ago the scheduler last heard from each of th
 workers (they heartbeat every half second). One unheard for a while is a suspect
 (:class:`LossBound`): its replicas' channel server is probed — it must send its
 authentication challenge, which only the live process does (the kernel answers the TCP
-handshake of a frozen one) — and its nanny is asked whether the process runs and its CPU
-time grows (:func:`computing`). A worker that neither answers nor computes is lost
-(:func:`judged_lost`, pure); the run retires it and re-places its fragments. A worker
+handshake of a frozen one; a host cut off answers nothing) — and its nanny is asked whether
+the process runs and its CPU time grows (:func:`process_states`). A worker that neither
+answers nor computes, and is frozen, gone or cut off, is lost (:func:`judged_lost`, pure);
+the run retires it and re-places its fragments. A worker
 starved of the CPU (a hundred replicas' threads on two cores) can miss heartbeats and
 probes for longer than any fixed patience, but its nanny sees it compute, so it is busy,
 not lost. On a TLS cluster the probe speaks TLS first (the server's half of that
@@ -39,36 +40,62 @@ from distributed.metrics import time as dask_time
 
 from workbench.runtime.stall import thread_cpu_seconds
 
-__all__ = ["PROBE_TIMEOUT_SECONDS", "LossBound", "answers", "unanswered", "suspects", "judged_lost", "unheard_for",
-           "computing", "lost_among", "retire", "loop_activity", "env_step_counts"]
+__all__ = ["PROBE_TIMEOUT_SECONDS", "LossBound", "ANSWERED", "SILENT", "UNREACHABLE", "probe", "answers", "probe_all",
+           "unanswered", "suspects", "judged_lost", "unheard_for", "process_states", "computing", "lost_among",
+           "retire", "loop_activity", "env_step_counts"]
 
 #: the longest a probed channel server is given to answer (LossBound gives less for a short bound)
 PROBE_TIMEOUT_SECONDS = 5.0
-def answers(address: tuple[str, int], timeout: float = PROBE_TIMEOUT_SECONDS, tls=None) -> bool:
-    """Whether the channel server at ``address`` accepts a connection and sends its first
-    bytes (the HMAC challenge) within ``timeout``; through TLS with ``tls`` (a
-    :class:`~workbench.runtime.wire.ChannelTLS`, for a TLS run's channels). The probe then
-    hangs up; the server drops a peer that does not finish the handshake."""
+#: what a probe of a channel server found: its first bytes came (the live process sent them);
+#: the host took the connection but no bytes came (a frozen, stuck or starved process); the
+#: host did not take it at all (a link down, a host gone: the kernel answers the handshake of
+#: any process there, frozen or not)
+ANSWERED, SILENT, UNREACHABLE = "answered", "silent", "unreachable"
+
+
+def probe(address: tuple[str, int], timeout: float = PROBE_TIMEOUT_SECONDS, tls=None) -> str:
+    """:data:`ANSWERED` when the channel server at ``address`` accepts a connection and
+    sends its first bytes (the HMAC challenge) within ``timeout``; :data:`SILENT` when the
+    host takes the connection (or refuses it: nothing listens there any more) but no bytes
+    come; :data:`UNREACHABLE` when the connection is not made at all. Through TLS with
+    ``tls`` (a :class:`~workbench.runtime.wire.ChannelTLS`, for a TLS run's channels). The
+    probe then hangs up; the server drops a peer that does not finish the handshake."""
     try:
-        with socket.create_connection(address, timeout=timeout) as sock:
+        sock = socket.create_connection(address, timeout=timeout)
+    except ConnectionRefusedError:
+        return SILENT  # the host answered: its process is gone, not its link
+    except OSError:  # timed out, no route: the host does not answer
+        return UNREACHABLE
+    try:
+        with sock:
             sock.settimeout(timeout)
             if tls is None:
-                return bool(sock.recv(1))
+                return ANSWERED if sock.recv(1) else SILENT
             with tls.client.wrap_socket(sock, server_hostname=None) as secure:  # handshake: within timeout
-                return bool(secure.recv(1))
-    except OSError:  # refused, unreachable, timed out, a failed TLS handshake
-        return False
+                return ANSWERED if secure.recv(1) else SILENT
+    except OSError:  # no bytes in time, a failed TLS handshake
+        return SILENT
+
+
+def answers(address: tuple[str, int], timeout: float = PROBE_TIMEOUT_SECONDS, tls=None) -> bool:
+    """Whether the channel server at ``address`` sends its first bytes within ``timeout``."""
+    return probe(address, timeout, tls) == ANSWERED
+
+
+def probe_all(servers: dict[str, tuple[str, int]], timeout: float = PROBE_TIMEOUT_SECONDS,
+              tls=None) -> dict[str, str]:
+    """:func:`probe` of every one of ``servers`` (worker → a channel server there), all at
+    once, so the whole probe takes at most ``timeout`` (twice, for a connection taken late)."""
+    if not servers:
+        return {}
+    with ThreadPoolExecutor(min(32, len(servers)), thread_name_prefix="workbench-probe") as pool:
+        return dict(zip(servers, pool.map(lambda a: probe(a, timeout, tls), servers.values())))
 
 
 def unanswered(servers: dict[str, tuple[str, int]], timeout: float = PROBE_TIMEOUT_SECONDS,
                tls=None) -> list[str]:
-    """The keys of ``servers`` (worker → a channel server there) that do not answer; all
-    probed at once, so the whole probe takes at most ``timeout``."""
-    if not servers:
-        return []
-    with ThreadPoolExecutor(min(32, len(servers)), thread_name_prefix="workbench-probe") as pool:
-        results = dict(zip(servers, pool.map(lambda a: answers(a, timeout, tls), servers.values())))
-    return sorted(w for w, ok in results.items() if not ok)
+    """The keys of ``servers`` (worker → a channel server there) that do not answer."""
+    return sorted(w for w, found in probe_all(servers, timeout, tls).items() if found != ANSWERED)
 
 
 @dataclass(frozen=True)
@@ -79,9 +106,12 @@ class LossBound:
     The driver looks at the workers' heartbeats once a second. A worker unheard for
     ``suspect_after`` (0.4 of the bound) is probed — its replicas' channel server must answer
     within ``probe_timeout`` (0.2) — while its nanny is asked, within ``nanny_timeout`` (0.3),
-    whether its process runs and computes. So a decision comes at most 0.9 of the bound after
-    the last heartbeat, plus the second between looks. Dask alone takes its TCP timeout (30 s)
-    or its worker TTL (minutes).
+    whether its process runs and computes. A frozen process (its nanny says stopped) or a
+    host cut off (neither it nor its nanny reachable) is so decided at most 0.9 of the bound
+    after the last heartbeat, plus the second between looks; a process that answers nothing
+    but whose host does (stuck, or starved on a loaded machine) only once unheard for the
+    whole bound (:func:`judged_lost`). Dask alone takes its TCP timeout (30 s) or its worker
+    TTL (minutes).
 
     Example:
         >>> LossBound(10.0).suspect_after, LossBound(10.0).probe_timeout, LossBound(10.0).nanny_timeout
@@ -114,17 +144,40 @@ def suspects(unheard_for: dict[str, float | None], bound: LossBound) -> list[str
     return sorted(w for w, s in unheard_for.items() if s is None or s >= bound.suspect_after)
 
 
-def judged_lost(candidates: list[str], answered: set[str], computing: set[str]) -> list[str]:
-    """Of the suspected workers, those lost: their channel server did not answer the probe
-    and their nanny did not vouch that the process runs and computes. A worker starved of
-    the CPU (a hundred replicas on two cores) can miss heartbeats and probes, yet its nanny
-    sees it compute; a frozen process is stopped, a cut-off host's nanny does not answer.
+def judged_lost(candidates: list[str], probes: dict[str, str], processes: dict[str, str],
+                unheard_for: dict[str, float | None], bound: LossBound) -> list[str]:
+    """Of the suspected workers, those lost, from what the probe of their channel server
+    found (:func:`probe`) and what their nanny says of their process (:func:`process_states`):
+
+    - alive: the probe was answered, or the process computes (a worker starved of the CPU, a
+      hundred replicas on two cores, misses heartbeats and probes, yet its CPU time grows);
+    - lost at once: the process is stopped (SIGSTOP) or gone, or neither the worker nor its
+      nanny could be reached at all (the host's link is down);
+    - otherwise (the host answers, the process neither answers nor computes: stuck, or
+      starved so that even its nanny answered late) lost only once unheard for the whole
+      bound, so that a loaded machine's delays are not taken for a loss.
 
     Example:
-        >>> judged_lost(["w1", "w2", "w3"], answered={"w1"}, computing={"w2"})
-        ['w3']
+        >>> b = LossBound(10.0)
+        >>> judged_lost(["busy", "cut", "frozen", "idle"],
+        ...             probes={"busy": SILENT, "cut": UNREACHABLE, "frozen": SILENT, "idle": SILENT},
+        ...             processes={"busy": "computing", "cut": UNREACHABLE, "frozen": "stopped", "idle": "idle"},
+        ...             unheard_for={"busy": 6.0, "cut": 5.0, "frozen": 5.0, "idle": 5.0}, bound=b)
+        ['cut', 'frozen']
+        >>> judged_lost(["idle"], {"idle": SILENT}, {"idle": "idle"}, {"idle": 10.5}, b)
+        ['idle']
     """
-    return [w for w in candidates if w not in answered and w not in computing]
+    lost = []
+    for worker in candidates:
+        found, process = probes.get(worker, UNREACHABLE), processes.get(worker, UNREACHABLE)
+        unheard = unheard_for.get(worker)
+        if found == ANSWERED or process == "computing":
+            continue
+        if process in ("stopped", "gone") or (found == UNREACHABLE and process == UNREACHABLE):
+            lost.append(worker)
+        elif unheard is None or unheard >= bound.seconds:
+            lost.append(worker)
+    return lost
 
 
 def _unheard_for(dask_scheduler=None) -> dict[str, float]:
@@ -143,17 +196,18 @@ def unheard_for(client, timeout: float) -> dict[str, float] | None:
         return None
 
 
-def lost_among(client, servers: dict[str, tuple[str, int]], bound: LossBound, tls=None) -> list[str]:
+def lost_among(client, servers: dict[str, tuple[str, int]], unheard_for: dict[str, float | None],
+               bound: LossBound, tls=None) -> list[str]:
     """Of ``servers`` (suspected worker address → a channel server there), those lost by
     :func:`judged_lost`: the probe and the nannies are asked at once, so this takes at most
     ``bound.nanny_timeout`` (plus the nanny's CPU sample)."""
     if not servers:
         return []
     with ThreadPoolExecutor(1, thread_name_prefix="workbench-nanny") as pool:
-        vouched = pool.submit(computing, client, list(servers), CPU_SAMPLE_SECONDS, bound.nanny_timeout)
-        silent = set(unanswered(servers, timeout=bound.probe_timeout, tls=tls))
-        busy = set(vouched.result())
-    return judged_lost(sorted(servers), answered=set(servers) - silent, computing=busy)
+        asked = pool.submit(process_states, client, list(servers), CPU_SAMPLE_SECONDS, bound.nanny_timeout)
+        probes = probe_all(servers, timeout=bound.probe_timeout, tls=tls)
+        processes = asked.result()
+    return judged_lost(sorted(servers), probes, processes, unheard_for, bound)
 
 
 #: how long a retired worker's nanny gets to kill its process (it asks first, then kills:
@@ -164,15 +218,16 @@ NANNY_REACH_TIMEOUT_SECONDS = 3.0
 CPU_SAMPLE_SECONDS = 0.5
 
 
-async def _worker_process_computes(sample_s: float, dask_worker=None) -> bool:
-    """On a nanny: whether its worker process is running (not stopped by a signal, not a
-    zombie) and used CPU time during ``sample_s`` seconds."""
+async def _worker_process_state(sample_s: float, dask_worker=None) -> str:
+    """On a nanny: its worker process is ``"stopped"`` (by a signal), ``"gone"`` (no
+    process, a zombie), ``"computing"`` (its CPU time grew during ``sample_s`` seconds) or
+    ``"idle"``."""
     import psutil  # a dependency of distributed
 
     process = getattr(getattr(dask_worker, "process", None), "process", None)
     pid = getattr(process, "pid", None)
     if pid is None:
-        return False
+        return "gone"
     try:
         proc = psutil.Process(pid)
         before = proc.cpu_times()
@@ -180,47 +235,55 @@ async def _worker_process_computes(sample_s: float, dask_worker=None) -> bool:
         after = proc.cpu_times()
         status = proc.status()
     except psutil.Error:  # gone
-        return False
-    if status in (psutil.STATUS_STOPPED, psutil.STATUS_TRACING_STOP, psutil.STATUS_ZOMBIE, psutil.STATUS_DEAD):
-        return False
-    return (after.user + after.system) > (before.user + before.system)
+        return "gone"
+    if status in (psutil.STATUS_STOPPED, psutil.STATUS_TRACING_STOP):
+        return "stopped"
+    if status in (psutil.STATUS_ZOMBIE, psutil.STATUS_DEAD):
+        return "gone"
+    return "computing" if (after.user + after.system) > (before.user + before.system) else "idle"
 
 
-async def _computing(addresses: list[str], sample_s: float, reach_s: float, dask_scheduler=None) -> list[str]:
-    """On the scheduler: those of ``addresses`` whose nanny answers within ``reach_s`` (plus
-    the sample) that their process is running and computing."""
+async def _process_states(addresses: list[str], sample_s: float, reach_s: float,
+                          dask_scheduler=None) -> dict[str, str]:
+    """On the scheduler: what the nanny of each of ``addresses`` says of its worker process
+    (:func:`_worker_process_state`), or :data:`UNREACHABLE` when it does not answer within
+    ``reach_s`` (plus the sample) or the worker has no nanny."""
     from distributed.protocol.pickle import dumps
 
-    async def ask(address: str) -> bool:
+    async def ask(address: str) -> str:
         worker = dask_scheduler.workers.get(address)
         if worker is None or not worker.nanny:
-            return False
+            return UNREACHABLE
         try:
             async with rpc(worker.nanny, connection_args=dask_scheduler.connection_args) as nanny:
                 reply = await asyncio.wait_for(
-                    nanny.run(function=dumps(_worker_process_computes), args=dumps((sample_s,)),
+                    nanny.run(function=dumps(_worker_process_state), args=dumps((sample_s,)),
                               kwargs=dumps({})),
                     reach_s + sample_s)
         except Exception:  # unreachable with its worker (a link down), or too slow
-            return False
-        return reply.get("status") == "OK" and reply.get("result") is True
+            return UNREACHABLE
+        return reply.get("result") if reply.get("status") == "OK" else UNREACHABLE
 
     answers = await asyncio.gather(*(ask(a) for a in addresses))
-    return [a for a, busy in zip(addresses, answers) if busy]
+    return dict(zip(addresses, answers))
+
+
+def process_states(client, addresses: list[str], sample_s: float = CPU_SAMPLE_SECONDS,
+                   reach_s: float = NANNY_REACH_TIMEOUT_SECONDS) -> dict[str, str]:
+    """What each of ``addresses``' nanny says of its worker process: ``"stopped"``,
+    ``"gone"``, ``"computing"``, ``"idle"``, or :data:`UNREACHABLE` (the nanny did not
+    answer: a host cut off, or none to ask)."""
+    try:
+        return dict(client.run_on_scheduler(_process_states, list(addresses), sample_s, reach_s))
+    except Exception:  # the scheduler is unreachable: nobody can vouch for them
+        return {a: UNREACHABLE for a in addresses}
 
 
 def computing(client, addresses: list[str], sample_s: float = CPU_SAMPLE_SECONDS,
               reach_s: float = NANNY_REACH_TIMEOUT_SECONDS) -> list[str]:
     """Those of ``addresses`` that are busy, not lost, by their nannies' word: the worker
-    process is neither stopped nor gone and its CPU time grows. A worker starved of the CPU
-    (a hundred replicas' threads on two cores) can miss the probes and its heartbeats for
-    longer than any fixed patience, yet it computes; a frozen process (SIGSTOP) is
-    ``stopped``, and a cut-off host's nanny does not answer. Workers without a nanny are
-    not vouched for."""
-    try:
-        return list(client.run_on_scheduler(_computing, list(addresses), sample_s, reach_s))
-    except Exception:  # the scheduler is unreachable: nobody can vouch for them
-        return []
+    process is neither stopped nor gone and its CPU time grows."""
+    return [a for a, state in process_states(client, addresses, sample_s, reach_s).items() if state == "computing"]
 
 
 async def _retire_workers(addresses: list[str], dask_scheduler=None) -> None:
