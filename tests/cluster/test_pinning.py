@@ -109,3 +109,15 @@ def test_workers_started_apart_that_share_a_machine_get_cores_of_their_own(clien
     assigned = sorted({tuple(c) for threads in cores.values() for c in threads})
     assert len(assigned) == 2 and all(len(c) == 1 for c in assigned), cores  # one core each, all threads
     assert pinning.pin_shared_machines(client) == {}  # pinned already: nothing more to do
+
+
+def test_workers_in_the_clients_own_process_are_never_pinned():
+    """A LocalCluster(processes=False) runs its workers as threads of this process: pinning
+    one would pin every thread of the notebook (it did: the whole test session on one core)."""
+    from distributed import Client, LocalCluster
+
+    before = usable_cores()
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=False, protocol="tcp://", host="127.0.0.1",
+                      dashboard_address="127.0.0.1:0") as cluster, Client(cluster, set_as_default=False) as c:
+        assert pinning.pin_shared_machines(c) == {}
+    assert usable_cores() == before and all(len(c) == len(before) for c in _threads_cores())

@@ -102,37 +102,53 @@ class PinToCore(WorkerPlugin):
         pin_process(set(self.cores[start:start + self.width]))
 
 
+def _machine_id() -> str | None:
+    """This kernel's boot id: the same in every network namespace and container of one
+    machine; None where there is none (not Linux: nothing to pin with)."""
+    try:
+        with open("/proc/sys/kernel/random/boot_id") as fh:
+            return fh.read().strip()
+    except OSError:
+        return None
+
+
 def _where_am_i(dask_worker=None) -> dict:
     """On a worker: its machine (the kernel's boot id, shared by every network namespace and
     container of one kernel), the cores it may use, its threads, and whether it may be pinned."""
-    try:
-        with open("/proc/sys/kernel/random/boot_id") as fh:
-            machine = fh.read().strip()
-    except OSError:  # not Linux: nothing to pin with
-        machine = None
-    return {"machine": machine, "cores": usable_cores(), "nthreads": dask_worker.state.nthreads,
-            "pinnable": machine is not None and _pinning_wanted()}
+    machine = _machine_id()
+    return {"machine": machine, "process": os.getpid(), "cores": usable_cores(),
+            "nthreads": dask_worker.state.nthreads, "pinnable": machine is not None and _pinning_wanted()}
 
 
-def core_assignment(workers: dict[str, dict]) -> dict[str, list[int]]:
+def core_assignment(workers: dict[str, dict], client: tuple | None = None) -> dict[str, list[int]]:
     """Which cores each worker gets (:func:`_where_am_i`'s answers by worker address): the
     workers of one machine that may use the same cores, and whose threads together fit
-    them, each get cores of their own, in address order; a worker already on no more cores
-    than its threads (pinned) or not pinnable keeps what it has, and so does every worker of
-    a machine whose workers do not fit.
+    them, each get cores of their own, in address order. A worker keeps what it has when it
+    is on no more cores than its threads already (pinned), is not pinnable, or shares its
+    process with another worker or with the client (``client=(machine, process)``: a
+    ``LocalCluster(processes=False)``, whose pinning would pin the notebook); so does every
+    worker of a machine whose workers do not fit.
 
-    >>> one = {"machine": "m", "cores": [0, 1], "nthreads": 1, "pinnable": True}
-    >>> core_assignment({"tcp://b:1": one, "tcp://a:1": one})
+    >>> one = {"machine": "m", "process": 1, "cores": [0, 1], "nthreads": 1, "pinnable": True}
+    >>> core_assignment({"tcp://b:1": {**one, "process": 2}, "tcp://a:1": one})
     {'tcp://a:1': [0], 'tcp://b:1': [1]}
-    >>> core_assignment({"a": one, "b": one, "c": one})   # three threads, two cores
+    >>> core_assignment({"a": one, "b": {**one, "process": 2}, "c": {**one, "process": 3}})   # 3 threads, 2 cores
     {}
     >>> core_assignment({"a": one, "b": {**one, "machine": "n"}})   # two machines: each its own first core
     {'a': [0], 'b': [0]}
+    >>> core_assignment({"a": one, "b": one}), core_assignment({"a": one}, client=("m", 1))   # threads of one process
+    ({}, {})
     """
+    processes: dict[tuple, int] = {}
+    for w in workers.values():
+        key = (w["machine"], w.get("process"))
+        processes[key] = processes.get(key, 0) + 1
     machines: dict[tuple, list[str]] = {}
     for address in sorted(workers):
         w = workers[address]
-        if not w["pinnable"] or len(w["cores"]) <= w["nthreads"]:
+        process = (w["machine"], w.get("process"))
+        if (not w["pinnable"] or len(w["cores"]) <= w["nthreads"] or processes[process] > 1
+                or process == client):
             continue
         machines.setdefault((w["machine"], tuple(w["cores"])), []).append(address)
     assignment: dict[str, list[int]] = {}
@@ -158,7 +174,8 @@ def pin_shared_machines(client) -> dict[str, list[int]]:
     if not _pinning_wanted():
         return {}
     try:
-        assignment = core_assignment(client.run(_where_am_i, on_error="ignore"))
+        assignment = core_assignment(client.run(_where_am_i, on_error="ignore"),
+                                     client=(_machine_id(), os.getpid()))
         for address, cores in assignment.items():
             client.run(_pin_here, cores, workers=[address], on_error="ignore")
     except Exception:  # a worker lost meanwhile: the run finds it
