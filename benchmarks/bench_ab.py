@@ -44,7 +44,8 @@ def child(variant: str, iterations: int, policy: str) -> dict:
 
         ppo.ActorCritic.act = act
     if variant == "shared-hand-over":
-        from workbench.runtime import channels, replica
+        from workbench.runtime.transport import channels
+        from workbench.runtime.replicas import replica
 
         replica.handed_over = channels.handed_over = lambda value: value
     cfg = ppo.PPOConfig(seed=1, iterations=iterations, **CLEANRL)

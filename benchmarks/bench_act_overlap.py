@@ -12,7 +12,7 @@ set) on every observation it gets, EnvPool with one C++ thread per pool:
   the half that finished first, the policy acts on it and ``send``s it while the other half
   steps in C++ (EnvPool's own asynchronous loop; rows of a step hold different envs).
 - **two replicas, turns**: two pools of N/2 in two threads that take workbench's turns
-  (`workbench.runtime.randomness.Turns`, as two actor+env replicas in one process do) and give
+  (`workbench.runtime.state.randomness.Turns`, as two actor+env replicas in one process do) and give
   the turn up while they wait in ``recv``, so one replica acts while the other's envs step:
   the design docs/envpool.md weighs for an async env fragment whose cells do not change.
 - **two replicas, one thread**: the same two replicas and turns, run as two greenlets in one
@@ -34,7 +34,7 @@ import time
 import numpy as np
 import torch
 
-from workbench.runtime.randomness import Turns
+from workbench.runtime.state.randomness import Turns
 
 
 def policy(obs_dim: int, act_dim: int) -> torch.nn.Module:

@@ -8,7 +8,7 @@ MultiLearner run uses between workers — and one gloo process group between the
 tensor by each way in turn: ``direct`` (every replica sends its whole value to every
 other), ``scatter`` (reduce-scatter + all-gather in direct messages, the channels' default
 for arrays ≥ 16 KB) or ``ring`` (the same around a ring), all forced through
-``workbench.runtime.collectives.allreduce``; ``gloo`` (``TorchGroup.allreduce``: what
+``workbench.runtime.values.allreduce.allreduce``; ``gloo`` (``TorchGroup.allreduce``: what
 ``allreduce="torch"`` runs, the channels' bits) and ``gloo-native`` (gloo's own
 ``allreduce`` then ÷N: faster perhaps, but other bits — what the bit-identity costs).
 Per N and size: bytes each replica sent per reduction (channels only: gloo's sockets are
@@ -50,11 +50,11 @@ def _repeats(size: int) -> int:
 
 def _nagle() -> None:
     """Put Nagle back on every socket this process connects (the channels' postmen), as
-    the channels were before they set TCP_NODELAY (workbench.runtime.wire.no_delay): for
+    the channels were before they set TCP_NODELAY (workbench.runtime.transport.wire.no_delay): for
     comparison only."""
     import socket
 
-    from workbench.runtime import wire
+    from workbench.runtime.transport import wire
 
     wire.no_delay = lambda sock: sock
     connect = socket.create_connection
@@ -72,10 +72,10 @@ def _replica(index: int, count: int, key: bytes, sizes, trials: int, addresses_o
     import numpy as np
     import torch
 
-    from workbench.runtime import collectives
-    from workbench.runtime.channels import Mailbox, SocketServer
-    from workbench.runtime.socket_postman import SocketPostman
-    from workbench.runtime.process_group import TorchGroup, host_store
+    from workbench.runtime.values import allreduce as collectives
+    from workbench.runtime.transport.channels import Mailbox, SocketServer
+    from workbench.runtime.transport.socket_postman import SocketPostman
+    from workbench.runtime.transport.process_group import TorchGroup, host_store
 
     torch.set_num_threads(1)
     if nagle:
@@ -185,8 +185,8 @@ def _kb(n: float) -> str:
 
 def _force_direct(on: bool) -> None:
     """In a worker: make Peers use the all-to-all for every size (or restore the default)."""
-    from workbench.runtime import collectives
-    from workbench.runtime.channels import Peers
+    from workbench.runtime.values import allreduce as collectives
+    from workbench.runtime.transport.channels import Peers
 
     Peers.chunked_min_bytes = 1 << 62 if on else collectives.CHUNKED_MIN_BYTES
 

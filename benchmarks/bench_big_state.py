@@ -14,10 +14,10 @@ before the clocks), tiny generation batches so the cells stay short:
   notebook).
 - **pacing**: ``--iterations`` iterations with a learner snapshot every iteration
   (``snapshot_every=1``) and with workbench's pacing (the default), the seconds of each
-  iteration after the first (`workbench.runtime.snapshot_pacing`).
+  iteration after the first (`workbench.runtime.state.snapshot_pacing`).
 
 After each run it prints the worker's resident memory (what a run ended on it leaves behind:
-`workbench.runtime.malloc.release_free_memory`). Numbers from one run each: the figures in
+`workbench.runtime.process.malloc.release_free_memory`). Numbers from one run each: the figures in
 docs/reliability.md and docs/llm.md come from here.
 """
 from __future__ import annotations
@@ -40,7 +40,7 @@ def _fdg(size: str):
 
 
 def _worker_mb(client) -> str:
-    from workbench.runtime.malloc import resident_bytes
+    from workbench.runtime.process.malloc import resident_bytes
 
     return ", ".join(f"{(rss or 0) / 2**20:,.0f} MiB" for rss in client.run(resident_bytes).values())
 

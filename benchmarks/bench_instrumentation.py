@@ -1,7 +1,7 @@
 """Cost of the runtime's timing instrumentation on the quickstart PPO (inline).
 
 Runs ``workbench.algorithms.ppo.build_fdg()`` inline for ``--iterations`` iterations of
-``cfg.num_steps`` steps with the per-cell clock on (``workbench.runtime.replica.TIMING``)
+``cfg.num_steps`` steps with the per-cell clock on (``workbench.runtime.replicas.replica.TIMING``)
 and off, interleaved (on, off, on, off, …) so machine noise hits both alike, and compares
 the medians of env-steps/s.
 
@@ -24,7 +24,7 @@ def main() -> None:
     args = parser.parse_args()
 
     from workbench.algorithms import ppo
-    from workbench.runtime import replica
+    from workbench.runtime.replicas import replica
 
     ppo.build_fdg().run(iterations=2, steps=8, progress=False)  # warm up imports
     cfg = ppo.PPOConfig()

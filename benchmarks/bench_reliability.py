@@ -31,7 +31,7 @@ def main() -> None:
     from distributed import Client, LocalCluster
 
     from workbench.algorithms import ppo
-    from workbench.runtime.checkpoint import load_checkpoint
+    from workbench.runtime.state.checkpoint import load_checkpoint
 
     cfg = ppo.PPOConfig()
     cases = {"snapshots off": {"snapshot_every": 0}, "snapshots every iteration": {},

@@ -14,7 +14,7 @@ process answers observations with actions, in three ways:
 - ``lockstep/thread``: the same reader thread; the actor waits for every observation of
   the step, then sends all (Fine lockstep, as built);
 - ``arrival/own``: no reader thread; the actor's thread selects and reads the sockets
-  itself, then sends (what workbench does since: ``workbench.runtime.frame_reader``).
+  itself, then sends (what workbench does since: ``workbench.runtime.transport.frame_reader``).
 
 Per mode it prints the actor's sends per second of the run, and per send the wall time and
 the actor thread's own CPU time (the gap is waiting), medians of ``--repeats`` runs.

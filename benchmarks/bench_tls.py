@@ -2,7 +2,7 @@
 
 Two 2-worker LocalClusters on 127.0.0.1 run side by side in one process, identical but for
 TLS (``Security.temporary()`` certificates): on the TLS one, replica channels and
-snapshots go over TLS (``workbench.runtime.wire``). Runs alternate plain/TLS, round after
+snapshots go over TLS (``workbench.runtime.transport.wire``). Runs alternate plain/TLS, round after
 round, so machine noise hits both alike; the tables give medians over the rounds.
 
 - **quickstart**: the quickstart PPO FDG, coarse, a fixed number of iterations; env-steps/s
@@ -128,8 +128,8 @@ def bench_clusters(rounds: int, quick_iterations: int, route_iterations: int) ->
 # ---------------------------------------------------------------------------- transports alone
 def _channel_transport(tls, size: int, count: int) -> float:
     """Seconds per message: ``count`` messages of ``size`` bytes, SocketPostman → SocketServer."""
-    from workbench.runtime.channels import Mailbox, SocketServer
-    from workbench.runtime.socket_postman import SocketPostman
+    from workbench.runtime.transport.channels import Mailbox, SocketServer
+    from workbench.runtime.transport.socket_postman import SocketPostman
 
     key, box = secrets.token_bytes(32), Mailbox()
     server = SocketServer(box, "127.0.0.1", key, tls)

@@ -1,7 +1,7 @@
 """What taking turns with the random generators costs: env-steps/s with one and with two
 acting replicas per worker process, on a 2-worker LocalCluster.
 
-Replicas that share a process run one cell at a time (workbench/runtime/randomness.py);
+Replicas that share a process run one cell at a time (workbench/runtime/state/randomness.py);
 compare revisions side by side with ``benchmarks/against.py``:
 
     python benchmarks/against.py 610a34b --reps 2 -- $PWD/benchmarks/bench_turns.py

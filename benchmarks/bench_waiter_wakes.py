@@ -9,7 +9,7 @@ on arrival) or a whole step at a time (``lockstep``: ``Mailbox.take_all``). Per 
 prints the observations per second, the actor thread's CPU per observation (its read, its
 send, its waits' own sleeping and waking) and the wake-up bytes its process's reader got
 per observation (``FrameReader.wakes``). A waiting thread reads its own sockets
-(``workbench.runtime.frame_reader``); before 2026-12-01 each value it filed for itself
+(``workbench.runtime.transport.frame_reader``); before 2026-12-01 each value it filed for itself
 also sent it a wake-up byte, which it then drained in one more ``select``: one per
 observation acting on arrival, one per step in lockstep.
 
@@ -30,9 +30,9 @@ STEP_S = 0.002
 
 def env_process(k: int, key: bytes, addresses, steps: int) -> None:
     """Env replica ``k``: its own server; each action answered after ``STEP_S``."""
-    from workbench.runtime.channels import SocketServer
-    from workbench.runtime.mailbox import Mailbox
-    from workbench.runtime.socket_postman import SocketPostman
+    from workbench.runtime.transport.channels import SocketServer
+    from workbench.runtime.transport.mailbox import Mailbox
+    from workbench.runtime.transport.socket_postman import SocketPostman
 
     box = Mailbox()
     server = SocketServer(box, "127.0.0.1", key, routes={("env", k): box})
@@ -53,9 +53,9 @@ def env_process(k: int, key: bytes, addresses, steps: int) -> None:
 def measure(envs: int, steps: int, mode: str, warm: int = 10) -> dict[str, float]:
     """One run: observations/s, the actor thread's CPU µs per observation, wake-ups per
     observation (the first ``warm`` steps left out of all three)."""
-    from workbench.runtime.channels import SocketServer
-    from workbench.runtime.mailbox import Mailbox
-    from workbench.runtime.socket_postman import SocketPostman
+    from workbench.runtime.transport.channels import SocketServer
+    from workbench.runtime.transport.mailbox import Mailbox
+    from workbench.runtime.transport.socket_postman import SocketPostman
 
     key, ctx = secrets.token_bytes(32), mp.get_context("spawn")
     addresses = ctx.Queue()

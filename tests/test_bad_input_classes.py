@@ -15,7 +15,7 @@ import workbench as wb
 from tests.conftest import LOOP_CELLS
 from workbench.cli import main
 from workbench.errors import CheckpointError, ProcessDiedError, WorkerLostError
-from workbench.runtime.serialisable import SerialisationError
+from workbench.runtime.transport.serialisable import SerialisationError
 
 
 def _loop(namespace=None, *, env_step=None, actor_step=None, learner=None, actor_init=None) -> wb.FDG:
@@ -106,7 +106,7 @@ def test_any_exception_a_cell_raises_is_that_cells_error(kind, policy, client):
 
 def test_a_process_that_dies_again_at_the_same_iteration_stops_the_run():
     from workbench.fdg.policy import Group, Policy
-    from workbench.runtime.run import Run
+    from workbench.runtime.state.run import Run
     from workbench.trainer import _check_not_repeating, _groups_on
 
     run = Run("coarse", 5, 2)
@@ -180,7 +180,7 @@ def test_a_manifest_with_wrong_types_names_the_file_and_the_field(tmp_path, fiel
 
 
 def _load(path):
-    from workbench.runtime.checkpoint import load_checkpoint
+    from workbench.runtime.state.checkpoint import load_checkpoint
 
     return load_checkpoint(path)
 

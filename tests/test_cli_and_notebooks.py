@@ -124,7 +124,7 @@ def test_cli_checkpoints_and_resumes(tmp_path, capsys):
     assert main(["run", str(QUICKSTART), "--iterations", "4", "--steps", "8", "--target-return", "1",
                  "--checkpoint-dir", str(ckpt), "--checkpoint-every", "2"]) == 1
     assert (ckpt / "LATEST").exists()
-    from workbench.runtime.checkpoint import load_checkpoint
+    from workbench.runtime.state.checkpoint import load_checkpoint
 
     written = load_checkpoint(ckpt).iteration
     # too short to reach the notebook's target (exit 1), but it trains on from the checkpoint

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 import workbench as wb
-from workbench.runtime.counting import env_fragments
+from workbench.runtime.state.counting import env_fragments
 
 N = 8  # envs, all replicas together
 ITERATIONS, STEPS = 2, 5

@@ -1,7 +1,8 @@
 """Imports go one way: every import in ``workbench/`` keeps to the table in workbench/layers.py.
 
-The rule. A *unit* is a top-level package (``workbench.runtime``, all its modules and its
-``__init__``) or a top-level module (``workbench.config``); ``workbench`` alone is the
+The rule. A *unit* is a top-level package (``workbench.cluster``, all its modules and its
+``__init__``), a sub-package the table names (``workbench.runtime.state``), or a top-level
+module (``workbench.config``); ``workbench`` alone is the
 facade, ``workbench/__init__.py``. A module may import
 
 - modules of its own unit, and
@@ -88,9 +89,15 @@ def _imports(name: str, path: pathlib.Path, mods: dict[str, pathlib.Path]) -> li
     return found
 
 
-def _unit(module: str) -> str:
-    """``workbench.runtime.replica`` → ``workbench.runtime``; ``workbench`` stays itself."""
-    return ".".join(module.split(".")[:2])
+def _unit(module: str, nested: set[str]) -> str:
+    """The unit ``module`` belongs to: ``workbench.runtime.state.run`` → ``workbench.runtime.state``
+    (a sub-package the layers name, in ``nested``, is a unit of its own);
+    ``workbench.cluster.backend`` → ``workbench.cluster``; ``workbench`` stays itself."""
+    parts = module.split(".")
+    for depth in range(len(parts), 2, -1):
+        if ".".join(parts[:depth]) in nested:
+            return ".".join(parts[:depth])
+    return ".".join(parts[:2])
 
 
 def _is_private(part: str) -> bool:
@@ -140,7 +147,8 @@ def layer_violations(root: pathlib.Path, layers) -> list[str]:
             if unit in layer_of:
                 wrong.append(f"{unit} is in two layers")
             layer_of[unit] = level
-    units = {_unit(m) for m in mods}
+    nested = {unit for _layer, members, _what in layers for unit in members if unit.count(".") > 1}
+    units = {_unit(m, nested) for m in mods}
     wrong += [f"{u} is in no layer of workbench/layers.py" for u in sorted(units - set(layer_of))]
     wrong += [f"the layers name {u}, which is not in {root.name}/" for u in sorted(set(layer_of) - units)]
     module_graph: dict[str, set[str]] = {}
@@ -150,7 +158,7 @@ def layer_violations(root: pathlib.Path, layers) -> list[str]:
             if imp.module == name:
                 continue
             module_graph.setdefault(name, set()).add(imp.module)
-            mine, theirs = _unit(name), _unit(imp.module)
+            mine, theirs = _unit(name, nested), _unit(imp.module, nested)
             if mine == theirs:
                 continue
             unit_graph.setdefault(mine, set()).add(theirs)

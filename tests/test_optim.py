@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from workbench.algorithms.optim import FusedAdam, adam
-from workbench.runtime.portable import encode_state, restore_into
+from workbench.runtime.state.portable import encode_state, restore_into
 
 
 def _nets(seed: int = 0):

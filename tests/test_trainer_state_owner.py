@@ -1,5 +1,5 @@
 """Only workbench/trainer.py writes a Trainer's attributes (issue 56, item 4): the modules it
-composes (``workbench.live_edits``, ``workbench.runtime.notebook_values``, …) return what
+composes (``workbench.live_edits``, ``workbench.runtime.engine.notebook_values``, …) return what
 changes, and the trainer applies it to its :class:`~workbench.trainer.TrainerState`.
 
 An AST check over workbench/: outside trainer.py no assignment, augmented assignment or

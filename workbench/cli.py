@@ -75,7 +75,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.workers is not None:
             os.environ.pop(WORKERS_OVERRIDE, None)
         if "workbench.cluster.connect" in sys.modules:  # a run started the embedded cluster
-            from workbench.runtime.interrupts import shielded
+            from workbench.runtime.process.interrupts import shielded
 
             with shielded("closing the embedded cluster", reraise=False,  # the last thing done
                           if_abandoned="its worker processes are then ended without a clean shutdown"):

@@ -124,7 +124,7 @@ LANES_INSTALL_HINT = "pip install greenlet (or workbench-rl[envpool])"
 
 
 def lanes_available() -> bool:
-    """Whether ``greenlet`` (what lanes run on, `workbench.runtime.lanes`) is installed."""
+    """Whether ``greenlet`` (what lanes run on, `workbench.runtime.replicas.lanes`) is installed."""
     try:
         import greenlet  # noqa: F401
     except ImportError:
@@ -149,7 +149,7 @@ def _policy(name: str, value) -> None:
         f"pipelined, auto), a FILE.json, a preset object or a wb.Policy; got {type(value).__name__} {value!r}.")
 
 
-#: the values of ``allreduce``: how a group's replicas reduce (`workbench.runtime.process_group`)
+#: the values of ``allreduce``: how a group's replicas reduce (`workbench.runtime.transport.process_group`)
 ALLREDUCE_BACKENDS = ("auto", "channels", "torch")
 
 
@@ -276,7 +276,7 @@ class RunConfig:
                                    "each env replica's values as they arrive instead of waiting for "
                                    "all of them every step: a slow env replica no longer holds the "
                                    "others back; the actor's batches, and so its draws, follow the "
-                                   "arrival order (workbench.runtime.on_arrival)", check=_boolean,
+                                   "arrival order (workbench.runtime.replicas.on_arrival)", check=_boolean,
                                    boolean=True)
     keep_state: bool = _option(True, "keep the final fragment states in run.state (to checkpoint or "
                                "resume from)", check=_boolean, boolean=True)

@@ -249,7 +249,7 @@ def count_env_steps(n: int) -> None:
         ctx.counted = (ctx.counted or 0) + int(n)
 
 
-#: what `step_elsewhere` calls in this context: the lanes runtime (`workbench.runtime.lanes`)
+#: what `step_elsewhere` calls in this context: the lanes runtime (`workbench.runtime.replicas.lanes`)
 #: sets it in each lane; None outside lanes
 lane_switch: contextvars.ContextVar[Callable[[], None] | None] = contextvars.ContextVar(
     "workbench_lane_switch", default=None)

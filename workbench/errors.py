@@ -206,6 +206,6 @@ class CellNotReturningError(WorkbenchError):
 
 class ProcessGroupError(WorkbenchError):
     """``wb.allreduce`` over torch.distributed could not form its process group, or the
-    group broke while no worker was lost (``workbench.runtime.process_group``). Names the
+    group broke while no worker was lost (``workbench.runtime.transport.process_group``). Names the
     learner replicas and their workers; the channels' all-reduce (``allreduce="channels"``)
     does without one."""

@@ -1,7 +1,7 @@
 """The layers of workbench, from the bottom: which package or module may import which.
 
-Every package (``workbench/runtime/``) and top-level module (``workbench/config.py``) of
-workbench is in exactly one layer of :data:`LAYERS`, and imports only from the layers
+Every package (``workbench/cluster/``), runtime sub-package (``workbench/runtime/state/``) and
+top-level module (``workbench/config.py``) of workbench is in exactly one layer of :data:`LAYERS`, and imports only from the layers
 *below* its own: never sideways within a layer, never up. Function-level imports count (a
 lazy import still ties the importer to what it imports), and so does an import of a
 package's ``__init__``. ``workbench`` itself (``workbench/__init__.py``, what ``import
@@ -40,9 +40,22 @@ LAYERS: tuple[tuple[str, tuple[str, ...], str], ...] = (
     ("fragment API", ("workbench.context",),
      "what a cell asks of the runtime: `replica`, `wb.log`, `wb.allreduce`, `wb.env_steps`, "
      "`wb.step_elsewhere`"),
-    ("runtime and envs", ("workbench.runtime", "workbench.envs"),
-     "a replica's namespaces and loop, direct channels, collectives, the driver, the Run record, "
-     "checkpoints; vectorised envs"),
+    ("envs", ("workbench.envs",), "vectorised envs: CartPole on NumPy/CuPy/torch, gymnasium, EnvPool"),
+    ("processes and threads", ("workbench.runtime.process",),
+     "teardown a second Ctrl-C does not cut short, exit guards, cells that end their process, malloc, "
+     "a computing thread told from a stalled one"),
+    ("values", ("workbench.runtime.values",),
+     "stacking, gathering and splitting values along interfaces; the all-reduce's arithmetic"),
+    ("transport", ("workbench.runtime.transport",),
+     "mailboxes, channels and postmen, the wire (plain or TLS), torch.distributed process groups, "
+     "what can be pickled"),
+    ("run state", ("workbench.runtime.state",),
+     "the Run record, snapshots, checkpoints, portable state, resume checks, random streams, env steps"),
+    ("replicas", ("workbench.runtime.replicas",),
+     "one replica: namespaces, program, loop, lanes, acting on arrival, the fence, its cells' errors"),
+    ("engine", ("workbench.runtime", "workbench.runtime.engine"),
+     "the Backend contract, the driver and its pure bookkeeping, the inline backend, lost workers' lines; "
+     "`workbench/runtime/__init__.py` is the engine's map and imports nothing"),
     ("on the runtime", ("workbench.cluster", "workbench.llm", "workbench.live_edits", "workbench.stretch_state",
                         "workbench.progress", "workbench.auto_trials"),
      "Dask: connect or the embedded LocalCluster, worker plugins, the Dask backend, the dashboard page "

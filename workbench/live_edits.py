@@ -37,7 +37,7 @@ import types
 from collections.abc import Iterable, Mapping
 
 from workbench.fdg.fields import init_only
-from workbench.runtime.counting import REBUILT_KEY, RESERVED
+from workbench.runtime.state.counting import REBUILT_KEY, RESERVED
 
 __all__ = ["note_changes", "kept_init_values", "say_unapplied", "with_new_init_names", "init_edit_notice", "NEW_IN_INIT",
            "init_only_changes", "init_only_notice"]

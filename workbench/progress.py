@@ -6,7 +6,7 @@ Example:
 """
 from __future__ import annotations
 
-from workbench.runtime.run import Run, headline_text, rate_label
+from workbench.runtime.state.run import Run, headline_text, rate_label
 
 __all__ = ["make_progress", "TextProgress", "progress_text"]
 
@@ -43,8 +43,8 @@ def progress_text(run: Run) -> str:
     with ``prog_bar=True``; a run that finishes no episodes but shows metrics (GRPO) leaves
     the return out.
 
-    >>> from workbench.runtime.driver import IterationRecord
-    >>> from workbench.runtime.run import Run
+    >>> from workbench.runtime.engine.driver import IterationRecord
+    >>> from workbench.runtime.state.run import Run
     >>> run = Run(policy_name="inline", iterations=2, steps=1)
     >>> run.record(IterationRecord(0, metrics={"charts/reward_mean": [0.75]}, shown=["charts/reward_mean"]))
     >>> progress_text(run).split(" · ", 1)[1]

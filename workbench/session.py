@@ -27,12 +27,12 @@ from workbench.fdg.graph import Graph
 from workbench.fdg.plan import MeasuredSizes, Plan, make_plan
 from workbench.fdg.policy import Policy, as_policy_spec, needs_cluster, resolve_policy
 from workbench.live_edits import init_edit_notice, init_only_changes, init_only_notice
-from workbench.runtime.arrays import nbytes
-from workbench.runtime.interrupts import first_interrupt_stops
+from workbench.runtime.values.arrays import nbytes
+from workbench.runtime.process.interrupts import first_interrupt_stops
 
 if TYPE_CHECKING:
     from workbench.config import RunConfig
-    from workbench.runtime.run import Run
+    from workbench.runtime.state.run import Run
     from workbench.trainer import Trainer
 
 __all__ = ["FDG"]
@@ -73,9 +73,9 @@ class FDG(Graph):
     @classmethod
     def from_checkpoint(cls, checkpoint, namespace: Mapping[str, Any] | None = None) -> "FDG":
         """The FDG a checkpoint was written from, rebuilt from its cells. ``checkpoint``:
-        a loaded :class:`~workbench.runtime.checkpoint.Checkpoint` or its directory."""
+        a loaded :class:`~workbench.runtime.state.checkpoint.Checkpoint` or its directory."""
         if not hasattr(checkpoint, "cells"):
-            from workbench.runtime.checkpoint import load_checkpoint
+            from workbench.runtime.state.checkpoint import load_checkpoint
 
             checkpoint = load_checkpoint(checkpoint)
         fdg = cls(namespace=namespace)
@@ -228,7 +228,7 @@ class FDG(Graph):
     # -- running -----------------------------------------------------------------------
     def run(self, config: "RunConfig | None" = None, /, *, namespace: Mapping[str, Any] | None = None,
             **options) -> "Run":
-        """Train this FDG; return the :class:`~workbench.runtime.run.Run` record.
+        """Train this FDG; return the :class:`~workbench.runtime.state.run.Run` record.
 
         The options are :class:`~workbench.config.RunConfig`'s fields — ``iterations``,
         ``steps``, ``policy``, ``cluster``, ``target_return``, ``resume``,

@@ -7,16 +7,16 @@ the stretch's env-step count from its source: the env replicas' own counters
 left unfinished, which no iteration's record holds.
 
 Example:
-    >>> from workbench.runtime.counting import ENV_STEPS_KEY
+    >>> from workbench.runtime.state.counting import ENV_STEPS_KEY
     >>> counts_in({("env", 0): {"env": {ENV_STEPS_KEY: 120}}, ("learner", 0): {"learner": {}}})
     {'env[0]': 120, 'learner[0]': 0}
 """
 from __future__ import annotations
 
 from workbench.fdg.plan import Plan
-from workbench.runtime.counting import REBUILT_KEY, counter_of
-from workbench.runtime.run import Run
-from workbench.runtime.state import RunState
+from workbench.runtime.state.counting import REBUILT_KEY, counter_of
+from workbench.runtime.state.run import Run
+from workbench.runtime.state.replica_state import RunState
 
 __all__ = ["states_for", "collect_state", "snapshot_state", "say_left_out", "counts_in", "settle_counts"]
 
@@ -28,7 +28,7 @@ def snapshot_state(plan: Plan, book) -> RunState | None:
     found = book.latest()
     if found is None:
         return None
-    from workbench.runtime.snapshots import state_from
+    from workbench.runtime.state.snapshots import state_from
 
     return state_from(plan, found[0], found[1])
 

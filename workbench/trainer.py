@@ -5,7 +5,7 @@ request (:meth:`Trainer.replace`) or a lost worker ends a stretch; the next cont
 its state under the new placement. ``policy="auto"`` is a few short stretches (one per
 candidate preset) and then a long one under the fastest. The trainer owns that loop, the
 recovery after a lost worker, checkpoint writing and progress; it builds the
-:class:`~workbench.runtime.run.Run` record as it goes.
+:class:`~workbench.runtime.state.run.Run` record as it goes.
 
 Example:
     >>> import workbench as wb
@@ -39,18 +39,18 @@ from workbench.fdg.policy import IN_PROCESS, Policy, as_policy_spec, needs_clust
 from workbench.fdg.rehome import rehome
 from workbench.live_edits import kept_init_values, note_changes, say_unapplied, with_new_init_names
 from workbench.progress import make_progress
-from workbench.runtime.checkpoint_writer import CheckpointWriter
-from workbench.runtime.driver import IterationRecord, drive
-from workbench.runtime.inline import CarriedEnvs, InlineBackend, left_running_notice
-from workbench.runtime.faults import announce, fault_line
-from workbench.runtime.interrupts import shielded
-from workbench.runtime.lanes import NOT_PLACED_FOR_LANES, placed_for_lanes
-from workbench.runtime.on_arrival import check_act_on_arrival
-from workbench.runtime.notebook_values import taken_at_deploy, values_for_stretch
-from workbench.runtime.replica import group_program
-from workbench.runtime.run import Run, rate_label
-from workbench.runtime.serialisable import check_notebook, quiet_dask_serialisation, readers_of
-from workbench.runtime.state import RunState
+from workbench.runtime.state.checkpoint_writer import CheckpointWriter
+from workbench.runtime.engine.driver import IterationRecord, drive
+from workbench.runtime.engine.inline import CarriedEnvs, InlineBackend, left_running_notice
+from workbench.runtime.engine.faults import announce, fault_line
+from workbench.runtime.process.interrupts import shielded
+from workbench.runtime.replicas.lanes import NOT_PLACED_FOR_LANES, placed_for_lanes
+from workbench.runtime.replicas.on_arrival import check_act_on_arrival
+from workbench.runtime.engine.notebook_values import taken_at_deploy, values_for_stretch
+from workbench.runtime.replicas.replica import group_program
+from workbench.runtime.state.run import Run, rate_label
+from workbench.runtime.transport.serialisable import check_notebook, quiet_dask_serialisation, readers_of
+from workbench.runtime.state.replica_state import RunState
 from workbench.stretch_state import collect_state, counts_in, say_left_out, settle_counts, snapshot_state, states_for
 
 __all__ = ["Trainer", "TrainerState", "AUTO_TRIAL_ITERATIONS", "MAX_RECOVERIES"]
@@ -64,7 +64,7 @@ class TrainerState:
     """What a :class:`Trainer` keeps while its run trains, between and across stretches.
 
     The trainer alone changes it (:mod:`workbench.live_edits` and
-    :mod:`workbench.runtime.notebook_values` return what changes; the trainer applies it).
+    :mod:`workbench.runtime.engine.notebook_values` return what changes; the trainer applies it).
     The notebook's thread asks through the trainer's methods (:meth:`Trainer.apply_at_boundary`,
     :meth:`Trainer.mark_sent`, :meth:`Trainer.replace`); the trainer reads and changes
     ``changes``, ``sent_names`` and ``ending`` with :attr:`Trainer.lock` held.
@@ -86,7 +86,7 @@ class TrainerState:
     #: stretch gave them (:func:`~workbench.live_edits.kept_init_values`); None before it
     init_values: dict | None = None
     #: name → the notebook value each stretch deploys with unless sent again
-    #: (:func:`~workbench.runtime.notebook_values.values_for_stretch`)
+    #: (:func:`~workbench.runtime.engine.notebook_values.values_for_stretch`)
     given_values: dict[str, Any] = dataclasses.field(default_factory=dict)
     #: the names ``fdg.update`` sent since the last stretch was planned
     sent_names: set[str] = dataclasses.field(default_factory=set)
@@ -116,7 +116,7 @@ class _Stretch:
     def snapshots_for(self, policy: Policy) -> tuple[int, int]:
         """How often replicas send snapshots of their learners (on a cluster every
         iteration, or as often as keeps them to ~5 % of the run's time where they are big:
-        `workbench.runtime.snapshot_pacing`; never in-process), and of every fragment (when
+        `workbench.runtime.state.snapshot_pacing`; never in-process), and of every fragment (when
         a checkpoint is due)."""
         every = self.config.snapshot_every
         if every is None:
@@ -290,7 +290,7 @@ class Trainer:
             raise
         except BaseException as exc:
             if isinstance(exc, SchedulerLostError):  # name the newest checkpoint, once the queued ones are written
-                from workbench.runtime.checkpoint import newest_loadable
+                from workbench.runtime.state.checkpoint import newest_loadable
                 writer.close()
                 exc.checkpoints_in(config.checkpoint_dir, config.checkpoint_dir and newest_loadable(config.checkpoint_dir))
             run.status, run.error = "failed", exc
@@ -309,7 +309,7 @@ class Trainer:
         """``resume`` as a RunState: a run's state, a Checkpoint, or a checkpoint path."""
         if resume is None or isinstance(resume, RunState):
             return resume
-        from workbench.runtime.checkpoint import Checkpoint, load_checkpoint
+        from workbench.runtime.state.checkpoint import Checkpoint, load_checkpoint
 
         if isinstance(resume, (str, os.PathLike)):
             resume = load_checkpoint(resume)

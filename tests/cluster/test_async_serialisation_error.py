@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import workbench as wb
-from workbench.runtime.serialisable import SerialisationError
+from workbench.runtime.transport.serialisable import SerialisationError
 
 VALUES = {  # what the actor's iteration cell writes → where the lock is inside it
     "the lock itself": ("lock", "a _thread.lock cannot be pickled"),

@@ -10,7 +10,7 @@ import pytest
 
 import workbench as wb
 from tests.conftest import toy_fdg
-from workbench.runtime.snapshots import SnapshotBook
+from workbench.runtime.state.snapshots import SnapshotBook
 
 WORKERS = 8
 ITERATIONS = 3

@@ -3,7 +3,7 @@ that killed its process in iteration 1 was reported "died again at iteration 0",
 count of finished iterations, while its replicas had run ahead of it). Whichever of the
 process's fragments kills it — the env, stepping the next iteration while the learner
 finishes the last, or the learner, while the actor waits for its weights — the
-ProcessDiedError names the iteration the killing cell was in (workbench.runtime.in_flight)."""
+ProcessDiedError names the iteration the killing cell was in (workbench.runtime.engine.in_flight)."""
 from __future__ import annotations
 
 import logging

@@ -5,7 +5,7 @@ import numpy as np
 
 from workbench.cluster.dashboard import RunState
 from workbench.cluster.report_events import report_event, report_fields
-from workbench.runtime.replica import TaskReport
+from workbench.runtime.replicas.replica import TaskReport
 
 
 def _report() -> TaskReport:

@@ -2,7 +2,7 @@
 
 Such actors wait for nothing the learner sends, so without a bound they ran ahead to the
 end of the run, and the stop's exact boundary (one past the newest iteration any replica
-had begun, workbench.runtime.fence) was the run's end: a coarse README-style FDG stopped at
+had begun, workbench.runtime.replicas.fence) was the run's end: a coarse README-style FDG stopped at
 iteration 3 of 1000 trained on to 1000/1000 for another 55 s. Now a synchronous run's
 replicas begin at most ``LOOKAHEAD`` iterations past the first one not yet recorded, so a
 stop lands within that many. The bounds here are counted in iterations (the mechanism's),
@@ -18,8 +18,8 @@ import pytest
 
 import workbench as wb
 from tests.runtime.test_stop_counts import ENVS, StopAt, own_counts
-from workbench.runtime.driver import LOOKAHEAD
-from workbench.runtime.fence import Fence
+from workbench.runtime.engine.driver import LOOKAHEAD
+from workbench.runtime.replicas.fence import Fence
 
 STEPS = 5
 STOP_AT = 3  # the row whose logger asks for the stop

@@ -19,8 +19,8 @@ import pytest
 import workbench as wb
 from tests.conftest import tls_local_cluster
 from workbench.cluster import backend, liveness
-from workbench.runtime.channels import Mailbox, SocketServer
-from workbench.runtime.socket_postman import SocketPostman
+from workbench.runtime.transport.channels import Mailbox, SocketServer
+from workbench.runtime.transport.socket_postman import SocketPostman
 
 #: per-step trajectory rows and the learner's weights carry these bytes
 TRAJ_MARKER = b"wb-tls-capture:trajectory-row:" + secrets.token_hex(8).encode()
@@ -300,7 +300,7 @@ def test_a_peer_silent_in_the_tls_handshake_is_dropped(make_tls, monkeypatch):
     import socket
 
     from tests.runtime.test_channel_fan_in import assert_dropped, assert_still_serves
-    from workbench.runtime import channels
+    from workbench.runtime.transport import channels
 
     monkeypatch.setattr(channels, "HANDSHAKE_TIMEOUT_S", 0.5)
     tls, key, box = make_tls(), secrets.token_bytes(32), Mailbox()

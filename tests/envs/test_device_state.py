@@ -97,7 +97,7 @@ def test_the_device_path_state_is_deep_copyable_picklable_and_not_shared(name):
 
 @pytest.mark.parametrize("name", ENVS)
 def test_a_device_env_checkpoints_portably(name):
-    from workbench.runtime.portable import encode_state, restore_into
+    from workbench.runtime.state.portable import encode_state, restore_into
 
     env = ENVS[name](device_like_numpy(), 4)
     env.reset()

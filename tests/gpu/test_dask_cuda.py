@@ -45,7 +45,7 @@ def _ppo_logging_where_it_learns():
     """The PPO FDG, its update logging whether the learner is on CUDA and how many NCCL
     groups its process holds (the cells are PPO's, unchanged)."""
     from workbench.algorithms import ppo
-    from workbench.runtime.process_group import open_groups
+    from workbench.runtime.transport.process_group import open_groups
 
     def ppo_update_on(agent, *args, **kwargs):
         wb.log("test/learner_on_cuda", float(ppo.device_of(agent).type == "cuda"))

@@ -1,5 +1,5 @@
 """NCCL all-reduce of CUDA gradients through workbench's torch.distributed path
-(``workbench.runtime.process_group``, ``collectives.torch_allreduce``).
+(``workbench.runtime.transport.process_group``, ``collectives.torch_allreduce``).
 
 NCCL refuses two ranks on one GPU ("Duplicate GPU detected"), and a GPU host may have only
 one. So what runs everywhere with CUDA is world size 1 through the real NCCL path: a real
@@ -42,7 +42,7 @@ def _nccl_groups(count: int):
     """``count`` NCCL ranks, rank r on ``cuda:r``, formed in threads of this process."""
     import torch
 
-    from workbench.runtime.process_group import TorchGroup, host_store
+    from workbench.runtime.transport.process_group import TorchGroup, host_store
 
     store, port = host_store("127.0.0.1", count)
     groups: list = [None] * count
@@ -67,8 +67,8 @@ def _nccl_groups(count: int):
 
 def _channels_mean(values):
     """The channels' mean of CPU copies of ``values`` (the reference bits)."""
-    from workbench.runtime import collectives
-    from workbench.runtime.channels import LocalPostman, Mailbox
+    from workbench.runtime.values import allreduce as collectives
+    from workbench.runtime.transport.channels import LocalPostman, Mailbox
 
     count = len(values)
     boxes = {r: Mailbox() for r in range(count)}
@@ -91,7 +91,8 @@ def _channels_mean(values):
 def test_world_size_1_runs_the_real_nccl_path_and_returns_the_value_bit_for_bit():
     import torch
 
-    from workbench.runtime import collectives, process_group
+    from workbench.runtime.values import allreduce as collectives
+    from workbench.runtime.transport import process_group
 
     (group,) = _nccl_groups(1)
     try:
@@ -133,8 +134,8 @@ def test_the_replicas_reducer_chooses_nccl_for_cuda_tensors_by_itself():
 
     import torch
 
-    from workbench.runtime import process_group
-    from workbench.runtime.channels import LocalPostman, Mailbox, Peers
+    from workbench.runtime.transport import process_group
+    from workbench.runtime.transport.channels import LocalPostman, Mailbox, Peers
 
     for mode in ("auto", "torch"):
         box = Mailbox()

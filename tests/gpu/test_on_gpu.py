@@ -73,8 +73,8 @@ def test_cupy_env_snapshot_and_resume():
     import cupy
 
     from workbench.envs import CartPole, SimpleSpread
-    from workbench.runtime.channels import dumps_state
-    from workbench.runtime.portable import encode_state, restore_into
+    from workbench.runtime.transport.channels import dumps_state
+    from workbench.runtime.state.portable import encode_state, restore_into
 
     for env in (CartPole(32, seed=5, xp=cupy), SimpleSpread(16, seed=5, xp=cupy)):
         env.reset()
@@ -101,7 +101,7 @@ def test_cuda_values_on_the_wire_keep_their_device():
     import cupy
     import torch
 
-    from workbench.runtime.channels import dumps
+    from workbench.runtime.transport.channels import dumps
 
     back = pickle.loads(dumps({"t": torch.arange(4.0, device="cuda:0"), "c": cupy.arange(3)}))
     assert back["t"].device.type == "cuda" and isinstance(back["c"], cupy.ndarray)

@@ -1,7 +1,7 @@
 """Kernel ▸ Interrupt on a foreground run, from a real Jupyter kernel: the first Ctrl-C stops
 the run at its next iteration boundary and keeps what it trained — the run's state (so
 ``r.checkpoint(path)`` works) and the checkpoint promised at the end — as ``%fdg stop``
-does for a background run (``workbench.runtime.interrupts.first_interrupt_stops``).
+does for a background run (``workbench.runtime.process.interrupts.first_interrupt_stops``).
 
 Before 2026-12-01 it interrupted at once: the cell's result had no state and the
 checkpoint directory held only the every-N ones (none at all before the first N).

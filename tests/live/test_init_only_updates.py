@@ -202,7 +202,7 @@ def test_a_run_whose_init_cells_may_run_again_claims_nothing(again):
     from types import SimpleNamespace
 
     from workbench.live_edits import _init_values, init_only_changes
-    from workbench.runtime.run import RunEvent
+    from workbench.runtime.state.run import RunEvent
 
     fdg = learner_fdg(BUILD, LEARN)
     run = SimpleNamespace(rows=[{}], events=[], auto_table=None)

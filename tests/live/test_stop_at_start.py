@@ -21,7 +21,7 @@ ITERATIONS = 200
 def _deploys(monkeypatch) -> list[str]:
     """The backends that deployed replicas in this test."""
     from workbench.cluster.backend import DaskBackend
-    from workbench.runtime.inline import InlineBackend
+    from workbench.runtime.engine.inline import InlineBackend
 
     deployed: list[str] = []
     for cls in (InlineBackend, DaskBackend):

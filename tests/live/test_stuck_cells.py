@@ -22,7 +22,7 @@ import pytest
 import workbench as wb
 from tests.conftest import two_worker_client
 from tests.live.join_gate import GATE_ENV
-from workbench.runtime.driver import STOP_GRACE_S
+from workbench.runtime.engine.driver import STOP_GRACE_S
 
 STUCK_STEP = """\
 seen += 1

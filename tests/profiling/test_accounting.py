@@ -81,7 +81,7 @@ def test_coarse_accounting(client):
 
 
 def test_profile_of_empty_run():
-    from workbench.runtime.run import Run
+    from workbench.runtime.state.run import Run
 
     run = Run("inline", 1, 1)
     assert run.profile_by_iteration().empty

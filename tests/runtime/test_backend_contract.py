@@ -1,4 +1,4 @@
-"""The backend contract (:mod:`workbench.runtime.backend`): both backends implement every
+"""The backend contract (:mod:`workbench.runtime.engine.backend`): both backends implement every
 method it declares abstract, the driver calls declared methods and never probes a backend
 for what it has, a backend that leaves one out cannot be made, one without a fence runs on
 the defaults, and the one replica loop both backends run hands errors and exits as told."""
@@ -14,12 +14,12 @@ import workbench as wb
 from workbench.cluster.backend import DaskBackend
 from workbench.fdg.plan import make_plan
 from workbench.fdg.policy import resolve_policy
-from workbench.runtime import driver
-from workbench.runtime.backend import Backend, StreamSpec, run_replica
-from workbench.runtime.channels import LocalPostman, Mailbox
-from workbench.runtime.driver import drive
-from workbench.runtime.inline import InlineBackend
-from workbench.runtime.replica import group_program
+from workbench.runtime.engine import driver
+from workbench.runtime.engine.backend import Backend, StreamSpec, run_replica
+from workbench.runtime.transport.channels import LocalPostman, Mailbox
+from workbench.runtime.engine.driver import drive
+from workbench.runtime.engine.inline import InlineBackend
+from workbench.runtime.replicas.replica import group_program
 
 ROOT = pathlib.Path(__file__).resolve().parents[2] / "workbench"
 BACKENDS = [InlineBackend, DaskBackend]
@@ -66,7 +66,7 @@ def test_the_driver_never_probes_a_backend():
     assert {"release", "fence", "activity", "busy_cells", "snapshots", "scheduler_lost", "overdue"} <= used
 
 
-@pytest.mark.parametrize("module", ["runtime/driver.py", "trainer.py"])
+@pytest.mark.parametrize("module", ["runtime/engine/driver.py", "trainer.py"])
 def test_every_member_the_driver_and_the_trainer_use_is_declared(module):
     used, _ = _backend_uses(ROOT / module)
     assert used, module

@@ -1,4 +1,4 @@
-"""The driver's bookkeeping (:mod:`workbench.runtime.bookkeeping`) driven through the
+"""The driver's bookkeeping (:mod:`workbench.runtime.engine.bookkeeping`) driven through the
 orderings that broke before, with no loops, sockets or clocks: reports late and out of
 order, an asynchronous answer, a stop inside the release window, lockstep, a stop without
 a boundary, and the iteration a lost worker was in.
@@ -17,8 +17,8 @@ from workbench.algorithms.counters import build_fdg
 from workbench.fdg.inventory import Inventory, WorkerInfo
 from workbench.fdg.plan import Plan, make_plan
 from workbench.fdg.policy import Async, SingleLearnerCoarse
-from workbench.runtime.backend import StreamSpec
-from workbench.runtime.bookkeeping import (
+from workbench.runtime.engine.backend import StreamSpec
+from workbench.runtime.engine.bookkeeping import (
     Bookkeeping,
     Done,
     Fence,
@@ -31,7 +31,7 @@ from workbench.runtime.bookkeeping import (
     StopWithoutBoundary,
     TaskReported,
 )
-from workbench.runtime.program import TaskReport
+from workbench.runtime.replicas.program import TaskReport
 
 WORKERS = Inventory((WorkerInfo("tcp://a:1", "w0"), WorkerInfo("tcp://b:1", "w1"), WorkerInfo("tcp://c:1", "w2")))
 ACT, LEARN = "actor+env", "learner"

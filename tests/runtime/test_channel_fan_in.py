@@ -11,8 +11,8 @@ import secrets
 import threading
 import time
 
-from workbench.runtime.channels import Mailbox, SocketServer, Stopped
-from workbench.runtime.socket_postman import SocketPostman
+from workbench.runtime.transport.channels import Mailbox, SocketServer, Stopped
+from workbench.runtime.transport.socket_postman import SocketPostman
 
 SENDERS = 48
 
@@ -93,7 +93,7 @@ def test_a_peer_silent_in_the_handshake_is_dropped_and_the_server_keeps_serving(
     scanner) is closed after HANDSHAKE_TIMEOUT_S, not held for the server's life."""
     import socket
 
-    from workbench.runtime import channels
+    from workbench.runtime.transport import channels
 
     monkeypatch.setattr(channels, "HANDSHAKE_TIMEOUT_S", 0.5)
     key = secrets.token_bytes(32)

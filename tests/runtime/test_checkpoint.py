@@ -18,9 +18,9 @@ import torch
 
 import workbench as wb
 from workbench.errors import CheckpointError
-from workbench.runtime.checkpoint import load_checkpoint, save_checkpoint
-from workbench.runtime.portable import encode_state, restore_into
-from workbench.runtime.state import RunState
+from workbench.runtime.state.checkpoint import load_checkpoint, save_checkpoint
+from workbench.runtime.state.portable import encode_state, restore_into
+from workbench.runtime.state.replica_state import RunState
 
 QUICKSTART = Path(__file__).resolve().parents[2] / "notebooks" / "quickstart.ipynb"
 

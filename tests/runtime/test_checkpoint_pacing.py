@@ -19,17 +19,17 @@ import pytest
 import workbench as wb
 from workbench.fdg.policy import Group, Policy
 from workbench.fdg.vocabulary import IN_PROCESS
-from workbench.runtime import snapshot_pacing
-from workbench.runtime.checkpoint import load_checkpoint
-from workbench.runtime.checkpoint_writer import CheckpointWriter
-from workbench.runtime.snapshot_pacing import (
+from workbench.runtime.state import snapshot_pacing
+from workbench.runtime.state.checkpoint import load_checkpoint
+from workbench.runtime.state.checkpoint_writer import CheckpointWriter
+from workbench.runtime.state.snapshot_pacing import (
     CHECKPOINT_PERIOD_S,
     CHECKPOINT_TIMED,
     MOST,
     PACED,
     CheckpointPacer,
 )
-from workbench.runtime.snapshots import SnapshotBook, snapshot_key
+from workbench.runtime.state.snapshots import SnapshotBook, snapshot_key
 
 
 def _due(pacer: CheckpointPacer, iteration_s, iterations: int, cost: float = 0.001) -> list[int]:

@@ -9,7 +9,7 @@ import pytest
 
 import workbench as wb
 from workbench.errors import CheckpointError
-from workbench.runtime.checkpoint import load_checkpoint
+from workbench.runtime.state.checkpoint import load_checkpoint
 
 
 def counter_fdg() -> wb.FDG:
@@ -61,7 +61,7 @@ def test_a_damaged_checkpoint_goes_once_it_is_older_than_those_kept(tmp_path):
 
 
 def test_intact_is_false_for_a_truncated_state_or_a_broken_manifest(tmp_path):
-    from workbench.runtime.checkpoint import _intact
+    from workbench.runtime.state.checkpoint import _intact
 
     write_at(tmp_path, [1, 2, 3])
     good, no_state, no_manifest = (tmp_path / f"iteration-00000{i}" for i in (1, 2, 3))

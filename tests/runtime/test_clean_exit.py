@@ -7,9 +7,9 @@ into Python during the interpreter's shutdown, is ended by ``pthread_exit``, who
 through torch's C++ frames aborts the process. Here both ways to leave such a thread are
 run in a fresh process: a long torch update past a (shortened) stall deadline, which must
 now finish; and a stop whose grace (shortened) runs out while the update computes, which
-abandons its thread — the exit then waits for it (``workbench.runtime.exit_guard``). The
+abandons its thread — the exit then waits for it (``workbench.runtime.process.exit_guard``). The
 update catches every exception: a stop now ends a cell that comes back to Python by raising
-into its thread (``workbench.runtime.inline.reclaim``), and one that swallows that is what
+into its thread (``workbench.runtime.engine.inline.reclaim``), and one that swallows that is what
 is left behind computing.
 """
 from __future__ import annotations
@@ -26,8 +26,8 @@ SCRIPT = textwrap.dedent('''
     import sys, threading, time
     import numpy as np, torch
     import workbench as wb
-    import workbench.runtime.driver as driver
-    import workbench.runtime.inline as inline
+    import workbench.runtime.engine.driver as driver
+    import workbench.runtime.engine.inline as inline
 
     case = sys.argv[1]
     driver.STALL_TIMEOUT_S = 1.0   # the long update below lasts 3 deadlines

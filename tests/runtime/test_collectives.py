@@ -1,4 +1,4 @@
-"""The all-reduce behind ``wb.allreduce`` (:mod:`workbench.runtime.collectives`).
+"""The all-reduce behind ``wb.allreduce`` (:mod:`workbench.runtime.values.allreduce`).
 
 Replicas are threads, each with its own mailbox, exchanging through a real postman: the
 in-process ``LocalPostman`` for the arithmetic, and ``SocketPostman`` over localhost
@@ -15,9 +15,9 @@ import numpy as np
 import pytest
 import torch
 
-from workbench.runtime import collectives
-from workbench.runtime.channels import LocalPostman, Mailbox, Peers, SocketServer, Stopped
-from workbench.runtime.socket_postman import SocketPostman
+from workbench.runtime.values import allreduce as collectives
+from workbench.runtime.transport.channels import LocalPostman, Mailbox, Peers, SocketServer, Stopped
+from workbench.runtime.transport.socket_postman import SocketPostman
 
 #: the quickstart PPO's flat gradient (actor and critic MLPs, 64 wide, CartPole): 9,155 floats
 PPO_GRADIENT = 9155

@@ -18,7 +18,7 @@ import workbench as wb
 from workbench.algorithms import ppo
 from workbench.cluster._dask_compat import workers_info
 from workbench.errors import FragmentRuntimeError
-from workbench.runtime import process_group
+from workbench.runtime.transport import process_group
 
 #: (shape, dtype) of the values each learner reduces every iteration: small ones (one
 #: all-gather) and big ones (all-to-all + all-gather on 3 replicas), floats and integers
@@ -146,7 +146,7 @@ def test_a_group_that_cannot_form_fails_the_run_by_name_and_loses_nothing(client
     cells = {name: dict(frag.cells) for name, frag in fdg.fragments.items()}
 
     def set_timeout(seconds):
-        from workbench.runtime import process_group as pg
+        from workbench.runtime.transport import process_group as pg
 
         pg.RENDEZVOUS_TIMEOUT_S = seconds
 

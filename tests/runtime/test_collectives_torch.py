@@ -14,9 +14,10 @@ import torch
 
 from workbench.config import RunConfig, parse_run_line
 from workbench.errors import ProcessGroupError, RunConfigError
-from workbench.runtime import collectives, process_group
-from workbench.runtime.channels import LocalPostman, Mailbox, Peers, Stopped
-from workbench.runtime.process_group import Hello, Reducer, TorchGroup, choose, host_store
+from workbench.runtime.values import allreduce as collectives
+from workbench.runtime.transport import process_group
+from workbench.runtime.transport.channels import LocalPostman, Mailbox, Peers, Stopped
+from workbench.runtime.transport.process_group import Hello, Reducer, TorchGroup, choose, host_store
 
 from tests.runtime.test_collectives import PPO_GRADIENT, _in_threads, _reduce
 

@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 
 import workbench as wb
-from workbench.runtime.driver import IterationRecord
-from workbench.runtime.run import RETURN_METRIC, Run
+from workbench.runtime.engine.driver import IterationRecord
+from workbench.runtime.state.run import RETURN_METRIC, Run
 
 N = 4  # envs, all replicas together
 

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import torch
 
-from workbench.runtime.arrays import ReplicasDisagree, gather
+from workbench.runtime.values.arrays import ReplicasDisagree, gather
 
 
 class Opaque:

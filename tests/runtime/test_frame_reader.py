@@ -17,9 +17,9 @@ from multiprocessing.connection import Connection
 
 import numpy as np
 
-from workbench.runtime.channels import Mailbox, SocketServer
-from workbench.runtime.socket_postman import SocketPostman
-from workbench.runtime.frame_reader import READ_CHUNK, FrameReader, StopReading
+from workbench.runtime.transport.channels import Mailbox, SocketServer
+from workbench.runtime.transport.socket_postman import SocketPostman
+from workbench.runtime.transport.frame_reader import READ_CHUNK, FrameReader, StopReading
 
 SIZES = [0, 1, 100, READ_CHUNK - 4, READ_CHUNK, READ_CHUNK + 1, 3 * READ_CHUNK + 7, 5_000_000]
 

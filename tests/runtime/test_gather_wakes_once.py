@@ -17,9 +17,9 @@ import time
 import numpy as np
 import pytest
 
-from workbench.runtime.channels import Peers, SocketServer, dumps
-from workbench.runtime.socket_postman import SocketPostman
-from workbench.runtime.mailbox import Mailbox, Stopped
+from workbench.runtime.transport.channels import Peers, SocketServer, dumps
+from workbench.runtime.transport.socket_postman import SocketPostman
+from workbench.runtime.transport.mailbox import Mailbox, Stopped
 
 W = 8
 

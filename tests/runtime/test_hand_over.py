@@ -12,7 +12,7 @@ import pytest
 import torch
 
 import workbench as wb
-from workbench.runtime.arrays import handed_over
+from workbench.runtime.values.arrays import handed_over
 
 T = 4  # steps per iteration
 

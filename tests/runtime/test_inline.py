@@ -130,8 +130,8 @@ def test_reports_that_arrive_after_every_loop_has_exited_still_count(monkeypatch
     (``TRAILING_REPORTS_S``) rather than calling itself stalled. Here every report is held
     back until all loops have exited, then let through."""
     import workbench.trainer
-    from workbench.runtime.driver import TRAILING_REPORTS_S, Events
-    from workbench.runtime.inline import InlineBackend
+    from workbench.runtime.engine.driver import TRAILING_REPORTS_S, Events
+    from workbench.runtime.engine.inline import InlineBackend
 
     class ExitsFirst(Events):
         def __init__(self, inner: Events, loops: int) -> None:

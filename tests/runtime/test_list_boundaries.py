@@ -14,8 +14,8 @@ import numpy as np
 import pytest
 
 import workbench as wb
-from workbench.runtime.arrays import ReplicasDisagree, gather, lists_marked, stack, unwrapped
-from workbench.runtime.scatter import split
+from workbench.runtime.values.arrays import ReplicasDisagree, gather, lists_marked, stack, unwrapped
+from workbench.runtime.values.scatter import split
 
 from tests.runtime.test_boundaries import SIGNATURE, N, T, saw  # the same battery's tools
 

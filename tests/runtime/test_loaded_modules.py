@@ -35,7 +35,7 @@ def test_streams_are_saved_and_set_while_another_thread_imports_torch():
     # checkpoint writer's first `import torch`)
     script = textwrap.dedent("""
         import sys, threading
-        from workbench.runtime.randomness import Streams
+        from workbench.runtime.state.randomness import Streams
         assert "torch" not in sys.modules
         importer = threading.Thread(target=lambda: __import__("torch"))
         streams, saves, half_built = Streams(), 0, 0

@@ -9,14 +9,14 @@ import sys
 import pytest
 
 import workbench as wb
-from workbench.runtime import malloc
+from workbench.runtime.process import malloc
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc's mallopt: Linux only")
 
 FAULTS = """
 import resource, sys, numpy as np, torch
 from workbench.algorithms.ppo import ActorCritic, PPOConfig, adam, ppo_update
-from workbench.runtime.malloc import tune_malloc
+from workbench.runtime.process.malloc import tune_malloc
 torch.set_num_threads(1)
 print(tune_malloc())
 cfg = PPOConfig(num_envs=1024)          # 16,384 samples: minibatches of 2,048 rows
@@ -55,7 +55,7 @@ def test_an_inline_run_tunes_its_process():
 
 RELEASE = """
 import sys
-from workbench.runtime.malloc import release_free_memory, resident_bytes, tune_malloc
+from workbench.runtime.process.malloc import release_free_memory, resident_bytes, tune_malloc
 tune_malloc()
 blocks = [b"x" * (1 << 20) for _ in range(300)]   # 300 MiB of heap blocks (under the mmap threshold)
 pin = b"y" * (1 << 20)                               # in use above them: no trimming of the top
@@ -78,7 +78,7 @@ def test_memory_a_run_freed_goes_back_to_the_os_when_it_ends():
 
 INLINE_RUN = """
 import workbench as wb
-from workbench.runtime.malloc import resident_bytes
+from workbench.runtime.process.malloc import resident_bytes
 fdg = wb.FDG()
 fdg.add_fragment("big", "blocks = [b'x' * (1 << 20) for _ in range(1300)]\\nn = 0", rate="init")
 fdg.add_fragment("big", "n += 1", rate="step")

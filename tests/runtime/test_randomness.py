@@ -19,8 +19,8 @@ import torch
 import workbench as wb
 from workbench.fdg.policy import Group, Policy
 from workbench.fdg.vocabulary import IN_PROCESS
-from workbench.runtime.channels import Stopped
-from workbench.runtime.randomness import PATIENCE_S, Turns
+from workbench.runtime.transport.channels import Stopped
+from workbench.runtime.state.randomness import PATIENCE_S, Turns
 
 SEED, ACTORS, ITERATIONS, STEPS = 100, 4, 2, 3
 
@@ -111,7 +111,7 @@ def test_python_random_state_is_copied_only_when_a_draw_changed_it(monkeypatch):
 
 
 def test_the_in_place_python_fingerprint_reads_what_getstate_gives():
-    from workbench.runtime.randomness import python_fingerprint
+    from workbench.runtime.state.randomness import python_fingerprint
 
     random.seed(7)
     before = python_fingerprint()

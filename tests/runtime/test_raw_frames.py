@@ -1,5 +1,5 @@
 """Big byte strings (snapshots, exported states) cross a channel as a frame of their own
-(workbench.runtime.raw_frames), in order with the messages around them, plain and over TLS;
+(workbench.runtime.transport.raw_frames), in order with the messages around them, plain and over TLS;
 the driver's ExportBox hands a final state to the export or says it never came."""
 from __future__ import annotations
 
@@ -10,9 +10,9 @@ import time
 import pytest
 
 from workbench.cluster.state_export import ExportBox, export_key
-from workbench.runtime.channels import Mailbox, SocketServer, Stopped
-from workbench.runtime.socket_postman import SocketPostman
-from workbench.runtime.raw_frames import RAW_MIN_BYTES
+from workbench.runtime.transport.channels import Mailbox, SocketServer, Stopped
+from workbench.runtime.transport.socket_postman import SocketPostman
+from workbench.runtime.transport.raw_frames import RAW_MIN_BYTES
 
 DRIVER = ("driver", 0)
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import itertools
 
-from workbench.runtime.driver import IterationRecord
-from workbench.runtime.program import TaskReport
-from workbench.runtime.run import Run
+from workbench.runtime.engine.driver import IterationRecord
+from workbench.runtime.replicas.program import TaskReport
+from workbench.runtime.state.run import Run
 
 
 def _report(group: str, replica: int, returns: list[float], loss: float) -> TaskReport:

@@ -18,9 +18,9 @@ import pytest
 import workbench as wb
 from tests.conftest import toy_fdg
 from workbench.errors import CheckpointError
-from workbench.runtime.checkpoint import load_checkpoint, save_checkpoint
-from workbench.runtime.portable import PortableState, encode_state, restore_into
-from workbench.runtime.resume_checks import EDITED_KEY, MISSING, edited_bindings, replaced_notes
+from workbench.runtime.state.checkpoint import load_checkpoint, save_checkpoint
+from workbench.runtime.state.portable import PortableState, encode_state, restore_into
+from workbench.runtime.state.resume_checks import EDITED_KEY, MISSING, edited_bindings, replaced_notes
 
 torch = pytest.importorskip("torch")
 

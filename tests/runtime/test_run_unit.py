@@ -10,7 +10,7 @@ from tests.runtime.test_prog_bar import logging_loop
 from workbench.config import RunConfig
 from workbench.errors import RunConfigError
 from workbench.progress import progress_text
-from workbench.runtime.run import rate_label
+from workbench.runtime.state.run import rate_label
 
 
 @pytest.mark.parametrize("unit", ["completions", "agent steps"])

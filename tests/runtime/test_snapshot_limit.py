@@ -3,7 +3,7 @@ lost mid-iteration can take its report of iteration i with it after every replic
 snapshot of i + 1 arrived (found by the SIGSTOP test: the record skipped an iteration)."""
 from __future__ import annotations
 
-from workbench.runtime.snapshots import SnapshotBook, snapshot_key
+from workbench.runtime.state.snapshots import SnapshotBook, snapshot_key
 
 
 def _fill(book: SnapshotBook, iterations) -> None:

@@ -10,10 +10,10 @@ import pytest
 import workbench as wb
 from workbench.fdg.plan import make_plan
 from workbench.fdg.policy import resolve_policy
-from workbench.runtime.driver import drive
-from workbench.runtime.inline import InlineBackend
-from workbench.runtime.replica import group_program
-from workbench.runtime.snapshot_pacing import BIG_BYTES, MOST, SMALL_MOST, SnapshotPacer
+from workbench.runtime.engine.driver import drive
+from workbench.runtime.engine.inline import InlineBackend
+from workbench.runtime.replicas.replica import group_program
+from workbench.runtime.state.snapshot_pacing import BIG_BYTES, MOST, SMALL_MOST, SnapshotPacer
 
 
 def _snapshotted(floats: int, iterations: int = 24, **snapshots) -> list[int]:
@@ -142,7 +142,7 @@ def test_a_small_or_unknown_estimate_leaves_the_pacer_as_without_one():
 def test_the_driver_keeps_the_snapshots_a_long_interval_needs():
     # a replica snapshotting every iteration beside one at multiples of 128: the book still
     # holds the first's snapshot of iteration 128 when the second's arrives 72 later
-    from workbench.runtime.snapshots import SnapshotBook, snapshot_key
+    from workbench.runtime.state.snapshots import SnapshotBook, snapshot_key
 
     book = SnapshotBook({"actor": 1, "learner": 1})
     for i in range(1, 201):
@@ -156,8 +156,8 @@ def test_the_driver_keeps_the_snapshots_a_long_interval_needs():
 def test_the_size_estimate_is_what_the_snapshot_pickles():
     import torch
 
-    from workbench.runtime.channels import dumps_state
-    from workbench.runtime.state_size import state_nbytes
+    from workbench.runtime.transport.channels import dumps_state
+    from workbench.runtime.state.state_size import state_nbytes
 
     model = torch.nn.Sequential(torch.nn.Linear(300, 400), torch.nn.Linear(400, 5))
     state = {"learner": {"model": model, "optimizer": torch.optim.Adam(model.parameters()),
@@ -174,8 +174,8 @@ def test_a_state_dict_beside_its_model_is_pickled_once_and_shares_memory_again()
 
     import torch
 
-    from workbench.runtime.channels import dumps_state
-    from workbench.runtime.state_size import state_nbytes
+    from workbench.runtime.transport.channels import dumps_state
+    from workbench.runtime.state.state_size import state_nbytes
 
     model = torch.nn.Linear(500, 400)
     alone = len(dumps_state({"model": model}))

@@ -1,4 +1,4 @@
-"""One connection per process a postman sends to (workbench.runtime.socket_postman).
+"""One connection per process a postman sends to (workbench.runtime.transport.socket_postman).
 
 Before, a postman opened a connection per target replica: SingleLearnerCoarse(actors=100)
 on two workers opened ~5,000 at a run's start (every env replica announces its count to
@@ -16,9 +16,9 @@ import numpy as np
 import pytest
 
 from workbench.cluster.deployed import gateways
-from workbench.runtime.channels import Mailbox, SocketServer
-from workbench.runtime.socket_postman import SocketPostman
-from workbench.runtime.raw_frames import RAW_MIN_BYTES
+from workbench.runtime.transport.channels import Mailbox, SocketServer
+from workbench.runtime.transport.socket_postman import SocketPostman
+from workbench.runtime.transport.raw_frames import RAW_MIN_BYTES
 
 REPLICAS = 40
 

@@ -17,8 +17,8 @@ import pytest
 
 import workbench as wb
 import workbench.cluster.backend
-import workbench.runtime.driver
-from workbench.runtime.stall import STALL_FACTOR
+import workbench.runtime.engine.driver
+from workbench.runtime.process.stall import STALL_FACTOR
 
 DEADLINE_S = 1.0
 
@@ -43,9 +43,9 @@ reward = np.ones(2)
 
 @pytest.fixture
 def short_deadline(monkeypatch):
-    monkeypatch.setattr(workbench.runtime.driver, "STALL_TIMEOUT_S", DEADLINE_S)
+    monkeypatch.setattr(workbench.runtime.engine.driver, "STALL_TIMEOUT_S", DEADLINE_S)
     # a stuck loop's teardown need not wait the whole grace here
-    monkeypatch.setattr(workbench.runtime.driver, "STOP_GRACE_S", 2.0)
+    monkeypatch.setattr(workbench.runtime.engine.driver, "STOP_GRACE_S", 2.0)
     monkeypatch.setattr(workbench.cluster.backend, "STOP_GRACE_S", 2.0)
 
 
@@ -106,7 +106,7 @@ def test_a_stuck_cell_is_still_a_stall_that_names_it(policy, client, short_deadl
 
 
 def test_the_deadline_grows_with_the_longest_iteration():
-    from workbench.runtime.stall import Watchdog
+    from workbench.runtime.process.stall import Watchdog
 
     dog = Watchdog(1.0, None, now=0.0)
     dog.iteration_done(0.2)
@@ -121,7 +121,7 @@ def test_the_deadline_grows_with_the_longest_iteration():
 def test_progress_that_can_never_be_read_leaves_silence_to_decide():
     """A backend whose replicas cannot be asked (activity() None every time) is judged by its
     silence alone; it was never called stalled (each read at half the deadline returned)."""
-    from workbench.runtime.stall import Watchdog
+    from workbench.runtime.process.stall import Watchdog
 
     dog = Watchdog(1.0, lambda: None, now=0.0)
     assert dog.stalled(0.6) is None  # half the deadline: a read, nothing known

@@ -22,8 +22,8 @@ import pytest
 
 import workbench as wb
 import workbench.cluster.backend
-import workbench.runtime.driver
-from workbench.runtime.counting import counter_of
+import workbench.runtime.engine.driver
+from workbench.runtime.state.counting import counter_of
 
 ENVS = 4  # all env replicas together
 
@@ -127,7 +127,7 @@ open(os.path.join(counts, str(replica.index)), "w").write(str(mine))
 @pytest.fixture
 def stuck_paths(tmp_path, monkeypatch):
     """(release, marker, counts dir); the stop's grace shortened; released at the end."""
-    monkeypatch.setattr(workbench.runtime.driver, "STOP_GRACE_S", 2.0)
+    monkeypatch.setattr(workbench.runtime.engine.driver, "STOP_GRACE_S", 2.0)
     monkeypatch.setattr(workbench.cluster.backend, "STOP_GRACE_S", 2.0)
     release, marker, counts = tmp_path / "release", tmp_path / "stuck", tmp_path / "counts"
     counts.mkdir()

@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 
 import workbench as wb
-from workbench.runtime.channels import LocalPostman, Mailbox, Peers
-from workbench.runtime.scatter import RowsAmbiguous, split
+from workbench.runtime.transport.channels import LocalPostman, Mailbox, Peers
+from workbench.runtime.values.scatter import RowsAmbiguous, split
 
 STEPS = 3
 

@@ -4,7 +4,7 @@ Inline, a replica is a thread of this process, and Python cannot kill a thread. 
 such a stop said the thread "finishes on its own" — a ``while True: pass`` never does —
 and it spun in the kernel for good: a later 300-iteration run took 0.57 s instead of
 0.10 s, with nothing saying why. Now the stop raises an exception into the thread
-(``workbench.runtime.inline.reclaim``): a pure-Python loop ends there, and the stop says
+(``workbench.runtime.engine.inline.reclaim``): a pure-Python loop ends there, and the stop says
 so. A thread blocked outside Python (here on an Event, as a native call would) survives
 it: the stop says it cannot be stopped, what that costs and what to do, and every later
 run in the process says so at its start (a ``cell left running`` event) until the thread
@@ -19,10 +19,10 @@ import threading
 import pytest
 
 import workbench as wb
-import workbench.runtime.driver
-import workbench.runtime.inline
-from workbench.runtime import exit_guard
-from workbench.runtime.inline import left_running_notice, reclaim
+import workbench.runtime.engine.driver
+import workbench.runtime.engine.inline
+from workbench.runtime.process import exit_guard
+from workbench.runtime.engine.inline import left_running_notice, reclaim
 
 #: the env's step cell: once ``trap`` is set, it hands the test its thread and gets stuck
 #: in ``STUCK`` (line 4 of the cell)
@@ -40,8 +40,8 @@ ADVICE = ('Restart the kernel to end it, or run cells that may not return under 
 
 @pytest.fixture(autouse=True)
 def short_grace(monkeypatch):
-    monkeypatch.setattr(workbench.runtime.driver, "STOP_GRACE_S", 0.3)
-    monkeypatch.setattr(workbench.runtime.inline, "RECLAIM_WAIT_S", 0.5)
+    monkeypatch.setattr(workbench.runtime.engine.driver, "STOP_GRACE_S", 0.3)
+    monkeypatch.setattr(workbench.runtime.engine.inline, "RECLAIM_WAIT_S", 0.5)
 
 
 @pytest.fixture

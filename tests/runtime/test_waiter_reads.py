@@ -20,11 +20,11 @@ from multiprocessing.connection import Connection
 import numpy as np
 import pytest
 
-from workbench.runtime import frame_reader
-from workbench.runtime.channels import SocketServer
-from workbench.runtime.frame_reader import FrameReader
-from workbench.runtime.mailbox import Mailbox, Stopped
-from workbench.runtime.socket_postman import SocketPostman
+from workbench.runtime.transport import frame_reader
+from workbench.runtime.transport.channels import SocketServer
+from workbench.runtime.transport.frame_reader import FrameReader
+from workbench.runtime.transport.mailbox import Mailbox, Stopped
+from workbench.runtime.transport.socket_postman import SocketPostman
 
 OWN = "workbench-channel-io"
 #: a wait's poll long enough that a wait ended by it, not by a wake-up, fails the test

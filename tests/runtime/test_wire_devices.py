@@ -13,9 +13,9 @@ import numpy as np
 import pytest
 import torch
 
-from workbench.runtime import channels
-from workbench.runtime.channels import Mailbox, SocketServer, dumps, dumps_state
-from workbench.runtime.socket_postman import SocketPostman
+from workbench.runtime.transport import channels
+from workbench.runtime.transport.channels import Mailbox, SocketServer, dumps, dumps_state
+from workbench.runtime.transport.socket_postman import SocketPostman
 
 
 class FakeDevice:

@@ -18,7 +18,7 @@ from tests.conftest import toy_fdg
 from workbench.cluster._dask_compat import workers_info
 from workbench.errors import PlacementError
 from workbench.fdg.policy import Group
-from workbench.runtime.run import Run
+from workbench.runtime.state.run import Run
 from workbench.widgets.placement import PlacementBoard
 
 

@@ -36,15 +36,15 @@ from workbench.cluster.worker_control import (PLUGIN_NAME, _busy_cells, _drop_ru
 from workbench.errors import FragmentRuntimeError, PlacementError, WorkbenchError, WorkerLostError, WorkerUnreachableError
 from workbench.fdg.inventory import Inventory
 from workbench.fdg.plan import Plan
-from workbench.runtime.channels import SocketServer, dumps_state
-from workbench.runtime.socket_postman import SocketPostman
-from workbench.runtime.backend import Backend, Events, StreamSpec, run_replica
-from workbench.runtime.driver import STOP_GRACE_S
-from workbench.runtime.fence import Fence
-from workbench.runtime.lanes import join_lanes
-from workbench.runtime.randomness import Turns
-from workbench.runtime.replica import GroupProgram, GroupReplica, TaskReport
-from workbench.runtime.snapshots import DRIVER, SnapshotBook
+from workbench.runtime.transport.channels import SocketServer, dumps_state
+from workbench.runtime.transport.socket_postman import SocketPostman
+from workbench.runtime.engine.backend import Backend, Events, StreamSpec, run_replica
+from workbench.runtime.engine.driver import STOP_GRACE_S
+from workbench.runtime.replicas.fence import Fence
+from workbench.runtime.replicas.lanes import join_lanes
+from workbench.runtime.state.randomness import Turns
+from workbench.runtime.replicas.replica import GroupProgram, GroupReplica, TaskReport
+from workbench.runtime.state.snapshots import DRIVER, SnapshotBook
 
 __all__ = ["DaskBackend", "WorkbenchPlugin"]
 
@@ -195,7 +195,7 @@ def loop_ended(events: Events, future: Future, key: tuple[str, int]) -> None:
 
 
 class DaskBackend(Backend):
-    """The :class:`~workbench.runtime.backend.Backend` for a Dask cluster."""
+    """The :class:`~workbench.runtime.engine.backend.Backend` for a Dask cluster."""
 
     #: each worker's replicas of a run wait at its fence (worker_control): exact boundaries
     fenced = True
@@ -436,7 +436,7 @@ class DaskBackend(Backend):
 
     def fence(self, at_least: int) -> int | None:
         """Close every replica of the run at one exact iteration boundary ≥ ``at_least``
-        (see :mod:`workbench.runtime.fence`): pause them all, then close at one past the
+        (see :mod:`workbench.runtime.replicas.fence`): pause them all, then close at one past the
         newest iteration any began. None under an asynchronous policy, or when a worker
         does not answer (the run then stops as before; the loss is found by ``check``)."""
         if self._asynchronous or self.scheduler_lost():  # (without one, it would wait out a reconnect)
@@ -466,7 +466,7 @@ class DaskBackend(Backend):
             pass
 
     def activity(self) -> dict[str, tuple[int, float | None]]:
-        """Per replica: steps finished, CPU seconds of its loop (workbench.runtime.stall)."""
+        """Per replica: steps finished, CPU seconds of its loop (workbench.runtime.process.stall)."""
         loops = {future.key: key for key, future in zip(self._workers, self._loops)}
         return liveness.loop_activity(self.client, self.run_id, loops, sorted(set(self._workers.values())),
                                       PLUGIN_NAME)

@@ -2,7 +2,7 @@
 
 A run on a TLS cluster (a ``tls://`` scheduler, or a client whose Dask ``Security`` requires
 encryption) sends trajectories, weights, snapshots and reports over TLS too
-(:mod:`workbench.runtime.wire`): a worker's channels take its own Dask certificates
+(:mod:`workbench.runtime.transport.wire`): a worker's channels take its own Dask certificates
 (``get_worker().security``, role "worker"), the notebook's channel server (reports and
 snapshots) the client's (``client.security``, role "client"). Both are signed by the
 cluster's CA, which every side checks; Dask already required each of them to reach the
@@ -13,7 +13,7 @@ from __future__ import annotations
 import threading
 
 from workbench.errors import RunConfigError
-from workbench.runtime.wire import ChannelTLS
+from workbench.runtime.transport.wire import ChannelTLS
 
 __all__ = ["cluster_uses_tls", "channel_tls", "worker_channel_tls"]
 

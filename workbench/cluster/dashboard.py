@@ -35,7 +35,7 @@ from workbench.cluster._dask_compat import TOPIC_PREFIX
 from workbench.cluster.dashboard_model import (BYTES_COLOR, EventCursor, ReplicaStats, RunState,  # noqa: F401
                                                log_length, workbench_topics)
 from workbench.fdg.plan import human_bytes
-from workbench.runtime.run import DEFAULT_UNIT, RETURN_METRIC, headline_text, rate_label
+from workbench.runtime.state.run import DEFAULT_UNIT, RETURN_METRIC, headline_text, rate_label
 
 #: the curve's title while it plots the return
 RETURN_TITLE = f"Return ({RETURN_METRIC}): mean per iteration, min–max band, episodes"

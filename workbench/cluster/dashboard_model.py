@@ -4,7 +4,7 @@ draws it).
 
 Besides replicas' task reports, a run's topic carries what happened to the run
 (``{RUN_EVENT: {"kind", "message", "iteration"}}``, logged by the driver: a lost worker's
-line, :mod:`workbench.runtime.faults`); :attr:`RunState.run_events` keeps them in order,
+line, :mod:`workbench.runtime.engine.faults`); :attr:`RunState.run_events` keeps them in order,
 except the one of kind :data:`UNIT_EVENT`, which names what the run's env steps are.
 
 Example:
@@ -24,7 +24,7 @@ from typing import Any, Iterable, Sequence
 from workbench.cluster._dask_compat import workbench_topic_names
 from workbench.cluster.report_events import report_fields
 from workbench.cluster.report_relay import batch_items
-from workbench.runtime.run import DEFAULT_UNIT, RETURN_METRIC, merge_shown
+from workbench.runtime.state.run import DEFAULT_UNIT, RETURN_METRIC, merge_shown
 
 __all__ = ["EventCursor", "ReplicaStats", "RunState", "RUN_EVENT", "UNIT_EVENT", "FRAGMENT_COLORS", "WAIT_COLOR",
            "SEND_COLOR", "BYTES_COLOR", "workbench_topics", "log_length"]

@@ -4,14 +4,14 @@ Each deployed replica has a mailbox and a channel server. The servers of one run
 worker process share a map of that run's mailboxes (``routes``), so any of them can file
 what arrives for any replica there; the driver gives every replica of a worker the same
 address (:func:`gateways`), and a postman keeps one connection per worker
-(:mod:`workbench.runtime.socket_postman`).
+(:mod:`workbench.runtime.transport.socket_postman`).
 """
 from __future__ import annotations
 
 from workbench.cluster.channel_security import worker_channel_tls
-from workbench.runtime.channels import Mailbox, SocketServer
-from workbench.runtime.driver import close_envs
-from workbench.runtime.replica import GroupReplica
+from workbench.runtime.transport.channels import Mailbox, SocketServer
+from workbench.runtime.engine.driver import close_envs
+from workbench.runtime.replicas.replica import GroupReplica
 
 __all__ = ["Deployed", "gateways"]
 
@@ -38,7 +38,7 @@ class Deployed:
 def gateways(workers: dict[tuple[str, int], str], addresses: dict[tuple[str, int], tuple]) -> dict:
     """Each replica's channel address as postmen use it: every replica of a worker gets
     the same one (its first replica's server), so a postman holds one connection per
-    worker, not per replica (workbench.runtime.socket_postman).
+    worker, not per replica (workbench.runtime.transport.socket_postman).
 
     >>> gateways({("actor", 0): "w1", ("actor", 1): "w1", ("learner", 0): "w2"},
     ...          {("actor", 0): ("h", 1), ("actor", 1): ("h", 2), ("learner", 0): ("h", 3)})

@@ -38,7 +38,7 @@ __all__ = ["WORKER_PRELOAD", "START_METHOD_VARIABLE", "start_method", "worker_st
 
 #: what every embedded worker imports to run a replica, found by listing a worker's modules
 #: after a coarse quickstart run; a module that is not installed is skipped by the server
-WORKER_PRELOAD = ("distributed", "numpy", "torch", "gymnasium", "workbench.runtime.replica",
+WORKER_PRELOAD = ("distributed", "numpy", "torch", "gymnasium", "workbench.runtime.replicas.replica",
                   "workbench.cluster.backend", "workbench.algorithms.ppo", "workbench.envs")
 
 #: the environment variable that picks how embedded workers start: forkserver or spawn

@@ -20,7 +20,7 @@ handshake, too, comes only from a live process).
 A busy worker is not a stalled run either: when the run stays silent past its stall
 deadline, :func:`loop_activity` reads each replica's progress on its worker — the steps its
 step loop finished, and the CPU its loop's thread used — and the driver calls the run
-stalled only if no replica stepped or computed (:mod:`workbench.runtime.stall`).
+stalled only if no replica stepped or computed (:mod:`workbench.runtime.process.stall`).
 
 Example:
     >>> unanswered({"w1": ("127.0.0.1", 1)}, timeout=0.5)   # nothing listens on port 1
@@ -38,7 +38,7 @@ from dataclasses import dataclass
 from distributed.core import rpc
 from distributed.metrics import time as dask_time
 
-from workbench.runtime.stall import thread_cpu_seconds
+from workbench.runtime.process.stall import thread_cpu_seconds
 
 __all__ = ["PROBE_TIMEOUT_SECONDS", "LossBound", "ANSWERED", "SILENT", "UNREACHABLE", "probe", "answers", "probe_all",
            "unanswered", "suspects", "judged_lost", "unheard_for", "process_states", "computing", "lost_among",
@@ -58,7 +58,7 @@ def probe(address: tuple[str, int], timeout: float = PROBE_TIMEOUT_SECONDS, tls=
     sends its first bytes (the HMAC challenge) within ``timeout``; :data:`SILENT` when the
     host takes the connection (or refuses it: nothing listens there any more) but no bytes
     come; :data:`UNREACHABLE` when the connection is not made at all. Through TLS with
-    ``tls`` (a :class:`~workbench.runtime.wire.ChannelTLS`, for a TLS run's channels). The
+    ``tls`` (a :class:`~workbench.runtime.transport.wire.ChannelTLS`, for a TLS run's channels). The
     probe then hangs up; the server drops a peer that does not finish the handshake."""
     try:
         sock = socket.create_connection(address, timeout=timeout)
@@ -340,7 +340,7 @@ def _replicas_progress(run_id: str, loops: dict, plugin_name: str, dask_worker=N
 
 #: how long reading the replicas' progress may take: a worker whose event loop does not
 #: answer (stuck, or vouched for by its nanny while starved) must not hold the driver, which
-#: then judges the run by its silence alone (workbench.runtime.stall)
+#: then judges the run by its silence alone (workbench.runtime.process.stall)
 READ_TIMEOUT_SECONDS = 15.0
 
 

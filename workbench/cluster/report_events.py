@@ -9,7 +9,7 @@ dashboard page and the driver decode plain data, never a pickle.
 
 Example::
 
-    >>> from workbench.runtime.replica import TaskReport
+    >>> from workbench.runtime.replicas.replica import TaskReport
     >>> event = report_event(7, TaskReport("actor", 0, "w0", env_steps={3: 512}))
     >>> sorted(event), type(event["report"]).__name__
     (['report', 'task'], 'bytes')

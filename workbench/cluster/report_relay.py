@@ -9,14 +9,14 @@ scheduler lives in this process). Now a replica sends its report to the driver's
 server, the one its snapshots already go to (HMAC-authenticated, TLS on a TLS cluster):
 
 - :class:`DriverInbox`, that server's sink, hands each report to the run at once and files
-  snapshots in the :class:`~workbench.runtime.snapshots.SnapshotBook`;
+  snapshots in the :class:`~workbench.runtime.state.snapshots.SnapshotBook`;
 - :class:`ReportRelay` passes the reports on to the run's scheduler topic for the
   ``/workbench`` dashboard page, batched: one event every ``RELAY_EVERY_S`` instead of one
   per report, each report keeping its own arrival time and worker address.
 
 Example:
-    >>> from workbench.runtime.driver import Events
-    >>> from workbench.runtime.replica import TaskReport
+    >>> from workbench.runtime.engine.driver import Events
+    >>> from workbench.runtime.replicas.replica import TaskReport
     >>> from workbench.cluster.report_events import report_event
     >>> events = Events()
     >>> inbox = DriverInbox(events, snapshots=None)
@@ -36,7 +36,7 @@ import msgpack
 
 from workbench.cluster.report_events import report_fields
 from workbench.cluster.state_export import EXPORT_PREFIX
-from workbench.runtime.replica import TaskReport
+from workbench.runtime.replicas.replica import TaskReport
 
 __all__ = ["REPORT_KEY", "RELAY_EVERY_S", "DriverInbox", "ReportRelay", "batch_items", "scheduler_connected"]
 

@@ -1,6 +1,6 @@
 """Workers whose cell never returns: end their process now, let the next run wait for them.
 
-A stop that finds a cell stuck (see ``STOP_GRACE_S`` in :mod:`workbench.runtime.driver`)
+A stop that finds a cell stuck (see ``STOP_GRACE_S`` in :mod:`workbench.runtime.engine.driver`)
 cannot end that cell: Python cannot stop a thread. The worker's process has to go. Its
 nanny ends it (:func:`end_workers`: about a second) and starts a fresh one as it does for
 any worker that dies; that takes a worker's whole start-up (3–15 s measured on a busy

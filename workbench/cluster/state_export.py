@@ -22,8 +22,8 @@ import threading
 import time
 from collections.abc import Callable
 
-from workbench.runtime.socket_postman import SocketPostman
-from workbench.runtime.snapshots import DRIVER
+from workbench.runtime.transport.socket_postman import SocketPostman
+from workbench.runtime.state.snapshots import DRIVER
 
 __all__ = ["EXPORT_PREFIX", "ExportBox", "export_key", "send_export"]
 

@@ -1,6 +1,6 @@
 """What the notebook's process runs on the workers (by ``client.run``) to control a run's
 replicas there: the stop flag, which cells are busy, the fences of exact iteration
-boundaries and lockstep's releases (:mod:`workbench.runtime.fence`), and dropping a
+boundaries and lockstep's releases (:mod:`workbench.runtime.replicas.fence`), and dropping a
 finished run. Each takes the run's id and Dask's ``dask_worker``; the replicas themselves
 live in the worker's ``WorkbenchPlugin`` (:mod:`workbench.cluster.backend`).
 
@@ -10,8 +10,8 @@ Example::
 """
 from __future__ import annotations
 
-from workbench.runtime.fence import Fence
-from workbench.runtime.malloc import release_free_memory
+from workbench.runtime.replicas.fence import Fence
+from workbench.runtime.process.malloc import release_free_memory
 
 __all__ = ["PLUGIN_NAME"]
 

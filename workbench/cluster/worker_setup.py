@@ -10,7 +10,7 @@ a fresh ``mmap`` and page-faults on first touch (the PPO learner ran ~1.5× slow
 join or restart later. It
 
 1. sets glibc's malloc thresholds to its adaptive mode's maximum (``mallopt`` through
-   ctypes; `workbench.runtime.malloc`), which also undoes the nanny's pinned one;
+   ctypes; `workbench.runtime.process.malloc`), which also undoes the nanny's pinned one;
 2. gives torch (and BLAS, through threadpoolctl where installed) the worker's ``nthreads``;
 3. imports numpy and torch;
 
@@ -31,7 +31,7 @@ import os
 from distributed import WorkerPlugin
 
 from workbench.cluster.pinning import pin_shared_machines
-from workbench.runtime.malloc import tune_malloc
+from workbench.runtime.process.malloc import tune_malloc
 
 __all__ = ["WorkerSetup", "ensure_worker_setup", "tune_malloc", "limit_threads", "PLUGIN_NAME"]
 

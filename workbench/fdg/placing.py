@@ -50,7 +50,7 @@ def _env_workers(inventory: Inventory, home: WorkerInfo, count: int) -> tuple[st
 
     Why ``home`` takes a share rather than none: each step the actor waits for every env
     replica, so it idles while they step; but two env replicas in one process take turns
-    (one cell at a time, for per-replica random streams: workbench.runtime.randomness), so
+    (one cell at a time, for per-replica random streams: workbench.runtime.state.randomness), so
     a worker holding two makes every step last two env steps. ``envs=W`` on W workers put
     two on one worker and ran at 52 % of W × the 1-worker rate (docs/performance.md).
 

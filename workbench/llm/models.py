@@ -18,7 +18,7 @@ from pathlib import Path
 import torch
 
 from workbench.llm.errors import LLMInputError
-from workbench.runtime.arrays import tensor_view_key
+from workbench.runtime.values.arrays import tensor_view_key
 
 __all__ = ["tiny_causal_lm", "load_causal_lm", "check_vocabulary", "context_length",
            "frozen", "frozen_copy", "weights_copy", "copy_place", "DEVICE_COPY_SHARE", "load_weights", "count_parameters",

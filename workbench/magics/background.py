@@ -11,10 +11,10 @@ import time
 from typing import TYPE_CHECKING
 
 from workbench.errors import FragmentRuntimeError, WorkbenchError
-from workbench.runtime.driver import STOP_GRACE_S
+from workbench.runtime.engine.driver import STOP_GRACE_S
 
 if TYPE_CHECKING:
-    from workbench.runtime.run import Run
+    from workbench.runtime.state.run import Run
     from workbench.session import FDG
 
 __all__ = ["BackgroundRun"]

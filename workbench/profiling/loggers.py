@@ -1,7 +1,7 @@
 """Per-iteration metric loggers: ``log(row)`` with the run's flat row (CleanRL names),
 ``close()`` at the end. Pass them to ``fdg.run(..., loggers=[...])``. A logger may also
 have ``event(kind, message, iteration, env_steps)``: the run calls it with what happened
-to it (a lost worker's line, :mod:`workbench.runtime.faults`).
+to it (a lost worker's line, :mod:`workbench.runtime.engine.faults`).
 
     >>> import os, tempfile
     >>> path = os.path.join(tempfile.mkdtemp(), "m.csv")

@@ -22,7 +22,7 @@ from bokeh.plotting import figure
 from jupyter_bokeh.widgets import BokehModel
 
 from workbench.progress import progress_text
-from workbench.runtime.run import rate_label
+from workbench.runtime.state.run import rate_label
 
 __all__ = ["LiveView"]
 
@@ -118,7 +118,7 @@ EVENTS_SHOWN = 6
 def events_html(events) -> str:
     """The run's newest events, one line each: ``iteration 15 · edited · learner: …``.
 
-    >>> from workbench.runtime.run import RunEvent
+    >>> from workbench.runtime.state.run import RunEvent
     >>> print(events_html([RunEvent("edited", "learner: new iteration cell", 15)]))
     <div style='font-family:monospace;font-size:12px'>iteration 15 · edited · learner: new iteration cell</div>
     """
