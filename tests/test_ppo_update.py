@@ -30,7 +30,7 @@ def _agent(cfg, seed=0):
     return agent, torch.optim.Adam(agent.parameters(), lr=cfg.learning_rate, eps=1e-5)
 
 
-@pytest.mark.parametrize("epochs, minibatches", [(3, 4), (2, 1), (1, 8)])
+@pytest.mark.parametrize("epochs, minibatches", [(3, 4), (2, 1), (1, 8), (2, 3), (1, 31)])
 def test_every_epoch_visits_each_sample_once(monkeypatch, epochs, minibatches):
     cfg = ppo.PPOConfig(num_envs=16, num_steps=8, update_epochs=epochs, num_minibatches=minibatches)
     agent, optimizer = _agent(cfg)
@@ -45,10 +45,32 @@ def test_every_epoch_visits_each_sample_once(monkeypatch, epochs, minibatches):
     ppo.ppo_update(agent, optimizer, cfg, 0, *_rollout())
     size = 8 * 16
     assert len(seen) == epochs * minibatches
-    assert all(len(mb) == size // minibatches for mb in seen)
+    sizes = {len(mb) for mb in seen}  # as even as the batch allows: 128 in 3 is 43, 43, 42
+    assert sizes <= {size // minibatches, -(-size // minibatches)} and min(sizes) >= 2
     for e in range(epochs):
         epoch = torch.cat(seen[e * minibatches:(e + 1) * minibatches])
         assert torch.equal(epoch.sort().values, torch.arange(size))
+
+
+@pytest.mark.parametrize("numpy_step", [False, True])
+def test_a_batch_minibatches_do_not_divide_keeps_the_weights_finite(numpy_step):
+    # 160 samples in 53 minibatches: a split by size // count (3) made 54, the last of 1
+    # sample, whose normalised advantages are NaN and made every weight NaN
+    cfg = ppo.PPOConfig(num_envs=20, num_steps=8, update_epochs=2, num_minibatches=53)
+    agent, optimizer = _agent(cfg)
+    agent.fast_numpy_update = numpy_step
+    before = [p.detach().clone() for p in agent.parameters()]
+    losses = ppo.ppo_update(agent, optimizer, cfg, 0, *_rollout(N=20))
+    assert all(np.isfinite(v) for k, v in losses.items() if k.startswith("losses/"))
+    assert all(torch.isfinite(p).all() for p in agent.parameters())
+    assert any(not torch.equal(a, b) for a, b in zip(before, agent.parameters()))
+
+
+def test_more_minibatches_than_pairs_of_samples_is_refused_with_the_largest_that_works():
+    cfg = ppo.PPOConfig(num_envs=4, num_steps=8, update_epochs=1, num_minibatches=20)
+    agent, optimizer = _agent(cfg)
+    with pytest.raises(ValueError, match=r"num_minibatches=20 splits a batch of 32 samples.*≤ 16"):
+        ppo.ppo_update(agent, optimizer, cfg, 0, *_rollout(T=8, N=4))
 
 
 def test_cpu_tanh_is_tanh_in_values_and_gradients():

@@ -32,7 +32,7 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["batch_rule", "ScalesWithBatch", "RULED"]
+__all__ = ["batch_rule", "minibatch_slices", "ScalesWithBatch", "RULED"]
 
 #: the fields the rule sets (when left None)
 RULED = ("num_steps", "update_epochs", "num_minibatches")
@@ -53,6 +53,36 @@ def batch_rule(num_envs: int, num_steps: int | None = None) -> dict[str, int]:
     if int(num_envs) * steps <= SMALL_BATCH:
         return {"num_steps": steps, "update_epochs": 10, "num_minibatches": 1}
     return {"num_steps": steps, "update_epochs": 2, "num_minibatches": 8}
+
+
+def minibatch_slices(size: int, count: int) -> list[slice]:
+    """``count`` minibatches that cover ``size`` samples once each, their sizes differing
+    by at most one (the first ``size % count`` are one larger). ``range(0, size, size //
+    count)`` instead made a last minibatch of the remainder: 4,000 samples in 31 gave 31 of
+    129 and one of 1, whose normalised advantages are NaN.
+
+    >>> [s.stop - s.start for s in minibatch_slices(10, 3)]
+    [4, 3, 3]
+    >>> sizes = [s.stop - s.start for s in minibatch_slices(4000, 31)]
+    >>> len(sizes), min(sizes), max(sizes), sum(sizes)
+    (31, 129, 130, 4000)
+    >>> minibatch_slices(3, 2)
+    Traceback (most recent call last):
+    ...
+    ValueError: num_minibatches=2 splits a batch of 3 samples into minibatches of 1: each needs at least 2 (advantages are normalised per minibatch); use num_minibatches ≤ 1, or more envs or steps
+    """
+    size, count = int(size), int(count)
+    if count < 1:
+        raise ValueError(f"num_minibatches={count}: at least 1")
+    if size < 2 * count and count > 1:
+        raise ValueError(f"num_minibatches={count} splits a batch of {size} samples into minibatches of "
+                         f"{size // count}: each needs at least 2 (advantages are normalised per "
+                         f"minibatch); use num_minibatches ≤ {max(1, size // 2)}, or more envs or steps")
+    base, larger = divmod(size, count)
+    bounds = [0]
+    for i in range(count):
+        bounds.append(bounds[-1] + base + (i < larger))
+    return [slice(start, stop) for start, stop in zip(bounds, bounds[1:])]
 
 
 class ScalesWithBatch:

@@ -309,7 +309,7 @@ def grpo_update(model, optimizer, cfg: GRPOConfig, prompt_ids, prompt_mask, toke
     out = None
     if graphed:
         out = graphed_update(model, optimizer, (cfg.clip_coef, cfg.kl_coef, cfg.max_grad_norm, cfg.temperature),
-                             batch, 1, prompt_ids.shape[0], step, shuffle=False, what="the GRPO update")
+                             batch, 1, [slice(0, prompt_ids.shape[0])], step, shuffle=False, what="the GRPO update")
     if out is None:
         loss, clip_fraction, kl = step(None, batch)
         # freed until the next update, as TRL's trainer does: the weights' size less while the

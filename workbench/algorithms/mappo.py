@@ -35,6 +35,7 @@ import torch
 from torch import nn
 
 import workbench as wb
+from workbench.algorithms.batch_rule import minibatch_slices
 from workbench.algorithms.config_docs import documented
 from workbench.algorithms.optim import adam
 from workbench.algorithms.ppo import device_of, flat_batch, like, on_device
@@ -224,11 +225,11 @@ def mappo_update(agent, optimizer, cfg, update, state, action, logp, value, rewa
     b_ret = flat_batch(returns.reshape(T, N, A), device, np.float32)
     batch = b_obs.shape[0]
     groups = [list(agent.actor.parameters()), list(agent.critic.parameters())]
-    mb_size = batch // cfg.num_minibatches
+    slices = minibatch_slices(batch, cfg.num_minibatches)
     for _ in range(cfg.update_epochs):
         order = torch.randperm(batch).to(device)  # the CPU generator's draw on every device
-        for start in range(0, batch, mb_size):
-            mb = order[start:start + mb_size]
+        for part in slices:
+            mb = order[part]
             new_logp, entropy, new_value = agent.evaluate(b_obs[mb], b_act[mb])
             ratio = (new_logp - b_logp[mb]).exp()
             adv = normalize_advantages(b_adv[mb])

@@ -21,7 +21,7 @@ import torch.nn.functional as F
 from torch import nn
 
 import workbench as wb
-from workbench.algorithms.batch_rule import ScalesWithBatch
+from workbench.algorithms.batch_rule import ScalesWithBatch, minibatch_slices
 from workbench.algorithms.config_docs import documented
 from workbench.algorithms.layers import ObsNorm, Tanh, tanh
 from workbench.algorithms.numpy_act import SMALL_BATCH, act_numpy
@@ -291,7 +291,7 @@ def ppo_update(agent, optimizer, cfg, update, state, action, logp, value, reward
     batch = (obs, flat_batch(action, device), flat_batch(logp, device),
              flat_batch(advantages, device, np.float32), flat_batch(returns, device, np.float32))
     params = [p for p in agent.parameters() if p.requires_grad]
-    mb_size = batch[0].shape[0] // cfg.num_minibatches
+    slices = minibatch_slices(batch[0].shape[0], cfg.num_minibatches)
 
     def step(mb: torch.Tensor, batch: tuple) -> tuple:
         return _minibatch_step(agent, optimizer, cfg, params, batch, mb)
@@ -300,9 +300,9 @@ def ppo_update(agent, optimizer, cfg, update, state, action, logp, value, reward
     if device.type == "cuda" and getattr(cfg, "cuda_graphs", True) and _one_learner():  # one graph per iteration
         out = graphed_update(agent, optimizer, (cfg.clip_coef, cfg.ent_coef, cfg.vf_coef, cfg.max_grad_norm,
                                                 _norm_adv(cfg), _clip_vloss(cfg)),
-                             batch, cfg.update_epochs, mb_size, step)
+                             batch, cfg.update_epochs, slices, step)
     fast = None
-    if out is None and device.type == "cpu" and mb_size <= NUMPY_MAX_ROWS and _one_learner():
+    if out is None and device.type == "cpu" and slices[0].stop <= NUMPY_MAX_ROWS and _one_learner():
         fast = NumpyStep.build(agent, optimizer, cfg)  # forward and backward in NumPy: no per-op dispatch
     if fast is not None:
         with torch.no_grad():
@@ -310,15 +310,15 @@ def ppo_update(agent, optimizer, cfg, update, state, action, logp, value, reward
         with one_torch_thread():  # see numpy_update: torch's pool must not spin beside NumPy
             for _ in range(cfg.update_epochs):
                 order = torch.randperm(arrays[0].shape[0]).numpy()  # the same generator as the torch path
-                for start in range(0, len(order), mb_size):
-                    out = fast(arrays, order[start:start + mb_size])
+                for mb in slices:
+                    out = fast(arrays, order[mb])
     elif out is None:
         size = batch[0].shape[0]
         for _ in range(cfg.update_epochs):
             # on the CPU: the CPU generator, as always; on a GPU: its own (no host copy)
             order = torch.randperm(size) if device.type == "cpu" else torch.randperm(size, device=device)
-            for start in range(0, size, mb_size):
-                out = step(order[start:start + mb_size], batch)
+            for mb in slices:
+                out = step(order[mb], batch)
     pg_loss, v_loss, entropy = out
     return {"losses/policy_loss": float(pg_loss), "losses/value_loss": float(v_loss),
             "losses/entropy": float(entropy), "charts/learning_rate": optimizer.param_groups[0]["lr"]}

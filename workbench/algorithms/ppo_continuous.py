@@ -37,6 +37,7 @@ import torch
 from torch import nn
 
 import workbench as wb
+from workbench.algorithms.batch_rule import minibatch_slices
 from workbench.algorithms.config_docs import documented
 from workbench.algorithms import optim
 from workbench.algorithms.ppo import (_layer, _sync_and_clip, bootstrap_time_limits, device_of, host,
@@ -300,8 +301,7 @@ def ppo_continuous_update(agent, optimizer, cfg, update, state, action, logp, va
     b_adv, b_ret = flat(advantages), flat(returns)
     batch = b_obs.shape[0]
     params = [p for p in agent.parameters() if p.requires_grad]
-    mb_size = max(1, batch // cfg.num_minibatches)
-    starts_at = range(0, batch, mb_size)
+    slices = minibatch_slices(batch, cfg.num_minibatches)
     clipfracs, approx_kl = [], torch.zeros(())
     for _ in range(cfg.update_epochs):
         order = torch.randperm(batch).to(device)  # the CPU generator's draw on every device
@@ -309,8 +309,7 @@ def ppo_continuous_update(agent, optimizer, cfg, update, state, action, logp, va
         # as indexing each minibatch with order[start:end], for 6 copies an epoch, not 6 × 32
         e_obs, e_act, e_logp, e_val, e_adv, e_ret = (
             x[order] for x in (b_obs, b_act, b_logp, b_val, b_adv, b_ret))
-        for start in starts_at:
-            mb = slice(start, start + mb_size)
+        for mb in slices:
             new_logp, entropy, new_value = agent.evaluate(e_obs[mb], e_act[mb])
             log_ratio = new_logp - e_logp[mb]
             ratio = log_ratio.exp()

@@ -53,7 +53,7 @@ def graphed_act(net, sample: Callable[[Any, torch.Tensor], tuple], x: torch.Tens
 
 # ----------------------------------------------------------------------------- learning
 def graphed_update(agent, optimizer, key: tuple, batch: tuple[torch.Tensor, ...], epochs: int,
-                   mb_size: int, step: Callable[[torch.Tensor, tuple], tuple], *, shuffle: bool = True,
+                   slices: list[slice], step: Callable[[torch.Tensor, tuple], tuple], *, shuffle: bool = True,
                    what: str = "the PPO update") -> tuple | None:
     """All of an iteration's minibatch steps — ``step(idx, batch)`` for each minibatch of
     each epoch's permutation — replayed from one graph; returns the last step's outputs, or
@@ -65,7 +65,7 @@ def graphed_update(agent, optimizer, key: tuple, batch: tuple[torch.Tensor, ...]
     device = batch[0].device
     if len(optimizer.param_groups) != 1:  # one rate scalar serves one group
         return None
-    slot = slot_for(_UPDATE, agent, (key, tuple((t.shape, t.dtype) for t in batch), epochs, mb_size, id(optimizer)))
+    slot = slot_for(_UPDATE, agent, (key, tuple((t.shape, t.dtype) for t in batch), epochs, tuple((s.start, s.stop) for s in slices), id(optimizer)))
     if slot.failed:
         return None
     slot.calls += 1
@@ -86,8 +86,8 @@ def graphed_update(agent, optimizer, key: tuple, batch: tuple[torch.Tensor, ...]
         def every_step() -> tuple:
             out = ()
             for e in range(epochs):
-                for start in range(0, size, mb_size):
-                    out = step(orders[e, start:start + mb_size], static)
+                for mb in slices:
+                    out = step(orders[e, mb], static)
             return out
 
         with CapturableAdam(optimizer, slot.extra["lr"]):
