@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import itertools
 
-from workbench.runtime.engine.driver import IterationRecord
+from workbench.runtime.engine.bookkeeping import absorb
 from workbench.runtime.replicas.program import TaskReport
-from workbench.runtime.state.run import Run
+from workbench.runtime.state.run import IterationRecord, Run
 
 
 def _report(group: str, replica: int, returns: list[float], loss: float) -> TaskReport:
@@ -25,7 +25,7 @@ def test_every_arrival_order_gives_the_same_lists_in_replica_order():
     for order in itertools.permutations(REPORTS):
         record = IterationRecord(4)
         for report in order:
-            record.absorb(report, with_timing=True)
+            absorb(record, report, with_timing=True)
         record.settle()
         seen.add(tuple((k, tuple(v)) for k, v in sorted(record.metrics.items())))
         assert record.metrics["charts/episodic_return"] == [10.0, 30.0, 31.0, 20.0]
@@ -37,7 +37,7 @@ def test_every_arrival_order_gives_the_same_lists_in_replica_order():
 def test_the_run_records_the_settled_order():
     late_first = IterationRecord(4)
     for report in reversed(REPORTS):
-        late_first.absorb(report, with_timing=True)
+        absorb(late_first, report, with_timing=True)
     run = Run(policy_name="coarse", iterations=5, steps=1, window=3)
     run.record(late_first)
     assert run.episode_returns == [10.0, 30.0, 31.0, 20.0]
