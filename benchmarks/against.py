@@ -2,16 +2,17 @@
 
 A busy machine drifts over minutes, so "before" and "after" are taken in turns (before,
 after, before, after, ...) rather than one after the other. The older revision is checked
-out into a temporary git worktree, and each run imports ``workbench`` from its own tree
-(``PYTHONPATH``; the spawned Dask workers inherit it). The benchmark's own output is
-printed as it comes, each block headed by its tree and turn; lines with ``--grep`` only.
+out into a temporary git worktree; each run imports ``workbench`` from its own tree
+(``PYTHONPATH``; the spawned Dask workers inherit it) and the benchmark, this checkout's,
+from here (a revision from before a benchmark has no copy of it). The benchmark's own
+output is printed as it comes, each block headed by its tree and turn; lines with
+``--grep`` only.
 
-    python benchmarks/against.py d92a6e4 --reps 2 --grep '^\\|' -- \\
-        benchmarks/bench_policies.py --scaling --sizes 8 16 32 --policies coarse --no-bare --pairs 1
+    python -m benchmarks against d92a6e4 --repeats 2 --grep '^\\|' -- \\
+        bench_policies --scaling --sizes 8 16 32 --policies coarse --no-bare --pairs 1
 """
 from __future__ import annotations
 
-import argparse
 import os
 import re
 import subprocess
@@ -19,13 +20,17 @@ import sys
 import tempfile
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+from benchmarks import harness
+from benchmarks.harness import ROOT
 
 
-def run_in(tree: Path, script: list[str], pattern: re.Pattern | None) -> int:
+def run_in(tree: Path, benchmarks: Path, benchmark: list[str], pattern: re.Pattern | None) -> int:
+    """``python -m benchmarks BENCHMARK …`` started in ``benchmarks`` (a folder holding only
+    this checkout's ``benchmarks``: it comes first on the path), workbench from ``tree``."""
     path = os.pathsep.join(p for p in (str(tree), os.environ.get("PYTHONPATH", "")) if p)
     env = {**os.environ, "PYTHONPATH": path}
-    out = subprocess.run([sys.executable, *script], cwd=tree, env=env, capture_output=True, text=True)
+    out = subprocess.run(harness.module_command("benchmarks", *benchmark), cwd=benchmarks, env=env,
+                         capture_output=True, text=True)
     for line in out.stdout.splitlines():
         if pattern is None or pattern.search(line):
             print(line, flush=True)
@@ -35,29 +40,28 @@ def run_in(tree: Path, script: list[str], pattern: re.Pattern | None) -> int:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = harness.parser(__doc__, repeats=2)
     parser.add_argument("revision", help="the git revision to run beside the working tree")
-    parser.add_argument("--reps", type=int, default=2, help="turns per tree")
     parser.add_argument("--grep", help="print only the benchmark's lines matching this regex")
-    parser.usage = "%(prog)s REVISION [--reps N] [--grep REGEX] -- BENCHMARK [ARGS ...]"
+    parser.usage = "%(prog)s REVISION [--repeats N] [--grep REGEX] -- BENCHMARK [ARGS ...]"
     argv = sys.argv[1:]
-    if "--" not in argv:
-        parser.error("give the benchmark to run after --")
-    split = argv.index("--")
-    args, script = parser.parse_args(argv[:split]), argv[split + 1:]
-    if not script:
+    split = argv.index("--") if "--" in argv else len(argv)
+    args, benchmark = parser.parse_args(argv[:split]), argv[split + 1:]
+    if not benchmark:
         parser.error("give the benchmark to run after --")
     pattern = re.compile(args.grep) if args.grep else None
     with tempfile.TemporaryDirectory(prefix="workbench-against-") as tmp:
-        before = Path(tmp) / "tree"
+        before, benchmarks = Path(tmp) / "tree", Path(tmp) / "benchmarks"
+        benchmarks.mkdir()
+        (benchmarks / "benchmarks").symlink_to(ROOT / "benchmarks")
         subprocess.run(["git", "worktree", "add", "--detach", "-q", str(before), args.revision],
                        cwd=ROOT, check=True)
         try:
             failed = 0
-            for turn in range(1, args.reps + 1):
+            for turn in range(1, args.repeats + 1):
                 for name, tree in ((args.revision, before), ("working tree", ROOT)):
                     print(f"== {name}, turn {turn}", flush=True)
-                    failed += bool(run_in(tree, script, pattern))
+                    failed += bool(run_in(tree, benchmarks, benchmark, pattern))
         finally:
             subprocess.run(["git", "worktree", "remove", "--force", str(before)], cwd=ROOT, check=False)
     sys.exit(1 if failed else 0)

@@ -4,15 +4,15 @@ Each actor+env replica computes gradients on its own rollouts; the learner appli
 it arrives and answers that replica alone with fresh weights — no barrier. Solved = mean of
 the last 20 episode returns ≥ 475. Runs on the embedded 2-worker LocalCluster.
 
-    python benchmarks/bench_a3c.py                 # seeds 1 2 3, Async and inline
+    python -m benchmarks bench_a3c                 # seeds 1 2 3, Async and inline
 """
 from __future__ import annotations
 
-import argparse
+from benchmarks import harness
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = harness.parser(__doc__)
     parser.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3])
     parser.add_argument("--policies", nargs="+", default=["Async", "inline"])
     args = parser.parse_args()

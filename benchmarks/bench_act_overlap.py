@@ -1,7 +1,7 @@
 """Does acting overlap EnvPool's stepping? Three act+step loops on one env id, side by side.
 
-    python benchmarks/bench_act_overlap.py                          # HalfCheetah-v5, N 2 8 32
-    python benchmarks/bench_act_overlap.py --env CartPole-v1 --sizes 4 64
+    python -m benchmarks bench_act_overlap                          # HalfCheetah-v5, N 2 8 32
+    python -m benchmarks bench_act_overlap --env CartPole-v1 --sizes 4 64
 
 The loops, each acting with a 64-64 tanh torch policy (one torch thread, as workbench's runs
 set) on every observation it gets, EnvPool with one C++ thread per pool:
@@ -26,7 +26,6 @@ take back). Every number is env-steps/s of the loop (N x steps / wall), median o
 """
 from __future__ import annotations
 
-import argparse
 import statistics
 import threading
 import time
@@ -35,6 +34,8 @@ import numpy as np
 import torch
 
 from workbench.runtime.state.randomness import Turns
+
+from benchmarks import harness
 
 
 def policy(obs_dim: int, act_dim: int) -> torch.nn.Module:
@@ -202,11 +203,10 @@ def recv_beside_python(env_id: str, n: int, steps: int = 50) -> tuple[float, flo
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = harness.parser(__doc__, repeats=3)
     parser.add_argument("--env", default="HalfCheetah-v5", help="an id EnvPool has")
     parser.add_argument("--sizes", type=int, nargs="+", default=[2, 8, 32], help="N, total envs")
     parser.add_argument("--steps", type=int, default=1000, help="steps of each env per repeat")
-    parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--no-turns", action="store_true", help="the one-thread row without turns too")
     args = parser.parse_args()
     torch.set_num_threads(1)
@@ -226,8 +226,7 @@ def main() -> None:
     for n in args.sizes:
         rates = {name: [] for name in loops}
         for r in range(args.repeats):      # the loops of a repeat in a rotating order
-            names = list(loops)[r % len(loops):] + list(loops)[:r % len(loops)]
-            for name in names:
+            for name in harness.rotated(list(loops), r):
                 rates[name].append(loops[name](args.env, n, args.steps, act))
         print(f"| {n} | " + " | ".join(f"{statistics.median(rates[k]):,.0f}" for k in loops) + " |",
               flush=True)

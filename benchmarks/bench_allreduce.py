@@ -20,22 +20,23 @@ LocalCluster of N single-thread workers, with the channels' default (the 37 KB g
 chunks), the all-to-all forced in every worker, and ``allreduce="torch"`` (gloo): steady
 env-steps/s and bytes on the channels per iteration.
 
-    python benchmarks/bench_allreduce.py                       # both parts, N = 2 4 8
-    python benchmarks/bench_allreduce.py --collective --counts 2 4 8 --trials 3
-    python benchmarks/bench_allreduce.py --multilearner --iterations 12
+    python -m benchmarks bench_allreduce                       # both parts, N = 2 4 8
+    python -m benchmarks bench_allreduce --collective --counts 2 4 8 --trials 3
+    python -m benchmarks bench_allreduce --multilearner --iterations 12
 
 On a 2-core machine N processes share two cores, so the seconds measure CPU contention as
 much as the network; the bytes are exact.
 """
 from __future__ import annotations
 
-import argparse
 import itertools
 import logging
 import multiprocessing as mp
 import secrets
 import statistics
 import time
+
+from benchmarks import harness
 
 #: float32 elements: 1 KB, 4 KB, 16 KB, the quickstart PPO gradient (36.6 KB), 128 KB, 1 MB, 10 MB
 SIZES = (256, 1024, 4096, 9155, 32768, 262144, 2_621_440)
@@ -214,16 +215,15 @@ def multilearner(counts, iterations: int = 12, skip: int = 4) -> None:
                 fdg = ppo.build_fdg({**vars(ppo), "cfg": cfg})
                 run = fdg.run(iterations=iterations, steps=cfg.num_steps, policy=wb.MultiLearner(learners=count),
                               cluster=client, progress=False, allreduce=allreduce)
-                rows = run.rows[skip:]
-                rate = (rows[-1]["env_steps"] - rows[0]["env_steps"]) / (rows[-1]["time_s"] - rows[0]["time_s"])
-                wire = statistics.median(r["wire/bytes"] for r in rows)
+                rate = harness.clock_rate(run, skip + 1)
+                wire = statistics.median(r["wire/bytes"] for r in run.rows[skip:] or run.rows)
                 reductions = cfg.update_epochs * cfg.num_minibatches
                 print(f"| {count} | {name} | {rate:,.0f} | {wire:,.0f} | {wire / reductions / count:,.0f} |",
                       flush=True)
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = harness.parser(__doc__)
     parser.add_argument("--collective", action="store_true", help="part 1 only")
     parser.add_argument("--multilearner", action="store_true", help="part 2 only")
     parser.add_argument("--counts", type=int, nargs="+", default=[2, 4, 8])

@@ -1,8 +1,8 @@
 """What a big model costs a run outside its cells: deploying it, snapshotting it, exporting it.
 
-    python benchmarks/bench_big_state.py                    # deploy + export, then pacing
-    python benchmarks/bench_big_state.py --parts export     # deploy + export only
-    python benchmarks/bench_big_state.py --size small       # the notebook's small model
+    python -m benchmarks bench_big_state                    # deploy + export, then pacing
+    python -m benchmarks bench_big_state --parts export     # deploy + export only
+    python -m benchmarks bench_big_state --size small       # the notebook's small model
 
 GRPO (``workbench.algorithms.grpo``) with the ~113M-parameter Llama of ``bench_llm_rl.py
 --size 100m`` given as ``cfg.model``, under GPUOnly on a 1-worker LocalCluster (started
@@ -22,12 +22,13 @@ docs/reliability.md and docs/llm.md come from here.
 """
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import logging
 import time
 
 from workbench.algorithms import grpo
+
+from benchmarks import harness
 
 SIZES = {"small": {}, "100m": {"hidden": 768, "layers": 12, "heads": 12}}
 
@@ -70,7 +71,7 @@ def bench_pacing(client, size: str, iterations: int) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = harness.parser(__doc__)
     parser.add_argument("--size", choices=sorted(SIZES), default="100m")
     parser.add_argument("--parts", nargs="+", choices=("export", "pacing"), default=["export", "pacing"])
     parser.add_argument("--iterations", type=int, default=5, help="iterations of each pacing run")

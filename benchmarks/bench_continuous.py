@@ -20,10 +20,10 @@ CleanRL's script is not part of workbench; download it (and what it imports):
 
     pip install tyro tensorboard
     curl -LO https://raw.githubusercontent.com/vwxyzjn/cleanrl/master/cleanrl/ppo_continuous_action.py
-    python benchmarks/bench_continuous.py --cleanrl ppo_continuous_action.py           # 1M, 3 seeds
-    python benchmarks/bench_continuous.py --cleanrl ppo_continuous_action.py --steps 100000 --seeds 1
-    python benchmarks/bench_continuous.py --cleanrl ppo_continuous_action.py --seeds 2 --first-seed 4
-    python benchmarks/bench_continuous.py --seeds 3 --first-seed 11 --jobs 2 --wb-set log_std_init=0.0
+    python -m benchmarks bench_continuous --cleanrl ppo_continuous_action.py           # 1M, 3 seeds
+    python -m benchmarks bench_continuous --cleanrl ppo_continuous_action.py --steps 100000 --seeds 1
+    python -m benchmarks bench_continuous --cleanrl ppo_continuous_action.py --seeds 2 --first-seed 4
+    python -m benchmarks bench_continuous --seeds 3 --first-seed 11 --jobs 2 --wb-set log_std_init=0.0
 
 CleanRL pins gymnasium 0.29, which has no HalfCheetah-v5; its script runs here unmodified on
 gymnasium 1.x through `gymnasium_029_shim` (two API changes of 1.0 undone: the
@@ -33,20 +33,16 @@ per-env dicts, with 0.29's same-step autoreset). Without ``--cleanrl`` only work
 from __future__ import annotations
 
 import argparse
-import ast
-import json
 import os
 import re
 import runpy
 import statistics
-import subprocess
 import sys
 import tempfile
-import time
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+from benchmarks import harness
+
 MARK = "BENCH_CONTINUOUS "
 ENV_ID = "HalfCheetah-v5"
 BATCH = 2048
@@ -122,61 +118,25 @@ def child_cleanrl(script: str, argv: list[str]) -> None:
 
 
 # ============================================================================ the parent
-def parse_overrides(assignments: list[str]) -> dict:
-    """``["log_std_init=-0.5", …]`` → ``{"log_std_init": -0.5}``, checked against the config.
-
-    >>> parse_overrides(["log_std_init=-0.5", "hidden=128"])
-    {'log_std_init': -0.5, 'hidden': 128}
-    """
-    import dataclasses
-
-    from workbench.algorithms.ppo_continuous import PPOContinuousConfig
-
-    fields = {f.name for f in dataclasses.fields(PPOContinuousConfig)}
-    overrides = {}
-    for assignment in assignments:
-        name, sep, text = assignment.partition("=")
-        if not sep or name.strip() not in fields:
-            raise ValueError(f"--wb-set {assignment!r}: expected FIELD=VALUE with FIELD one of "
-                             f"PPOContinuousConfig's: {', '.join(sorted(fields))}")
-        try:
-            overrides[name.strip()] = ast.literal_eval(text.strip())
-        except (ValueError, SyntaxError):
-            overrides[name.strip()] = text.strip()  # a bare string, e.g. env_backend=gymnasium
-    return overrides
-
-
-def spawn(cmd: list[str], cwd: str, timeout: float, env: dict[str, str]) -> tuple[str, float, int]:
-    started = time.perf_counter()
-    try:
-        proc = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, timeout=timeout,
-                              env={**os.environ, "PYTHONUNBUFFERED": "1", **env})
-        out, rc = proc.stdout + proc.stderr, proc.returncode
-    except subprocess.TimeoutExpired as exc:
-        out, rc = str(exc.stdout or "") + f"\n[timed out after {timeout:.0f} s]", -9
-    return out, time.perf_counter() - started, rc
-
-
 def run_one(contender: str, seed: int, args: argparse.Namespace, tmp: str) -> dict | None:
     if contender == "cleanrl":
-        cmd = [sys.executable, __file__, "--child-cleanrl", os.path.abspath(args.cleanrl), "--",
+        cmd = [*harness.module_command("benchmarks.bench_continuous"), "--child-cleanrl", os.path.abspath(args.cleanrl), "--",
                "--env-id", ENV_ID, "--seed", str(seed), "--total-timesteps", str(args.steps), "--no-cuda"]
     else:
-        cmd = [sys.executable, __file__, "--child-workbench", "--seed", str(seed),
+        cmd = [*harness.module_command("benchmarks.bench_continuous"), "--child-workbench", "--seed", str(seed),
                "--steps", str(args.steps), "--wb-envs", str(args.wb_envs)] + (
                    ["--wb-like-cleanrl"] if args.wb_like_cleanrl else []) + [
                    arg for assignment in args.wb_set for arg in ("--wb-set", assignment)]
     threads = getattr(args, "cleanrl_threads", None)
     env = {THREADS_VAR: str(threads)} if contender == "cleanrl" and threads else {}
-    out, wall, rc = spawn(cmd, tmp, args.timeout, env)
+    out, wall, rc = harness.spawn(cmd, args.timeout, tmp, harness.child_env(**env))
     if contender == "cleanrl":
         returns = [float(r) for r in RETURN_RE.findall(out)]
         sps = re.findall(r"^SPS: (\d+)", out, re.M)
         result = {"final_return": statistics.fmean(returns[-LAST_EPISODES:]), "episodes": len(returns),
                   "sps": float(sps[-1])} if rc == 0 and returns and sps else None
     else:
-        lines = [line for line in out.splitlines() if line.startswith(MARK)]
-        result = json.loads(lines[-1][len(MARK):]) if rc == 0 and lines else None
+        result = harness.read_result(out, MARK) if rc == 0 else None
     if result is None:
         tail = "\n    ".join(out.strip().splitlines()[-8:])
         print(f"  {contender} seed {seed}: FAILED (exit {rc}); last lines:\n    {tail}", flush=True)
@@ -214,7 +174,7 @@ def main() -> None:
     if len(sys.argv) > 2 and sys.argv[1] == "--child-cleanrl":
         rest = sys.argv[3:]
         return child_cleanrl(sys.argv[2], rest[1:] if rest[:1] == ["--"] else rest)
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = harness.parser(__doc__)
     parser.add_argument("--cleanrl", help="path to CleanRL's ppo_continuous_action.py (see above)")
     parser.add_argument("--steps", type=int, default=1_000_000, help="env steps per run (default 1M)")
     parser.add_argument("--seeds", type=int, default=3, help="seeds 1..K (default 3)")
@@ -239,16 +199,15 @@ def main() -> None:
     args = parser.parse_args()
     if BATCH % args.wb_envs:
         parser.error(f"--wb-envs must divide the batch of {BATCH}")
-    try:
-        overrides = parse_overrides(args.wb_set)
-    except ValueError as exc:
-        parser.error(str(exc))
+    from workbench.algorithms.ppo_continuous import PPOContinuousConfig
+
+    overrides = harness.parse_overrides(args.wb_set, PPOContinuousConfig, "--wb-set")
     if args.jobs > 1 and args.cleanrl:
         parser.error("--jobs runs workbench alone (its returns do not depend on timing); "
                      "the comparison with --cleanrl runs one process at a time")
     if args.child_workbench:
-        print(MARK + json.dumps(child_workbench(args.seed, args.steps, args.wb_envs, args.wb_like_cleanrl,
-                                                overrides)), flush=True)
+        harness.print_result(child_workbench(args.seed, args.steps, args.wb_envs, args.wb_like_cleanrl, overrides),
+                             MARK)
         return
     contenders = ["workbench"] + (["cleanrl"] if args.cleanrl else [])
     if not args.cleanrl:
@@ -261,7 +220,7 @@ def main() -> None:
                 runs = pool.map(lambda seed: run_one("workbench", seed, args, tmp), args.seeds_list)
                 results["workbench"] = [r for r in runs if r]
         for k, seed in enumerate(args.seeds_list if args.jobs == 1 else []):
-            for name in (contenders if k % 2 == 0 else contenders[::-1]):
+            for name in harness.rotated(contenders, k):
                 result = run_one(name, seed, args, tmp)
                 if result:
                     results[name].append(result)

@@ -5,21 +5,19 @@ the step's cost is NumPy's per-call overhead, not arithmetic. With ``--against R
 CartPole (and its ``envs/base.py``) of that git revision is loaded beside today's and the
 two are timed in alternation, median of ``--repeats``, so a busy host moves both alike.
 
-    python benchmarks/bench_env_step.py --against 39fb8a7     # before the 2026-11-23 cuts
+    python -m benchmarks bench_env_step --against 39fb8a7     # before the 2026-11-23 cuts
 """
 from __future__ import annotations
 
-import argparse
-import statistics
 import subprocess
 import sys
 import time
 import types
-from pathlib import Path
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parents[1]
+from benchmarks import harness
+from benchmarks.harness import ROOT
 
 
 def cartpole_at(revision: str):
@@ -50,11 +48,10 @@ def cpu_per_step(cls, num_envs: int, steps: int, actions: str) -> float:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = harness.parser(__doc__, repeats=7)
     parser.add_argument("--against", help="a git revision to time beside the working tree")
     parser.add_argument("--envs", type=int, nargs="+", default=[1, 16, 64])
     parser.add_argument("--steps", type=int, default=4000)
-    parser.add_argument("--repeats", type=int, default=7)
     args = parser.parse_args()
     from workbench.envs.cartpole import CartPole
 
@@ -66,11 +63,9 @@ def main() -> None:
     print("|---:|---|" + "---:|" * (len(classes) + bool(args.against)))
     for n in args.envs:
         for actions in ("angle", "random"):
-            times = {name: [] for name in classes}
-            for _ in range(args.repeats):  # alternate, so load moves both alike
-                for name, cls in classes.items():
-                    times[name].append(cpu_per_step(cls, n, args.steps, actions))
-            med = {name: statistics.median(t) for name, t in times.items()}
+            times = harness.interleaved({name: (lambda cls=cls: cpu_per_step(cls, n, args.steps, actions))
+                                         for name, cls in classes.items()}, args.repeats)
+            med = {name: harness.median(t) for name, t in times.items()}
             ratio = f" | {med[args.against] / med['now']:.2f}x |" if args.against else " |"
             print(f"| {n} | {actions} | " + " | ".join(f"{m:.0f}" for m in med.values()) + ratio, flush=True)
 

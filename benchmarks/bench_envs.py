@@ -1,10 +1,10 @@
 """Env-steps per second: array CartPole vs gymnasium's SyncVectorEnv (and threads on MuJoCo).
 
-    python benchmarks/bench_envs.py            # N in 1, 16, 256, 1024, 4096; median of 5
-    python benchmarks/bench_envs.py --quick    # fewer steps and repeats, smaller N
-    python benchmarks/bench_envs.py --mujoco   # also HalfCheetah-v5, 1 vs 2 threads
-    python benchmarks/bench_envs.py --spread   # also MPE simple_spread_v3 (array env vs mpe2)
-    python benchmarks/bench_envs.py --pools    # CartPole-v1 and HalfCheetah-v5: EnvPool (sync,
+    python -m benchmarks bench_envs            # N in 1, 16, 256, 1024, 4096; median of 5
+    python -m benchmarks bench_envs --quick    # fewer steps and repeats, smaller N
+    python -m benchmarks bench_envs --mujoco   # also HalfCheetah-v5, 1 vs 2 threads
+    python -m benchmarks bench_envs --spread   # also MPE simple_spread_v3 (array env vs mpe2)
+    python -m benchmarks bench_envs --pools    # CartPole-v1 and HalfCheetah-v5: EnvPool (sync,
                                                # async) vs SyncVectorEnv vs threads vs NumPy
 
 ``--pools`` measures every backend of one env id in one table, the backends of a row one
@@ -20,7 +20,6 @@ actions drawn beforehand; the median of the repeats is reported.
 
 from __future__ import annotations
 
-import argparse
 import statistics
 import time
 from typing import Callable
@@ -30,6 +29,8 @@ import numpy as np
 from gymnasium.vector import AutoresetMode, SyncVectorEnv
 
 from workbench.envs import CartPole, SimpleSpread, ThreadedVectorEnv
+
+from benchmarks import harness
 
 SYNC_MAX_ENVS = 1024  # the per-env Python loop above this only costs time
 
@@ -183,8 +184,7 @@ def bench_pools(env_id: str, sizes: list[int], repeats: int, budget: int, thread
     print("|---:|" + "---:|" * len(shown))
     for row, n in enumerate(sizes):
         rates: dict[str, str] = {}
-        names = shown[row % len(shown):] + shown[:row % len(shown)]
-        for name in names:
+        for name in harness.rotated(shown, row):
             per_env_python = name in ("SyncVectorEnv",) or name.startswith("threads")
             steps = steps_for(n, budget if per_env_python else budget * 10)
             if per_env_python and n > SYNC_MAX_ENVS:
@@ -197,15 +197,14 @@ def bench_pools(env_id: str, sizes: list[int], repeats: int, budget: int, thread
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="fewer steps/repeats, N up to 1024")
+    parser = harness.parser(__doc__, repeats=5, quick=True)
     parser.add_argument("--mujoco", action="store_true", help="also HalfCheetah-v5 threads")
     parser.add_argument("--spread", action="store_true", help="also MPE simple_spread_v3")
     parser.add_argument("--pools", action="store_true",
                         help="CartPole-v1 and HalfCheetah-v5 by backend, EnvPool included")
     parser.add_argument("--threads", type=int, default=2, help="threads of the pools (--pools)")
     args = parser.parse_args()
-    repeats = 3 if args.quick else 5
+    repeats = min(args.repeats, 3) if args.quick else args.repeats
     budget = 20_000 if args.quick else 100_000  # env-steps per SyncVectorEnv repeat
     sizes = [1, 16, 256, 1024] if args.quick else [1, 16, 256, 1024, 4096]
     print(f"median of {repeats} repeats; numpy {np.__version__}, gymnasium {gymnasium.__version__}")

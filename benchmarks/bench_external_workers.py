@@ -16,15 +16,14 @@ the same columns the run's CSV (``--log-dir``), the run report's profile table
 (``run.report()``) and the dashboard's ``/workbench`` page show. The ratio external /
 embedded is the number to read (goal ≥ 0.95).
 
-    sudo python benchmarks/bench_external_workers.py                  # seeds 1 2 3, 40 iterations
-    sudo python benchmarks/bench_external_workers.py --seeds 1 2 3 4 5 --iterations 60
+    sudo python -m benchmarks bench_external_workers                  # seeds 1 2 3, 40 iterations
+    sudo python -m benchmarks bench_external_workers --seeds 1 2 3 4 5 --iterations 60
 
 Needs root and iproute2 (``ip netns``). Every namespace, veth, bridge and process it made
 is removed at the end, on an error, Ctrl-C or SIGTERM too.
 """
 from __future__ import annotations
 
-import argparse
 import csv
 import os
 import signal
@@ -35,10 +34,9 @@ import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-from tests.hosts.netns import Hosts, unavailable  # noqa: E402
+from benchmarks import harness
+from benchmarks.harness import ROOT
+from tests.hosts.netns import Hosts, unavailable  # run from the checkout: its test hosts
 
 NOTEBOOK = ROOT / "notebooks" / "quickstart.ipynb"
 PORT = 8786
@@ -103,7 +101,7 @@ def measure(log_dir: Path, warmup: int) -> dict:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = harness.parser(__doc__)
     parser.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3])
     parser.add_argument("--iterations", type=int, default=40)
     parser.add_argument("--warmup", type=int, default=5, help="iterations left out of the steady rate")

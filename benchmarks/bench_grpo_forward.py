@@ -6,12 +6,11 @@ iterations alternate between the fast Llama forward with the learner's fused Ada
 transformers' forward with ``torch.optim.Adam``, so that a busy moment of the machine
 falls on both alike. Prints the median milliseconds of each part and their ratio.
 
-    python benchmarks/bench_grpo_forward.py                  # 300 iterations, 1 torch thread
-    python benchmarks/bench_grpo_forward.py --hidden 256 --layers 4
+    python -m benchmarks bench_grpo_forward                  # 300 iterations, 1 torch thread
+    python -m benchmarks bench_grpo_forward --hidden 256 --layers 4
 """
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import statistics
 import time
@@ -24,6 +23,8 @@ from workbench.algorithms.optim import adam
 from workbench.llm import llama_fast
 from workbench.llm.models import context_length, frozen, weights_copy
 from workbench.llm.tasks import decode_completions, encode_prompts, score_completions
+
+from benchmarks import harness
 
 PARTS = ("generate", "reward", "reference", "learner", "sync")
 
@@ -51,7 +52,7 @@ def iteration(cfg, models, optimizer, rng) -> list[float]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = harness.parser(__doc__)
     parser.add_argument("--iterations", type=int, default=300)
     parser.add_argument("--threads", type=int, default=1, help="torch threads (a workbench replica has 1)")
     parser.add_argument("--hidden", type=int, default=grpo.cfg.hidden)

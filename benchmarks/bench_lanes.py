@@ -1,8 +1,8 @@
 """Lanes in a training run: continuous PPO on EnvPool's HalfCheetah-v5, acting overlapped
 with stepping or not, side by side.
 
-    python benchmarks/bench_lanes.py                       # N = 8 32 64 envs, 3 repeats
-    python benchmarks/bench_lanes.py --sizes 8 --repeats 1 --iterations 3
+    python -m benchmarks bench_lanes                       # N = 8 32 64 envs, 3 repeats
+    python -m benchmarks bench_lanes --sizes 8 --repeats 1 --iterations 3
 
 Three placements of the same FDG (`workbench.algorithms.ppo_continuous`, CleanRL's
 hyperparameters, a batch of 2,048 env steps an iteration: N envs × 2048/N steps), all in
@@ -23,10 +23,11 @@ differs.
 """
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import statistics
 import time
+
+from benchmarks import harness
 
 PLACEMENTS = ("one replica", "two replicas, threads", "two replicas, lanes")
 
@@ -55,10 +56,9 @@ def measure(placement: str, num_envs: int, iterations: int, seed: int) -> tuple[
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = harness.parser(__doc__, repeats=3)
     parser.add_argument("--sizes", type=int, nargs="+", default=[8, 32, 64], help="N, envs in all")
     parser.add_argument("--iterations", type=int, default=8)
-    parser.add_argument("--repeats", type=int, default=3)
     args = parser.parse_args()
     print(f"### HalfCheetah-v5, continuous PPO, 2,048 env steps an iteration, {args.iterations} iterations "
           f"(median of {args.repeats})\n")

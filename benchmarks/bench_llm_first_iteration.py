@@ -11,18 +11,16 @@ back (76 ms); ``weights_copy`` keeps a small model's copy on its GPU since.
 
 Run (a GPU: the 113M model; here: the small one on the CPU, a check of the script)::
 
-    python benchmarks/bench_llm_first_iteration.py --device cuda --size 100m
-    python benchmarks/bench_llm_first_iteration.py            # small model, CPU
+    python -m benchmarks bench_llm_first_iteration --device cuda --size 100m
+    python -m benchmarks bench_llm_first_iteration            # small model, CPU
 
 Prints one line per piece (``piece  ms``; the iterations' pieces once per iteration), then
 each inline run's table (``--runs``).
 """
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import gc
-import statistics
 import time
 from contextlib import contextmanager
 
@@ -35,7 +33,8 @@ from workbench.llm.generation import model_device
 from workbench.llm.models import load_weights, weights_copy
 from workbench.llm.tasks import decode_completions, encode_prompts, score_completions
 
-from bench_llm_rl import SIZES  # --size: the model's sizes, as the comparison's
+from benchmarks import harness
+from benchmarks.bench_llm_rl import SIZES  # --size: the model's sizes, as the comparison's
 
 
 class Clock:
@@ -123,11 +122,11 @@ def inline_split(cfg, device: str, iterations: int) -> None:
         row = metrics.iloc[i]
         print(f"{i:>3} {row['time_s'] * 1e3:>8.0f} " + " ".join(f"{row[c] * 1e3:>10.1f}" for c in fragments))
     later = metrics["time_s"].diff().iloc[3:]
-    print(f"later iterations: {statistics.median(later) * 1e3:.0f} ms (median)", flush=True)
+    print(f"later iterations: {harness.median(later) * 1e3:.0f} ms (median)", flush=True)
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser = harness.parser(__doc__)
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--size", choices=sorted(SIZES), default="small")
     parser.add_argument("--iterations", type=int, default=4, help="iterations of the piece-by-piece pass")

@@ -16,8 +16,8 @@ the policy), and the learner's copy of the reference's starting weights, kept in
 for checkpoints.
 
     pip install -e ".[bench]"                      # trl
-    python benchmarks/bench_llm_memory.py          # a 33.6M-parameter Llama (128 MB), CPU
-    python benchmarks/bench_llm_memory.py --device cuda --hidden 768 --layers 12 --heads 12
+    python -m benchmarks bench_llm_memory          # a 33.6M-parameter Llama (128 MB), CPU
+    python -m benchmarks bench_llm_memory --device cuda --hidden 768 --layers 12 --heads 12
 """
 from __future__ import annotations
 
@@ -33,6 +33,8 @@ import time
 import torch
 
 from workbench.algorithms import grpo
+
+from benchmarks import harness
 
 
 class PeakMemory:
@@ -75,8 +77,7 @@ def one_side(side: str, cfg, device: str) -> dict:
     model_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
     task = grpo.AdditionTask(cfg.max_operand, heldout_fraction=cfg.heldout_fraction, seed=cfg.seed)
     if side == "trl":
-        sys.path.insert(0, __file__.rsplit("/", 1)[0])
-        from bench_llm_rl import run_trl
+        from benchmarks.bench_llm_rl import run_trl
 
         meter = PeakMemory(device)
         run_trl(cfg, model, task, cfg.seed, device, evaluate=False)  # workbench's side measures none
@@ -96,12 +97,11 @@ SIDES = {"trl": "TRL GRPOTrainer", "workbench": "workbench inline"}
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser = harness.parser(__doc__, repeats=3)
     parser.add_argument("--hidden", type=int, default=512)
     parser.add_argument("--layers", type=int, default=8)
     parser.add_argument("--heads", type=int, default=8)
     parser.add_argument("--updates", type=int, default=3)
-    parser.add_argument("--repeats", type=int, default=3, help="fresh processes a side (the median is shown)")
     parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
     parser.add_argument("--only", choices=sorted(SIDES), help="one side only")
     parser.add_argument("--side", choices=sorted(SIDES), help=argparse.SUPPRESS)  # a child process's
@@ -116,8 +116,8 @@ def main() -> None:
     rows: dict[str, list[dict]] = {}
     for repeat in range(options.repeats):
         for side in [options.only] if options.only else list(SIDES):
-            child = [sys.executable, __file__, "--side", side, *sys.argv[1:]]
-            done = subprocess.run(child, capture_output=True, text=True, check=False)
+            child = harness.module_command("benchmarks.bench_llm_memory", "--side", side, *sys.argv[1:])
+            done = subprocess.run(child, capture_output=True, text=True, check=False, env=harness.child_env())
             if done.returncode:
                 sys.exit(f"{side} failed (exit {done.returncode}):\n{done.stderr[-3000:]}")
             rows.setdefault(side, []).append(json.loads(done.stdout.strip().splitlines()[-1]))

@@ -16,8 +16,8 @@ the learner's weights saved every ``eval_every`` updates and measured after the 
 clock as TRL's final measurement is. Medians over seeds.
 
     pip install -e ".[bench]"          # trl
-    python benchmarks/bench_llm_rl.py --seeds 1 2 3 4 5 --updates 20
-    python benchmarks/bench_llm_rl.py --device cuda --size 100m   # on a GPU host
+    python -m benchmarks bench_llm_rl --seeds 1 2 3 4 5 --updates 20
+    python -m benchmarks bench_llm_rl --device cuda --size 100m   # on a GPU host
 
 Where TRL's final accuracy lies decides what "reaches" can resolve: 20 updates end on the
 rising part of the curve (~+0.004 a update against ±0.01 between measurements: the update
@@ -28,9 +28,9 @@ where two runs that learn the same per update cross each other's level by chance
 The two sides can run apart (another process, another call on a device host whose carry
 cannot hold both sides' wheels) and be put together after::
 
-    python benchmarks/bench_llm_rl.py --only trl --json trl.json ...
-    python benchmarks/bench_llm_rl.py --only workbench --json wb.json ...
-    python benchmarks/bench_llm_rl.py --merge trl.json wb.json       # the table, reach times included
+    python -m benchmarks bench_llm_rl --only trl --json trl.json ...
+    python -m benchmarks bench_llm_rl --only workbench --json wb.json ...
+    python -m benchmarks bench_llm_rl --merge trl.json wb.json       # the table, reach times included
 
 On a host with no registry, ``--wheels DIR`` installs the wheels `llm_wheels.py` built into
 a private folder first (as ``device_check.py --wheels``).
@@ -44,7 +44,6 @@ then runs on the GPU too, at ``--warm-start-lr``.
 """
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import json
 import logging
@@ -55,15 +54,17 @@ import time
 from pathlib import Path
 
 if __name__ == "__main__" and "--wheels" in sys.argv:  # before the imports the wheels bring
-    from device_wheels import rerun_with_wheels
+    from benchmarks.device_wheels import rerun_with_wheels
 
-    rerun_with_wheels(sys.argv)
+    rerun_with_wheels(__spec__.name, sys.argv)
 
 import torch
 
 import workbench as wb
 from workbench.algorithms import grpo
 from workbench.llm import AdditionTask, heldout_accuracy, warm_start
+
+from benchmarks import harness
 
 
 #: ``--size``: the model's sizes (hidden, layers, heads) and GRPO's lr for it; ``100m`` is
@@ -369,7 +370,7 @@ def allow_tf32() -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser = harness.parser(__doc__, json_output=True)
     parser.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3])
     parser.add_argument("--updates", type=int, default=grpo.GRPOConfig.iterations)
     parser.add_argument("--warm-start-steps", type=int, default=800,
@@ -398,7 +399,6 @@ def main() -> None:
     parser.add_argument("--tf32", action="store_true",
                         help="on a GPU, float32 matmuls and convolutions in TF32 for the whole process: "
                              "both sides alike (torch's default, and this script's, is full float32)")
-    parser.add_argument("--json", help="also write the rows and settings to this file")
     parser.add_argument("--merge", nargs="+", metavar="FILE", help="print the table of --json files, run nothing")
     parser.add_argument("--wheels", metavar="DIR", help="install DIR's wheels privately first (llm_wheels.py)")
     options = parser.parse_args()

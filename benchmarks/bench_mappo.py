@@ -6,18 +6,19 @@ uniform-random policy on the same env (same ``num_envs`` and seed) for ``--rando
 episodes per env. The return is the env's ``episode_return``: the sum over an episode's 25
 steps of the mean-over-agents reward (higher is better, 0 is the unreachable ceiling).
 
-    python benchmarks/bench_mappo.py                     # seeds 1 2 3, the default config
-    python benchmarks/bench_mappo.py --seeds 1 --iterations 100
+    python -m benchmarks bench_mappo                     # seeds 1 2 3, the default config
+    python -m benchmarks bench_mappo --seeds 1 --iterations 100
 
 Trained = the mean of the last 20 episode returns (``run.mean_return()``); the table also
 gives the mean over the last iteration's episodes (``num_envs`` of them: less noisy).
 """
 from __future__ import annotations
 
-import argparse
 import time
 
 import numpy as np
+
+from benchmarks import harness
 
 
 def random_mean_return(env_id: str, num_envs: int, seed: int, episodes_per_env: int) -> float:
@@ -36,7 +37,7 @@ def random_mean_return(env_id: str, num_envs: int, seed: int, episodes_per_env: 
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = harness.parser(__doc__)
     parser.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3])
     parser.add_argument("--iterations", type=int, default=None,
                         help="iterations per run (default: MAPPOConfig.iterations)")

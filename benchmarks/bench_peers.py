@@ -30,8 +30,8 @@ This script installs nothing. The peers, when you want them (neither is a depend
     pip install stable-baselines3                  # SB3 (the rl-zoo settings are inlined here)
     pip install tyro tensorboard                    # what CleanRL's ppo.py imports
     curl -LO https://raw.githubusercontent.com/vwxyzjn/cleanrl/master/cleanrl/ppo.py
-    python benchmarks/bench_peers.py --cleanrl ppo.py            # 10 seeds
-    python benchmarks/bench_peers.py --cleanrl ppo.py --seeds 3 --only throughput
+    python -m benchmarks bench_peers --cleanrl ppo.py            # 10 seeds
+    python -m benchmarks bench_peers --cleanrl ppo.py --seeds 3 --only throughput
 
 A peer that is not available is skipped with a line saying so; its ratios read "n/a".
 """
@@ -39,19 +39,18 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
-import json
 import math
 import os
 import re
 import shutil
-import statistics
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+from benchmarks import harness
+from benchmarks.harness import ROOT
+
 QUICKSTART = ROOT / "notebooks" / "quickstart.ipynb"
 MARK = "BENCH_PEERS "  # a child's one JSON result line
 
@@ -121,10 +120,8 @@ def child_wb_throughput(policy: str, seed: int) -> dict:
     cfg = ppo.PPOConfig(seed=seed, iterations=CLEANRL_ITERATIONS, **CLEANRL)
     fdg = ppo.build_fdg({**vars(ppo), "cfg": cfg})
     run = fdg.run(iterations=cfg.iterations, steps=cfg.num_steps, policy=policy, progress=False)
-    first, last = run.rows[0], run.rows[-1]
-    # like CleanRL's SPS, whose clock starts after its envs, network and optimizer are built:
-    # from the end of the first iteration (deploy, the init cells and iteration 1 excluded)
-    loop = (last["env_steps"] - first["env_steps"]) / (last["time_s"] - first["time_s"])
+    # like CleanRL's SPS, whose clock starts after its envs, network and optimizer are built
+    loop = harness.clock_rate(run)
     return {"sps": loop, "run_sps": run.steps_per_second, "env_steps": run.env_steps, "time_s": run.wall_time}
 
 
@@ -133,23 +130,17 @@ PEER_ENV: dict[str, str] = {}  # what the peers' processes get on top of os.envi
 
 
 def spawn(cmd: list[str], timeout: float, cwd: str | None = None, peer: bool = False) -> tuple[str, float, int]:
-    """Run ``cmd``; return (stdout + stderr, wall seconds, return code)."""
-    started = time.perf_counter()
-    env = {**os.environ, "PYTHONUNBUFFERED": "1", **(PEER_ENV if peer else {})}
-    try:
-        proc = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, timeout=timeout, env=env)
-        out, rc = proc.stdout + proc.stderr, proc.returncode
-    except subprocess.TimeoutExpired as exc:
-        out = (exc.stdout or b"").decode(errors="replace") if isinstance(exc.stdout, bytes) else (exc.stdout or "")
-        out, rc = out + f"\n[timed out after {timeout:.0f} s]", -9
-    return out, time.perf_counter() - started, rc
+    """``harness.spawn``, a peer's process with the peers' threads (``PEER_ENV``)."""
+    return harness.spawn(cmd, timeout, cwd, harness.child_env(**(PEER_ENV if peer else {})))
 
 
 def child_result(out: str) -> dict | None:
-    for line in reversed(out.splitlines()):
-        if line.startswith(MARK):
-            return json.loads(line[len(MARK):])
-    return None
+    return harness.read_result(out, MARK)
+
+
+def child_command(*args: str) -> list[str]:
+    """This benchmark as a child process (``--child …``)."""
+    return harness.module_command("benchmarks.bench_peers", *args)
 
 
 def workbench_cmd() -> list[str]:
@@ -164,8 +155,7 @@ def fail(name: str, out: str, rc: int) -> None:
 
 def run_solve(contender: str, seed: int, timeout: float, tmp: str) -> dict | None:
     if contender == "sb3":
-        out, wall, rc = spawn([sys.executable, __file__, "--child", "sb3", "--seed", str(seed)], timeout, tmp,
-                            peer=True)
+        out, wall, rc = spawn(child_command("--child", "sb3", "--seed", str(seed)), timeout, tmp, peer=True)
         res = child_result(out)
         if res is None:
             return fail(f"sb3 seed {seed}", out, rc)
@@ -194,24 +184,14 @@ def run_throughput(contender: str, seed: int, timeout: float, tmp: str, cleanrl:
         if rc != 0 or not sps:
             return fail(f"cleanrl seed {seed}", out, rc)
         return {"sps": float(sps[-1]), "env_steps": steps, "process_s": wall}
-    out, wall, rc = spawn([sys.executable, __file__, "--child", "throughput", "--policy", contender,
-                           "--seed", str(seed)], timeout, tmp)
+    out, wall, rc = spawn(child_command("--child", "throughput", "--policy", contender, "--seed", str(seed)),
+                          timeout, tmp)
     res = child_result(out)
     if res is None:
         return fail(f"workbench {contender} throughput seed {seed}", out, rc)
     return {**res, "process_s": wall}
 
 
-def med(values: list[float]) -> float:
-    return statistics.median(values) if values else float("nan")
-
-
-def span(values: list[float], fmt: str) -> str:
-    finite = [v for v in values if math.isfinite(v)]
-    if not finite:
-        return "—"
-    text = f"{fmt.format(med(values))} ({fmt.format(min(finite))}–{fmt.format(max(finite))})"
-    return text if len(finite) == len(values) else text + f", {len(values) - len(finite)} unsolved"
 
 
 def verdict(ratio: float, goal: float) -> str:
@@ -221,9 +201,7 @@ def verdict(ratio: float, goal: float) -> str:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0],
-                                     formatter_class=argparse.RawDescriptionHelpFormatter,
-                                     epilog="\n".join(__doc__.splitlines()[1:]))
+    parser = harness.parser(__doc__, json_output=True)
     parser.add_argument("--seeds", type=int, default=10, help="seeds 1..N (default 10)")
     parser.add_argument("--cleanrl", metavar="PATH", help="CleanRL's cleanrl/ppo.py (see above)")
     parser.add_argument("--policies", nargs="+", default=["inline", "coarse"])
@@ -232,17 +210,16 @@ def main() -> None:
     parser.add_argument("--peer-threads", type=int, default=1, metavar="N",
                         help="torch threads for SB3 and CleanRL (OMP_NUM_THREADS; default 1, as "
                              "workbench runs its small networks; 0 = torch's default, all cores)")
-    parser.add_argument("--json", metavar="FILE", help="also write every measurement to FILE")
     parser.add_argument("--child", choices=["sb3", "throughput"], help=argparse.SUPPRESS)
     parser.add_argument("--policy", help=argparse.SUPPRESS)
     parser.add_argument("--seed", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args()
 
     if args.child == "sb3":
-        print(MARK + json.dumps(child_sb3(args.seed)), flush=True)
+        harness.print_result(child_sb3(args.seed), MARK)
         return
     if args.child == "throughput":
-        print(MARK + json.dumps(child_wb_throughput(args.policy, args.seed)), flush=True)
+        harness.print_result(child_wb_throughput(args.policy, args.seed), MARK)
         return
 
     if args.peer_threads > 0:
@@ -279,8 +256,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="bench_peers_") as tmp:
         for i, seed in enumerate(seeds):
             if do_solve:
-                order = solve_who[i % len(solve_who):] + solve_who[:i % len(solve_who)]
-                for who in order:
+                for who in harness.rotated(solve_who, i):
                     r = run_solve(who, seed, args.timeout, tmp)
                     if r is None:
                         continue
@@ -289,8 +265,7 @@ def main() -> None:
                           f"after {r['time_s']:.2f} s, {r['env_steps']:,} env steps; "
                           f"process {r['process_s']:.1f} s", flush=True)
             if do_thr:
-                order = thr_who[i % len(thr_who):] + thr_who[:i % len(thr_who)]
-                for who in order:
+                for who in harness.rotated(thr_who, i):
                     r = run_throughput(who, seed, args.timeout, tmp, cleanrl)
                     if r is None:
                         continue
@@ -315,10 +290,11 @@ def main() -> None:
             times = [r["time_s"] if r["solved"] else math.inf for r in rows]
             procs = [r["process_s"] for r in rows]
             steps = [r["env_steps"] if r["solved"] else math.inf for r in rows]
-            m[who] = (med(times), med(procs), med(steps))
+            m[who] = (harness.median(times), harness.median(procs), harness.median(steps))
             everyone[who] = bool(rows) and all(r["solved"] for r in rows)
             print(f"| {names.get(who, who)} | {sum(r['solved'] for r in rows)}/{len(rows)} | "
-                  f"{span(times, '{:.2f}')} | {span(procs, '{:.1f}')} | {span(steps, '{:,.0f}')} |")
+                  f"{harness.spread(times, '{:.2f}')} | {harness.spread(procs, '{:.1f}')} | "
+                  f"{harness.spread(steps, '{:,.0f}')} |")
         print()
         for who in args.policies:
             if who not in m:
@@ -344,10 +320,10 @@ def main() -> None:
         s: dict[str, float] = {}
         for who, rows in thr.items():
             sps = [r["sps"] for r in rows]
-            s[who] = med(sps)
-            whole = span([r["run_sps"] for r in rows], "{:,.0f}") if "run_sps" in rows[0] else "(its SPS)"
-            print(f"| {names.get(who, who)} | {span(sps, '{:,.0f}')} | {whole} | "
-                  f"{span([r['process_s'] for r in rows], '{:.1f}')} |")
+            s[who] = harness.median(sps)
+            whole = harness.spread([r["run_sps"] for r in rows], "{:,.0f}") if "run_sps" in rows[0] else "(its SPS)"
+            print(f"| {names.get(who, who)} | {harness.spread(sps, '{:,.0f}')} | {whole} | "
+                  f"{harness.spread([r['process_s'] for r in rows], '{:.1f}')} |")
         print()
         for who in args.policies:
             if who not in s:
@@ -359,8 +335,7 @@ def main() -> None:
         if "inline" in s and "coarse" in s:
             print(f"coarse / inline env-steps/s at these settings: {s['coarse'] / s['inline']:.2f}×")
 
-    if args.json:
-        Path(args.json).write_text(json.dumps({"solve": solve, "throughput": thr, "seeds": seeds}, indent=1))
+    harness.write_json(args.json, {"solve": solve, "throughput": thr, "seeds": seeds})
 
 
 if __name__ == "__main__":

@@ -29,16 +29,17 @@ a per-step exchange that waits for the slowest env gives on this machine. The "b
 on arrival" rows are the control of Fine acting on arrival: the same processes, the actor
 answering whichever envs' observations are in, each with its own rows.
 
-    python benchmarks/bench_policies.py             # both parts
-    python benchmarks/bench_policies.py --presets   # part 1 only
-    python benchmarks/bench_policies.py --scaling --latency-ms 10 --sizes 1 8 32
+    python -m benchmarks bench_policies             # both parts
+    python -m benchmarks bench_policies --presets   # part 1 only
+    python -m benchmarks bench_policies --scaling --latency-ms 10 --sizes 1 8 32
 """
 from __future__ import annotations
 
-import argparse
 import functools
 import logging
 import statistics
+
+from benchmarks import harness
 
 #: workers per step of the scaling part (their envs wait, they do not compute: a 2-core box holds 32)
 SIZES = (1, 2, 4, 8, 16, 32)
@@ -49,9 +50,7 @@ PRESETS = ["inline", "SingleLearnerCoarse", "SingleLearnerFine", "MultiLearner",
 def steady(run, skip: int = 5) -> tuple[float, float]:
     """(env-steps/s, median bytes per iteration) leaving out the first ``skip`` iterations."""
     rows = run.rows[skip:] if len(run.rows) > skip + 1 else run.rows
-    steps = rows[-1]["env_steps"] - rows[0]["env_steps"]
-    seconds = rows[-1]["time_s"] - rows[0]["time_s"]
-    return steps / seconds, statistics.median(r["wire/bytes"] for r in rows)
+    return harness.clock_rate(run, skip + 1), statistics.median(r["wire/bytes"] for r in rows)
 
 
 def presets(client) -> None:
@@ -417,7 +416,7 @@ def _table(results: dict[str, dict[int, dict | str]], sizes: tuple[int, ...]) ->
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = harness.parser(__doc__)
     parser.add_argument("--presets", action="store_true", help="part 1 only")
     parser.add_argument("--scaling", action="store_true", help="part 2 only")
     parser.add_argument("--sizes", type=int, nargs="+", default=list(SIZES),

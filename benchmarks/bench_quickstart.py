@@ -5,20 +5,21 @@ for several seeds under each placement, in one process, interleaving placements 
 noise hits both alike. The embedded 2-worker LocalCluster is started (and warmed up)
 before any timing: times are "after the cluster is up" and include deploying replicas.
 
-    python benchmarks/bench_quickstart.py              # 5 seeds, both placements
-    python benchmarks/bench_quickstart.py --seeds 1 2  # quicker
+    python -m benchmarks bench_quickstart              # 5 seeds, both placements
+    python -m benchmarks bench_quickstart --seeds 1 2  # quicker
 
 Solved = mean of the last 20 episode returns ≥ 475.
 """
 from __future__ import annotations
 
-import argparse
 import statistics
 import time
 
+from benchmarks import harness
+
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = harness.parser(__doc__)
     parser.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3, 4, 5])
     parser.add_argument("--policies", nargs="+", default=["inline", "coarse"])
     args = parser.parse_args()

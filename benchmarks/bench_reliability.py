@@ -6,24 +6,20 @@ a cluster) and 1 plus a checkpoint every 10 iterations, ``--rounds`` times, and 
 medians of steady env-steps/s (first iteration left out: deploy). Also times one
 checkpoint write and load of the trained state.
 
-    python benchmarks/bench_reliability.py                 # 60 iterations, 5 rounds
+    python -m benchmarks bench_reliability                 # 60 iterations, 5 rounds
 """
 from __future__ import annotations
 
-import argparse
 import logging
 import statistics
 import tempfile
 import time
 
-
-def steady(run) -> float:
-    rows = run.rows
-    return (rows[-1]["env_steps"] - rows[0]["env_steps"]) / (rows[-1]["time_s"] - rows[0]["time_s"])
+from benchmarks import harness
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = harness.parser(__doc__)
     parser.add_argument("--iterations", type=int, default=60)
     parser.add_argument("--rounds", type=int, default=5)
     args = parser.parse_args()
@@ -42,15 +38,14 @@ def main() -> None:
             Client(cluster) as client:
         ppo.build_fdg().run(iterations=3, steps=8, policy="coarse", cluster=client, progress=False)  # warm up
         for round_ in range(args.rounds):
-            names = list(cases) if round_ % 2 == 0 else list(reversed(cases))
-            for name in names:
+            for name in harness.rotated(list(cases), round_):
                 extra = dict(cases[name])
                 if "checkpoint_every" in extra:
                     extra["checkpoint_dir"] = tempfile.mkdtemp()
                 fdg = ppo.build_fdg({**vars(ppo), "cfg": cfg})
                 run = fdg.run(iterations=args.iterations, steps=cfg.num_steps, policy="coarse",
                               cluster=client, progress=False, **extra)
-                results[name].append(steady(run))
+                results[name].append(harness.clock_rate(run))
                 print(f"  round {round_}: {name:<28} {results[name][-1]:10,.0f} env-steps/s", flush=True)
         directory = tempfile.mkdtemp()
         started = time.perf_counter()

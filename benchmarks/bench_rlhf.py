@@ -12,17 +12,17 @@ notebook's KL coefficient (0.2) and at GRPO's default (0.02), and against the ex
 trained on) before and after each, and its highest during the run (every ``eval_every``
 updates). Medians over seeds.
 
-    python benchmarks/bench_rlhf.py --seeds 1 2 3 4 5
+    python -m benchmarks bench_rlhf --seeds 1 2 3 4 5
 """
 from __future__ import annotations
 
-import argparse
 import dataclasses
-import json
 import statistics
 import time
 
 import numpy as np
+
+from benchmarks import harness
 
 
 def one_seed(seed: int, pairs: int, rm_steps: int, iterations: int) -> dict:
@@ -49,19 +49,19 @@ def one_seed(seed: int, pairs: int, rm_steps: int, iterations: int) -> dict:
         cfg = dataclasses.replace(base, kl_coef=kl, model=start)
         namespace = dict(vars(module), cfg=cfg, reward_model=reward_model)
         run = module.build_fdg(namespace).run(iterations=iterations, steps=1, unit="completions", progress=False)
-        curve = run.metrics["charts/heldout_accuracy"].dropna().tolist()
+        logged = run.metrics.get("charts/heldout_accuracy")  # none in a run shorter than eval_every
+        curve = [] if logged is None else logged.dropna().tolist()
         row[name] = heldout_accuracy(run.state.fragments["learner"][0]["model"], tok, task)
         row[f"{name} best"] = max(curve) if curve else float("nan")
     return row
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = harness.parser(__doc__, json_output=True)
     parser.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3])
     parser.add_argument("--pairs", type=int, default=4096)
     parser.add_argument("--rm-steps", type=int, default=800)
     parser.add_argument("--iterations", type=int, default=40)
-    parser.add_argument("--json", help="also write the rows here")
     args = parser.parse_args()
     rows = []
     for seed in args.seeds:
@@ -77,9 +77,7 @@ def main() -> None:
     for r in rows + [{"seed": "median", **{k: statistics.median(x[k] for x in rows) for k in rows[0] if k != "seed"}}]:
         cells = [f"{r[n]:.3f} ({r[f'{n} best']:.3f})" for n in names]
         print(f"| {r['seed']} | {r['rm_pairs_right']:.3f} | {r['before']:.3f} | " + " | ".join(cells) + " |")
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(rows, f, indent=1)
+    harness.write_json(args.json, rows)
 
 
 if __name__ == "__main__":

@@ -19,12 +19,11 @@ process answers observations with actions, in three ways:
 Per mode it prints the actor's sends per second of the run, and per send the wall time and
 the actor thread's own CPU time (the gap is waiting), medians of ``--repeats`` runs.
 
-    python benchmarks/bench_send_contention.py                    # 8 and 16 envs, 4 s a run
-    python benchmarks/bench_send_contention.py --envs 32 --seconds 8
+    python -m benchmarks bench_send_contention                    # 8 and 16 envs, 4 s a run
+    python -m benchmarks bench_send_contention --envs 32 --seconds 8
 """
 from __future__ import annotations
 
-import argparse
 import multiprocessing as mp
 import pickle
 import selectors
@@ -34,6 +33,8 @@ import time
 from multiprocessing.connection import Connection
 
 import numpy as np
+
+from benchmarks import harness
 
 MODES = ("arrival/thread", "lockstep/thread", "arrival/own")
 
@@ -129,11 +130,10 @@ def run(mode: str, envs: int, seconds: float, step_s: float) -> dict:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = harness.parser(__doc__, repeats=3)
     parser.add_argument("--envs", type=int, nargs="+", default=[8, 16])
     parser.add_argument("--seconds", type=float, default=4.0)
     parser.add_argument("--step-ms", type=float, default=2.0)
-    parser.add_argument("--repeats", type=int, default=3)
     options = parser.parse_args()
     print(f"{'envs':>5} {'mode':>16} {'sends/s':>9} {'send wall µs':>13} {'actor CPU µs':>13} {'waiting µs':>11}")
     for envs in options.envs:

@@ -16,18 +16,19 @@ round, so machine noise hits both alike; the tables give medians over the rounds
   over tcp and tls driven from a thread, as replica loops would have to — the measurement
   behind choosing our own TLS sockets over Dask's comm layer.
 
-    python benchmarks/bench_tls.py                   # 5 rounds, quickstart + 10 MB route
-    python benchmarks/bench_tls.py --rounds 3 --transport
+    python -m benchmarks bench_tls                   # 5 rounds, quickstart + 10 MB route
+    python -m benchmarks bench_tls --rounds 3 --transport
 """
 from __future__ import annotations
 
-import argparse
 import asyncio
 import logging
 import secrets
 import statistics
 import threading
 import time
+
+from benchmarks import harness
 
 MB = 1 << 20
 
@@ -106,8 +107,7 @@ def bench_clusters(rounds: int, quick_iterations: int, route_iterations: int) ->
         quick: dict[str, list[float]] = {n: [] for n, _, _ in made}
         route: dict[str, list[float]] = {n: [] for n, _, _ in made}
         for r in range(rounds):
-            order = made if r % 2 == 0 else made[::-1]  # alternate who goes first
-            for name, _, client in order:
+            for name, _, client in harness.rotated(made, r):  # each goes first in turn
                 quick[name].append(_quickstart(client, quick_iterations, seed=r + 1))
                 route[name].append(_route(client, route_iterations))
                 print(f"  round {r + 1} {name:5s}: quickstart {quick[name][-1]:,.0f} env-steps/s, "
@@ -222,8 +222,7 @@ def bench_transport(rounds: int) -> None:
     for size, count, unit in ((1024, 2000, "µs/message"), (10 * MB, 20, "ms/message")):
         results: dict[str, list[float]] = {name: [] for name in contenders}
         for r in range(rounds):
-            names = list(contenders) if r % 2 == 0 else list(contenders)[::-1]
-            for name in names:
+            for name in harness.rotated(list(contenders), r):
                 results[name].append(contenders[name](size, count))
         scale = 1e6 if size < MB else 1e3
         print(f"\ntransport alone, {size:,}-byte messages, one-way stream of {count} "
@@ -236,7 +235,7 @@ def bench_transport(rounds: int) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = harness.parser(__doc__)
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--quick-iterations", type=int, default=15,
                         help="quickstart iterations per run (32 envs × 32 steps each)")

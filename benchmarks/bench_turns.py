@@ -2,26 +2,22 @@
 acting replicas per worker process, on a 2-worker LocalCluster.
 
 Replicas that share a process run one cell at a time (workbench/runtime/state/randomness.py);
-compare revisions side by side with ``benchmarks/against.py``:
+compare revisions side by side with ``against`` (this benchmark, workbench from each revision):
 
-    python benchmarks/against.py 610a34b --reps 2 -- $PWD/benchmarks/bench_turns.py
+    python -m benchmarks against 610a34b --repeats 2 -- bench_turns
 
-(an absolute path: a revision from before this script has no copy of it). Where the
-revision has ``RunConfig.own_random``, a last row runs the 2 ms case with it off.
+Where the revision has ``RunConfig.own_random``, a last row runs the 2 ms case with it off.
 """
 from __future__ import annotations
 
 import logging
-import sys
 import time
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+import workbench as wb
+from workbench.algorithms import ppo
 
-import workbench as wb  # noqa: E402
-from workbench.algorithms import ppo  # noqa: E402
-
-from bench_policies import sleepy_fdg  # noqa: E402
+from benchmarks import harness
+from benchmarks.bench_policies import sleepy_fdg
 
 ITERATIONS = 15
 
@@ -36,6 +32,7 @@ def rate(fdg, policy, client, steps: int | None = None, **options) -> float:
 
 
 def main() -> None:
+    harness.parser(__doc__).parse_args()
     from distributed import Client
 
     from workbench.cluster.patient import PatientLocalCluster

@@ -13,17 +13,18 @@ per observation (``FrameReader.wakes``). A waiting thread reads its own sockets
 also sent it a wake-up byte, which it then drained in one more ``select``: one per
 observation acting on arrival, one per step in lockstep.
 
-    python benchmarks/bench_waiter_wakes.py                  # 8 envs, 500 steps, both modes
-    python benchmarks/bench_waiter_wakes.py --envs 32 --steps 1000
+    python -m benchmarks bench_waiter_wakes                  # 8 envs, 500 steps, both modes
+    python -m benchmarks bench_waiter_wakes --envs 32 --steps 1000
 """
 from __future__ import annotations
 
-import argparse
 import multiprocessing as mp
 import secrets
 import time
 
 import numpy as np
+
+from benchmarks import harness
 
 STEP_S = 0.002
 
@@ -94,7 +95,7 @@ def measure(envs: int, steps: int, mode: str, warm: int = 10) -> dict[str, float
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = harness.parser(__doc__)
     parser.add_argument("--envs", type=int, default=8)
     parser.add_argument("--steps", type=int, default=500)
     parser.add_argument("--modes", nargs="+", default=["arrival", "lockstep"], choices=["arrival", "lockstep"])

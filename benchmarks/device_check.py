@@ -8,18 +8,18 @@ and the others still run.
 On a host with no route to a package registry, carry the dependencies as wheels built here for
 the host's Python (the host already has torch, CuPy and NumPy)::
 
-    python benchmarks/device_check.py --download-wheels .whl --python-version 3.12   # here
-    python benchmarks/device_check.py --wheels .whl                                  # there
+    python -m benchmarks device_check --download-wheels .whl --python-version 3.12   # here
+    python -m benchmarks device_check --wheels .whl                                  # there
 
 ``--wheels DIR`` installs every wheel in ``DIR`` (no index, no dependency resolution) into a
 private folder and puts it on the path of every part; nothing is installed into the host's
 Python. Without ``--wheels`` the parts use the current environment (``pip install -e
 ".[gpu,test]"`` on a host with a registry).
 
-    python benchmarks/device_check.py                       # every part
-    python benchmarks/device_check.py --parts kernel ppo    # some parts
-    python benchmarks/device_check.py --json out.json       # the rows as JSON too
-    python benchmarks/device_check.py --parts ppo --profile --logs out/   # where GPU PPO's time goes
+    python -m benchmarks device_check                       # every part
+    python -m benchmarks device_check --parts kernel ppo    # some parts
+    python -m benchmarks device_check --json out.json       # the rows as JSON too
+    python -m benchmarks device_check --parts ppo --profile --logs out/   # where GPU PPO's time goes
 
 Parts: ``facts`` (GPU, versions, cores), ``tests`` (``pytest -m gpu``), ``kernel`` (CartPole
 env-steps/s, CuPy against NumPy, by number of envs), ``ppo`` (the quickstart's PPO on the
@@ -46,14 +46,15 @@ import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from device_check_llm import part_llm, part_llm_both, part_llm_first, part_llm_trl, streamed  # noqa: E402,F401
-from device_check_select import gpu_aware_test_files, gpu_test_files, package_versions  # noqa: E402
-from device_wheels import download_wheels, install_wheels  # noqa: E402
-
-ROOT = Path(__file__).resolve().parents[1]
+from benchmarks.device_check_llm import part_llm, part_llm_both, part_llm_first, part_llm_trl  # noqa: F401
+from benchmarks.device_check_select import gpu_aware_test_files, gpu_test_files, package_versions
+from benchmarks.device_wheels import download_wheels, install_wheels
+from benchmarks import harness
+from benchmarks.harness import ROOT, cell, env_step_rate, steady_rate, streamed, training_seconds, write_json
 #: where each part's whole output goes (--logs)
 LOGS: str | None = None
+#: the line a part's process prints its rows on
+ROWS = "ROWS "
 PARTS = ("facts", "tests", "kernel", "ppo", "mappo", "scaling", "llm", "llm_trl", "llm_both", "llm_first")
 
 
@@ -92,7 +93,7 @@ def part_tests() -> list[dict]:
         # -v, streamed: a part cut at its time limit still says which tests passed, failed or ran
         # and each failure's traceback at once (device_check_instafail): a cut part has no summary
         _, lines = streamed([sys.executable, "-m", "pytest", "-m", marker, "-v", "-rfEs", "-p", "no:cacheprovider",
-                             "-p", "device_check_instafail", "--tb=short", "--durations=15",
+                             "-p", "benchmarks.device_check_instafail", "--tb=short", "--durations=15",
                              "-o", "addopts=", *files])
         lines = [line for line in lines if line.strip()]
         summary = lines[-1] if lines else "no output"
@@ -100,17 +101,6 @@ def part_tests() -> list[dict]:
         rows += [{"part": "tests", "what": "failed", "value": line[:200]}
                  for line in lines if line.startswith(("FAILED", "ERROR"))]
     return rows
-
-
-def _rate(env, actions, steps: int, sync) -> float:
-    for _ in range(3):
-        env.step(actions)
-    sync()
-    start = time.perf_counter()
-    for _ in range(steps):
-        env.step(actions)
-    sync()
-    return env.num_envs * steps / (time.perf_counter() - start)
 
 
 def part_kernel(sizes=(1024, 65536, 1 << 20)) -> list[dict]:
@@ -125,7 +115,7 @@ def part_kernel(sizes=(1024, 65536, 1 << 20)) -> list[dict]:
         row = {"part": "kernel", "what": f"CartPole × {n:,}"}
         env = CartPole(n, seed=0)
         env.reset()
-        row["numpy env-steps/s"] = _rate(env, np.zeros(n, np.int64), max(10, steps // 4), lambda: None)
+        row["numpy env-steps/s"] = env_step_rate(env, np.zeros(n, np.int64), max(10, steps // 4))
         try:
             import cupy
 
@@ -134,10 +124,10 @@ def part_kernel(sizes=(1024, 65536, 1 << 20)) -> list[dict]:
             sync = cupy.cuda.get_current_stream().synchronize
             env = CartPole(n, seed=0, xp=cupy)
             env.reset()
-            row["cupy CartPole env-steps/s"] = _rate(env, cupy.zeros(n, cupy.int64), steps, sync)
+            row["cupy CartPole env-steps/s"] = env_step_rate(env, cupy.zeros(n, cupy.int64), steps, sync)
             env = FusedCartPole(n, seed=0, xp=cupy)
             env.reset()
-            row["fused kernel env-steps/s"] = _rate(env, cupy.zeros(n, cupy.int64), steps * 4, sync)
+            row["fused kernel env-steps/s"] = env_step_rate(env, cupy.zeros(n, cupy.int64), steps * 4, sync)
             row["fused / numpy"] = row["fused kernel env-steps/s"] / row["numpy env-steps/s"]
         except Exception as exc:  # noqa: BLE001
             row["cupy"] = f"failed: {type(exc).__name__}: {str(exc)[:120]}"
@@ -201,26 +191,6 @@ def _profile_text(client, num_envs: int) -> str:
     return out.getvalue()
 
 
-def _iteration_seconds(row: dict) -> float:
-    """An iteration's own time: its replica's compute, wait, send and other (one replica:
-    GPUOnly's; with several groups running side by side this would count them all)."""
-    return sum(v for k, v in row.items() if k.startswith("time/") and " " in k and k.endswith("_s"))
-
-
-def training_seconds(run, upto: int | None = None) -> float:
-    """Seconds of the run's iterations up to iteration ``upto``: the run's time without
-    deploying and starting its replicas."""
-    return sum(_iteration_seconds(r) for r in run.rows if upto is None or r["iteration"] <= upto)
-
-
-def steady_rate(run, skip: int = 3) -> float:
-    """env-steps/s over the iterations after the first ``skip``, by their own time."""
-    skip = skip if len(run.rows) > skip + 2 else 1
-    steps = run.rows[-1]["env_steps"] - run.rows[skip - 1]["env_steps"]
-    seconds = sum(_iteration_seconds(r) for r in run.rows[skip:])
-    return steps / seconds if seconds else float("nan")
-
-
 def part_ppo(seeds=(1, 2, 3, 4, 5), env_counts=(32, 4096, 16384, 65536), profile: bool = False,
              steps=()) -> list[dict]:
     """The quickstart's PPO under GPUOnly, by number of envs: the env on the GPU (the
@@ -281,7 +251,7 @@ def part_ppo(seeds=(1, 2, 3, 4, 5), env_counts=(32, 4096, 16384, 65536), profile
 
 
 def part_mappo(**kwargs) -> list[dict]:
-    from device_check_mappo import part_mappo as mappo_rows
+    from benchmarks.device_check_mappo import part_mappo as mappo_rows
 
     return mappo_rows(**kwargs)
 
@@ -290,7 +260,7 @@ def part_scaling(sizes=(1, 2, 4, 8, 16, 32), pairs: int = 1,
                  policies=("coarse", "fine", "fine-arrival")) -> list[dict]:
     """bench_policies.py's scaling sweep (medians of ``pairs`` pairs of runs) for
     ``policies`` (fine-arrival: Fine with ``act_on_arrival=True``), its table kept as printed."""
-    out = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "bench_policies.py"), "--scaling",
+    out = subprocess.run([sys.executable, "-m", "benchmarks.bench_policies", "--scaling",
                           "--pairs", str(pairs), "--sizes", *map(str, sizes), "--policies", *policies],
                          cwd=ROOT, capture_output=True, text=True)
     table = [line for line in out.stdout.splitlines() if line.startswith("|")]
@@ -306,7 +276,8 @@ def run_part(name: str, env: dict, timeout: float, kwargs: dict) -> list[dict]:
     start = time.perf_counter()
     # a session of its own: a part cut at its limit goes with the processes it started
     # (pytest's, a benchmark's cluster), and what it printed so far is kept
-    part = subprocess.Popen([sys.executable, __file__, "--one-part", name, "--kwargs", json.dumps(kwargs)],
+    part = subprocess.Popen(harness.module_command("benchmarks.device_check", "--one-part", name,
+                                                   "--kwargs", json.dumps(kwargs)),
                             cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             start_new_session=True)
     try:
@@ -319,11 +290,10 @@ def run_part(name: str, env: dict, timeout: float, kwargs: dict) -> list[dict]:
         return [{"part": name, "what": "timed out", "value": f"after {timeout:.0f} s{_so_far(stderr)}"}]
     if LOGS:
         Path(LOGS, f"{name}.log").write_text(stdout + "\n--- stderr ---\n" + stderr)
-    marker = [line for line in stdout.splitlines() if line.startswith("ROWS ")]
-    if not marker:
+    rows = harness.read_result(stdout, mark=ROWS)
+    if rows is None:
         tail = (stderr.strip().splitlines() or ["no output"])[-1]
         return [{"part": name, "what": f"crashed (rc {part.returncode})", "value": tail[:240]}]
-    rows = json.loads(marker[-1][5:])
     rows.append({"part": name, "what": "wall seconds", "value": round(time.perf_counter() - start, 1)})
     return rows
 
@@ -340,11 +310,6 @@ def _so_far(output: str) -> str:
 
 
 def format_rows(rows: list[dict]) -> str:
-    def cell(value) -> str:
-        if isinstance(value, float):
-            return f"{value:,.3g}" if value < 100 else f"{value:,.0f}"
-        return str(value)
-
     lines = []
     for part in dict.fromkeys(r["part"] for r in rows):
         lines.append(f"\n### {part}")
@@ -360,7 +325,7 @@ def format_rows(rows: list[dict]) -> str:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = harness.parser(__doc__, json_output=True)
     parser.add_argument("--parts", nargs="+", choices=PARTS, default=[p for p in PARTS if p not in ("llm_trl", "llm_both")])
     parser.add_argument("--wheels", help="a folder of wheels to install privately first (see above)")
     parser.add_argument("--download-wheels", metavar="DIR", help="download the wheels a GPU host needs, then stop")
@@ -369,7 +334,6 @@ def main() -> None:
     parser.add_argument("--budget", type=float, default=None,
                         help="seconds all parts may take together (a device call's limit, less the "
                              "install): a part is cut at it, later ones are not started")
-    parser.add_argument("--json", help="also write the rows to this file")
     parser.add_argument("--logs", help="write each part's whole output to DIR/PART.log")
     parser.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3, 4, 5], help="ppo: seeds")
     parser.add_argument("--envs", type=int, nargs="+", default=[32, 4096, 16384, 65536],
@@ -398,7 +362,7 @@ def main() -> None:
     args = parser.parse_args()
     if args.one_part:
         rows = globals()[f"part_{args.one_part}"](**json.loads(args.kwargs))
-        print("ROWS " + json.dumps(rows, default=str), flush=True)
+        harness.print_result(rows, mark=ROWS)
         return
     if args.download_wheels:
         download_wheels(args.download_wheels, args.python_version)
@@ -408,7 +372,7 @@ def main() -> None:
     if LOGS:
         Path(LOGS).mkdir(parents=True, exist_ok=True)
     env = dict(os.environ, PYTHONUNBUFFERED="1")
-    paths = [str(ROOT), str(ROOT / "benchmarks")]  # the latter: pytest's -p device_check_instafail
+    paths = [str(ROOT)]  # benchmarks: the parts' modules and pytest's -p benchmarks.device_check_instafail
     if args.wheels:
         paths.insert(0, install_wheels(args.wheels))
     env["PYTHONPATH"] = os.pathsep.join(paths + [p for p in [env.get("PYTHONPATH")] if p])
@@ -431,7 +395,7 @@ def main() -> None:
         print(format_rows(got), flush=True)
         rows += got
         if args.json:  # after every part: a run cut short still leaves what it measured
-            Path(args.json).write_text(json.dumps(rows, indent=1, default=str))
+            write_json(args.json, rows)
     print("\n## device check\n" + format_rows(rows))
 
 

@@ -9,24 +9,10 @@ Example (what device_check.py runs in a part's own process)::
 """
 from __future__ import annotations
 
-import subprocess
-import sys
 import tempfile
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-
-
-def streamed(command: list[str]) -> tuple[int, list[str]]:
-    """Run ``command`` in the repository, passing each line of its output on to stderr as it
-    comes (a part cut at its time limit keeps what it printed: run_part); its return code
-    and lines."""
-    child = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    lines = []
-    for line in child.stdout:
-        print(line, end="", file=sys.stderr, flush=True)
-        lines.append(line.rstrip("\n"))
-    return child.wait(), lines
+from benchmarks.harness import module_command, streamed
 
 
 def part_llm(side: str = "workbench", seeds=(1, 2, 3), updates: int = 40, warm_start_steps: int | None = None,
@@ -40,7 +26,7 @@ def part_llm(side: str = "workbench", seeds=(1, 2, 3), updates: int = 40, warm_s
     cuda = torch.cuda.is_available()
     out = Path(logs or tempfile.mkdtemp(prefix="workbench-llm-"), f"llm_{side}.json")
     only = [] if side == "both" else ["--only", side]  # both: one process, one warm start a seed
-    command = [sys.executable, str(ROOT / "benchmarks" / "bench_llm_rl.py"), *only,
+    command = [*module_command("benchmarks.bench_llm_rl"), *only,
                "--device", "cuda" if cuda else "cpu", "--size", "100m" if cuda else "small",
                "--seeds", *map(str, seeds), "--updates", str(updates), "--json", str(out)]
     if warm_start_steps is not None:
@@ -58,7 +44,7 @@ def part_llm(side: str = "workbench", seeds=(1, 2, 3), updates: int = 40, warm_s
     # then this side's peak memory, one process (bench_llm_memory.py, docs/llm.md), the same model
     size = (["--device", "cuda", "--hidden", "768", "--layers", "12", "--heads", "12"] if cuda else
             ["--hidden", "64", "--layers", "2", "--heads", "4"])  # the CPU check of this script: the small model
-    _, peaks = streamed([sys.executable, str(ROOT / "benchmarks" / "bench_llm_memory.py"), *only,
+    _, peaks = streamed([*module_command("benchmarks.bench_llm_memory"), *only,
                           "--repeats", "1", *size])
     return rows + [{"part": part, "what": "peak memory", "value": line} for line in peaks
                    if line.startswith(("GRPO peak", "TRL", "workbench"))]
@@ -75,7 +61,7 @@ def part_llm_first() -> list[dict]:
     import torch
 
     size = ["--device", "cuda", "--size", "100m"] if torch.cuda.is_available() else []
-    returncode, lines = streamed([sys.executable, str(ROOT / "benchmarks" / "bench_llm_first_iteration.py"), *size])
+    returncode, lines = streamed([*module_command("benchmarks.bench_llm_first_iteration"), *size])
     shown = [f"| {line}" for line in lines if line.strip() and "Warning" not in line]  # kept as printed
     return [{"part": "llm_first", "what": f"rc {returncode}", "value": "\n".join(shown or ["| no output"])}]
 

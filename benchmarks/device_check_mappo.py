@@ -1,5 +1,5 @@
 """The device check's ``mappo`` part: MPE simple_spread on the GPU, the env alone and MAPPO
-under GPUOnly, beside the host env (``python benchmarks/device_check.py --parts mappo``).
+under GPUOnly, beside the host env (``python -m benchmarks device_check --parts mappo``).
 
 Rows by number of envs:
 
@@ -16,18 +16,19 @@ from __future__ import annotations
 import json
 import sys
 
+from benchmarks.harness import env_step_rate, steady_rate
+
 
 def _env_rates(n: int) -> dict:
     import numpy as np
 
-    from device_check import _rate
     from workbench.envs import SimpleSpread
 
     steps = max(20, min(200, 400_000 // n))
     actions = (np.arange(n * 3).reshape(n, 3) % 5).astype(np.int64)
     host = SimpleSpread(n, seed=0)
     host.reset()
-    row = {"env numpy env-steps/s": _rate(host, actions, steps, lambda: None)}
+    row = {"env numpy env-steps/s": env_step_rate(host, actions, steps)}
     try:
         import cupy
 
@@ -35,7 +36,7 @@ def _env_rates(n: int) -> dict:
         for resets in ("mpe2", "counter"):
             env = SimpleSpread(n, seed=0, xp=cupy, resets=resets)
             env.reset()
-            row[f"env cupy {resets} resets env-steps/s"] = _rate(env, cupy.asarray(actions), steps, sync)
+            row[f"env cupy {resets} resets env-steps/s"] = env_step_rate(env, cupy.asarray(actions), steps, sync)
     except Exception as exc:  # noqa: BLE001
         row["cupy"] = f"failed: {type(exc).__name__}: {str(exc)[:160]}"
     return row
@@ -43,7 +44,6 @@ def _env_rates(n: int) -> dict:
 
 def _mappo_rate(client, n: int, env_on_gpu: bool, iterations: int) -> float:
     import workbench as wb
-    from device_check import steady_rate
     from workbench.algorithms import mappo
 
     cfg = mappo.MAPPOConfig(num_envs=n, iterations=iterations)

@@ -6,9 +6,8 @@ lists.
 from __future__ import annotations
 
 import re
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+from benchmarks.harness import ROOT
 
 __all__ = ["gpu_test_files", "gpu_aware_test_files", "package_versions"]
 

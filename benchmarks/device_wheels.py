@@ -2,8 +2,8 @@
 (`device_check.py --download-wheels` / `--wheels`, `llm_wheels.py`, `bench_llm_rl.py
 --wheels`).
 
-    python benchmarks/device_check.py --download-wheels .whl --python-version 3.12   # here
-    python benchmarks/device_check.py --wheels .whl                                  # there
+    python -m benchmarks device_check --download-wheels .whl --python-version 3.12   # here
+    python -m benchmarks device_check --wheels .whl                                  # there
 
 ``install_wheels`` puts every wheel of a folder (no index, no dependency resolution) into a
 private ``site-packages``; ``rerun_with_wheels`` runs a script again with it on the path.
@@ -17,7 +17,8 @@ import sys
 import tempfile
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+from benchmarks.harness import ROOT
+
 #: what an accelerator image is expected to have already (never carried as wheels)
 HOST_HAS = {"torch", "numpy", "cupy", "triton", "pandas", "psutil", "msgpack", "pyyaml", "jinja2",
             "markupsafe", "cloudpickle", "toolz", "sortedcontainers", "tqdm", "packaging", "pytest",
@@ -134,10 +135,11 @@ def install_wheels(directory: str) -> str:
     return target
 
 
-def rerun_with_wheels(argv: list[str]) -> None:
-    """For a script run as ``SCRIPT --wheels DIR …``: install DIR's wheels (`install_wheels`)
-    and run ``SCRIPT …`` again with them and the repository on its path (never returns)."""
+def rerun_with_wheels(module: str, argv: list[str]) -> None:
+    """For a benchmark run as ``python -m MODULE --wheels DIR …``: install DIR's wheels
+    (`install_wheels`) and run ``MODULE …`` again with them and the repository on its path
+    (never returns)."""
     at = argv.index("--wheels")
     target = install_wheels(argv[at + 1])
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([target, str(ROOT)] + [p for p in [os.environ.get("PYTHONPATH")] if p]))
-    os.execve(sys.executable, [sys.executable, argv[0], *argv[1:at], *argv[at + 2:]], env)
+    os.execve(sys.executable, [sys.executable, "-m", module, *argv[1:at], *argv[at + 2:]], env)

@@ -6,12 +6,12 @@ a 55 MB wheel) do not fit in one, so they are built as two wheel folders, each f
 call, and the benchmark runs its sides apart (``--only``, ``--json``, then ``--merge``)::
 
     pip install -e ".[bench]"                                    # here: the versions to carry
-    python benchmarks/llm_wheels.py --workbench .whl-llm --trl .whl-trl --python-version 3.12
+    python -m benchmarks llm_wheels --workbench .whl-llm --trl .whl-trl --python-version 3.12
     # call 1 (carry .whl-llm and the code), there:
-    python3 benchmarks/bench_llm_rl.py --wheels ../.whl-llm --device cuda --size 100m \
+    python3 -m benchmarks bench_llm_rl --wheels ../.whl-llm --device cuda --size 100m \
         --only workbench --json $OUT/wb.json
     # call 2 (carry .whl-trl and the code): the same with --wheels ../.whl-trl --only trl
-    python benchmarks/bench_llm_rl.py --merge trl.json wb.json    # here, the table
+    python -m benchmarks bench_llm_rl --merge trl.json wb.json    # here, the table
 
 ``--both DIR`` is the two sides in one folder that fits one call (~46 MiB), for the device
 check's ``llm_both`` part (both sides in one process, one warm start a seed): it leaves out
@@ -27,15 +27,13 @@ datasets does, here, from a build for this machine's Python.
 """
 from __future__ import annotations
 
-import argparse
 import subprocess
 import sys
 import tempfile
 import zipfile
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import device_wheels  # noqa: E402
+from benchmarks import device_wheels, harness
 
 #: what each side imports (their installed closures are carried)
 SIDES = {"workbench": ["transformers"], "trl": ["transformers", "trl", "accelerate", "datasets"]}
@@ -100,7 +98,7 @@ def check_trimmed() -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = harness.parser(__doc__, json_output=False)
     parser.add_argument("--workbench", metavar="DIR", help="the workbench side's wheels (with workbench's own)")
     parser.add_argument("--trl", metavar="DIR", help="TRL's side's wheels")
     parser.add_argument("--both", metavar="DIR", help="both sides in one folder (pyarrow from the image)")

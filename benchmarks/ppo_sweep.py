@@ -3,10 +3,10 @@
 The record of how ``PPOConfig``'s defaults were chosen (issue 29; docs/performance.md,
 "How PPO's defaults were chosen"):
 
-    python benchmarks/ppo_sweep.py                                   # the defaults, seeds 1-10
-    python benchmarks/ppo_sweep.py -c "" -c "num_envs=8,update_epochs=20"
-    python benchmarks/ppo_sweep.py --ablation --jobs 2               # the ablation table
-    python benchmarks/ppo_sweep.py --throughput 1024                 # env-steps/s at 1,024 envs
+    python -m benchmarks ppo_sweep                                   # the defaults, seeds 1-10
+    python -m benchmarks ppo_sweep -c "" -c "num_envs=8,update_epochs=20"
+    python -m benchmarks ppo_sweep --ablation --jobs 2               # the ablation table
+    python -m benchmarks ppo_sweep --throughput 1024                 # env-steps/s at 1,024 envs
 
 Each ``-c`` is a comma-separated list of overrides on top of the defaults ("" = the
 defaults): ``PPOConfig`` fields (``num_envs=16,learning_rate=3e-3,norm_obs=false``), and
@@ -32,12 +32,11 @@ on its configuration and seed, so the env-step columns are the same for any N, b
 times are not comparable across configurations unless ``--jobs 1`` on a quiet machine.
 Runs are interleaved seed-major (every config's seed 1, then seed 2, …), medians reported.
 ``--throughput N`` instead times ``--iterations`` iterations (no target) of each config at
-N envs, interleaved ``--reps`` times, with the learner's, the actor's and the env's ms per
+N envs, interleaved ``--repeats`` times, with the learner's, the actor's and the env's ms per
 iteration.
 """
 from __future__ import annotations
 
-import argparse
 import copy
 import dataclasses
 import multiprocessing
@@ -46,6 +45,8 @@ import time
 from concurrent.futures import ProcessPoolExecutor
 
 import numpy as np
+
+from benchmarks import harness
 
 #: rl-baselines3-zoo hyperparams/ppo.yml, CartPole-v1, as workbench overrides
 ZOO = ("num_envs=8,num_steps=32,num_minibatches=1,update_epochs=20,gamma=0.98,gae_lambda=0.8,"
@@ -106,21 +107,15 @@ def parse_overrides(text: str) -> dict:
             continue
         if key in VARIANTS:
             kinds = VARIANTS[key]
-            out[key] = _boolean(value) if isinstance(kinds[0], bool) else value
+            out[key] = harness.typed(value, kinds[0]) if isinstance(kinds[0], bool) else value
             if out[key] not in kinds:
                 raise SystemExit(f"{key}={value!r}: one of {', '.join(map(str, kinds))}")
             continue
         if key not in fields:
             raise SystemExit(f"unknown setting {key!r}; PPOConfig fields: {', '.join(fields)}; "
                              f"variants: {', '.join(VARIANTS)}")
-        default = getattr(ppo.PPOConfig(), key)
-        kind = type(default) if default is not None else int
-        out[key] = _boolean(value) if kind is bool else kind(float(value)) if kind is int else kind(value)
+        out[key] = harness.typed(value, getattr(ppo.PPOConfig(), key))
     return out
-
-
-def _boolean(text: str) -> bool:
-    return text.lower() in ("1", "true", "yes", "on")
 
 
 def make_config(overrides: dict, seed: int):
@@ -333,7 +328,7 @@ class _NoPool:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = harness.parser(__doc__, repeats=3)
     ap.add_argument("-c", "--config", action="append", help="overrides (repeatable; \"\" = the defaults)")
     ap.add_argument("--ablation", action="store_true", help="the ablation table (docs/performance.md)")
     ap.add_argument("--seeds", type=int, nargs="+", default=list(range(1, 11)))
@@ -341,7 +336,6 @@ def main() -> None:
     ap.add_argument("--iterations", type=int, default=None, help="override cfg.iterations' run length only")
     ap.add_argument("--jobs", type=int, default=1, help="runs at a time (separate processes)")
     ap.add_argument("--throughput", type=int, metavar="ENVS", help="time each config at ENVS envs instead")
-    ap.add_argument("--reps", type=int, default=3, help="--throughput: interleaved repetitions")
     ap.add_argument("-v", "--verbose", action="store_true", help="print every run as it finishes")
     args = ap.parse_args()
     configs = [(label, text) for label, text in ABLATION] if args.ablation else []
@@ -349,7 +343,7 @@ def main() -> None:
     for _, text in configs:
         parse_overrides(text)  # a typo fails now, not after an hour of runs
     if args.throughput:
-        throughput_table(configs, args.throughput, args.iterations or 20, args.reps)
+        throughput_table(configs, args.throughput, args.iterations or 20, args.repeats)
     else:
         solve_table(configs, args.seeds, args.target, args.iterations, args.jobs, args.verbose)
 

@@ -31,25 +31,19 @@ Dask keeps some bounded histories on every worker (``distributed.admin.low-level
 batches sent to the scheduler. They grow for the first ~17 minutes of a run and then stay;
 ``--worker-log-length N`` starts the workers with N instead, to tell them from real growth.
 
-    python benchmarks/soak.py                          # 2,000 iterations + 50 runs of 10, coarse
-    python benchmarks/soak.py --policy fine --json soak.json
-    python benchmarks/soak.py --fdg toy --iterations 500 --runs 20   # torch-free, quick
+    python -m benchmarks soak                          # 2,000 iterations + 50 runs of 10, coarse
+    python -m benchmarks soak --policy fine --json soak.json
+    python -m benchmarks soak --fdg toy --iterations 500 --runs 20   # torch-free, quick
 """
 from __future__ import annotations
 
-import argparse
 import json
 import logging
 import os
 import sys
 import time
 
-# ``python benchmarks/soak.py`` from a checkout: import this checkout's workbench (workers
-# started by the LocalCluster inherit PYTHONPATH)
-_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-if _ROOT not in sys.path:
-    sys.path.insert(0, _ROOT)
-    os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (_ROOT, os.environ.get("PYTHONPATH")) if p)
+from benchmarks import harness
 
 
 # ----------------------------------------------------------------------------- the FDGs
@@ -186,7 +180,7 @@ def growth_checks(phase: str, first: dict, last: dict, procs: list[str], args, *
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = harness.parser(__doc__, json_output=True)
     parser.add_argument("--iterations", type=int, default=2000, help="the long run's iterations (default 2000)")
     parser.add_argument("--steps", type=int, default=32, help="steps per iteration (default 32, the quickstart's)")
     parser.add_argument("--policy", default="coarse", help="any preset name or FILE.json (default coarse)")
@@ -201,7 +195,6 @@ def main() -> int:
     parser.add_argument("--slack-fds", type=int, default=4, help="allowed open-fd growth per process (default 4)")
     parser.add_argument("--worker-log-length", type=int, metavar="N",
                         help="the workers' distributed.admin.low-level-log-length (default: Dask's, 1000)")
-    parser.add_argument("--json", metavar="PATH", help="write every sample and check here")
     args = parser.parse_args()
     warmup = min(args.warmup, max(1, args.iterations // 10))
     warm_runs = min(args.warm_runs, max(1, args.runs // 2))

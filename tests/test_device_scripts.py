@@ -1,8 +1,10 @@
-"""The scripts a GPU session runs (benchmarks/device_check.py, bench_llm_rl.py's merge,
-llm_wheels.py's pyarrow trim), run here on the CPU so they do not rot between the sessions
-that are lent a device: what they print and write, their budget, their refusals."""
+"""The benchmarks' harness and the scripts a GPU session runs (benchmarks/device_check.py,
+bench_llm_rl.py's merge, llm_wheels.py's pyarrow trim), run here on the CPU so they do not rot
+between the sessions that are lent a device: what they print and write, their budget, their
+refusals; and a few benchmarks smoke-run at their smallest settings, as ``python -m benchmarks``."""
 from __future__ import annotations
 
+import doctest
 import importlib
 import json
 import os
@@ -13,23 +15,110 @@ from pathlib import Path
 
 import pytest
 
-BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
+REPO = Path(__file__).resolve().parents[1]
+BENCHMARKS = REPO / "benchmarks"
+#: a benchmark's process, started in another folder: it finds ``benchmarks`` in the checkout
+BENCHMARK_ENV = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH")) if p)}
 
 
 def _script(name: str):
-    """A benchmark script as a module, imported when a test needs it (bench_llm_rl imports
-    transformers: not at collection)."""
-    if str(BENCHMARKS) not in sys.path:
-        sys.path.insert(0, str(BENCHMARKS))
-    return importlib.import_module(name)
+    """A benchmark module, imported when a test needs it (bench_llm_rl imports transformers:
+    not at collection)."""
+    return importlib.import_module(f"benchmarks.{name}")
+
+
+def _benchmark(name: str, *args: str, cwd: Path, timeout: float = 300) -> subprocess.CompletedProcess:
+    """``python -m benchmarks NAME ARGS`` as a user runs it."""
+    return subprocess.run([sys.executable, "-m", "benchmarks", name, *args], capture_output=True, text=True,
+                          timeout=timeout, cwd=cwd, env=BENCHMARK_ENV)
 
 
 def _device_check(*args: str, tmp_path: Path, timeout: float = 300) -> tuple[str, list[dict]]:
     out = tmp_path / "check.json"
-    done = subprocess.run([sys.executable, str(BENCHMARKS / "device_check.py"), *args, "--json", str(out)],
-                          capture_output=True, text=True, timeout=timeout, cwd=tmp_path)
+    done = _benchmark("device_check", *args, "--json", str(out), cwd=tmp_path, timeout=timeout)
     assert done.returncode == 0, done.stderr[-2000:]
     return done.stdout, json.loads(out.read_text())
+
+
+# ----------------------------------------------------------------------------- the harness
+def test_the_harness_examples_hold():
+    for name in ("harness", "__main__"):
+        assert doctest.testmod(_script(name)).failed == 0, name
+
+
+def test_interleaved_contenders_each_go_first_in_turn_and_are_compared_on_medians():
+    harness = _script("harness")
+    order = []
+    speeds = {"a": iter([10.0, 30.0, 20.0]), "b": iter([5.0, 5.0, 50.0])}
+    results = harness.interleaved({name: (lambda n=name: order.append(n) or {"sps": next(speeds[n])})
+                                   for name in ("a", "b")}, repeats=3)
+    assert order == ["a", "b", "b", "a", "a", "b"]
+    rows = harness.compared(results, base="a")
+    assert [(r["contender"], r["sps"], r["ratio"]) for r in rows] == [("a", 20.0, 1.0), ("b", 5.0, 0.25)]
+    assert harness.table(rows, ["contender", "ratio"]).splitlines()[-1] == "| b | 0.25 |"
+
+
+def test_the_common_options_and_overrides_checked_against_a_config():
+    harness = _script("harness")
+    from workbench.algorithms.ppo import PPOConfig
+
+    args = harness.parser("A benchmark.\n\nMore.", repeats=3, quick=True, json_output=True).parse_args(["--quick"])
+    assert (args.repeats, args.quick, args.json) == (3, True, None)
+    assert harness.parse_overrides(["num_envs=8", "anneal_lr=false"], PPOConfig) == {"num_envs": 8, "anneal_lr": False}
+    with pytest.raises(SystemExit, match="--set 'envs=8': expected FIELD=VALUE with FIELD one of PPOConfig's"):
+        harness.parse_overrides(["envs=8"], PPOConfig)
+
+
+def test_python_m_benchmarks_lists_every_benchmark_with_a_line_and_refuses_an_unknown_one(tmp_path):
+    listed = _benchmark("--help", cwd=tmp_path)
+    assert listed.returncode == 0, listed.stderr
+    lines = {line.split()[0]: line for line in listed.stdout.splitlines()[2:] if line.strip()}
+    assert {"bench_peers", "bench_quickstart", "device_check", "soak", "against"} <= set(lines)
+    assert "harness" not in lines and "device_check_mappo" not in lines  # modules, not programs
+    assert all(len(line.split()) > 2 for line in lines.values()), listed.stdout  # each with its description
+    unknown = _benchmark("no_such_benchmark", cwd=tmp_path)
+    assert unknown.returncode == 1 and "no benchmark 'no_such_benchmark'" in unknown.stderr
+
+
+def test_every_benchmark_parses_its_options():
+    """Each runnable benchmark imports and answers ``--help`` (one process for them all)."""
+    runnable = _script("__main__").runnable()
+    check = ("import runpy, sys\nfailed = []\nfor name in sys.argv[1:]:\n"
+             "    sys.argv = [name, '--help']\n    try:\n"
+             "        runpy.run_module('benchmarks.' + name, run_name='__main__')\n"
+             "    except SystemExit as exc:\n        failed += [name] if exc.code else []\n"
+             "    except Exception as exc:\n        failed.append(f'{name}: {exc!r}')\n"
+             "print('FAILED', failed)\n")
+    done = subprocess.run([sys.executable, "-c", check, *runnable], capture_output=True, text=True, timeout=600,
+                          cwd=REPO, env=BENCHMARK_ENV)
+    said = done.stdout[-3000:] + done.stderr[-3000:]
+    assert done.returncode == 0 and done.stdout.splitlines()[-1] == "FAILED []", said
+
+
+# ----------------------------------------------------------------------------- smoke runs
+def test_the_a_b_benchmark_runs_its_variants_in_fresh_processes(tmp_path):
+    """bench_ab at its smallest: each variant a child process, the shared hand-over by its
+    documented switch (WORKBENCH_HAND_OVER), not a patch."""
+    out = tmp_path / "ab.json"
+    done = _benchmark("bench_ab", "--repeats", "1", "--iterations", "3", "--variants", "current", "shared-hand-over",
+                      "--json", str(out), cwd=tmp_path, timeout=600)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    assert "| contender | sps | ratio |" in done.stdout
+    medians = {row["contender"]: row for row in json.loads(out.read_text())["medians"]}
+    assert set(medians) == {"current", "shared-hand-over"} and medians["current"]["ratio"] == 1.0
+    assert medians["shared-hand-over"]["sps"] > 0
+
+
+def test_the_instrumentation_benchmark_runs_at_its_smallest(tmp_path):
+    done = _benchmark("bench_instrumentation", "--repeats", "1", "--iterations", "3", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "median env-steps/s: timing on" in done.stdout
+
+
+def test_the_env_benchmark_runs_quick(tmp_path):
+    done = _benchmark("bench_envs", "--quick", "--repeats", "1", cwd=tmp_path, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "| N |" in done.stdout
 
 
 def test_the_device_check_runs_its_parts_here(tmp_path):
@@ -50,9 +139,8 @@ def test_a_budget_too_small_for_a_part_lists_it_as_not_run(tmp_path):
 
 @pytest.mark.slow  # a Dask cluster and two short MAPPO runs
 def test_its_mappo_part_runs_mappo_under_gpuonly_on_this_cpu(tmp_path):
-    done = subprocess.run([sys.executable, str(BENCHMARKS / "device_check.py"), "--one-part", "mappo",
-                           "--kwargs", json.dumps({"env_counts": [8], "iterations": 2})],
-                          capture_output=True, text=True, timeout=600, cwd=tmp_path)
+    done = _benchmark("device_check", "--one-part", "mappo", "--kwargs",
+                      json.dumps({"env_counts": [8], "iterations": 2}), cwd=tmp_path, timeout=600)
     rows = json.loads([line for line in done.stdout.splitlines() if line.startswith("ROWS ")][-1][5:])
     (row,) = rows
     assert row["what"] == "simple_spread × 8" and row["env numpy env-steps/s"] > 0
@@ -122,8 +210,7 @@ def test_workbench_s_held_out_curve_comes_from_weights_saved_every_eval_every_up
 
 
 def test_the_llm_benchmark_refuses_a_save_interval_below_one_update(tmp_path):
-    done = subprocess.run([sys.executable, str(BENCHMARKS / "bench_llm_rl.py"), "--eval-every", "0"],
-                          capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    done = _benchmark("bench_llm_rl", "--eval-every", "0", cwd=tmp_path)
     assert done.returncode == 2 and "--eval-every 0: save workbench's weights every 1 or more updates" in done.stderr
 
 
@@ -316,9 +403,9 @@ def test_a_tests_part_cut_at_its_limit_still_shows_why_a_test_failed(tmp_path, p
     command = [sys.executable, "-m", "pytest", "-v", "-p", "no:cacheprovider", "-c", str(tmp_path / "pytest.ini"),
                "--rootdir", str(tmp_path), str(tmp_path / "test_cut.py")]
     if plugin:
-        command[3:3] = ["-p", "device_check_instafail"]
+        command[3:3] = ["-p", "benchmarks.device_check_instafail"]
     done = subprocess.run(command, capture_output=True, text=True, timeout=120, cwd=tmp_path,
-                          env={**os.environ, "PYTHONUNBUFFERED": "1", "PYTHONPATH": str(BENCHMARKS)})
+                          env={**BENCHMARK_ENV, "PYTHONUNBUFFERED": "1"})
     assert done.returncode == 9 and "short test summary" not in done.stdout, done.stdout  # no summary came
     assert "test_cut.py::test_fails FAILED" in done.stdout, done.stdout
     assert ("AssertionError: the reason it failed" in done.stdout) == plugin, done.stdout

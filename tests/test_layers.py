@@ -36,10 +36,9 @@ REPO = pathlib.Path(__file__).resolve().parents[1]
 ROOT = REPO / "workbench"
 BENCHMARKS = REPO / "benchmarks"
 
-#: import cycles between benchmarks, reported (issue 56) and not fixed here: device_check's
-#: mappo part imports device_check_mappo, which imports device_check's ``_rate`` and
-#: ``steady_rate`` back. Empty it when that is fixed (this test then says so).
-KNOWN_BENCHMARK_CYCLES = [{"device_check", "device_check_mappo"}]
+#: import cycles between benchmarks, known and reported (none: what two benchmarks share is
+#: in benchmarks/harness.py); one listed here that is gone fails the test until taken out
+KNOWN_BENCHMARK_CYCLES: list[set[str]] = []
 
 
 def _modules(root: pathlib.Path) -> dict[str, pathlib.Path]:
@@ -241,20 +240,51 @@ def test_the_cycle_finder_finds_a_cycle():
     assert _cycles({"a": {"b"}, "b": set()}) == []
 
 
+def _benchmark_imports(source: str) -> set[str]:
+    """The benchmark modules (by name, ``__init__`` for the package itself) a benchmark's
+    source imports: as the package's (``benchmarks.harness``, ``from benchmarks import
+    harness``), relatively (``from . import harness``, ``from .harness import median``) or
+    by a bare name (``import bench_peers``, a script run with benchmarks/ as its folder)."""
+    found = set()
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                top, _, rest = alias.name.partition(".")
+                found.add(rest.split(".")[0] or "__init__" if top == "benchmarks" else top)
+        elif isinstance(node, ast.ImportFrom):
+            package, _, rest = (node.module or "").partition(".")
+            if node.level or package == "benchmarks":
+                module = rest if package == "benchmarks" else node.module
+                # ``from benchmarks import harness`` / ``from . import harness``: the names are modules
+                found |= {module.split(".")[0]} if module else {alias.name for alias in node.names} | {"__init__"}
+            elif node.module:
+                found.add(package)
+    return found
+
+
 def _benchmark_graph() -> dict[str, set[str]]:
-    """Benchmark module → the benchmark modules it imports (they import each other by bare
-    name: each script puts benchmarks/ on its path)."""
+    """Benchmark module → the benchmark modules it imports."""
     names = {path.stem for path in BENCHMARKS.glob("*.py")}
-    graph = {}
-    for path in sorted(BENCHMARKS.glob("*.py")):
-        found = set()
-        for node in ast.walk(ast.parse(path.read_text(), str(path))):
-            if isinstance(node, ast.Import):
-                found |= {alias.name.split(".")[0] for alias in node.names}
-            elif isinstance(node, ast.ImportFrom) and not node.level and node.module:
-                found.add(node.module.split(".")[0])
-        graph[path.stem] = (found & names) - {path.stem}
-    return graph
+    return {path.stem: (_benchmark_imports(path.read_text()) & names) - {path.stem}
+            for path in sorted(BENCHMARKS.glob("*.py"))}
+
+
+def test_the_benchmark_graph_reads_package_relative_and_bare_imports():
+    source = ("import benchmarks.harness\nfrom benchmarks import bench_peers, device_wheels\n"
+              "from benchmarks.device_check_llm import part_llm\nfrom . import soak\nfrom .against import main\n"
+              "import bench_policies\nfrom bench_llm_rl import SIZES\nimport json\n")
+    assert _benchmark_imports(source) == {"harness", "bench_peers", "device_wheels", "device_check_llm", "soak",
+                                          "__init__", "against", "bench_policies", "bench_llm_rl", "json"}
+
+
+def test_no_benchmark_edits_sys_path():
+    """A benchmark runs as ``python -m benchmarks NAME`` from the checkout: it imports the others
+    as the package's, never by putting a folder on ``sys.path``."""
+    wrong = [f"{path.relative_to(REPO)}:{node.lineno}" for path in sorted(BENCHMARKS.glob("*.py"))
+             for node in ast.walk(ast.parse(path.read_text(), str(path)))
+             if isinstance(node, ast.Attribute) and node.attr in ("insert", "append", "extend")
+             and ast.unparse(node.value) == "sys.path"]
+    assert not wrong, wrong
 
 
 def test_workbench_never_imports_a_benchmark():

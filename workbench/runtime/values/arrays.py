@@ -14,6 +14,7 @@ Example:
 from __future__ import annotations
 
 import copy
+import os
 from typing import Any
 
 import numpy as np
@@ -23,6 +24,11 @@ from workbench.runtime.values.stacked_lists import Listed, StackedLists, lists_m
 
 __all__ = ["stack", "gather", "split", "split_rows", "nbytes", "handed_over", "StepMismatch", "ReplicasDisagree",
            "ReplicasMisfit", "Unbatched", "unwrapped", "lists_marked"]
+
+#: ``WORKBENCH_HAND_OVER=shared`` (read at import) hands values over as they are, not copied:
+#: only to measure what the copies cost (``python -m benchmarks bench_ab --variants current
+#: shared-hand-over``); a write on either side then reaches the other, in one process only.
+SHARED_HAND_OVER = os.environ.get("WORKBENCH_HAND_OVER") == "shared"
 
 
 class StepMismatch(ValueError):
@@ -68,6 +74,8 @@ def handed_over(value: Any, _views: dict | None = None) -> Any:
     >>> mine["buf"].tolist(), theirs["buf"].tolist()
     ([0, 1, 2], [1000, 1001, 1002])
     """
+    if SHARED_HAND_OVER:
+        return value
     if isinstance(value, np.ndarray):
         return value.copy()
     if isinstance(value, (str, bytes, int, float, bool, type(None), np.generic)):
