@@ -55,6 +55,17 @@ async — RLlib APPO vs workbench A3C, time to solve (≥ 475) and env-steps/s o
     env-steps/s: env steps / training time over the whole run (workbench's summary figure,
     which counts the steps of iterations the stop left unfinished).
 
+scaling — a CPU-heavy env, env-steps/s at 1, 2, … workers (``--sizes``; default 1 2)
+    The env: CartPole-v1 whose every step also computes for ``--cost-ms`` ms (default 2: a
+    physics step of a big simulator), the same class on both sides. Weak scaling: each env
+    runner / acting replica steps one env 500 steps per iteration, the learner updates at
+    RLlib's settings on the 500·n samples (6 epochs, ≈128-sample minibatches, lr 3e-4, hidden
+    32). RLlib: PPO with ``num_env_runners=n``, ``rollout_fragment_length=500``, in
+    ``ray.init(num_cpus=max(n, 2))``. workbench: the quickstart FDG under
+    ``SingleLearnerCoarse(actors=n)`` on a LocalCluster of n single-thread workers. Rate over
+    iterations 2..6; efficiency = rate(n) / (n · rate(1)). On this 2-core box only 1 and 2
+    mean anything; a 16-core host runs ``--only scaling --sizes 1 2 4 8 16`` (issue 59).
+
 policies — the paper's policy comparison: the quickstart under ``--policy coarse`` vs
     ``--policy multilearner``, time to solve, env steps and whole process (workbench only).
 
@@ -62,9 +73,10 @@ Getting RLlib (this script installs nothing):
 
     python -m venv /work/venvs/rllib
     /work/venvs/rllib/bin/pip install torch==2.13.0 'ray[rllib]==2.60.0' gymnasium
-    python benchmarks/bench_rllib.py                              # seeds 1 2 3, all four
-    python benchmarks/bench_rllib.py --seeds 1 --only solve --json rllib.json
-    python benchmarks/bench_rllib.py --rllib-python ~/rl/bin/python
+    python -m benchmarks bench_rllib                              # seeds 1 2 3, every part
+    python -m benchmarks bench_rllib --seeds 1 --only solve --json rllib.json
+    python -m benchmarks bench_rllib --only scaling --sizes 1 2 4 8 16   # a 16-core host
+    python -m benchmarks bench_rllib --rllib-python ~/rl/bin/python
 
 Without RLlib the RLlib runs are skipped with a line saying so, and their ratios read "n/a".
 """
@@ -77,26 +89,30 @@ import os
 import re
 import signal
 import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
 
-# the peer benchmark's harness (its directory is sys.path[0] when this script runs)
-import bench_peers
-from bench_peers import MARK, child_result, fail, med, spawn, span, workbench_cmd
+from benchmarks import bench_peers, harness  # the standard library only: the RLlib venv imports them too
+from benchmarks.bench_peers import fail, workbench_cmd
+from benchmarks.harness import median as med
+from benchmarks.harness import spread as span
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = harness.ROOT
+MARK = "BENCH_RLLIB "  # a child's one JSON result line
 QUICKSTART = ROOT / "notebooks" / "quickstart.ipynb"
 A3C = ROOT / "notebooks" / "a3c.ipynb"
 DEFAULT_RLLIB_PYTHON = Path("/work/venvs/rllib/bin/python")
 RLLIB_VENV_HELP = ("python -m venv V && V/bin/pip install torch==2.13.0 'ray[rllib]==2.60.0' gymnasium, "
                    "then --rllib-python V/bin/python")
 
+PARTS = ("solve", "throughput", "async", "policies", "scaling")
 TARGET = 475.0
 PPO_MAX_ENV_STEPS = 300_000   # RLlib PPO's cap in solve
 APPO_MAX_TRAIN_S = 120.0      # RLlib APPO's cap in async
 THROUGHPUT_ITERATIONS = 10    # the rate is taken over iterations 2..10
+SCALING_STEPS = 500           # scaling: env steps per runner (acting replica) per iteration
+SCALING_ITERATIONS = 6        # scaling: the rate is taken over iterations 2..6
 
 # RLlib's batch (train_batch_size_per_learner 4000, minibatch_size 128) and the tuned
 # example's update, as the quickstart's PPOConfig fields; 32 minibatches divide 4,000 evenly
@@ -115,16 +131,49 @@ def number(text: str) -> int:
 
 
 # ============================================================================ children
-def child_rllib(algo: str, seed: int, mode: str, window: int) -> dict:
+def busy_cartpole(cost_ms: float):
+    """CartPole-v1 whose every step also computes for ``cost_ms`` ms (a CPU-heavy env); made
+    in the child's ``__main__``, so Ray and Dask ship it by value to their workers."""
+    import gymnasium as gym
+
+    class BusyCartPole(gym.Wrapper):
+        def step(self, action):
+            until = time.perf_counter() + cost_ms / 1000.0
+            while time.perf_counter() < until:  # computes, as a simulator's step does: no sleep
+                pass
+            return self.env.step(action)
+
+    return BusyCartPole(gym.make("CartPole-v1"))
+
+
+def scaling_minibatches(runners: int) -> int:
+    """RLlib's ≈128-sample minibatches over the 500·n-sample batch, as a count."""
+    return max(1, round(SCALING_STEPS * runners / 128))
+
+
+def child_rllib(algo: str, seed: int, mode: str, window: int, runners: int = 2, cost_ms: float = 2.0) -> dict:
     """RLlib in this process (the RLlib venv's python): ``mode`` "solve" trains until
-    solved or capped, "throughput" 10 iterations. Returns times since the first train()."""
+    solved or capped, "throughput" 10 iterations, "scaling" 6 iterations of the busy env on
+    ``runners`` env runners. Returns times since the first train()."""
+    import functools
     import logging
 
     import ray
     from ray.rllib.core.rl_module.default_model_config import DefaultModelConfig
 
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, logging_level=logging.ERROR)
-    if algo == "ppo":  # rllib/examples/algorithms/ppo/cartpole_ppo.py
+    ray.init(num_cpus=max(2, runners), include_dashboard=False, log_to_driver=False, logging_level=logging.ERROR)
+    if mode == "scaling":
+        from ray.rllib.algorithms.ppo import PPOConfig
+        from ray.tune.registry import register_env
+
+        register_env("BusyCartPole", lambda _config: busy_cartpole(cost_ms))
+        config = (PPOConfig().environment("BusyCartPole")
+                  .training(lr=0.0003, num_epochs=6, vf_loss_coeff=0.01, minibatch_size=128,
+                            train_batch_size_per_learner=SCALING_STEPS * runners)
+                  .rl_module(model_config=DefaultModelConfig(fcnet_hiddens=[32], fcnet_activation="linear",
+                                                             vf_share_layers=True))
+                  .env_runners(rollout_fragment_length=SCALING_STEPS))
+    elif algo == "ppo":  # rllib/examples/algorithms/ppo/cartpole_ppo.py
         from ray.rllib.algorithms.ppo import PPOConfig
 
         config = (PPOConfig().environment("CartPole-v1")
@@ -139,7 +188,8 @@ def child_rllib(algo: str, seed: int, mode: str, window: int) -> dict:
                   .rl_module(model_config=DefaultModelConfig(vf_share_layers=True))
                   .reporting(min_time_s_per_iteration=1)  # IMPALA's 10 s would hide a solve for up to 10 s
                   .learners(num_learners=0))  # its default remote learner waits forever for a 3rd CPU
-    config = (config.env_runners(num_env_runners=2).debugging(seed=seed)
+    del functools
+    config = (config.env_runners(num_env_runners=runners).debugging(seed=seed)
               .reporting(metrics_num_episodes_for_smoothing=window))
     trainer = config.build_algo()
 
@@ -156,8 +206,8 @@ def child_rllib(algo: str, seed: int, mode: str, window: int) -> dict:
         if len(iterations) == 1:  # once, so a run shows what 2.x named its results
             result["result_keys"] = sorted(out)
             result["env_runner_keys"] = sorted(runners)
-        if mode == "throughput":
-            if len(iterations) == THROUGHPUT_ITERATIONS:
+        if mode in ("throughput", "scaling"):
+            if len(iterations) == (THROUGHPUT_ITERATIONS if mode == "throughput" else SCALING_ITERATIONS):
                 first, last = iterations[0], iterations[-1]
                 result.update(sps=(last["env_steps"] - first["env_steps"]) / (last["time_s"] - first["time_s"]),
                               run_sps=last["env_steps"] / last["time_s"], env_steps=last["env_steps"], time_s=now)
@@ -187,13 +237,37 @@ def child_wb_throughput(seed: int) -> dict:
     return {"sps": loop, "run_sps": run.steps_per_second, "env_steps": run.env_steps, "time_s": run.wall_time}
 
 
+def child_wb_scaling(seed: int, workers: int, cost_ms: float) -> dict:
+    """The quickstart FDG on the busy env, ``SingleLearnerCoarse(actors=workers)`` on a
+    LocalCluster of ``workers`` single-thread workers, 6 iterations."""
+    import functools
+
+    from distributed import Client, LocalCluster
+
+    import workbench as wb
+    from workbench.algorithms import ppo
+
+    settings = {**WB_AT_RLLIB, "num_envs": workers, "num_steps": SCALING_STEPS,
+                "num_minibatches": scaling_minibatches(workers)}
+    cfg = ppo.PPOConfig(seed=seed, iterations=SCALING_ITERATIONS, env_id=functools.partial(busy_cartpole, cost_ms),
+                        **settings)
+    fdg = ppo.build_fdg({**vars(ppo), "cfg": cfg})
+    with LocalCluster(n_workers=workers, threads_per_worker=1, host="127.0.0.1", dashboard_address=None) as cluster, \
+            Client(cluster) as client:
+        run = fdg.run(iterations=cfg.iterations, steps=cfg.num_steps, policy=wb.SingleLearnerCoarse(actors=workers),
+                      cluster=client, progress=False)
+    first, last = run.rows[0], run.rows[-1]  # iterations 2..6, as RLlib's
+    loop = (last["env_steps"] - first["env_steps"]) / (last["time_s"] - first["time_s"])
+    return {"sps": loop, "run_sps": run.steps_per_second, "env_steps": run.env_steps, "time_s": run.wall_time}
+
+
 # ============================================================================ the parent
 def spawn_session(cmd: list[str], timeout: float, cwd: str) -> tuple[str, float, int]:
     """``bench_peers.spawn`` for a process that starts a Ray node: in a session of its own,
     whose processes (raylet, agents, env runners) are all killed once it exits or times out,
     so a hung or killed run leaves nothing running into the next one."""
     started = time.perf_counter()
-    env = {**os.environ, "PYTHONUNBUFFERED": "1", **bench_peers.PEER_ENV}
+    env = harness.child_env(**bench_peers.PEER_ENV)  # finds ``benchmarks`` from any folder, in either venv
     proc = subprocess.Popen(cmd, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                             start_new_session=True)
     try:
@@ -211,13 +285,13 @@ def spawn_session(cmd: list[str], timeout: float, cwd: str) -> tuple[str, float,
     return out, wall, rc
 
 
-def run_rllib(algo: str, mode: str, seed: int, args: argparse.Namespace, tmp: str) -> dict | None:
-    cmd = [args.rllib_python, __file__, "--child", f"rllib-{algo}-{mode}", "--seed", str(seed),
-           "--rllib-window", str(args.rllib_window)]
+def run_rllib(algo: str, mode: str, seed: int, args: argparse.Namespace, tmp: str, runners: int = 2) -> dict | None:
+    cmd = [args.rllib_python, "-m", "benchmarks.bench_rllib", "--child", f"rllib-{algo}-{mode}", "--seed", str(seed),
+           "--rllib-window", str(args.rllib_window), "--workers", str(runners), "--cost-ms", str(args.cost_ms)]
     out, wall, rc = spawn_session(cmd, args.timeout, tmp)
-    res = child_result(out)
+    res = harness.read_result(out, MARK)
     if res is None:
-        return fail(f"rllib {algo} {mode} seed {seed}", out, rc)
+        return fail(f"rllib {algo} {mode} seed {seed}" + (f" {runners} runners" if mode == "scaling" else ""), out, rc)
     return {**res, "process_s": wall}
 
 
@@ -225,7 +299,7 @@ def run_notebook(notebook: Path, seed: int, policy: str | None, timeout: float, 
     cmd = workbench_cmd() + ["run", str(notebook), "--set", f"cfg.seed={seed}", "--no-progress"]
     if policy:
         cmd += ["--policy", policy]
-    out, wall, rc = spawn(cmd, timeout, tmp)
+    out, wall, rc = harness.spawn(cmd, timeout, tmp)
     solved, whole = SOLVED_RE.search(out), RUN_RE.search(out)
     if whole is None or (rc != 0 and NOT_REACHED not in out):  # an unsolved run exits 1: a measurement
         return fail(f"workbench {notebook.stem} {policy or ''} seed {seed}", out, rc)
@@ -236,9 +310,20 @@ def run_notebook(notebook: Path, seed: int, policy: str | None, timeout: float, 
     return {**res, "time_s": float(whole.group(2)), "env_steps": number(whole.group(1))}
 
 
+def run_wb_scaling(seed: int, workers: int, args: argparse.Namespace, tmp: str) -> dict | None:
+    out, wall, rc = harness.spawn(harness.module_command("benchmarks.bench_rllib", "--child", "wb-scaling", "--seed",
+                                                         str(seed), "--workers", str(workers), "--cost-ms",
+                                                         str(args.cost_ms)), args.timeout, tmp)
+    res = harness.read_result(out, MARK)
+    if res is None:
+        return fail(f"workbench scaling seed {seed} {workers} workers", out, rc)
+    return {**res, "process_s": wall}
+
+
 def run_wb_throughput(seed: int, timeout: float, tmp: str) -> dict | None:
-    out, wall, rc = spawn([sys.executable, __file__, "--child", "wb-throughput", "--seed", str(seed)], timeout, tmp)
-    res = child_result(out)
+    out, wall, rc = harness.spawn(harness.module_command("benchmarks.bench_rllib", "--child", "wb-throughput", "--seed",
+                                                         str(seed)), timeout, tmp)
+    res = harness.read_result(out, MARK)
     if res is None:
         return fail(f"workbench throughput seed {seed}", out, rc)
     return {**res, "process_s": wall}
@@ -262,6 +347,36 @@ def solve_table(rows_by: dict[str, list[dict]], names: dict[str, str]) -> dict[s
     return m
 
 
+def scaling_table(rows_by: dict[str, list[dict]], sizes: list[int]) -> str:
+    """One row per size: each side's median env-steps/s and efficiency, and their ratio.
+
+    >>> rows = {"workbench@1": [{"sps": 400.0}], "rllib@1": [{"sps": 300.0}],
+    ...         "workbench@2": [{"sps": 760.0}], "rllib@2": []}
+    >>> print(scaling_table(rows, [1, 2]))
+    | workers / env runners | workbench env-steps/s | efficiency | RLlib env-steps/s | efficiency | workbench / RLlib |
+    |---|---|---|---|---|---|
+    | 1 | 400 (400–400) | 100% | 300 (300–300) | 100% | 1.33× |
+    | 2 | 760 (760–760) | 95% | n/a | n/a | n/a |
+    """
+    base = min(sizes)
+    medians = {who: med([r["sps"] for r in rows]) for who, rows in rows_by.items() if rows}
+    lines = ["| workers / env runners | workbench env-steps/s | efficiency | RLlib env-steps/s | efficiency "
+             "| workbench / RLlib |", "|---|---|---|---|---|---|"]
+    for n in sizes:
+        cells = [str(n)]
+        for side in ("workbench", "rllib"):
+            rows, one = rows_by.get(f"{side}@{n}", []), medians.get(f"{side}@{base}")
+            if not rows:
+                cells += ["n/a", "n/a"]
+                continue
+            cells.append(span([r["sps"] for r in rows], "{:,.0f}"))
+            cells.append(f"{medians[f'{side}@{n}'] / (one * n / base):.0%}" if one else "n/a")
+        both = [medians.get(f"{side}@{n}") for side in ("workbench", "rllib")]
+        cells.append(ratio(both[0], both[1]) if all(both) else "n/a")
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
 def ratio(a: float, b: float) -> str:
     if math.isinf(a) or math.isinf(b):
         return "n/a (the median run did not solve)"
@@ -282,7 +397,11 @@ def main() -> None:
                                      formatter_class=argparse.RawDescriptionHelpFormatter,
                                      epilog="\n".join(__doc__.splitlines()[1:]))
     parser.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3], help="the seeds (default 1 2 3)")
-    parser.add_argument("--only", choices=["solve", "throughput", "async", "policies"], help="one comparison only")
+    parser.add_argument("--only", choices=PARTS, help="one comparison only")
+    parser.add_argument("--sizes", type=int, nargs="+", default=[1, 2], metavar="N",
+                        help="scaling: workers / env runners per step (default 1 2)")
+    parser.add_argument("--cost-ms", type=float, default=2.0, metavar="MS",
+                        help="scaling: the CPU time each env step computes (default 2)")
     parser.add_argument("--rllib-python", metavar="PYTHON",
                         default=str(DEFAULT_RLLIB_PYTHON) if DEFAULT_RLLIB_PYTHON.exists() else None,
                         help=f"the python of a venv with ray[rllib] (default {DEFAULT_RLLIB_PYTHON} if it exists)")
@@ -296,14 +415,18 @@ def main() -> None:
     parser.add_argument("--json", metavar="FILE", help="also write every measurement to FILE")
     parser.add_argument("--child", help=argparse.SUPPRESS)
     parser.add_argument("--seed", type=int, help=argparse.SUPPRESS)
+    parser.add_argument("--workers", type=int, default=2, help=argparse.SUPPRESS)
     args = parser.parse_args()
 
     if args.child and args.child.startswith("rllib-"):
         _, algo, mode = args.child.split("-")
-        print(MARK + json.dumps(child_rllib(algo, args.seed, mode, args.rllib_window)), flush=True)
+        harness.print_result(child_rllib(algo, args.seed, mode, args.rllib_window, args.workers, args.cost_ms), MARK)
+        return
+    if args.child == "wb-scaling":
+        harness.print_result(child_wb_scaling(args.seed, args.workers, args.cost_ms), MARK)
         return
     if args.child == "wb-throughput":
-        print(MARK + json.dumps(child_wb_throughput(args.seed)), flush=True)
+        harness.print_result(child_wb_throughput(args.seed), MARK)
         return
 
     if args.peer_threads > 0:
@@ -314,18 +437,19 @@ def main() -> None:
     elif not os.access(args.rllib_python, os.X_OK):
         print(f"RLlib: skipped — {args.rllib_python} is not an executable python; make a venv: {RLLIB_VENV_HELP}")
     else:
-        out, _, rc = spawn([args.rllib_python, "-c", "import ray.rllib, ray; print(ray.__version__)"], 120)
+        out, _, rc = harness.spawn([args.rllib_python, "-c", "import ray.rllib, ray; print(ray.__version__)"], 120)
         if rc != 0:
             print(f"RLlib: skipped — {args.rllib_python} cannot import ray.rllib "
                   f"({out.strip().splitlines()[-1] if out.strip() else f'exit {rc}'}); {RLLIB_VENV_HELP}")
         else:
             rllib = out.strip().splitlines()[-1]
 
-    parts = [p for p in ("solve", "throughput", "async", "policies") if args.only in (None, p)]
+    parts = [p for p in PARTS if args.only in (None, p)]
     who = {"solve": ["workbench", "rllib"], "throughput": ["workbench", "rllib"], "async": ["workbench", "rllib"],
-           "policies": ["coarse", "multilearner"]}
+           "policies": ["coarse", "multilearner"],
+           "scaling": [f"{c}@{n}" for n in args.sizes for c in ("workbench", "rllib")]}
     if not rllib:
-        who = {part: [c for c in cs if c != "rllib"] for part, cs in who.items()}
+        who = {part: [c for c in cs if not c.startswith("rllib")] for part, cs in who.items()}
     results: dict[str, dict[str, list[dict]]] = {p: {c: [] for c in who[p]} for p in parts}
     print(f"seeds {args.seeds}; {', '.join(parts)}; RLlib: {f'ray {rllib} ({args.rllib_python})' if rllib else 'none'} "
           f"(its torch threads: {args.peer_threads or 'default'})", flush=True)
@@ -340,6 +464,10 @@ def main() -> None:
         if part == "async":
             return (run_rllib("appo", "solve", seed, args, tmp) if contender == "rllib"
                     else run_notebook(A3C, seed, None, args.timeout, tmp))
+        if part == "scaling":
+            side, size = contender.split("@")
+            return (run_rllib("ppo", "scaling", seed, args, tmp, runners=int(size)) if side == "rllib"
+                    else run_wb_scaling(seed, int(size), args, tmp))
         return run_notebook(QUICKSTART, seed, contender, args.timeout, tmp)
 
     begun = time.perf_counter()
@@ -352,9 +480,10 @@ def main() -> None:
                     if r is None:
                         continue
                     results[part][contender].append({"seed": seed, **r})
-                    if part == "throughput":
+                    if part in ("throughput", "scaling"):
+                        last = THROUGHPUT_ITERATIONS if part == "throughput" else SCALING_ITERATIONS
                         print(f"  {part:10s} {contender:12s} seed {seed}: {r['sps']:,.0f} env-steps/s "
-                              f"(iterations 2..10; process {r['process_s']:.1f} s)", flush=True)
+                              f"(iterations 2..{last}; process {r['process_s']:.1f} s)", flush=True)
                     else:
                         print(f"  {part:10s} {contender:12s} seed {seed}: "
                               f"{'solved' if r['solved'] else 'NOT solved'} after {r['time_s']:.2f} s, "
@@ -410,6 +539,12 @@ def main() -> None:
         ratio_lines(m, "rllib", "workbench", "RLlib APPO / workbench A3C")
         if "rllib" in sps and "workbench" in sps:
             print(f"workbench A3C / RLlib APPO, env-steps/s: {ratio(sps['workbench'], sps['rllib'])}")
+
+    if "scaling" in results:
+        print(f"\n(scaling) PPO on CartPole-v1 whose steps compute {args.cost_ms:g} ms each, {SCALING_STEPS} steps "
+              f"per runner per iteration, env-steps/s over iterations 2..{SCALING_ITERATIONS} — median (min–max); "
+              f"efficiency = rate(n) / (n · rate({min(args.sizes)}) / {min(args.sizes)})\n")
+        print(scaling_table(results["scaling"], args.sizes))
 
     if "policies" in results:
         print("\n(policies) the quickstart under coarse vs multilearner — median (min–max)\n")
