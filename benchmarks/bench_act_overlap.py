@@ -12,7 +12,7 @@ set) on every observation it gets, EnvPool with one C++ thread per pool:
   the half that finished first, the policy acts on it and ``send``s it while the other half
   steps in C++ (EnvPool's own asynchronous loop; rows of a step hold different envs).
 - **two replicas, turns**: two pools of N/2 in two threads that take workbench's turns
-  (`workbench.runtime.state.randomness.Turns`, as two actor+env replicas in one process do) and give
+  (`workbench.runtime.state.randomness.GeneratorTurns`, as two actor+env replicas in one process do) and give
   the turn up while they wait in ``recv``, so one replica acts while the other's envs step:
   the design docs/envpool.md weighs for an async env fragment whose cells do not change.
 - **two replicas, one thread**: the same two replicas and turns, run as two greenlets in one
@@ -33,7 +33,7 @@ import time
 import numpy as np
 import torch
 
-from workbench.runtime.state.randomness import Turns
+from workbench.runtime.state.randomness import GeneratorTurns
 
 from benchmarks import harness
 
@@ -94,7 +94,7 @@ def envpool_async(env_id: str, n: int, steps: int, act) -> float:
 
 
 def two_replicas(env_id: str, n: int, steps: int, act) -> float:
-    turns, half = Turns(), max(1, n // 2)
+    turns, half = GeneratorTurns(), max(1, n // 2)
     pools = [pool(env_id, half, half, seed) for seed in (0, 1)]
     never = lambda: False  # noqa: E731 - the run never stops here
 
@@ -123,7 +123,7 @@ def one_thread(env_id: str, n: int, steps: int, act, turns: bool = True) -> floa
 
     half, never = max(1, n // 2), (lambda: False)  # noqa: E731 - the run never stops here
     pools = [pool(env_id, half, half, seed) for seed in (0, 1)]
-    shared = Turns() if turns else None
+    shared = GeneratorTurns() if turns else None
     lanes: list = []
 
     def replica(k: int) -> None:

@@ -431,7 +431,7 @@ def main() -> None:
     if policies and policies != ("inline",):
         from distributed import Client
 
-        from workbench.cluster.patient import PatientLocalCluster
+        from workbench.cluster.restart_tolerant import PatientLocalCluster
 
         # on a GPU host one worker holds the GPU (GPUOnly places every fragment there)
         workers = 2 if options.device == "cpu" else 1

@@ -16,7 +16,7 @@ wait). "actor's replica" splits the iteration of the replica that holds the acto
 cells, its sends, its waits for values and the rest (the driver's ``time/…`` rows): where a
 Fine step goes as the env replicas grow in number; and of its sends, its thread's CPU time
 (a send's wall time beyond it waited: for the GIL, a core or a socket's buffer). Workers run with
-``workbench.cluster.lean``'s settings unless ``--dask-defaults``.
+``workbench.cluster.quiet_workers``'s settings unless ``--dask-defaults``.
 A size or policy that fails shows its error in the table; the rest still run.
 
 The "bare processes" rows are the control: the same loop (the actor's expression, the wait,
@@ -333,11 +333,11 @@ def scaling(sizes: tuple[int, ...] = SIZES, latency_ms: float = 2.0, dask_defaul
     from distributed import Client, LocalCluster
 
     import workbench as wb
-    from workbench.cluster.lean import LEAN_DASK_CONFIG
+    from workbench.cluster.quiet_workers import QUIET_WORKER_CONFIG
 
     ceiling = 16 * 1e3 / latency_ms
     print(f"latency {latency_ms:g} ms per env step (one replica's ceiling {ceiling:,.0f} env-steps/s); "
-          f"{'Dask default' if dask_defaults else 'lean (workbench.cluster.lean)'} worker settings; "
+          f"{'Dask default' if dask_defaults else 'lean (workbench.cluster.quiet_workers)'} worker settings; "
           f"{os.cpu_count()} cores", flush=True)
     names = {"coarse": "SingleLearnerCoarse", "fine": "SingleLearnerFine",
              "fine-arrival": "SingleLearnerFine, acting on arrival"}
@@ -356,7 +356,7 @@ def scaling(sizes: tuple[int, ...] = SIZES, latency_ms: float = 2.0, dask_defaul
             results[name][workers] = got = control(workers, latency_ms, pairs)
             print(f"  {name.split(' (')[0]} × {workers}: {got['rate']:,.0f} env-steps/s, "
                   f"{got['cores']:.2f} cores busy", flush=True)
-        with dask.config.set({} if dask_defaults else LEAN_DASK_CONFIG), \
+        with dask.config.set({} if dask_defaults else QUIET_WORKER_CONFIG), \
                 LocalCluster(n_workers=workers, threads_per_worker=1, host="127.0.0.1",
                              dashboard_address="127.0.0.1:0", silence_logs=logging.ERROR) as cluster, \
                 Client(cluster) as client:
@@ -424,7 +424,7 @@ def main() -> None:
     parser.add_argument("--latency-ms", type=float, default=2.0,
                         help="how long each env step waits (default: %(default)s)")
     parser.add_argument("--dask-defaults", action="store_true",
-                        help="Dask's default worker settings, not workbench.cluster.lean's")
+                        help="Dask's default worker settings, not workbench.cluster.quiet_workers's")
     parser.add_argument("--no-bare", action="store_true",
                         help="skip the control rows (the loop in plain processes, no framework)")
     parser.add_argument("--pairs", type=int, default=3, help="short/long run pairs per point (median)")

@@ -35,7 +35,7 @@ def main() -> None:
     harness.parser(__doc__).parse_args()
     from distributed import Client
 
-    from workbench.cluster.patient import PatientLocalCluster
+    from workbench.cluster.restart_tolerant import PatientLocalCluster
 
     cases = [
         ("quickstart PPO, coarse (one actor per worker)", ppo.build_fdg, "coarse", None),

@@ -36,7 +36,7 @@ def two_worker_client(silence_logs: int = logging.ERROR, **cluster_options):
     """
     from distributed import Client
 
-    from workbench.cluster.patient import PatientLocalCluster
+    from workbench.cluster.restart_tolerant import PatientLocalCluster
 
     with PatientLocalCluster(n_workers=2, threads_per_worker=1, processes=True, host="127.0.0.1",
                              dashboard_address="127.0.0.1:0", silence_logs=silence_logs,

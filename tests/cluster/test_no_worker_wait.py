@@ -19,7 +19,7 @@ def _alive(client) -> int:
 def test_a_run_waits_for_a_killed_workers_restart(capsys):
     from distributed import Client
 
-    from workbench.cluster.patient import PatientLocalCluster
+    from workbench.cluster.restart_tolerant import PatientLocalCluster
 
     with PatientLocalCluster(n_workers=1, threads_per_worker=1, processes=True, host="127.0.0.1",
                              dashboard_address="127.0.0.1:0", silence_logs=logging.CRITICAL) as cluster, \

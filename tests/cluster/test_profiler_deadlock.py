@@ -1,6 +1,6 @@
 """On Python 3.11 the workers of workbench's clusters run without Dask's statistical
 profiler: its ``sys._current_frames()`` can deadlock a worker against a thread starting
-(cpython#116969), which froze a deploy for 467 s in CI (workbench.cluster.lean)."""
+(cpython#116969), which froze a deploy for 467 s in CI (workbench.cluster.quiet_workers)."""
 from __future__ import annotations
 
 import sys
@@ -38,10 +38,10 @@ def test_a_worker_its_nanny_restarts_keeps_the_settings_its_cluster_started_with
     import dask
     from distributed import Client
 
-    from workbench.cluster.lean import LEAN_DASK_CONFIG
-    from workbench.cluster.patient import PatientLocalCluster
+    from workbench.cluster.quiet_workers import QUIET_WORKER_CONFIG
+    from workbench.cluster.restart_tolerant import PatientLocalCluster
 
-    with dask.config.set(LEAN_DASK_CONFIG):
+    with dask.config.set(QUIET_WORKER_CONFIG):
         cluster = PatientLocalCluster(n_workers=1, threads_per_worker=1, processes=True, host="127.0.0.1",
                                       dashboard_address="127.0.0.1:0", silence_logs=logging.ERROR)
     with cluster, Client(cluster, set_as_default=False) as client:

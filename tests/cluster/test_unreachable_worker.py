@@ -26,7 +26,7 @@ def freezable_cluster():
     pass or fail, so the cluster can close."""
     from distributed import Client
 
-    from workbench.cluster.patient import PatientLocalCluster
+    from workbench.cluster.restart_tolerant import PatientLocalCluster
 
     frozen: list[int] = []
     with PatientLocalCluster(n_workers=2, threads_per_worker=1, processes=True, host="127.0.0.1",

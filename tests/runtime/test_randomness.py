@@ -20,7 +20,7 @@ import workbench as wb
 from workbench.fdg.policy import Group, Policy
 from workbench.fdg.vocabulary import IN_PROCESS
 from workbench.runtime.transport.channels import Stopped
-from workbench.runtime.state.randomness import PATIENCE_S, Turns
+from workbench.runtime.state.randomness import PATIENCE_S, GeneratorTurns
 
 SEED, ACTORS, ITERATIONS, STEPS = 100, 4, 2, 3
 
@@ -33,7 +33,7 @@ def expected_draws(seed: int, n: int) -> list[tuple[float, float, float]]:
 
 # ------------------------------------------------------------------ the turns themselves
 def test_each_replica_draws_its_own_streams_however_threads_interleave():
-    turns, threads, got = Turns(), [], {}
+    turns, threads, got = GeneratorTurns(), [], {}
 
     def replica(k: int) -> None:
         streams, mine = turns.streams(), []
@@ -57,7 +57,7 @@ def test_numpy_state_is_copied_only_when_a_draw_changed_it(monkeypatch):
     """Swapping NumPy's global state costs ~70 µs a swap (Fine swaps twice a step in the
     learner's process): a swap compares the state in place first and copies only after a
     draw. The draws stay each replica's own (the test above)."""
-    turns = Turns()
+    turns = GeneratorTurns()
     mine, theirs = turns.streams(), turns.streams()
     calls = []
     real_get, real_set = np.random.get_state, np.random.set_state
@@ -80,7 +80,7 @@ def test_python_random_state_is_copied_only_when_a_draw_changed_it(monkeypatch):
     """The same for Python's ``random`` (~11 µs a swap to read and write): compared in place,
     copied only after a draw, a seed or a ``setstate`` changed it, including the cached
     second Gaussian of ``random.gauss``, which is state too."""
-    turns = Turns()
+    turns = GeneratorTurns()
     mine, theirs = turns.streams(), turns.streams()
     calls = []
     real_get, real_set = random.getstate, random.setstate
@@ -130,7 +130,7 @@ def test_the_in_place_python_fingerprint_reads_what_getstate_gives():
 
 
 def test_a_replica_waiting_for_its_turn_sees_the_stop():
-    turns, stop = Turns(), threading.Event()
+    turns, stop = GeneratorTurns(), threading.Event()
     turns.take(turns.streams(), stop.is_set)  # a stuck cell holds the turn
     outcome = []
 
@@ -152,7 +152,7 @@ def test_a_cell_that_keeps_the_turn_too_long_is_run_beside_not_waited_for():
     """A cell of the user's that waits for another replica of its process (a gate) keeps
     the turn: the other replica runs without one after its patience, rather than both
     hanging."""
-    turns = Turns()
+    turns = GeneratorTurns()
     turns.take(turns.streams(), lambda: False)  # waits for the other replica, turn held
     other = turns.streams()
     assert turns.take(other, lambda: False, patience=0.2) is False
@@ -165,7 +165,7 @@ def test_an_init_cell_that_holds_the_turn_without_computing_is_waited_for():
     waits for no other replica: the others wait for it past the usual patience, up to
     INIT_PATIENCE_S, and keep their own draws (a fresh cluster's first run said "random
     streams shared" nearly every time)."""
-    turns = Turns()
+    turns = GeneratorTurns()
     holder = turns.streams()
     turns.take(holder, lambda: False, init=True)
     threading.Timer(0.6, turns.give, (holder,)).start()  # sleeps (no CPU), then gives the turn
@@ -179,7 +179,7 @@ def test_an_init_cell_that_holds_the_turn_without_computing_is_waited_for():
 def test_a_wait_inside_a_cell_gives_the_turn_up():
     """Two replicas that meet inside their cells (wb.allreduce) must not wait on each other
     for the turn."""
-    turns, met = Turns(), threading.Barrier(2, timeout=30)
+    turns, met = GeneratorTurns(), threading.Barrier(2, timeout=30)
     stopped = lambda: False  # noqa: E731
     done = []
 
@@ -202,7 +202,7 @@ def test_a_wait_inside_a_cell_gives_the_turn_up():
 def test_a_wait_inside_a_cell_that_sees_the_stop_leaves_the_cell_with_stopped():
     """The wait returns while another replica's stuck cell has the turn: the stop ends the
     cell with Stopped (not a release of a lock it no longer holds)."""
-    turns, stop = Turns(), threading.Event()
+    turns, stop = GeneratorTurns(), threading.Event()
     mine, stuck = turns.streams(), turns.streams()
     has_it = threading.Event()
 

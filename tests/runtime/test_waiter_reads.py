@@ -261,7 +261,7 @@ def test_closing_the_server_while_a_replica_reads_ends_cleanly(served):
 
 
 def test_frames_of_every_size_arrive_whole_when_waiters_and_the_thread_take_turns(monkeypatch):
-    """Turns change between reads of one big frame: the stream's state is the reader's,
+    """GeneratorTurns change between reads of one big frame: the stream's state is the reader's,
     not a thread's, so it arrives whole, and every frame in order."""
     monkeypatch.setattr(frame_reader, "LEND_S", 0.001)
     got, a, b = [], *socket.socketpair()

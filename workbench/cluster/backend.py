@@ -42,7 +42,7 @@ from workbench.runtime.engine.backend import Backend, Events, StreamSpec, run_re
 from workbench.runtime.engine.driver import STOP_GRACE_S
 from workbench.runtime.replicas.fence import Fence
 from workbench.runtime.replicas.lanes import join_lanes
-from workbench.runtime.state.randomness import Turns
+from workbench.runtime.state.randomness import GeneratorTurns
 from workbench.runtime.replicas.replica import GroupProgram, GroupReplica, TaskReport
 from workbench.runtime.state.snapshots import DRIVER, SnapshotBook
 
@@ -85,7 +85,7 @@ def _deploy(run_id: str, authkey: bytes, program: GroupProgram, index: int, coun
     worker = get_worker()
     restored = pickle.loads(state) if state is not None else None
     plugin = _plugin()
-    turns = plugin.__dict__.setdefault("turns", {}).setdefault(run_id, Turns())  # one per run here
+    turns = plugin.__dict__.setdefault("turns", {}).setdefault(run_id, GeneratorTurns())  # one per run here
     replica = GroupReplica(program, index, count, str(worker.name), notebook, device, restored, turns)
     routes = plugin.__dict__.setdefault("routes", {}).setdefault(run_id, {})
     deployed = Deployed(replica, authkey, worker.ip, tls, routes)

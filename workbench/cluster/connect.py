@@ -32,8 +32,8 @@ from distributed.security import Security
 
 from workbench.cluster._dask_compat import workers_info
 from workbench.cluster.forkserver import start_forkserver, worker_start_settings
-from workbench.cluster.lean import LEAN_DASK_CONFIG, embedded_worker_count, oversubscribed
-from workbench.cluster.patient import PatientLocalCluster
+from workbench.cluster.quiet_workers import QUIET_WORKER_CONFIG, embedded_worker_count, oversubscribed
+from workbench.cluster.restart_tolerant import PatientLocalCluster
 from workbench.cluster.pinning import pinning_plugin
 from workbench.errors import RunConfigError
 from workbench.fdg.inventory import Inventory, WorkerInfo
@@ -75,7 +75,7 @@ def embedded_cluster(n_workers: int | None = None, threads_per_worker: int = 1, 
     """The process's embedded ``LocalCluster`` (started on first use, on loopback).
 
     ``n_workers`` None sizes it to the host: one single-thread worker per usable core, at
-    least 2, or ``WORKBENCH_WORKERS`` when set (``workbench.cluster.lean.embedded_worker_count``).
+    least 2, or ``WORKBENCH_WORKERS`` when set (``workbench.cluster.quiet_workers.embedded_worker_count``).
     """
     global _embedded
     if n_workers is None:
@@ -99,8 +99,8 @@ def embedded_cluster(n_workers: int | None = None, threads_per_worker: int = 1, 
             raise RunConfigError(f"{exc} (it sets how the embedded Dask cluster starts its workers).") from None
         if oversubscribed(n_workers, threads_per_worker):
             # more worker threads than cores: Dask's per-worker background work (profiler,
-            # tick and memory monitors) would take a core or more (workbench.cluster.lean)
-            settings.update(LEAN_DASK_CONFIG)
+            # tick and memory monitors) would take a core or more (workbench.cluster.quiet_workers)
+            settings.update(QUIET_WORKER_CONFIG)
         with dask.config.set(settings):
             start_forkserver()  # first: its imports (torch…) run beside the dashboard's and the scheduler's start
         import workbench.cluster.dashboard  # noqa: F401  (registers the /workbench page before the dashboard starts)

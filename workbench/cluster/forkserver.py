@@ -8,7 +8,7 @@ one server process imports :data:`WORKER_PRELOAD` once and forks every worker fr
 the embedded cluster came up 0.5-0.7 s sooner and closed 0.5 s sooner on this machine
 (``docs/performance.md``). A worker its nanny *restarts* is a new Python again: the nanny
 reads the start method from the global config when it restarts one, after the block that
-set it has ended (its worker's settings it keeps: :mod:`workbench.cluster.patient`).
+set it has ended (its worker's settings it keeps: :mod:`workbench.cluster.restart_tolerant`).
 
 Why forking it is safe here: the server only imports; it runs no torch or BLAS work, so no
 OpenMP or BLAS thread pool exists when it forks (they start on first use), and Dask's nanny

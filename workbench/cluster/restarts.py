@@ -12,7 +12,7 @@ workers as before.
 
 A ``LocalCluster`` closes the nanny of a worker not back within Dask's
 ``lost-worker-timeout`` (15 s): the embedded one is patient
-(:mod:`workbench.cluster.patient`).
+(:mod:`workbench.cluster.restart_tolerant`).
 
 Workers started without a nanny (``dask worker --no-nanny``, or threads of an in-process
 ``LocalCluster``) have nobody to restart them: the stop says so and what to do.

@@ -26,40 +26,17 @@ Example::
 """
 from __future__ import annotations
 
-import os
 
 from distributed import WorkerPlugin
 
 from workbench.cluster.pinning import pin_shared_machines
 from workbench.runtime.process.malloc import tune_malloc
+from workbench.runtime.process.threads import limit_threads
 
-__all__ = ["WorkerSetup", "ensure_worker_setup", "tune_malloc", "limit_threads", "PLUGIN_NAME"]
+__all__ = ["WorkerSetup", "ensure_worker_setup", "tune_malloc", "PLUGIN_NAME"]
 
 PLUGIN_NAME = "workbench-setup"
 
-def limit_threads(nthreads: int) -> int:
-    """Give torch's intra-op pool (and BLAS pools) this worker's threads: workers share a
-    host, and spinning pools larger than the cores left make them fight (we measured 40×
-    slowdowns on a busy 2-core machine). Returns the count set."""
-    count = max(1, int(nthreads))
-    try:
-        import torch
-    except ImportError:
-        torch = None
-    if torch is not None and torch.get_num_threads() != count:
-        torch.set_num_threads(count)
-    if all(os.environ.get(name) == str(count) for name in _POOL_VARIABLES):
-        return count  # the pools started at this size: Dask's nanny sets these to 1 in workers
-    try:
-        from threadpoolctl import threadpool_limits
-    except ImportError:
-        return count
-    threadpool_limits(limits=count, user_api="blas")  # torch's own OpenMP pool: set above
-    return count
-
-
-#: what Dask's nanny sets to 1 before it spawns a worker (distributed.nanny.pre-spawn-environ)
-_POOL_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
 
 
 def warm_up() -> None:
@@ -82,7 +59,12 @@ class WorkerSetup(WorkerPlugin):
 
     def setup(self, worker) -> None:
         self.malloc = tune_malloc()
-        self.threads = limit_threads(worker.state.nthreads)
+        try:
+            import torch  # noqa: F401  (loaded now: its pool is sized here, not at a cell's first use)
+        except ImportError:
+            pass
+        self.threads = max(1, int(worker.state.nthreads))
+        limit_threads(self.threads)  # the worker's threads share a host with other workers
         warm_up()
 
 

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from workbench.fdg.errors import PlacementError
 from workbench.fdg.graph import Graph
-from workbench.fdg.vocabulary import check_device_kind, integral
+from workbench.fdg.vocabulary import check_device_kind, whole_number
 from workbench.fdg.inventory import Inventory
 from workbench.fdg.plan import make_plan
 from workbench.fdg.auto_candidates import auto_candidates
@@ -76,9 +76,9 @@ def move_fragment(policy: Policy, fdg: Graph, fragment: str, worker: str, device
 def set_replicas(policy: Policy, fdg: Graph, fragment: str, count: int, inventory: Inventory) -> Policy:
     """The group holding ``fragment`` gets ``count`` replicas, spread round-robin over the
     workers it used (all workers when it grows past them)."""
-    if integral(count) is None or count < 1:
+    if whole_number(count) is None or count < 1:
         raise PlacementError(f"replicas must be a whole number ≥ 1, got {count!r}.")
-    count = integral(count)
+    count = whole_number(count)
     group = policy.group_of(fragment)
     # workers that have left are dropped from the pool: a resize is a way to recover from that
     pool = tuple(w for w in dict.fromkeys(group.workers) if inventory.find(w)) or inventory.names

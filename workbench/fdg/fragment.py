@@ -22,7 +22,7 @@ from dataclasses import dataclass, field, replace
 
 from workbench.fdg.analysis import analyse_code
 from workbench.fdg.errors import FragmentOptionError
-from workbench.fdg.vocabulary import DEVICE_KINDS, RATES, integral
+from workbench.fdg.vocabulary import DEVICE_KINDS, RATES, whole_number
 
 __all__ = ["RATES", "RUNTIME_NAMES", "Cell", "Fragment", "DEVICES", "default_rate"]
 
@@ -109,13 +109,13 @@ class Fragment:
 
     def __post_init__(self) -> None:
         _check_identifier(self.name, self.name, what="fragment name")
-        if self.replicas is not None and (integral(self.replicas) is None or self.replicas < 1):
+        if self.replicas is not None and (whole_number(self.replicas) is None or self.replicas < 1):
             raise FragmentOptionError(
                 f"fragment {self.name!r}: --replicas must be a whole number ≥ 1, got {self.replicas!r}.",
                 fragment=self.name,
             )
         if self.replicas is not None:
-            object.__setattr__(self, "replicas", integral(self.replicas))  # NumPy's 2 as 2
+            object.__setattr__(self, "replicas", whole_number(self.replicas))  # NumPy's 2 as 2
         if self.device not in DEVICES:
             raise FragmentOptionError(
                 f"fragment {self.name!r}: --device must be one of {', '.join(DEVICES)}, "

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 
-from workbench.fdg.vocabulary import integral
+from workbench.fdg.vocabulary import whole_number
 from workbench.fdg.errors import PlacementError
 from workbench.fdg.inventory import Inventory, WorkerInfo
 
@@ -37,7 +37,7 @@ def _home(inventory: Inventory) -> WorkerInfo:
 
 def _check_count(preset: str, parameter: str, value) -> int | None:
     """A preset's count (``actors``, ``envs``, ``learners``) as a plain int, or None."""
-    count = integral(value)
+    count = whole_number(value)
     if value is not None and (count is None or count < 1):
         raise PlacementError(f"{preset}({parameter}=…) must be a whole number ≥ 1, got {value!r}.")
     return count

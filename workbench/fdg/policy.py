@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 
 from workbench.fdg.errors import PlacementError
 from workbench.fdg.graph import Graph
-from workbench.fdg.vocabulary import IN_PROCESS, check_device_kind, integral
+from workbench.fdg.vocabulary import IN_PROCESS, check_device_kind, whole_number
 from workbench.fdg.inventory import Inventory, WorkerInfo
 from workbench.fdg.placing import _check_count, _env_workers, _home, _spread, _whole
 from workbench.fdg.unplaced import unplaced_message
@@ -58,11 +58,11 @@ class Group:
         except ValueError as exc:
             raise PlacementError(str(exc)) from None
         # bool is an int to Python, and JSON's 2.7 must not quietly become 2; NumPy's 2 is 2
-        if integral(self.replicas) is None or self.replicas < 1:
+        if whole_number(self.replicas) is None or self.replicas < 1:
             raise PlacementError(
                 f"group {self.name!r}: replicas must be a whole number ≥ 1, got {self.replicas!r}."
             )
-        object.__setattr__(self, "replicas", integral(self.replicas))  # a plain int: JSON takes it
+        object.__setattr__(self, "replicas", whole_number(self.replicas))  # a plain int: JSON takes it
         if self.workers and len(self.workers) != self.replicas:
             raise PlacementError(
                 f"group {self.name!r}: {self.replicas} replicas but {len(self.workers)} workers "
@@ -95,9 +95,9 @@ class Policy:
     lag: int = 0
 
     def __post_init__(self) -> None:
-        if integral(self.lag) is None or self.lag < 0:
+        if whole_number(self.lag) is None or self.lag < 0:
             raise PlacementError(f"policy {self.name!r}: lag must be a whole number ≥ 0, got {self.lag!r}.")
-        object.__setattr__(self, "lag", integral(self.lag))
+        object.__setattr__(self, "lag", whole_number(self.lag))
         if self.lag and self.asynchronous:
             raise PlacementError(
                 f"policy {self.name!r}: lag and asynchronous do not combine (an asynchronous "
@@ -272,9 +272,9 @@ class SingleLearnerCoarse:
 
     def __init__(self, actors: int | None = None, lag: int = 0) -> None:
         actors = _check_count(self.name, "actors", actors)  # the class's own name: Async is one too
-        if integral(lag) is None or lag < 0:
+        if whole_number(lag) is None or lag < 0:
             raise PlacementError(f"{self.name}(lag=…) must be a whole number ≥ 0, got {lag!r}.")
-        self.actors, self.lag = actors, integral(lag)
+        self.actors, self.lag = actors, whole_number(lag)
 
     def __repr__(self) -> str:
         return f"SingleLearnerCoarse(actors={self.actors!r}" + (f", lag={self.lag})" if self.lag else ")")

@@ -16,7 +16,7 @@ from __future__ import annotations
 import numbers
 from typing import Literal, get_args
 
-__all__ = ["integral", "Rate", "RATES", "Timing", "TIMINGS", "DeviceKind", "DEVICE_KINDS", "IN_PROCESS",
+__all__ = ["whole_number", "Rate", "RATES", "Timing", "TIMINGS", "DeviceKind", "DEVICE_KINDS", "IN_PROCESS",
            "check_device_kind"]
 
 #: When a fragment's cell runs: once per replica when deployed, every step, every iteration.
@@ -53,12 +53,12 @@ def check_device_kind(value, where: str) -> DeviceKind:
     return value
 
 
-def integral(value) -> int | None:
+def whole_number(value) -> int | None:
     """``value`` as a plain int when it is a whole number of any integer type (a NumPy
     integer from a computed budget too), None for anything else — a bool, 2.0, "2".
 
     >>> import numpy as np
-    >>> integral(np.int64(4)), integral(True), integral(2.0)
+    >>> whole_number(np.int64(4)), whole_number(True), whole_number(2.0)
     (4, None, None)
     """
     if isinstance(value, bool) or not isinstance(value, numbers.Integral):

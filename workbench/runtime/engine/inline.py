@@ -21,10 +21,9 @@ import pickle
 import sys
 import threading
 import time
-from typing import Any, Callable
+from typing import Any
 
 from workbench.fdg.plan import Plan
-from workbench.loaded_modules import loaded
 from workbench.runtime.process import exit_guard
 from workbench.runtime.engine.backend import Backend, Events, StreamSpec, run_replica
 from workbench.runtime.transport.channels import LocalPostman, Mailbox, dumps_state
@@ -32,10 +31,11 @@ from workbench.runtime.replicas.env_objects import close_envs, is_env
 from workbench.runtime.replicas.fence import Fence, decide
 from workbench.runtime.replicas.lanes import join_lanes
 from workbench.runtime.process.malloc import RELEASE_ABOVE_BYTES, release_free_memory, resident_bytes, tune_malloc
-from workbench.runtime.state.randomness import Turns
+from workbench.runtime.state.randomness import GeneratorTurns
 from workbench.runtime.replicas.replica import GroupProgram, GroupReplica
 from workbench.runtime.state.snapshots import DRIVER, SnapshotBook
 from workbench.runtime.process.stall import thread_cpu_seconds
+from workbench.runtime.process.threads import limit_threads
 
 __all__ = ["CarriedEnvs", "InlineBackend", "ThreadReclaimed", "reclaim", "left_running_notice",
            "RECLAIM_WAIT_S"]
@@ -124,7 +124,7 @@ class InlineBackend(Backend):
 
     def deploy(self, plan: Plan, programs: dict[str, GroupProgram], notebook: dict[str, Any],
                states: dict[tuple[str, int], dict] | None = None) -> None:
-        turns = Turns()  # every replica is in this process: they take turns with its RNGs
+        turns = GeneratorTurns()  # every replica is in this process: they take turns with its RNGs
         lanes: dict = {}
         self._passed_on.update((id(v), v) for v in notebook.values() if is_env(v))
         try:
@@ -345,35 +345,6 @@ def _envs_held(replicas: dict[tuple[str, int], GroupReplica]) -> list:
         spaces = [*replica.namespaces.values(), *(v for v in replica.overlays.values() if type(v) is dict)]
         found.update((id(value), value) for ns in spaces for value in ns.values() if is_env(value))
     return list(found.values())
-
-
-def limit_threads(count: int = 1) -> Callable[[], None]:
-    """Set torch's intra-op threads (if torch is loaded) and the BLAS pools' (NumPy's
-    matmuls, through threadpoolctl) to ``count``; returns a function that restores both.
-
-    Small RL networks run fastest single-threaded, and a thread pool larger than the cores
-    left free (the cluster, other loops) makes torch's spinning workers fight for them:
-    we measured 40× slowdowns on a busy 2-core machine. BLAS's pool the same: a 128×64 by
-    64×64 product (the NumPy PPO learner's) took 71 µs on two threads of a busy machine
-    and 28 µs on one.
-    """
-    torch = loaded("torch")
-    previous = torch.get_num_threads() if torch is not None else None
-    if torch is not None:
-        torch.set_num_threads(count)
-    try:
-        from threadpoolctl import threadpool_limits
-        blas = threadpool_limits(limits=count, user_api="blas")
-    except Exception:  # a BLAS threadpoolctl cannot drive: torch's pool alone
-        blas = None
-
-    def restore() -> None:
-        if blas is not None:
-            blas.restore_original_limits()
-        if previous is not None:
-            torch.set_num_threads(previous)
-
-    return restore
 
 
 def _copy_of(state: dict) -> dict:

@@ -26,7 +26,7 @@ from workbench.runtime.state.counting import (ENV_STEPS_KEY, RANDOM_KEY, REBUILT
 from workbench.runtime.transport.process_group import allreduce_for
 from workbench.runtime.state.portable import PortableState, decode_value, restore_into, type_label
 from workbench.runtime.replicas.program import Binding, Emit, GroupProgram, StepSend, TaskReport, group_program
-from workbench.runtime.state.randomness import PATIENCE_S, SHARED_STREAMS, Turns
+from workbench.runtime.state.randomness import PATIENCE_S, SHARED_STREAMS, GeneratorTurns
 from workbench.runtime.replicas.cell_errors import CellErrors
 from workbench.runtime.replicas.step_sends import send_step_values
 
@@ -46,12 +46,12 @@ class GroupReplica(CellErrors):
 
     def __init__(self, program: GroupProgram, index: int, count: int, worker: str,
                  notebook: dict[str, Any], device: str = "cpu",
-                 state: dict[str, dict[str, Any]] | None = None, turns: Turns | None = None) -> None:
+                 state: dict[str, dict[str, Any]] | None = None, turns: GeneratorTurns | None = None) -> None:
         self.program = program
         #: the run's replicas in this process take turns with its random generators, each
         #: drawing from its own streams (workbench.runtime.state.randomness): pass every replica of
-        #: a run in one process the same Turns (none when the run shares them: own_random off)
-        self.turns = SHARED_STREAMS if not program.own_random else turns if turns is not None else Turns()
+        #: a run in one process the same GeneratorTurns (none when the run shares them: own_random off)
+        self.turns = SHARED_STREAMS if not program.own_random else turns if turns is not None else GeneratorTurns()
         self.streams = self.turns.streams((program.group, index))
         self.index, self.count, self.worker, self.device = index, count, worker, device
         catch_process_exits()  # os._exit in a cell: its error, not a dead kernel or worker

@@ -43,7 +43,7 @@ generators, as before this module (faster where replicas of one worker wait on t
 envs; the draws then depend on thread timing).
 
     >>> import numpy as np
-    >>> turns = Turns()
+    >>> turns = GeneratorTurns()
     >>> mine, theirs = turns.streams(), turns.streams()
     >>> with turns.turn(mine, stopped=lambda: False):
     ...     np.random.seed(1)
@@ -73,7 +73,7 @@ from typing import Any
 from workbench.loaded_modules import loaded
 from workbench.runtime.transport.channels import Stopped
 
-__all__ = ["Turns", "Streams", "SharedStreams", "SHARED_STREAMS", "PATIENCE_S", "BUSY_PATIENCE_S",
+__all__ = ["GeneratorTurns", "Streams", "SharedStreams", "SHARED_STREAMS", "PATIENCE_S", "BUSY_PATIENCE_S",
            "INIT_PATIENCE_S"]
 
 #: how often a replica waiting for its turn looks at the run's stop flag (seconds)
@@ -245,7 +245,7 @@ def _mixed_seed(state: Any, who: Hashable, size: int) -> int:
     return int.from_bytes(digest, "little")
 
 
-class Turns:
+class GeneratorTurns:
     """The replicas of one run in one process, taking turns with the process's generators.
 
     ``take(streams, stopped)`` … ``give(streams)`` (or ``with turn(streams, stopped)``)
@@ -399,7 +399,7 @@ _CLOCK_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 
 
 class SharedStreams:
-    """:class:`Turns`' interface for a run whose replicas share the process's generators
+    """:class:`GeneratorTurns`' interface for a run whose replicas share the process's generators
     (``RunConfig.own_random`` off): every turn is granted at once, nothing is swapped.
 
     >>> streams = SHARED_STREAMS.streams()

@@ -11,7 +11,7 @@ closed, and every later run finds fewer workers, or none.
 
 :class:`PatientLocalCluster` waits ``LOST_WORKER_GRACE_S`` instead; the rest is
 ``LocalCluster``. The embedded cluster is one. On Python 3.11 its workers' statistical
-profiler is off (:func:`~workbench.cluster.lean.deadlock_free_config`).
+profiler is off (:func:`~workbench.cluster.quiet_workers.deadlock_free_config`).
 
 Its nannies keep the Dask config in effect when the cluster started (the caller's
 ``dask.config.set`` included: the embedded cluster's lean settings), for every restart of
@@ -24,7 +24,7 @@ you start yourself can get the patience from the config::
     dask.config.set({"distributed.deploy.lost-worker-timeout": "2 minutes"})
 
 Example:
-    >>> from workbench.cluster.patient import PatientLocalCluster
+    >>> from workbench.cluster.restart_tolerant import PatientLocalCluster
     >>> cluster = PatientLocalCluster(n_workers=1, processes=False)   # doctest: +SKIP
 """
 from __future__ import annotations
@@ -34,7 +34,7 @@ import copy
 import dask
 from distributed import LocalCluster, Nanny
 
-from workbench.cluster.lean import deadlock_free_config
+from workbench.cluster.quiet_workers import deadlock_free_config
 from workbench.cluster.restarts import RESTART_WAIT_S
 
 __all__ = ["PatientLocalCluster", "LOST_WORKER_GRACE_S"]

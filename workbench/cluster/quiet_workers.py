@@ -6,7 +6,7 @@ reads psutil every 500 ms, and its nanny reads the worker's memory every 100 ms.
 worker per core never notices. Many latency-bound workers per core do: an idle 32-worker
 ``LocalCluster`` used 1.45 of this 2-core machine's cores doing nothing, and took 9-18 s
 to deploy a run (measured with ``benchmarks/bench_policies.py --scaling``'s cluster).
-With :data:`LEAN_DASK_CONFIG` it used 0.11 cores and deployed in under 2 s.
+With :data:`QUIET_WORKER_CONFIG` it used 0.11 cores and deployed in under 2 s.
 
 What it costs: the dashboard's *Profile* page (Dask's statistical profiler) stays empty
 (workbench's own page and the task stream are unaffected), the System page updates every
@@ -23,8 +23,8 @@ For workers you start yourself, put :func:`environment` in their environment::
 Example::
 
     import dask
-    from workbench.cluster.lean import LEAN_DASK_CONFIG
-    with dask.config.set(LEAN_DASK_CONFIG):
+    from workbench.cluster.quiet_workers import QUIET_WORKER_CONFIG
+    with dask.config.set(QUIET_WORKER_CONFIG):
         cluster = LocalCluster(n_workers=32, threads_per_worker=1)
 """
 from __future__ import annotations
@@ -32,10 +32,12 @@ from __future__ import annotations
 import os
 import sys
 
-__all__ = ["LEAN_DASK_CONFIG", "environment", "oversubscribed", "deadlock_free_config"]
+from workbench.cluster.pinning import usable_cores
+
+__all__ = ["QUIET_WORKER_CONFIG", "environment", "oversubscribed", "deadlock_free_config"]
 
 #: Dask config keys (dotted) and the values that quiet a worker's background work
-LEAN_DASK_CONFIG: dict[str, object] = {
+QUIET_WORKER_CONFIG: dict[str, object] = {
     "distributed.worker.profile.enabled": False,
     "distributed.admin.tick.interval": "1s",
     "distributed.admin.system-monitor.interval": "5s",
@@ -60,14 +62,14 @@ def deadlock_free_config(version: tuple = sys.version_info) -> dict[str, object]
 
 
 def environment(config: dict[str, object] | None = None) -> dict[str, str]:
-    """:data:`LEAN_DASK_CONFIG` as the environment variables Dask reads at start-up.
+    """:data:`QUIET_WORKER_CONFIG` as the environment variables Dask reads at start-up.
 
     >>> environment()["DASK_DISTRIBUTED__WORKER__PROFILE__ENABLED"]
     'False'
     >>> environment()["DASK_DISTRIBUTED__ADMIN__SYSTEM_MONITOR__INTERVAL"]
     '5s'
     """
-    config = LEAN_DASK_CONFIG if config is None else config
+    config = QUIET_WORKER_CONFIG if config is None else config
     return {"DASK_" + "__".join(part.replace("-", "_").upper() for part in key.split(".")): str(value)
             for key, value in config.items()}
 
@@ -78,14 +80,8 @@ def oversubscribed(n_workers: int, threads_per_worker: int = 1, cores: int | Non
     >>> oversubscribed(2, 1, cores=2), oversubscribed(32, 1, cores=2)
     (False, True)
     """
-    cores = cores if cores is not None else usable_cores()
+    cores = cores if cores is not None else len(usable_cores())
     return n_workers * threads_per_worker > cores
-
-
-def usable_cores() -> int:
-    """The cores this process may run on (its CPU affinity, which containers and ``taskset``
-    narrow; ``os.cpu_count()`` would count the whole machine)."""
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 
 
 #: Overrides the embedded cluster's worker count (``WORKBENCH_WORKERS=8 workbench run …``).
@@ -112,4 +108,4 @@ def embedded_worker_count(environ=None, cores: int | None = None) -> int:
         if count < 1:
             raise ValueError(f"{WORKERS_OVERRIDE}={override!r} must be a whole number of workers, 1 or more")
         return count
-    return max(2, cores if cores is not None else usable_cores())
+    return max(2, cores if cores is not None else len(usable_cores()))

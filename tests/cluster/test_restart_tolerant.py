@@ -20,7 +20,7 @@ import pytest
 from distributed import Client, LocalCluster
 
 from workbench.cluster._dask_compat import workers_info
-from workbench.cluster.patient import PatientLocalCluster
+from workbench.cluster.restart_tolerant import PatientLocalCluster
 
 #: the timeout the plain cluster gets, and how long a worker's start-up sleeps (longer)
 SHRUNK_TIMEOUT_S, START_SLEEP_S = 0.5, 2.0
