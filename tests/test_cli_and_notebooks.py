@@ -117,6 +117,27 @@ def test_quickstart_executes_under_nbval_at_ci_size(tmp_path):
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
 
 
+def test_after_training_notebook_executes_at_ci_size(tmp_path):
+    """Evaluate, show, compare and sweep, every cell of the shipped notebook, with its runs cut
+    to 2 iterations and its sweep to 2 seeds, its run store in tmp_path."""
+    nb = json.loads((ROOT / "notebooks" / "after_training.ipynb").read_text())
+    sizes = {"ITERATIONS = 300": "ITERATIONS = 2", "SEEDS = 10": "SEEDS = 2", "COMPARED = 3": "COMPARED = 2"}
+    found = set()
+    for cell in nb["cells"]:
+        if cell["cell_type"] == "code":
+            text = "".join(cell["source"])
+            for full, small in sizes.items():
+                if full in text:
+                    found.add(full)
+                    text = text.replace(full, small)
+            cell["source"] = text
+    assert found == set(sizes), f"the notebook no longer sets {set(sizes) - found}"
+    copy = tmp_path / "after_training_ci.ipynb"
+    copy.write_text(json.dumps(nb))
+    result = _nbval(copy, tmp_path)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+
+
 def test_cli_checkpoints_and_resumes(tmp_path, capsys):
     ckpt = tmp_path / "ckpt"
     # 4 iterations are too few episodes for "solved" to be decided (exit 1): what matters

@@ -5,7 +5,8 @@
 
 In a notebook, ``%load_ext workbench`` adds the ``%%fragment`` and ``%fdg`` magics.
 """
-from workbench.context import ReplicaInfo, allreduce, count_env_steps, env_steps, log, step_elsewhere
+from workbench.context import (ReplicaInfo, allreduce, count_env_steps, env_seed, env_steps, evaluating, log,
+                               render_mode, step_elsewhere)
 from workbench.errors import (
     CheckpointError,
     ConflictingWritersError,
@@ -31,7 +32,9 @@ from workbench.fdg.policy import (
     SingleLearnerCoarse,
     SingleLearnerFine,
 )
+from workbench.run_store import compare, load_run, runs
 from workbench.session import FDG
+from workbench.sweep import MedianStopping, SweepResult, sweep
 
 __version__ = "0.1.0"
 
@@ -44,8 +47,9 @@ _logging.getLogger("workbench").addHandler(_logging.NullHandler())
 
 __all__ = [
     "FDG", "Policy", "Inline", "SingleLearnerCoarse", "SingleLearnerFine", "MultiLearner", "GPUOnly", "Async", "Pipelined",
-    "placement",
+    "placement", "runs", "load_run", "compare", "sweep", "SweepResult", "MedianStopping",
     "ReplicaInfo", "log", "allreduce", "env_steps", "count_env_steps", "step_elsewhere",
+    "evaluating", "env_seed", "render_mode",
     "WorkbenchError", "FragmentError", "FragmentSyntaxError", "FragmentOptionError",
     "FDGError", "UndefinedNameError", "ConflictingWritersError", "StepCycleError",
     "PlacementError", "FragmentRuntimeError", "RunConfigError", "CheckpointError", "MetricError",

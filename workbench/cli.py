@@ -23,10 +23,11 @@ import sys
 import threading
 from pathlib import Path
 
-from workbench.cluster.lean import WORKERS_OVERRIDE
-from workbench.config import RunConfig, add_run_arguments, options_from
+from workbench.cluster.quiet_workers import WORKERS_OVERRIDE
+from workbench.config import DEFAULT_STEPS, RunConfig, add_run_arguments, options_from
 from workbench.errors import RunConfigError, WorkbenchError
 from workbench.fdg.policy import needs_cluster
+from workbench.sweep.command import add_sweep_arguments, sweep_command
 
 __all__ = ["main"]
 
@@ -49,16 +50,21 @@ def _parser() -> argparse.ArgumentParser:
     tls.add_argument("--tls-key", metavar="FILE", help="its private key (if not in the --tls-cert file)")
     run.add_argument("--connect-timeout", type=float, default=10.0, metavar="SECONDS",
                      help="how long to try to reach --scheduler (default 10)")
+    run.add_argument("--evaluate", type=int, metavar="N",
+                     help="after training, play the final state N episodes without learning (greedy, "
+                          "held-out env seeds) and print their returns' mean, std and IQM (docs/evaluation.md)")
     run.add_argument("--workers", type=int, metavar="N",
                      help="workers of the embedded cluster (default: one per core, at least 2; "
                           "the same as WORKBENCH_WORKERS=N)")
+    add_sweep_arguments(sub.add_parser("sweep", help="train the notebook's FDG as many trials (settings × seeds) "
+                                                     "at once on the cluster; docs/sweeps.md"))
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
-        return _run(args)
+        return _sweep(args) if args.command == "sweep" else _run(args)
     except WorkbenchError as exc:
         if args.verbose:
             import traceback
@@ -113,6 +119,8 @@ def _run(args) -> int:
     security = _security(args)
     if args.workers is not None and args.workers < 1:
         raise RunConfigError(f"--workers must be a whole number ≥ 1, got {args.workers}.")
+    if args.evaluate is not None and args.evaluate < 1:
+        raise RunConfigError(f"--evaluate must be a whole number of episodes ≥ 1, got {args.evaluate}.")
     if args.workers is not None:
         os.environ[WORKERS_OVERRIDE] = str(args.workers)  # read when the embedded cluster starts
     if (given.get("cluster") is None and _needs_embedded(given.get("policy", "inline"))
@@ -123,6 +131,9 @@ def _run(args) -> int:
         start_embedded_in_background()
     fdg, options = load_notebook(args.notebook, overrides=args.overrides)
     options.update(given)
+    if "steps" not in options:
+        print(f"workbench: steps: the default, {DEFAULT_STEPS} per iteration (--steps T runs another)", flush=True)
+    options.setdefault("run_name", Path(args.notebook).stem)  # the run store's name for it
     config = RunConfig.from_options(options)
     if args.workers is not None and config.cluster is not None:
         raise RunConfigError("--workers sizes the embedded cluster; with --cluster the "
@@ -151,10 +162,18 @@ def _run(args) -> int:
         if handle is not None:
             handle.close()
     print(run.summary())
+    if args.evaluate is not None:
+        print(f"evaluation: {run.evaluate(args.evaluate).summary()}")
     if run.target_return is not None and not run.solved_at:
         print(f"workbench: the target return {run.target_return:g} was not reached.", file=sys.stderr)
         return 1
     return 0
+
+
+def _sweep(args) -> int:
+    from workbench.notebook import load_notebook
+
+    return sweep_command(args, load_notebook)
 
 
 def _needs_embedded(policy) -> bool:

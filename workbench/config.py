@@ -191,6 +191,16 @@ def _directory(name: str, value) -> None:
                              f"({exc.strerror or exc}). Choose a directory you can write to.") from None
 
 
+def _run_store(name: str, value) -> None:
+    """A run store's directory, or None (the default store), or False / "off" (none)."""
+    if value is None or value is False or (isinstance(value, str) and value.lower() in ("off", "none")):
+        return
+    if value is True:
+        raise RunConfigError(f"{_flag(name)} takes a directory, or off (keep no record); leave it out for the "
+                             "default store ($WORKBENCH_RUN_STORE, else ./workbench-runs).")
+    _directory(name, value)
+
+
 def _loggers(name: str, value) -> None:
     for logger in value:
         if not (callable(getattr(logger, "log", None)) and callable(getattr(logger, "close", None))):
@@ -283,6 +293,11 @@ class RunConfig:
     # output
     log_dir: str | None = _option(None, "write metrics.csv (and TensorBoard events, when installed) "
                                   "to DIR", check=_directory, metavar="DIR")
+    run_store: Any = _option(None, "keep the run's record (config, metrics, events, summary, final checkpoint) "
+                             "in a folder of the run store DIR, listed by wb.runs(); default: $WORKBENCH_RUN_STORE, "
+                             "else ./workbench-runs; off: keep none (docs/runs.md)", check=_run_store, metavar="DIR")
+    run_name: str | None = _option(None, "the run's name in the run store (default: the notebook's or script's "
+                                   "file name; workbench run: the notebook's)", metavar="NAME")
     unit: str = _option(DEFAULT_UNIT, "what one env step is called in the progress bar, the summary, the "
                         "live view and the dashboard page (a language model's GRPO: completions)",
                         check=_unit, metavar="NAME")

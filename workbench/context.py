@@ -23,7 +23,7 @@ from workbench.deferred_metrics import Deferred, is_deferred, read_metric, where
 from workbench.metric_values import as_floats, check_finite, metric_values
 
 __all__ = ["ReplicaInfo", "ReplicaContext", "log", "allreduce", "reducible", "current", "env_steps", "count_env_steps",
-           "step_elsewhere", "lane_switch"]
+           "step_elsewhere", "lane_switch", "Evaluating", "evaluating", "env_seed", "render_mode", "evaluation"]
 
 
 @dataclass(frozen=True)
@@ -269,3 +269,70 @@ def step_elsewhere() -> None:
     switch = lane_switch.get()
     if switch is not None:
         switch()
+
+
+@dataclass
+class Evaluating:
+    """What a trained state is played under (``run.evaluate``/``run.show``): cells act
+    greedily (`evaluating`), envs get held-out seeds (`env_seed`) and, for a video, render
+    (`render_mode`). ``seed`` None: each seed a cell gives is moved by ``HELD_OUT``."""
+
+    seed: int | None = None
+    render: bool = False
+    #: (the seed the cell gave, the seed used), in the order envs were made
+    seeds: list[tuple[int | None, int]] = field(default_factory=list)
+    #: a cell asked `evaluating` (so it could act greedily)
+    asked: bool = False
+
+    #: added to a training seed to hold it out (training seeds are small: cfg.seed + replica.index)
+    HELD_OUT = 1_000_000
+
+
+#: the evaluation in progress in this context (workbench.evaluation sets it); None while training
+evaluation: contextvars.ContextVar[Evaluating | None] = contextvars.ContextVar("workbench_evaluation", default=None)
+
+
+def evaluating() -> bool:
+    """True while ``run.evaluate()``/``run.show()`` plays a trained state: act greedily
+    (the most likely action, the mean of a Gaussian, ε = 0). The one way a cell learns it
+    is evaluated; cells that do not ask act as in training. False in training and outside a run.
+
+    Example (an actor's step cell): ``action = logits.argmax(-1) if wb.evaluating() else sample(logits)``
+
+    >>> evaluating()
+    False
+    """
+    now = evaluation.get()
+    if now is None:
+        return False
+    now.asked = True
+    return True
+
+
+def env_seed(seed: int | None) -> int | None:
+    """The seed to give an env: ``seed`` in training; during an evaluation a held-out one
+    (``seed + 1,000,000``, or the seed ``run.evaluate(seed=…)`` asked for). ``wb.envs.make``
+    calls it; an env a cell builds itself can too (``MyEnv(seed=wb.env_seed(cfg.seed))``).
+
+    >>> env_seed(3)
+    3
+    """
+    now = evaluation.get()
+    if now is None:
+        return seed
+    if now.seed is not None:  # asked for: the first env gets it, later ones the next seeds
+        used = now.seed + len(now.seeds)
+    else:
+        used = (seed if seed is not None else 0) + Evaluating.HELD_OUT
+    now.seeds.append((seed, used))
+    return used
+
+
+def render_mode() -> str | None:
+    """``"rgb_array"`` while ``run.show()`` records a video (make envs that render), else None.
+
+    >>> render_mode() is None
+    True
+    """
+    now = evaluation.get()
+    return "rgb_array" if now is not None and now.render else None

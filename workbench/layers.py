@@ -40,7 +40,9 @@ LAYERS: tuple[tuple[str, tuple[str, ...], str], ...] = (
     ("fragment API", ("workbench.context",),
      "what a cell asks of the runtime: `replica`, `wb.log`, `wb.allreduce`, `wb.env_steps`, "
      "`wb.step_elsewhere`"),
-    ("envs", ("workbench.envs",), "vectorised envs: CartPole on NumPy/CuPy/torch, gymnasium, EnvPool"),
+    ("envs and evaluation", ("workbench.envs", "workbench.evaluation"),
+     "vectorised envs: CartPole on NumPy/CuPy/torch, gymnasium, EnvPool; playing a trained state without "
+     "learning, and its videos"),
     ("processes and threads", ("workbench.runtime.process",),
      "teardown a second Ctrl-C does not cut short, exit guards, cells that end their process, malloc, "
      "a computing thread told from a stalled one"),
@@ -56,6 +58,8 @@ LAYERS: tuple[tuple[str, tuple[str, ...], str], ...] = (
     ("engine", ("workbench.runtime", "workbench.runtime.engine"),
      "the Backend contract, the driver and its pure bookkeeping, the inline backend, lost workers' lines; "
      "`workbench/runtime/__init__.py` is the engine's map and imports nothing"),
+    ("run store", ("workbench.run_store",),
+     "finished runs kept on disk: the store, `wb.runs()`, `wb.load_run`, IQM and bootstrap CIs, `wb.compare`"),
     ("on the runtime", ("workbench.cluster", "workbench.llm", "workbench.live_edits", "workbench.stretch_state",
                         "workbench.progress", "workbench.auto_trials"),
      "Dask: connect or the embedded LocalCluster, worker plugins, the Dask backend, the dashboard page "
@@ -65,6 +69,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...], str], ...] = (
      "the Trainer: stretches of plan, deploy, drive, collect; the placement board and the live view"),
     ("session", ("workbench.session",),
      "`wb.FDG`: the graph, the namespace its cells read, `fdg.run`"),
+    ("sweeps", ("workbench.sweep",), "settings × seeds as concurrent trials on one cluster: grid, median stopping, table"),
     ("notebooks and magics", ("workbench.notebook", "workbench.magics"),
      "a notebook's FDG read without Jupyter; `%%fragment` and `%fdg`, thin over `wb.FDG` "
      "(the only IPython import)"),

@@ -213,7 +213,7 @@ class FDG(Graph):
         (48, ['batches'])
         """
         probe = self.copy()
-        run = probe.run(iterations=1, steps=1, progress=False, keep_state=True)
+        run = probe.run(iterations=1, steps=1, progress=False, keep_state=True, run_store="off")
         sizes: dict[str, int] = {}
         empty: set[str] = set()
         for replicas in run.state.fragments.values():
@@ -263,6 +263,9 @@ class FDG(Graph):
                                  f"globals()), not {type(namespace).__name__}.")
         trainer = Trainer(self, config, namespace=namespace)
         trainer.prepare()  # a run refused by its checks leaves last_run as it was
+        from workbench.run_store.keeper import RunKeeper
+
+        keeper = RunKeeper(config, self, trainer.namespace)  # a folder that is no run store refuses the run now
         if not self._running.acquire(blocking=False):
             raise RunConfigError("this FDG is already running; stop it first (%fdg stop or fdg.stop()).")
         with self._control:
@@ -281,6 +284,7 @@ class FDG(Graph):
             self._last_run = trainer.run_record or self._last_run
             self._trainer = None
             self._running.release()
+            keeper.keep(trainer.run_record)  # finished, stopped or failed: its record in the run store
 
     @property
     def last_run(self) -> "Run | None":

@@ -101,6 +101,8 @@ class TrainerState:
     loggers: list = dataclasses.field(default_factory=list)
     #: the progress display (None: none)
     bar: Any = None
+    #: the run's name on the dashboard page (its first cluster stretch's id)
+    page_key: str | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -417,9 +419,14 @@ class Trainer:
         if resolved.in_process:
             return InlineBackend(self.state.carried)  # a next stretch may step the same envs
         from workbench.cluster.backend import DaskBackend
-        from workbench.cluster.dashboard_model import UNIT_EVENT
+        from workbench.cluster.dashboard_model import STRETCH_EVENT, UNIT_EVENT
 
         backend = DaskBackend(client, inventory, lost_after=stretch.config.lost_after)
+        # a later stretch's topic names the run's first: one entry on the dashboard page
+        if self.state.page_key is None:
+            self.state.page_key = backend.run_id
+        else:
+            backend.announce(STRETCH_EVENT, self.state.page_key, start)
         if stretch.config.unit != DEFAULT_UNIT:  # the dashboard page names the steps as the run does
             backend.announce(UNIT_EVENT, stretch.config.unit, start)
         return backend

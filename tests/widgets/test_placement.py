@@ -356,3 +356,20 @@ def test_front_end_files_are_bundled_and_fetch_nothing():
         check = subprocess.run([node, "--input-type=module", "--check"], input=js, text=True,
                                capture_output=True)
         assert check.returncode == 0, check.stderr
+
+
+def test_a_board_whose_scheduler_stops_answering_says_so_and_comes_back(board):
+    """The poll fails: the board says the cluster is unreachable (its front end then takes
+    no drags); the next poll that succeeds makes it live again."""
+    answer = board._inventory_of
+
+    def unreachable(client):
+        raise OSError("Timed out trying to connect")
+
+    board._inventory_of = unreachable
+    wait_for(lambda: not board.cluster_live, what="the board to say the cluster is unreachable")
+    assert board.status.startswith("cluster unreachable (OSError: Timed out trying to connect)")
+    assert "dragging is off" in board.status
+    board._inventory_of = answer
+    wait_for(lambda: board.cluster_live, what="the board to be live again")
+    assert board.status.startswith("not running")

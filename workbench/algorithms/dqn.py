@@ -113,7 +113,8 @@ def act(q_network: QNetwork, obs, epsilon: float, rng: np.random.Generator):
     The greedy actions come from ``q_network`` on its device (CuPy observations reach a GPU
     network through DLPack, and its actions come back as CuPy); which envs explore, and
     their random actions, are drawn from the host generator ``rng`` — the same draws on
-    every device, so a CPU run is what it always was.
+    every device, so a CPU run is what it always was. While evaluated (``wb.evaluating()``:
+    ``run.evaluate``) ε is 0: every action is greedy.
 
     >>> q = QNetwork(obs_dim=4, n_actions=2, hidden=8)
     >>> act(q, np.zeros((3, 4), np.float32), 1.0, np.random.default_rng(0)).shape
@@ -123,6 +124,8 @@ def act(q_network: QNetwork, obs, epsilon: float, rng: np.random.Generator):
     with torch.no_grad():
         x = on_device(xp.asarray(obs, dtype=xp.float32), device_of(q_network))
         greedy = like(obs, q_network(x).argmax(dim=1))
+    if wb.evaluating():
+        return greedy
     explore = rng.random(len(obs)) < epsilon
     random_actions = rng.integers(0, q_network.net[-1].out_features, len(obs))
     if not explore.any():  # most steps once ε is small: nothing to send to the device

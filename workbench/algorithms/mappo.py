@@ -166,10 +166,12 @@ class MAPPOAgent(nn.Module):
         """Sample every agent's move for a batch ``[N, agents, obs_dim]``: (action, log-prob,
         value), each ``[N, agents]``, in the observations' kind of array (as ``ppo.py``'s):
         NumPy in, NumPy out; CuPy observations from a GPU env reach a network on that GPU
-        through DLPack and the results go back as CuPy, so nothing crosses to the host."""
+        through DLPack and the results go back as CuPy, so nothing crosses to the host.
+        While evaluated (``wb.evaluating()``: ``run.evaluate``) each agent takes its most likely move."""
         x = on_device(obs if type(obs).__module__.startswith("cupy") else to_numpy(obs), device_of(self))
         logp_all = torch.log_softmax(self.actor(x), -1)
-        action = torch.multinomial(logp_all.reshape(-1, logp_all.shape[-1]).exp(), 1)
+        flat = logp_all.reshape(-1, logp_all.shape[-1])
+        action = flat.argmax(-1, keepdim=True) if wb.evaluating() else torch.multinomial(flat.exp(), 1)
         action = action.reshape(logp_all.shape[:-1])
         logp = logp_all.gather(-1, action[..., None]).squeeze(-1)
         return like(obs, action), like(obs, logp), like(obs, self.value(x))

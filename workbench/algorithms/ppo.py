@@ -157,7 +157,12 @@ class ActorCritic(nn.Module):
 
         NumPy observations give NumPy back (a device→host copy if the network is on a GPU);
         CuPy observations from a GPU env give CuPy back through DLPack, so with the env and
-        the network on one GPU nothing crosses to the host."""
+        the network on one GPU nothing crosses to the host. While evaluated
+        (``wb.evaluating()``: ``run.evaluate``) it takes the most likely action."""
+        if wb.evaluating():
+            with torch.inference_mode():
+                action, logp, value = _sample(self, on_device(obs, device_of(self)), greedy=True)
+                return like(obs, action), like(obs, logp), like(obs, value)
         if isinstance(obs, np.ndarray) and obs.ndim == 2 and obs.shape[0] <= SMALL_BATCH and self.fast_numpy_act:
             # a few rows: NumPy beats torch's per-op dispatch (and needs no inference mode,
             # whose entry and exit cost ~7 % of a 4-row act)
@@ -178,11 +183,12 @@ class ActorCritic(nn.Module):
     fast_numpy_update = True
 
 
-def _sample(agent: ActorCritic, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """(action, log-prob, value) tensors for observations ``x``: what ``act`` computes."""
+def _sample(agent: ActorCritic, x: torch.Tensor, greedy: bool = False) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(action, log-prob, value) tensors for observations ``x``: what ``act`` computes
+    (``greedy``: the most likely action instead of a sample)."""
     x = agent.normalize(x)
     logp_all = torch.log_softmax(forward(agent.actor, x), -1)
-    action = torch.multinomial(logp_all.exp(), 1)
+    action = logp_all.argmax(-1, keepdim=True) if greedy else torch.multinomial(logp_all.exp(), 1)
     logp = logp_all.gather(-1, action).squeeze(-1)
     return action.squeeze(-1), logp, forward(agent.critic, x).squeeze(-1)
 

@@ -154,7 +154,8 @@ class ObsNormalizer:
     def __call__(self, obs: np.ndarray) -> np.ndarray:
         if not self.enabled:
             return obs
-        self.rms.update(obs)
+        if not wb.evaluating():  # an evaluation plays with the trained statistics, as they are
+            self.rms.update(obs)
         return self.apply(obs)
 
     def apply(self, obs: np.ndarray) -> np.ndarray:
@@ -241,11 +242,12 @@ class GaussianActorCritic(nn.Module):
     @torch.inference_mode()
     def act(self, obs: np.ndarray):
         """Sample actions for a batch of observations: (action, log-prob, value) as float32
-        NumPy. Actions are NOT clipped (the env clips them; the learner needs the sample)."""
+        NumPy. Actions are NOT clipped (the env clips them; the learner needs the sample).
+        While evaluated (``wb.evaluating()``: ``run.evaluate``) the action is the mean."""
         x = on_device(np.asarray(obs, dtype=np.float32), device_of(self))
         mean = self.actor_mean(x)
         logstd = self.actor_logstd.expand_as(mean)
-        noise = torch.randn_like(mean)
+        noise = torch.zeros_like(mean) if wb.evaluating() else torch.randn_like(mean)
         action = mean + noise * logstd.exp()
         logp = (-0.5 * noise * noise - logstd - _LOG_SQRT_2PI).sum(-1)
         return host(action), host(logp), host(self.value(x))

@@ -33,7 +33,7 @@ import time
 
 from workbench.cluster._dask_compat import TOPIC_PREFIX
 from workbench.cluster.dashboard_model import (BYTES_COLOR, EventCursor, ReplicaStats, RunState,  # noqa: F401
-                                               log_length, workbench_topics)
+                                               log_length, run_key, workbench_topics)
 from workbench.fdg.plan import human_bytes
 from workbench.runtime.state.run import DEFAULT_UNIT, RETURN_METRIC, headline_text, rate_label
 
@@ -65,6 +65,10 @@ class WorkbenchPage:
 
         self.scheduler = scheduler
         self.cursors: dict[str, EventCursor] = {}
+        #: topic → the run it belongs to (decided at its first events: a run's later
+        #: stretches have topics of their own)
+        self.run_of: dict[str, str] = {}
+        #: run key → its state, over all its stretches; the menu lists runs, not topics
         self.states: dict[str, RunState] = {}
         self.first_seen: dict[str, float] = {}
         self.follow_latest = True
@@ -174,28 +178,33 @@ class WorkbenchPage:
 
     def _update(self) -> None:
         topics = workbench_topics(self.scheduler)
-        for gone in [t for t in self.cursors if t not in topics and t != self.shown]:
-            # the scheduler forgot an old run (it keeps the newest few): so does the page
+        for gone in [t for t in self.cursors if t not in topics]:
+            # the scheduler forgot an old stretch (it keeps the newest few): so does the page,
+            # and of a run none of whose topics is left (unless it is the one shown)
             self.cursors.pop(gone)
-            self.states.pop(gone, None)
-            self.first_seen.pop(gone, None)
-        for topic in topics:
-            if topic not in self.cursors:
-                self.cursors[topic] = EventCursor()
-                self.states[topic] = RunState(topic[len(TOPIC_PREFIX):])
-        for topic in topics:
-            cursor = self.cursors[topic]
+            key = self.run_of.pop(gone, None)
+            if key is not None and key != self.shown and key not in self.run_of.values():
+                self.states.pop(key, None)
+                self.first_seen.pop(key, None)
+        for topic in topics:  # in the order the scheduler made them: a run's stretches in order
+            cursor = self.cursors.setdefault(topic, EventCursor())
             first_read = cursor.last_ts == -math.inf
             fresh = cursor.new(self.scheduler.get_events(topic))
-            if fresh:
-                state = self.states[topic]
-                if first_read and len(fresh) >= log_length():
-                    state.truncated = True
-                state.absorb(fresh)
-                if state.t0 is not None:
-                    self.first_seen.setdefault(topic, state.t0)
-                if topic == self.shown:
-                    self._dirty = True
+            if not fresh:
+                continue
+            key = self.run_of.get(topic)
+            if key is None:
+                key = self.run_of[topic] = run_key(topic[len(TOPIC_PREFIX):], fresh)
+            state = self.states.get(key)
+            if state is None:
+                state = self.states[key] = RunState(key)
+            if first_read and len(fresh) >= log_length():
+                state.truncated = True
+            state.absorb(fresh)
+            if state.t0 is not None:
+                self.first_seen.setdefault(key, state.t0)
+            if key == self.shown:
+                self._dirty = True
         options = [(t, self._run_label(t)) for t in sorted(self.first_seen, key=self.first_seen.get, reverse=True)]
         if options != [tuple(o) for o in self.select.options]:
             self.select.options = options
@@ -214,10 +223,10 @@ class WorkbenchPage:
             self._dirty = False
             self._refresh(state)
 
-    def _run_label(self, topic: str) -> str:
-        t0 = self.first_seen.get(topic)
+    def _run_label(self, key: str) -> str:
+        t0 = self.first_seen.get(key)
         stamp = time.strftime("%H:%M:%S", time.localtime(t0)) if t0 else "?"
-        return f"{topic[len(TOPIC_PREFIX):]} (started {stamp})"
+        return f"{key} (started {stamp})"
 
     def _empty(self) -> None:
         self.header.text = ("<h2 style='margin:4px 0'>workbench</h2><p>No workbench run on this cluster yet: "
@@ -244,7 +253,8 @@ class WorkbenchPage:
         # the last return, and the prog_bar metrics; a run without episodes (GRPO) shows only the latter
         learning = ((f"<div>last return <b>{last_return}</b></div>" if rets or not headline else "")
                     + (f"<div>{html.escape(headline)}</div>" if headline else ""))
-        groups = sorted({s.group for s in state.replicas.values()})
+        current = state.current_replicas()  # the placement it runs under now
+        groups = sorted({s.group for s in current})
         colors = state.fragment_colors()
         chips = " ".join(f"<span style='background:{c};color:white;border-radius:3px;padding:1px 6px;"
                          f"margin-right:3px'>{f}</span>" for f, c in colors.items())
@@ -258,8 +268,12 @@ class WorkbenchPage:
             f"<div><b>{rate:,.0f}</b> {html.escape(rate_label(state.unit))} (mean)</div>"
             f"<div><b>{state.elapsed:.1f} s</b> elapsed</div>"
             f"{learning}"
-            f"<div><b>{len(state.replicas)}</b> replicas in {len(groups)} groups: {', '.join(groups)}</div>"
+            f"<div><b>{len(current)}</b> replicas in {len(groups)} groups: {', '.join(groups)}</div>"
             f"</div><div style='margin-top:4px'>fragments: {chips}</div>"
+            + (f"<div class='wb-changed' style='margin-top:4px;color:#555'>changed while training at "
+               f"iteration{'s' if len(state.changed_at) > 1 else ''} {', '.join(map(str, state.changed_at))} "
+               "(re-placed, edited or updated): one run, its totals over all of it</div>"
+               if state.changed_at else "")
             + "".join(f"<div style='color:#c62828;margin-top:4px'>⚠ {html.escape(kind)} "
                       f"(iteration {iteration}): {html.escape(message)}</div>"
                       for kind, message, iteration in state.run_events)
@@ -346,6 +360,9 @@ def install() -> bool:
         return False
     dashboard.applications.setdefault(ROUTE, workbench_doc)
     dashboard.applications.setdefault(INDIVIDUAL_ROUTE, individual_workbench_doc)
+    from workbench.cluster.dashboard_runs import RUNS_ROUTE, runs_doc
+
+    dashboard.applications.setdefault(RUNS_ROUTE, runs_doc)  # the run store's runs, compared
     return True
 
 

@@ -5,7 +5,14 @@ draws it).
 Besides replicas' task reports, a run's topic carries what happened to the run
 (``{RUN_EVENT: {"kind", "message", "iteration"}}``, logged by the driver: a lost worker's
 line, :mod:`workbench.runtime.engine.faults`); :attr:`RunState.run_events` keeps them in order,
-except the one of kind :data:`UNIT_EVENT`, which names what the run's env steps are.
+except the one of kind :data:`UNIT_EVENT`, which names what the run's env steps are, and
+the one of kind :data:`STRETCH_EVENT`, which names the run a topic belongs to.
+
+A run is one or more *stretches* (a re-placement, a live edit or a lost worker ends one at
+an iteration boundary and the next deploys anew), each on a topic of its own. A later
+stretch's first event names its run's key (the first stretch's id), so the page shows one
+entry per run, its totals over every stretch: :func:`run_key` decides which run a topic's
+events belong to.
 
 Example:
     >>> state = RunState("abc")
@@ -26,13 +33,16 @@ from workbench.cluster.report_events import report_fields
 from workbench.cluster.report_relay import batch_items
 from workbench.runtime.state.run import DEFAULT_UNIT, RETURN_METRIC, merge_shown
 
-__all__ = ["EventCursor", "ReplicaStats", "RunState", "RUN_EVENT", "UNIT_EVENT", "FRAGMENT_COLORS", "WAIT_COLOR",
-           "SEND_COLOR", "BYTES_COLOR", "workbench_topics", "log_length"]
+__all__ = ["EventCursor", "ReplicaStats", "RunState", "RUN_EVENT", "UNIT_EVENT", "STRETCH_EVENT", "FRAGMENT_COLORS",
+           "WAIT_COLOR", "SEND_COLOR", "BYTES_COLOR", "run_key", "workbench_topics", "log_length"]
 
 #: the key of a run event (not a report) on a run's topic
 RUN_EVENT = "run_event"
 #: a run event's kind that says what one env step is called (``--unit``), not a line to show
 UNIT_EVENT = "unit"
+#: a run event's kind that says which run a stretch's topic belongs to (its message: the
+#: run's key; its iteration: where the stretch starts), not a line to show
+STRETCH_EVENT = "stretch of"
 
 # Category10 without its grey (kept for waiting) — one colour per fragment
 FRAGMENT_COLORS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b",
@@ -73,6 +83,26 @@ class EventCursor:
         return fresh
 
 
+def _said(message: Any) -> dict | None:
+    said = message.get(RUN_EVENT) if isinstance(message, dict) else None
+    return said if isinstance(said, dict) else None
+
+
+def run_key(topic_id: str, events: Iterable[tuple[float, Any]]) -> str:
+    """The run a topic's events belong to: the key its stretch event names, else the
+    topic's own id (a run of one stretch, or one from before stretches were named).
+
+    >>> stretch = (2.0, {RUN_EVENT: {"kind": STRETCH_EVENT, "message": "a1", "iteration": 169}})
+    >>> run_key("b2", [stretch, (2.5, {"batch": []})]), run_key("a1", [(1.0, {"batch": []})])
+    ('a1', 'a1')
+    """
+    for _, message in events:
+        said = _said(message)
+        if said is not None and said.get("kind") == STRETCH_EVENT and said.get("message"):
+            return str(said["message"])
+    return topic_id
+
+
 @dataclass
 class ReplicaStats:
     group: str
@@ -98,7 +128,8 @@ class ReplicaStats:
 
 
 class RunState:
-    """Everything the page shows for one run, accumulated from its events."""
+    """Everything the page shows for one run, accumulated from its events (those of every
+    stretch's topic, in the order the stretches ran)."""
 
     def __init__(self, run_id: str) -> None:
         self.run_id = run_id
@@ -120,16 +151,25 @@ class RunState:
         self.run_events: list[tuple[str, str, int | None]] = []
         #: what one env step is called (the run's ``--unit``)
         self.unit = DEFAULT_UNIT
+        #: the iteration each stretch after the first started at (a re-placement, an edit…)
+        self.changed_at: list[int] = []
+        #: the groups the current stretch's replicas reported from, and the iterations every
+        #: group had finished when it began (an earlier placement's groups report no more)
+        self.current_groups: set[str] = set()
+        self._done_before = 0
 
     # -- absorbing -----------------------------------------------------------------------
     def absorb(self, events: Iterable[tuple[float, Any]]) -> int:
         n = 0
         for stamped, message in events:
-            said = message.get(RUN_EVENT) if isinstance(message, dict) else None
-            if isinstance(said, dict) and said.get("kind") == UNIT_EVENT:
+            said = _said(message)
+            if said is not None and said.get("kind") == UNIT_EVENT:
                 self.unit = str(said.get("message") or DEFAULT_UNIT)
                 continue
-            if isinstance(said, dict):
+            if said is not None and said.get("kind") == STRETCH_EVENT:
+                self._begin_stretch(said.get("iteration"))
+                continue
+            if said is not None:
                 self.run_events.append((str(said.get("kind", "")), str(said.get("message", "")),
                                         said.get("iteration")))
                 continue
@@ -140,6 +180,13 @@ class RunState:
                     n += 1
         return n
 
+    def _begin_stretch(self, iteration: Any) -> None:
+        """A later stretch of the run begins: its totals go on; its groups are the current ones."""
+        self._done_before = self.iterations_done
+        self.current_groups = set()
+        if isinstance(iteration, int):
+            self.changed_at.append(iteration)
+
     def _absorb_one(self, ts: float, msg: dict, rep: dict) -> None:
         if self.t0 is None:
             self.t0 = ts
@@ -149,6 +196,7 @@ class RunState:
         stats = self.replicas.get(key)
         if stats is None:
             stats = self.replicas[key] = ReplicaStats(*key)
+        self.current_groups.add(key[0])
         stats.worker = str(rep.get("worker", stats.worker))
         stats.address = str(msg.get("worker", stats.address))
         stats.tasks += 1
@@ -187,13 +235,18 @@ class RunState:
 
     @property
     def iterations_done(self) -> int:
-        """Iterations every group has finished (the slowest group's count)."""
+        """Iterations every group of the current stretch has finished (the slowest group's
+        count; iterations are numbered over the whole run)."""
         by_group: dict[str, int] = {}
         for s in self.replicas.values():
-            if s.last_iteration >= 0 or s.group not in by_group:
+            if s.group in self.current_groups and (s.last_iteration >= 0 or s.group not in by_group):
                 by_group[s.group] = max(by_group.get(s.group, -1), s.last_iteration)
         done = [v for v in by_group.values() if v >= 0]
-        return (min(done) + 1) if done else 0
+        return max(self._done_before, (min(done) + 1) if done else 0)
+
+    def current_replicas(self) -> list[ReplicaStats]:
+        """The replicas of the current stretch's placement."""
+        return [s for s in self.ordered_replicas() if s.group in self.current_groups]
 
     def fragment_colors(self) -> dict[str, str]:
         return {f: FRAGMENT_COLORS[i % len(FRAGMENT_COLORS)] for i, f in enumerate(sorted(self.fragments))}

@@ -16,6 +16,7 @@ from typing import Any, Callable
 
 import numpy as np
 
+from workbench.context import env_seed, render_mode
 from workbench.envs.base import EpisodeTracker, StepResult, VectorEnv
 from workbench.envs.cartpole import CartPole
 from workbench.envs.cartpole_device import FusedCartPole
@@ -109,6 +110,9 @@ def make(
         raise ValueError(f"device must be 'cpu' or 'cuda:K' (replica.device), got {device!r}")
     if threads is not None and (not isinstance(threads, numbers.Integral) or threads < 1):
         raise ValueError(f"threads must be a positive int or None, got {threads!r}")
+    seed, rendering = env_seed(seed), render_mode()  # an evaluation's held-out seeds; run.show's frames
+    if rendering and backend == "auto" and isinstance(id_or_factory, str) and id_or_factory in _gym_ids():
+        backend = "gymnasium"  # gymnasium's envs draw frames (the same dynamics for CartPole-v1)
 
     if callable(id_or_factory):
         if backend == "envpool":
@@ -145,7 +149,13 @@ def make(
 
     import gymnasium
 
-    return _gymnasium_env(lambda: gymnasium.make(env_id), num_envs, seed, threads)
+    return _gymnasium_env(lambda: gymnasium.make(env_id, render_mode=rendering), num_envs, seed, threads)
+
+
+def _gym_ids():
+    import gymnasium
+
+    return gymnasium.registry
 
 
 def _array_module(backend: str) -> Any:

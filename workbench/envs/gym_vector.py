@@ -99,6 +99,11 @@ class GymVectorEnv:
         }
         return obs, reward, terminated, truncated, info
 
+    def render(self, index: int = 0) -> Any:
+        """Env ``index``'s frame: an ``[H, W, 3]`` array when its gymnasium env was made with
+        ``render_mode="rgb_array"`` (``make`` does so while ``run.show()`` records), else None."""
+        return self._vec.envs[index].render()
+
     def close(self) -> None:
         """Close the underlying gymnasium envs."""
         self._vec.close()

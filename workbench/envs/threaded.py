@@ -95,6 +95,13 @@ class ThreadedVectorEnv:
             info,
         )
 
+    def render(self, index: int = 0) -> Any:
+        """Env ``index``'s frame (see `GymVectorEnv.render`)."""
+        for part, env in zip(self._slices, self._envs):
+            if part.start <= index < part.stop:
+                return env.render(index - part.start)
+        raise IndexError(f"env {index} of {self.num_envs}")
+
     def close(self) -> None:
         """Join the worker threads and close every env. Idempotent."""
         if self._pool is not None:

@@ -11,6 +11,18 @@ def load_ipython_extension(ipython) -> None:
     """``%load_ext workbench``."""
     ipython.register_magics(WorkbenchMagics(ipython))
     _load_bokehjs(ipython)
+    _wrap_notices(ipython)
+
+
+def _wrap_notices(ipython) -> None:
+    """Printed notices wrap at word boundaries in this page (workbench.widgets.notices)."""
+    if type(ipython).__name__ != "ZMQInteractiveShell":  # a terminal or a test shell: no page
+        return
+    from IPython.display import HTML, display
+
+    from workbench.widgets.notices import stdout_style_html
+
+    display(HTML(stdout_style_html()))
 
 
 def _load_bokehjs(ipython) -> None:

@@ -17,14 +17,19 @@ if TYPE_CHECKING:
     from workbench.runtime.state.run import Run
     from workbench.session import FDG
 
-__all__ = ["BackgroundRun"]
+__all__ = ["BackgroundRun", "RECORD_WAIT_S"]
+
+#: how long starting a background run waits for its record (made by the run's checks)
+RECORD_WAIT_S = 5.0
 
 
 class BackgroundRun:
     """One ``fdg.run(**options)`` in a daemon thread.
 
     >>> job = BackgroundRun(fdg, dict(iterations=100))      # doctest: +SKIP
-    >>> job.start(); ...; run = job.stop()                  # doctest: +SKIP
+    >>> run = job.start()          # the record, live        # doctest: +SKIP
+    >>> run is job.stop()                                   # doctest: +SKIP
+    True
     """
 
     def __init__(self, fdg: FDG, options: dict) -> None:
@@ -37,8 +42,17 @@ class BackgroundRun:
         self.looked_at = False
         self._thread = threading.Thread(target=self._train, kwargs=options, name="workbench-run", daemon=True)
 
-    def start(self) -> None:
+    def start(self, wait: float = RECORD_WAIT_S) -> Run | None:
+        """Start training; return the run's record, live (it fills in as the run trains),
+        as soon as the run has one. None for a run refused before it had one (``error``
+        says why), or one still without a record after ``wait`` seconds."""
+        before = self.fdg.last_run
         self._thread.start()
+        deadline = time.monotonic() + wait
+        while self.alive and self.fdg.last_run is before and time.monotonic() < deadline:
+            self._thread.join(timeout=0.01)  # its checks come first: quick
+        run = self.fdg.last_run
+        return run if run is not before else self.record
 
     @property
     def alive(self) -> bool:

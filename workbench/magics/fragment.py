@@ -15,12 +15,16 @@ from IPython.core.error import UsageError
 from IPython.core.magic import Magics, cell_magic, line_magic, magics_class
 from IPython.display import HTML, display
 
-from workbench.config import RUN_USAGE, parse_place_line, parse_run_line
+from workbench.config import DEFAULT_STEPS, RUN_USAGE, parse_place_line, parse_run_line
 from workbench.errors import FragmentError, WorkbenchError
+from workbench.evaluation.options import parse_evaluate_line
 from workbench.fdg.options import FRAGMENT_USAGE, parse_fragment_line, without_comment
 from workbench.fdg.policy import needs_cluster
 from workbench.magics.background import BackgroundRun
 from workbench.session import FDG
+from workbench.sweep.background import BackgroundSweep
+from workbench.sweep.command import parse_sweep_line
+from workbench.sweep.runner import sweep
 
 __all__ = ["WorkbenchMagics"]
 
@@ -38,6 +42,9 @@ _FDG_HELP = f"""Show, run or change the notebook's fragmented dataflow graph (FD
                       next iteration boundary, every fragment's state kept. Re-running
                       a %%fragment cell during a run applies the new cell the same way
 %fdg profile          the last run's time per fragment and replica (compute, waiting, sending)
+%fdg evaluate [--episodes N] [--seed S]   play the last run's final state N episodes (10)
+                      without learning, greedily, on held-out env seeds: returns, mean, IQM
+%fdg show [--episodes N] [--seed S]   the same as a video of the first env (1 episode)
 %fdg policy           show the active policy (the last run's) and its plan
 %fdg policy --policy P [--steps T]   the plan P makes of this FDG (with --steps: bytes
                       moved per iteration, measured by one short inline run)
@@ -45,6 +52,9 @@ _FDG_HELP = f"""Show, run or change the notebook's fragmented dataflow graph (FD
                       the placement board: drag fragments onto the cluster's workers and
                       devices, set replica counts, start from a preset, import/export
                       JSON; returns the board (board.policy is its wb.Policy)
+%fdg sweep [--seeds N] [--set cfg.lr=1e-3,3e-3] [--early-stop] [--background] [run options]
+                      train many trials (settings × seeds) at once on the cluster, with a
+                      live table; returns the SweepResult (docs/sweeps.md)
 %fdg reset            forget every fragment (and the board's placement)
 %fdg help             this help (also %fdg?)
 
@@ -68,6 +78,7 @@ class WorkbenchMagics(Magics):
         self.fdg = FDG(namespace=shell.user_ns)
         self._background: BackgroundRun | None = None
         self._board = None  # the last %fdg place board: a new one closes it
+        self._sweep: BackgroundSweep | None = None  # a %fdg sweep --background, until %fdg stop
 
     @cell_magic
     def fragment(self, line: str, cell: str):
@@ -96,13 +107,17 @@ class WorkbenchMagics(Magics):
             if command == "run":
                 return self._run(rest)
             if command == "stop":
-                return self._stop()
+                return self._stop_sweep() if self._sweep is not None else self._stop()
+            if command == "sweep":
+                return self._start_sweep(rest)
             if command == "update":
                 return self._update(rest)
             if command == "profile":
                 if self.fdg.last_run is None:
                     raise UsageError("nothing has run yet: %fdg run first, then %fdg profile.")
                 return self.fdg.last_run.profile()
+            if command in ("evaluate", "show"):
+                return self._evaluate(command, rest)
             if command == "reset":
                 self.fdg.clear()
                 self.fdg.placement = self.fdg.placement_steps = None
@@ -142,6 +157,8 @@ class WorkbenchMagics(Magics):
         if "steps" not in options and board_steps is not None:
             options["steps"] = board_steps
             print(f"steps: the placement board's, {board_steps} per iteration (--steps T runs another)")
+        if "steps" not in options:
+            print(f"steps: the default, {DEFAULT_STEPS} per iteration (--steps T runs another)")
         if options.get("progress", True) is True:
             options["progress"] = self._live_view
         self._say_background_failure(starting=background)
@@ -161,9 +178,12 @@ class WorkbenchMagics(Magics):
                       f"every replica was stopped{kept}{state}. The run so far is this cell's result.", flush=True)
                 return run
         self._background = BackgroundRun(self.fdg, options)
-        self._background.start()
-        print("training in the background; %fdg stop ends it and returns the run's record.")
-        return None
+        run = self._background.start()
+        if run is not None or self._background.alive:  # else refused: the thread said why
+            held = "this cell's result is its record, live (run.status, run.metrics)" if run is not None \
+                else "fdg.last_run is its record once it starts"
+            print(f"training in the background; {held}; %fdg stop ends it.")
+        return run
 
     def _say_background_failure(self, *, starting: bool = False) -> None:
         """A failed background run was said only in the cell that started it, maybe far up
@@ -196,6 +216,13 @@ class WorkbenchMagics(Magics):
         display(view.widget)
         return view
 
+    def _evaluate(self, command: str, rest: str):
+        options = parse_evaluate_line(rest, default_episodes=10 if command == "evaluate" else 1)
+        if self.fdg.last_run is None:
+            raise UsageError(f"nothing has run yet: %fdg run first, then %fdg {command}.")
+        run = self.fdg.last_run
+        return run.evaluate(**options) if command == "evaluate" else run.show(**options)
+
     def _update(self, rest: str):
         names = rest.split()
         if not names:
@@ -208,6 +235,21 @@ class WorkbenchMagics(Magics):
         if at is None:
             print("nothing is running: the next run reads these values anyway.")
             self._say_background_failure()
+
+    def _start_sweep(self, rest: str):
+        keywords, background = parse_sweep_line(rest)
+        if not background:
+            return sweep(self.fdg, **keywords)  # Ctrl-C stops it and returns the trials so far
+        if self._sweep is not None and self._sweep.alive:
+            raise UsageError("a background sweep is going; stop it first with %fdg stop.")
+        self._sweep = BackgroundSweep(self.fdg, keywords)
+        self._sweep.start()
+        print("sweeping in the background; %fdg stop stops it and returns its result.")
+        return None
+
+    def _stop_sweep(self):
+        job, self._sweep = self._sweep, None
+        return job.stop()
 
     def _stop(self):
         """The background run's record, never a foreground run's (fdg.last_run may be one).
@@ -233,4 +275,4 @@ def _unknown_command(command: str) -> str:
     return f"unknown %fdg command {command!r}.{hint} %fdg help lists what each does."
 
 
-_COMMANDS = ("run", "stop", "update", "profile", "policy", "place", "reset", "help")
+_COMMANDS = ("run", "stop", "update", "profile", "evaluate", "show", "policy", "place", "sweep", "reset", "help")

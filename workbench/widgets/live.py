@@ -22,6 +22,7 @@ from bokeh.plotting import figure
 from jupyter_bokeh.widgets import BokehModel
 
 from workbench.progress import progress_text
+from workbench.widgets.notices import NOTICE_STYLE
 from workbench.runtime.state.run import rate_label
 
 __all__ = ["LiveView"]
@@ -37,9 +38,12 @@ class LiveView:
 
     def __init__(self, total: int, title: str) -> None:
         self.total = total
+        # bar and label share one line: the label takes what the bar leaves and truncates
+        # with an ellipsis (its whole text in the tooltip), never wrapping under the bar
         self.progress = widgets.IntProgress(value=0, min=0, max=total, description="training",
-                                            layout=widgets.Layout(width="60%"))
-        self.label = widgets.HTML(self._label_text(0, title, ""))
+                                            layout=widgets.Layout(width="auto", flex="0 1 55%", min_width="180px"))
+        self.label = widgets.HTML(self._label_text(0, title, ""),
+                                  layout=widgets.Layout(flex="1 1 0%", min_width="0", overflow="hidden"))
         self.title = title
         self.returns = ColumnDataSource({"iteration": [], "mean": []})
         self.rates = ColumnDataSource({"time": [], "sps": []})
@@ -57,7 +61,8 @@ class LiveView:
         #: a background run's thread cannot print into a finished cell (Jupyter drops it),
         #: so the view, which stays on the page, says it
         self.events = widgets.HTML("")
-        self.widget = widgets.VBox([widgets.HBox([self.progress, self.label]), self.plots, self.events])
+        line = widgets.HBox([self.progress, self.label], layout=widgets.Layout(flex_flow="row nowrap", width="100%"))
+        self.widget = widgets.VBox([line, self.plots, self.events])
         self._shown = 0
         self._events_shown = 0
         self._last_draw = 0.0
@@ -67,7 +72,13 @@ class LiveView:
 
     @staticmethod
     def _label_text(done: int, title: str, extra: str) -> str:
-        return f"<span style='font-family:monospace'>{title} · {done} it {extra}</span>"
+        import html
+
+        text = html.escape(f"{title} · {done} it {extra}".rstrip())
+        # width 0, at least the whole line: the text never widens the label (so it is cut
+        # with an ellipsis instead of pushing the label under the bar)
+        return (f"<div class='wb-progress-label' title='{text}' style='font-family:monospace;width:0;"
+                f"min-width:100%;white-space:nowrap;overflow:hidden;text-overflow:ellipsis'>{text}</div>")
 
     def advance(self, run) -> None:
         """One more iteration finished (the runner's progress protocol)."""
@@ -120,10 +131,10 @@ def events_html(events) -> str:
 
     >>> from workbench.runtime.state.run import RunEvent
     >>> print(events_html([RunEvent("edited", "learner: new iteration cell", 15)]))
-    <div style='font-family:monospace;font-size:12px'>iteration 15 · edited · learner: new iteration cell</div>
+    <div style='font-family:monospace;font-size:12px;word-break:normal;overflow-wrap:anywhere'>iteration 15 · edited · learner: new iteration cell</div>
     """
     import html
 
     lines = [f"{'' if e.iteration is None else f'iteration {e.iteration} · '}{e.kind} · {html.escape(e.message)}"
              for e in list(events)[-EVENTS_SHOWN:]]
-    return "<div style='font-family:monospace;font-size:12px'>" + "<br>".join(lines) + "</div>" if lines else ""
+    return f"<div style='{NOTICE_STYLE}'>" + "<br>".join(lines) + "</div>" if lines else ""

@@ -29,10 +29,48 @@ function h(tag, attrs = {}, ...children) {
 const color = (index) => PALETTE[index % PALETTE.length];
 const plural = (n, word) => `${n} ${word}${n === 1 ? "" : "s"}`;
 
+// the controls that change the placement
+const CHANGES = ".wb-presets button, [data-action=import], [data-action=apply-import], .wb-steps";
+// kernel states after which this board's comm is dead for good
+const KERNEL_GONE = { restarting: "restarted", autorestarting: "restarted", dead: "died" };
+
 function render({ model, el }) {
-  const ui = { panel: null };  // which JSON panel is open: "export", "import" or null
+  // gone: why the kernel no longer answers this board; lost: its connection dropped (for now)
+  const ui = { panel: null, gone: "", lost: false };
   const root = h("div", { class: "wb-board" });
   el.append(root);
+
+  // -- the kernel: a board whose kernel restarted or died says so and takes no more drags ----
+  function kernelGone(why) {
+    if (ui.gone) return;
+    ui.gone = why;
+    draw();
+  }
+  function send(message) {
+    if (!live()) return;
+    try {
+      model.send(message);
+    } catch (err) {  // the comm closed under us ("Cannot send"): the kernel is gone
+      kernelGone("the kernel no longer answers this board");
+    }
+  }
+  const kernel = model.widget_manager && model.widget_manager.kernel;
+  const onKernelStatus = (_, status) => {
+    if (KERNEL_GONE[status]) kernelGone(`the kernel ${KERNEL_GONE[status]}`);
+  };
+  if (kernel && kernel.statusChanged) kernel.statusChanged.connect(onKernelStatus);
+  // ipywidgets marks every model's comm dead when its kernel restarts or dies, or while the
+  // page's connection to it is down (and live again once it is back)
+  const onCommLive = () => {
+    if (!kernel || kernel.isDisposed || KERNEL_GONE[kernel.status]) {
+      kernelGone("the kernel this board belonged to is gone");
+    } else {
+      ui.lost = !ui.lost;
+      draw();
+    }
+  };
+  model.on("comm_live_update", onCommLive);
+  const live = () => !ui.gone && !ui.lost && model.get("cluster_live");
 
   // -- the parts drawn once ------------------------------------------------------------
   const policyLabel = h("span", { class: "wb-policy" });
@@ -40,7 +78,7 @@ function render({ model, el }) {
   for (const [key, label] of model.get("presets")) {
     presetBar.append(h("button", {
       class: "wb-button", "data-preset": key, title: `fill the board with the ${label} preset`,
-      onclick: () => model.send({ type: "preset", name: key }),
+      onclick: () => send({ type: "preset", name: key }),
     }, label));
   }
   const exportButton = h("button", { class: "wb-button", "data-action": "export",
@@ -54,7 +92,7 @@ function render({ model, el }) {
   const text = h("textarea", { class: "wb-json", spellcheck: "false", rows: 10 });
   const copy = h("button", { class: "wb-button", onclick: copyJson }, "Copy");
   const apply = h("button", { class: "wb-button wb-primary", "data-action": "apply-import",
-    onclick: () => model.send({ type: "import", text: text.value }) }, "Apply");
+    onclick: () => send({ type: "import", text: text.value }) }, "Apply");
   const close = h("button", { class: "wb-button", onclick: () => togglePanel(null) }, "Close");
   const panelHint = h("span", { class: "wb-muted" });
   const panel = h("div", { class: "wb-panel", hidden: true }, text,
@@ -66,7 +104,7 @@ function render({ model, el }) {
     title: "steps per iteration the traffic is computed for" });
   steps.addEventListener("change", () => {
     const value = Number(steps.value);
-    if (Number.isInteger(value) && value >= 1) { model.set("steps", value); model.save_changes(); }
+    if (Number.isInteger(value) && value >= 1 && live()) { model.set("steps", value); model.save_changes(); }
     else steps.value = model.get("steps");
   });
   const wire = h("span", { class: "wb-wire" });
@@ -118,9 +156,10 @@ function render({ model, el }) {
 
   // -- dragging ----------------------------------------------------------------------------
   function dragSource(node, fragment) {
-    node.draggable = true;
+    node.draggable = live();
     node.dataset.fragment = fragment;
     node.addEventListener("dragstart", (event) => {
+      if (!live()) { event.preventDefault(); return; }
       event.dataTransfer.setData(MIME, fragment);
       event.dataTransfer.setData("text/plain", fragment);
       event.dataTransfer.effectAllowed = "move";
@@ -133,7 +172,7 @@ function render({ model, el }) {
   function dropTarget(node, worker, device) {
     node.dataset.worker = worker;
     node.dataset.device = device;
-    const accepts = (event) => [...event.dataTransfer.types].some((t) => t === MIME || t === "text/plain");
+    const accepts = (event) => live() && [...event.dataTransfer.types].some((t) => t === MIME || t === "text/plain");
     node.addEventListener("dragenter", (event) => { if (accepts(event)) event.preventDefault(); });
     node.addEventListener("dragover", (event) => {
       if (!accepts(event)) return;
@@ -149,26 +188,27 @@ function render({ model, el }) {
       event.stopPropagation();  // not a drop on the notebook
       node.classList.remove("wb-over");
       root.classList.remove("wb-dragging");
+      if (!live()) return;
       const fragment = event.dataTransfer.getData(MIME) || event.dataTransfer.getData("text/plain");
-      if (fragment) model.send({ type: "drop", fragment, worker, device });
+      if (fragment) send({ type: "drop", fragment, worker, device });
     });
     return node;
   }
 
   // -- drawing the traits --------------------------------------------------------------------
   function drawFragment(row) {
-    const count = h("input", { class: "wb-count", type: "number", min: "1", step: "1",
+    const count = h("input", { class: "wb-count", type: "number", min: "1", step: "1", disabled: !live(),
       value: String(row.replicas), title: `replicas of ${row.group}`, "aria-label": `replicas of ${row.name}` });
-    const sendCount = (n) => model.send({ type: "replicas", fragment: row.name, count: n });
+    const sendCount = (n) => send({ type: "replicas", fragment: row.name, count: n });
     count.addEventListener("change", () => {
       const n = count.value.trim() === "" ? null : Number(count.value);
       sendCount(Number.isFinite(n) ? n : count.value);
     });
     const stepper = h("div", { class: "wb-stepper" },
-      h("button", { class: "wb-button wb-small", title: "one replica fewer", "data-action": "fewer",
+      h("button", { class: "wb-button wb-small", title: "one replica fewer", "data-action": "fewer", disabled: !live(),
         onclick: () => sendCount(row.replicas - 1) }, "−"),
       count,
-      h("button", { class: "wb-button wb-small", title: "one replica more", "data-action": "more",
+      h("button", { class: "wb-button wb-small", title: "one replica more", "data-action": "more", disabled: !live(),
         onclick: () => sendCount(row.replicas + 1) }, "+"));
     const others = row.group.split("+").filter((f) => f !== row.name);
     const fused = others.length ? h("span", {}, "· fused with ", h("code", {}, others.join(", "))) : null;
@@ -235,8 +275,16 @@ function render({ model, el }) {
     const prefix = { error: "Refused: ", ok: "✓ " }[msg.level] || "";
     message.textContent = msg.text ? `${prefix}${msg.text}` : "";
     message.hidden = !msg.text;
-    status.classList.toggle("wb-running", model.get("running"));
-    statusText.textContent = model.get("status");
+    const clusterLive = model.get("cluster_live");
+    root.classList.toggle("wb-gone", !live());
+    // what changes the placement is off; reading it (Export JSON) stays
+    for (const control of root.querySelectorAll(CHANGES)) control.disabled = !live();
+    status.classList.toggle("wb-running", live() && model.get("running"));
+    statusText.textContent = ui.gone
+      ? `Not connected: ${ui.gone}. This board shows the placement and workers as they were, and `
+        + "takes no more changes; %fdg place makes a live one."
+      : ui.lost ? "Not connected: the page lost its connection to the kernel; this board takes no changes until it is back."
+      : model.get("status");
     if (document.activeElement !== steps) steps.value = model.get("steps");
     const note = model.get("sizes_note");
     wire.textContent = model.get("wire") ? `on the wire ≤ ${model.get("wire")}` : (note ? "bytes not measured" : "");
@@ -247,15 +295,16 @@ function render({ model, el }) {
     fragmentsList.replaceChildren(...model.get("fragments").map(drawFragment));
     if (note) fragmentsList.append(h("div", { class: "wb-muted wb-small-text" }, note));
     const workers = model.get("workers");
-    const live = workers.filter((w) => !w.left).length;
-    clusterTitle.replaceChildren("Cluster ", h("span", { class: "wb-muted" },
-      `${plural(live, "worker")}, live from the scheduler`));
+    const alive = workers.filter((w) => !w.left).length;
+    clusterTitle.replaceChildren("Cluster ", h("span", { class: "wb-muted" }, live() && clusterLive
+      ? `${plural(alive, "worker")}, live from the scheduler`
+      : `${plural(alive, "worker")} as last seen: ${ui.gone || ui.lost ? "not connected" : "the scheduler does not answer"}`));
     workersBox.replaceChildren(...(workers.length ? workers.map((w) => drawWorker(w, groups))
       : [h("div", { class: "wb-empty" }, "no workers yet: they appear here as they join")]));
   }
 
   const traits = ["workers", "fragments", "groups", "policy_json", "policy_name", "asynchronous", "lag",
-                  "steps", "wire", "sizes_note", "message", "status", "running"];
+                  "steps", "wire", "sizes_note", "message", "status", "running", "cluster_live"];
   // one update from the kernel changes several traits: draw once for all of them
   let queued = false;
   const redraw = () => {
@@ -265,7 +314,11 @@ function render({ model, el }) {
   };
   for (const trait of traits) model.on(`change:${trait}`, redraw);
   draw();
-  return () => { for (const trait of traits) model.off(`change:${trait}`, redraw); };
+  return () => {
+    for (const trait of traits) model.off(`change:${trait}`, redraw);
+    model.off("comm_live_update", onCommLive);
+    if (kernel && kernel.statusChanged) kernel.statusChanged.disconnect(onKernelStatus);
+  };
 }
 
 export default { render };

@@ -10,6 +10,11 @@ returns the new policy or refuses with the reason; the board shows either. Every
 change is put on the FDG (``fdg.placement``), so ``%fdg run`` without ``--policy`` runs it,
 and reaches a running run at its next iteration boundary (``fdg.replace``).
 
+A board that cannot change anything says so and takes no drags: while the scheduler
+does not answer (``cluster_live`` false; the workers shown as last seen), and for good once
+the page's kernel restarted or died (the front end sees that; ``%fdg place`` makes a live
+board).
+
 The front end (``placement.js``, ``placement.css`` beside this file; plain DOM and HTML5
 drag and drop, nothing fetched) only draws the traits and sends what the user did as
 messages: ``{"type": "drop", "fragment", "worker", "device"}``, ``{"type": "replicas",
@@ -89,8 +94,10 @@ class PlacementBoard(anywidget.AnyWidget):
     sizes_note = traitlets.Unicode("").tag(sync=True)
     #: the last outcome: {"level": "ok" | "error" | "info", "text": …, "serial": n}
     message = traitlets.Dict().tag(sync=True)
-    #: whether a run is going, and what a change does then
+    #: whether a run is going, and what a change does then (or that the cluster does not answer)
     status = traitlets.Unicode("").tag(sync=True)
+    #: the scheduler answered the last poll: while it does not, the board takes no drags
+    cluster_live = traitlets.Bool(True).tag(sync=True)
     running = traitlets.Bool(False).tag(sync=True)
     presets = traitlets.List(traitlets.List()).tag(sync=True)
 
@@ -236,12 +243,13 @@ class PlacementBoard(anywidget.AnyWidget):
         this every second on its own."""
         with self._lock:
             changed = self._refresh_inventory()
+            back, self.cluster_live = not self.cluster_live, True  # it answered
             if changed and self._policy is None and self._inventory.workers:
                 self._policy = self._first_policy()  # the first workers joined: fill the board
                 if self._policy is not None:
                     self.fdg.placement = self._policy
                     self._say("info", f"workers joined: the board starts from {self._policy.name}.")
-            if changed or self.running != self._is_running() or self.status.startswith("cluster unreachable"):
+            if changed or self.running != self._is_running() or back:
                 self._show()
 
     def _poll(self) -> None:
@@ -251,8 +259,11 @@ class PlacementBoard(anywidget.AnyWidget):
             except Exception as exc:  # the cluster went away: say so, keep trying until closed
                 if self._closed.is_set():
                     return
-                if not self.status.startswith("cluster unreachable"):
-                    self.status = f"cluster unreachable ({type(exc).__name__}: {exc}); retrying every second"
+                if self.cluster_live:
+                    with self.hold_sync():
+                        self.cluster_live = False
+                        self.status = (f"cluster unreachable ({type(exc).__name__}: {exc}): the workers "
+                                       "below are as last seen; dragging is off until it answers (retrying every second)")
 
     def close(self) -> None:
         """Stop following the cluster and remove the board (closing a client it opened)."""

@@ -115,6 +115,9 @@ class Backend(ABC):
     #: set (by the driver or the trainer) once a stop has already waited its grace for a
     #: cell that did not return: :meth:`teardown` then does not wait that long again
     overdue: bool = False
+    #: what names this stretch's replicas on a shared cluster (the Dask backend's key for its
+    #: deployed replicas and its scheduler topic, which the dashboard page reads); "" in process
+    run_id: str = ""
 
     # -- what every backend does -------------------------------------------------------
     @abstractmethod

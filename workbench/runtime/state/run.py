@@ -239,6 +239,30 @@ class Run:
         self.checkpoints.append(written)
         return written
 
+    def evaluate(self, episodes: int = 10, *, seed: int | None = None):
+        """Play the run's final state for ``episodes`` episodes without learning (no learner
+        runs, the state is unchanged), greedily where the cells ask ``wb.evaluating()``, on
+        held-out env seeds (or ``seed``); an :class:`~workbench.evaluation.EvaluationResult`
+        of per-episode returns and lengths, mean, std and IQM (docs/evaluation.md)."""
+        from workbench.evaluation import evaluate
+
+        return evaluate(self, episodes, seed=seed)
+
+    @staticmethod
+    def is_checkpoint_values(values: Any) -> bool:
+        """Whether a fragment replica's kept ``values`` are a checkpoint file's encoding (a run
+        loaded from its store): a resume turns them into objects again, nothing else does."""
+        from workbench.runtime.state.portable import PortableState
+
+        return isinstance(values, PortableState)
+
+    def show(self, episodes: int = 1, *, seed: int | None = None, fps: float = 50):
+        """``episodes`` evaluation episodes of the final state as a :class:`~workbench.evaluation.Video`
+        a notebook shows inline (an mp4 in a ``<video>``; see :meth:`evaluate`)."""
+        from workbench.evaluation import show
+
+        return show(self, episodes, seed=seed, fps=fps)
+
     def headline(self) -> list[tuple[str, float]]:
         """``(name, newest value)`` of each metric logged with ``prog_bar=True`` (see
         ``wb.log``), in the order first logged: what the progress bar shows beside the return.
