@@ -1,5 +1,6 @@
 """Shared by the tests and the doctests in workbench/: runs keep their records in a
 temporary run store, never in the repository or the current folder, and it goes at the end."""
+
 import os
 import shutil
 import tempfile

@@ -1,5 +1,6 @@
 """``python -m benchmarks [NAME [ARGS ...]]``: run the benchmark NAME with ARGS, or, with no
 name, list the benchmarks, one line each (what each module's docstring says first)."""
+
 from __future__ import annotations
 
 import ast
@@ -36,7 +37,7 @@ def first_sentence(doc: str, width: int = 100) -> str:
     """
     paragraph = " ".join(doc.split("\n\n")[0].split())
     sentence = paragraph.split(". ")[0].rstrip(".") + "."
-    return sentence if len(sentence) <= width else sentence[:width - 1] + "…"
+    return sentence if len(sentence) <= width else sentence[: width - 1] + "…"
 
 
 def main() -> None:

@@ -11,6 +11,7 @@ output is printed as it comes, each block headed by its tree and turn; lines wit
     python -m benchmarks against d92a6e4 --repeats 2 --grep '^\\|' -- \\
         bench_policies --scaling --sizes 8 16 32 --policies coarse --no-bare --pairs 1
 """
+
 from __future__ import annotations
 
 import os
@@ -29,8 +30,9 @@ def run_in(tree: Path, benchmarks: Path, benchmark: list[str], pattern: re.Patte
     this checkout's ``benchmarks``: it comes first on the path), workbench from ``tree``."""
     path = os.pathsep.join(p for p in (str(tree), os.environ.get("PYTHONPATH", "")) if p)
     env = {**os.environ, "PYTHONPATH": path}
-    out = subprocess.run(harness.module_command("benchmarks", *benchmark), cwd=benchmarks, env=env,
-                         capture_output=True, text=True)
+    out = subprocess.run(
+        harness.module_command("benchmarks", *benchmark), cwd=benchmarks, env=env, capture_output=True, text=True
+    )
     for line in out.stdout.splitlines():
         if pattern is None or pattern.search(line):
             print(line, flush=True)
@@ -46,7 +48,7 @@ def main() -> None:
     parser.usage = "%(prog)s REVISION [--repeats N] [--grep REGEX] -- BENCHMARK [ARGS ...]"
     argv = sys.argv[1:]
     split = argv.index("--") if "--" in argv else len(argv)
-    args, benchmark = parser.parse_args(argv[:split]), argv[split + 1:]
+    args, benchmark = parser.parse_args(argv[:split]), argv[split + 1 :]
     if not benchmark:
         parser.error("give the benchmark to run after --")
     pattern = re.compile(args.grep) if args.grep else None
@@ -54,8 +56,7 @@ def main() -> None:
         before, benchmarks = Path(tmp) / "tree", Path(tmp) / "benchmarks"
         benchmarks.mkdir()
         (benchmarks / "benchmarks").symlink_to(ROOT / "benchmarks")
-        subprocess.run(["git", "worktree", "add", "--detach", "-q", str(before), args.revision],
-                       cwd=ROOT, check=True)
+        subprocess.run(["git", "worktree", "add", "--detach", "-q", str(before), args.revision], cwd=ROOT, check=True)
         try:
             failed = 0
             for turn in range(1, args.repeats + 1):

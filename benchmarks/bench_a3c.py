@@ -6,6 +6,7 @@ the last 20 episode returns ≥ 475. Runs on the embedded 2-worker LocalCluster.
 
     python -m benchmarks bench_a3c                 # seeds 1 2 3, Async and inline
 """
+
 from __future__ import annotations
 
 from benchmarks import harness
@@ -27,15 +28,26 @@ def main() -> None:
         for seed in args.seeds:
             cfg = a3c.A3CConfig(seed=seed)
             fdg = a3c.build_fdg({**vars(a3c), "cfg": cfg})
-            run = fdg.run(iterations=cfg.iterations, steps=cfg.num_steps, policy=policy, cluster=client,
-                          target_return=cfg.target_return, progress=False)
+            run = fdg.run(
+                iterations=cfg.iterations,
+                steps=cfg.num_steps,
+                policy=policy,
+                cluster=client,
+                target_return=cfg.target_return,
+                progress=False,
+            )
             solved = run.solved_at
             if solved:
-                print(f"| {run.policy_name} | {seed} | yes | {solved['time_s']:.2f} | {solved['env_steps']:,} | "
-                      f"{solved['iteration'] + 1} |", flush=True)
+                print(
+                    f"| {run.policy_name} | {seed} | yes | {solved['time_s']:.2f} | {solved['env_steps']:,} | "
+                    f"{solved['iteration'] + 1} |",
+                    flush=True,
+                )
             else:
-                print(f"| {run.policy_name} | {seed} | no | — | {run.env_steps:,} | {run.completed_iterations} |",
-                      flush=True)
+                print(
+                    f"| {run.policy_name} | {seed} | no | — | {run.env_steps:,} | {run.completed_iterations} |",
+                    flush=True,
+                )
 
 
 if __name__ == "__main__":

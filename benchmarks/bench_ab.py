@@ -16,6 +16,7 @@ public surface — the FDG's namespace, or a documented switch:
 (The ``fused-adam`` / ``foreach-adam`` variants of torch's Adam are gone: the learner's
 optimizer is ``workbench.algorithms.optim.adam`` now, torch's fused kernel on the CPU.)
 """
+
 from __future__ import annotations
 
 import argparse
@@ -54,14 +55,17 @@ def child(variant: str, iterations: int, policy: str) -> dict:
     fdg.run(iterations=2, steps=cfg.num_steps, policy="inline", progress=False)  # imports, first optimizer
     run = fdg.run(iterations=iterations, steps=cfg.num_steps, policy=policy, progress=False)
     prof = run.profile(skip=2)
-    return {"sps": run.steps_per_second,
-            **{f"{name}_ms": 1e3 * prof.loc[name, "compute_s_per_it"] for name in ("actor", "env", "learner")}}
+    return {
+        "sps": run.steps_per_second,
+        **{f"{name}_ms": 1e3 * prof.loc[name, "compute_s_per_it"] for name in ("actor", "env", "learner")},
+    }
 
 
 def measure(variant: str, iterations: int, policy: str) -> dict:
     """``variant`` run once in a fresh process (one torch thread)."""
-    command = harness.module_command("benchmarks.bench_ab", "--child", variant, "--iterations", str(iterations),
-                                     "--policy", policy)
+    command = harness.module_command(
+        "benchmarks.bench_ab", "--child", variant, "--iterations", str(iterations), "--policy", policy
+    )
     env = harness.child_env(OMP_NUM_THREADS="1", **VARIANT_ENV.get(variant, {}))
     out, _, rc = harness.spawn(command, timeout=3600, env=env)
     result = harness.read_result(out)
@@ -72,8 +76,13 @@ def measure(variant: str, iterations: int, policy: str) -> dict:
 
 def main() -> None:
     parser = harness.parser(__doc__, repeats=5, json_output=True)
-    parser.add_argument("--variants", nargs="+", choices=VARIANTS, default=["module-act", "current"],
-                        help="the first is the base of the ratios")
+    parser.add_argument(
+        "--variants",
+        nargs="+",
+        choices=VARIANTS,
+        default=["module-act", "current"],
+        help="the first is the base of the ratios",
+    )
     parser.add_argument("--iterations", type=int, default=40)
     parser.add_argument("--policy", default="inline")
     parser.add_argument("--child", choices=VARIANTS, help=argparse.SUPPRESS)
@@ -83,7 +92,9 @@ def main() -> None:
         return
     results = harness.interleaved(
         {variant: (lambda v=variant: measure(v, args.iterations, args.policy)) for variant in args.variants},
-        args.repeats, report=lambda variant, turn, result: print(variant, result, flush=True))
+        args.repeats,
+        report=lambda variant, turn, result: print(variant, result, flush=True),
+    )
     rows = harness.compared(results, base=args.variants[0])
     print("\n" + harness.table(rows, ["contender", "sps", "ratio", "actor_ms", "env_ms", "learner_ms"]))
     harness.write_json(args.json, {"results": results, "medians": rows})

@@ -24,6 +24,7 @@ set) on every observation it gets, EnvPool with one C++ thread per pool:
 Also printed: how long a ``recv`` takes while another Python thread is busy (the GIL it must
 take back). Every number is env-steps/s of the loop (N x steps / wall), median of repeats.
 """
+
 from __future__ import annotations
 
 import statistics
@@ -39,15 +40,19 @@ from benchmarks import harness
 
 
 def policy(obs_dim: int, act_dim: int) -> torch.nn.Module:
-    return torch.nn.Sequential(torch.nn.Linear(obs_dim, 64), torch.nn.Tanh(), torch.nn.Linear(64, 64),
-                               torch.nn.Tanh(), torch.nn.Linear(64, act_dim))
+    return torch.nn.Sequential(
+        torch.nn.Linear(obs_dim, 64),
+        torch.nn.Tanh(),
+        torch.nn.Linear(64, 64),
+        torch.nn.Tanh(),
+        torch.nn.Linear(64, act_dim),
+    )
 
 
 def pool(env_id: str, num_envs: int, batch: int, seed: int):
     import envpool
 
-    return envpool.make(env_id, env_type="gymnasium", num_envs=num_envs, batch_size=batch,
-                        seed=seed, num_threads=1)
+    return envpool.make(env_id, env_type="gymnasium", num_envs=num_envs, batch_size=batch, seed=seed, num_threads=1)
 
 
 def act_fn(env_id: str):
@@ -62,6 +67,7 @@ def act_fn(env_id: str):
         with torch.inference_mode():
             out = net(torch.from_numpy(np.asarray(obs, np.float32))).numpy()
         return out.argmax(1).astype(np.int32) if discrete else out
+
     return act
 
 
@@ -83,10 +89,10 @@ def envpool_async(env_id: str, n: int, steps: int, act) -> float:
     envs = pool(env_id, n, half, 0)
     envs.async_reset()
     start = time.perf_counter()
-    for _ in range(steps * (n // half)):          # the same env steps as the other loops
+    for _ in range(steps * (n // half)):  # the same env steps as the other loops
         obs, *_, info = envs.recv()
         envs.send(act(obs), info["env_id"])
-    for _ in range(n // half):                    # what is still in flight
+    for _ in range(n // half):  # what is still in flight
         envs.recv()
     rate = n * steps / (time.perf_counter() - start)
     envs.close()
@@ -106,6 +112,7 @@ def two_replicas(env_id: str, n: int, steps: int, act) -> float:
             with turns.turn(streams, never):
                 envs.send(act(obs), ids)
                 obs = turns.released(streams, envs.recv, never)()[0]
+
     threads = [threading.Thread(target=replica, args=(p,)) for p in pools]
     start = time.perf_counter()
     for t in threads:
@@ -143,6 +150,7 @@ def one_thread(env_id: str, n: int, steps: int, act, turns: bool = True) -> floa
             take()
             obs = envs.recv()[0]
             give()
+
     lanes[:] = [greenlet.greenlet(lambda k=k: replica(k)) for k in (0, 1)]
     start = time.perf_counter()
     while not all(lane.dead for lane in lanes):
@@ -189,6 +197,7 @@ def recv_beside_python(env_id: str, n: int, steps: int = 50) -> tuple[float, flo
             envs.send(action, ids)
             envs.recv()
         return (time.perf_counter() - start) / steps * 1e3
+
     alone = timed()
     stop = threading.Event()
     spinner = threading.Thread(target=lambda: [None for _ in iter(stop.is_set, True)])
@@ -225,19 +234,20 @@ def main() -> None:
     print("|---:|" + "---:|" * len(loops))
     for n in args.sizes:
         rates = {name: [] for name in loops}
-        for r in range(args.repeats):      # the loops of a repeat in a rotating order
+        for r in range(args.repeats):  # the loops of a repeat in a rotating order
             for name in harness.rotated(list(loops), r):
                 rates[name].append(loops[name](args.env, n, args.steps, act))
-        print(f"| {n} | " + " | ".join(f"{statistics.median(rates[k]):,.0f}" for k in loops) + " |",
-              flush=True)
+        print(f"| {n} | " + " | ".join(f"{statistics.median(rates[k]):,.0f}" for k in loops) + " |", flush=True)
     for n in args.sizes:
         single, double = pools_at_once(args.env, n)
-        print(f"\nno acting, N = {n}: one pool {single:,.0f} env-steps/s, two pools of N/2 at once {double:,.0f}",
-              end="")
+        print(
+            f"\nno acting, N = {n}: one pool {single:,.0f} env-steps/s, two pools of N/2 at once {double:,.0f}", end=""
+        )
     print()
     alone, busy = recv_beside_python(args.env, max(args.sizes))
-    print(f"\nsend+recv of {max(args.sizes)} envs: {alone:.2f} ms alone, {busy:.2f} ms while "
-          "another thread runs Python")
+    print(
+        f"\nsend+recv of {max(args.sizes)} envs: {alone:.2f} ms alone, {busy:.2f} ms while another thread runs Python"
+    )
 
 
 if __name__ == "__main__":

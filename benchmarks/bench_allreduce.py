@@ -27,6 +27,7 @@ env-steps/s and bytes on the channels per iteration.
 On a 2-core machine N processes share two cores, so the seconds measure CPU contention as
 much as the network; the bytes are exact.
 """
+
 from __future__ import annotations
 
 import itertools
@@ -68,8 +69,18 @@ def _nagle() -> None:
     socket.create_connection = create_connection
 
 
-def _replica(index: int, count: int, key: bytes, sizes, trials: int, addresses_out, addresses_in,
-             barrier, results, nagle: bool = False) -> None:
+def _replica(
+    index: int,
+    count: int,
+    key: bytes,
+    sizes,
+    trials: int,
+    addresses_out,
+    addresses_in,
+    barrier,
+    results,
+    nagle: bool = False,
+) -> None:
     import numpy as np
     import torch
 
@@ -96,21 +107,24 @@ def _replica(index: int, count: int, key: bytes, sizes, trials: int, addresses_o
     def take(sender: int, tag: int):
         return box.take("allreduce", tag, sender, lambda: False)
 
-    forced = {"direct": dict(chunked_min_bytes=1 << 62),
-              "scatter": dict(chunked_min_bytes=0, chunked_min_replicas=2, algorithm="scatter"),
-              "ring": dict(chunked_min_bytes=0, chunked_min_replicas=2, algorithm="ring")}
+    forced = {
+        "direct": dict(chunked_min_bytes=1 << 62),
+        "scatter": dict(chunked_min_bytes=0, chunked_min_replicas=2, algorithm="scatter"),
+        "ring": dict(chunked_min_bytes=0, chunked_min_replicas=2, algorithm="ring"),
+    }
 
     def by(algorithm: str, value):
         if algorithm == "gloo":
             return lambda: group.allreduce(value, lambda: False)
         if algorithm == "gloo-native":
+
             def native():
                 out = value.clone()
                 group.backend.allreduce([out]).wait()
                 return out / count
+
             return native
-        return lambda: collectives.allreduce(value, index, count, next(reductions), send, take,
-                                             **forced[algorithm])
+        return lambda: collectives.allreduce(value, index, count, next(reductions), send, take, **forced[algorithm])
 
     try:
         for trial in range(trials):
@@ -143,9 +157,14 @@ def collective(counts, sizes=SIZES, trials: int = 3, nagle: bool = False) -> lis
         key = secrets.token_bytes(32)
         addresses_out, results, barrier = ctx.Queue(), ctx.Queue(), ctx.Barrier(count)
         pipes = [ctx.Pipe(duplex=False) for _ in range(count)]
-        procs = [ctx.Process(target=_replica, args=(r, count, key, sizes, trials, addresses_out,
-                                                     pipes[r][0], barrier, results, nagle), daemon=True)
-                 for r in range(count)]
+        procs = [
+            ctx.Process(
+                target=_replica,
+                args=(r, count, key, sizes, trials, addresses_out, pipes[r][0], barrier, results, nagle),
+                daemon=True,
+            )
+            for r in range(count)
+        ]
         for p in procs:
             p.start()
         said = [addresses_out.get(timeout=120) for _ in range(count)]
@@ -168,15 +187,26 @@ def collective(counts, sizes=SIZES, trials: int = 3, nagle: bool = False) -> lis
                 row[f"{algorithm}_s"] = statistics.median(slowest[(algorithm, size, t)][0] for t in range(trials))
                 row[f"{algorithm}_bytes"] = max(slowest[(algorithm, size, 0)][1])
             rows.append(row)
-            print(f"N={count} {_kb(size * 4)}: " + ", ".join(
-                f"{a} {row[a + '_s'] * 1e3:.2f} ms" for a in ALGORITHMS), flush=True)
-    print("\n| N | value | " + " | ".join(f"bytes/replica {a}" for a in CHANNEL_ALGORITHMS) + " | "
-          + " | ".join(f"ms/reduction {a}" for a in ALGORITHMS) + " |")
+            print(
+                f"N={count} {_kb(size * 4)}: " + ", ".join(f"{a} {row[a + '_s'] * 1e3:.2f} ms" for a in ALGORITHMS),
+                flush=True,
+            )
+    print(
+        "\n| N | value | "
+        + " | ".join(f"bytes/replica {a}" for a in CHANNEL_ALGORITHMS)
+        + " | "
+        + " | ".join(f"ms/reduction {a}" for a in ALGORITHMS)
+        + " |"
+    )
     print("|---|---|" + "---|" * (len(CHANNEL_ALGORITHMS) + len(ALGORITHMS)))
     for r in rows:
-        print(f"| {r['replicas']} | {_kb(r['size_bytes'])} | "
-              + " | ".join(f"{r[a + '_bytes']:,.0f}" for a in CHANNEL_ALGORITHMS) + " | "
-              + " | ".join(f"{r[a + '_s'] * 1e3:.2f}" for a in ALGORITHMS) + " |")
+        print(
+            f"| {r['replicas']} | {_kb(r['size_bytes'])} | "
+            + " | ".join(f"{r[a + '_bytes']:,.0f}" for a in CHANNEL_ALGORITHMS)
+            + " | "
+            + " | ".join(f"{r[a + '_s'] * 1e3:.2f}" for a in ALGORITHMS)
+            + " |"
+        )
     return rows
 
 
@@ -200,26 +230,43 @@ def multilearner(counts, iterations: int = 12, skip: int = 4) -> None:
     import workbench as wb
     from workbench.algorithms import ppo
 
-    ways = [("channels, chunked (default)", "channels", False), ("channels, all-to-all", "channels", True),
-            ("torch.distributed (gloo)", "torch", False)]
+    ways = [
+        ("channels, chunked (default)", "channels", False),
+        ("channels, all-to-all", "channels", True),
+        ("torch.distributed (gloo)", "torch", False),
+    ]
     print("\n| learners | all-reduce | env-steps/s (steady) | channel bytes / iteration | per learner per reduction |")
     print("|---|---|---|---|---|")
     for count in counts:
-        with LocalCluster(n_workers=count, threads_per_worker=1, host="127.0.0.1",
-                          dashboard_address="127.0.0.1:0", silence_logs=logging.ERROR) as cluster, \
-                Client(cluster) as client:
+        with (
+            LocalCluster(
+                n_workers=count,
+                threads_per_worker=1,
+                host="127.0.0.1",
+                dashboard_address="127.0.0.1:0",
+                silence_logs=logging.ERROR,
+            ) as cluster,
+            Client(cluster) as client,
+        ):
             client.wait_for_workers(count, timeout=300)
             for name, allreduce, direct in ways * 2:
                 client.run(_force_direct, direct)
                 cfg = ppo.PPOConfig()
                 fdg = ppo.build_fdg({**vars(ppo), "cfg": cfg})
-                run = fdg.run(iterations=iterations, steps=cfg.num_steps, policy=wb.MultiLearner(learners=count),
-                              cluster=client, progress=False, allreduce=allreduce)
+                run = fdg.run(
+                    iterations=iterations,
+                    steps=cfg.num_steps,
+                    policy=wb.MultiLearner(learners=count),
+                    cluster=client,
+                    progress=False,
+                    allreduce=allreduce,
+                )
                 rate = harness.clock_rate(run, skip + 1)
                 wire = statistics.median(r["wire/bytes"] for r in run.rows[skip:] or run.rows)
                 reductions = cfg.update_epochs * cfg.num_minibatches
-                print(f"| {count} | {name} | {rate:,.0f} | {wire:,.0f} | {wire / reductions / count:,.0f} |",
-                      flush=True)
+                print(
+                    f"| {count} | {name} | {rate:,.0f} | {wire:,.0f} | {wire / reductions / count:,.0f} |", flush=True
+                )
 
 
 def main() -> None:
@@ -230,8 +277,9 @@ def main() -> None:
     parser.add_argument("--sizes", type=int, nargs="+", default=list(SIZES), help="float32 elements")
     parser.add_argument("--trials", type=int, default=3)
     parser.add_argument("--iterations", type=int, default=12)
-    parser.add_argument("--nagle", action="store_true",
-                        help="part 1: Nagle back on (the channels set TCP_NODELAY), for comparison")
+    parser.add_argument(
+        "--nagle", action="store_true", help="part 1: Nagle back on (the channels set TCP_NODELAY), for comparison"
+    )
     args = parser.parse_args()
     both = not (args.collective or args.multilearner)
     if args.collective or both:

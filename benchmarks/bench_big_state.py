@@ -20,6 +20,7 @@ After each run it prints the worker's resident memory (what a run ended on it le
 `workbench.runtime.process.malloc.release_free_memory`). Numbers from one run each: the figures in
 docs/reliability.md and docs/llm.md come from here.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -34,8 +35,9 @@ SIZES = {"small": {}, "100m": {"hidden": 768, "layers": 12, "heads": 12}}
 
 
 def _fdg(size: str):
-    cfg = dataclasses.replace(grpo.GRPOConfig(), **SIZES[size], prompts_per_step=2, group_size=2,
-                              max_new_tokens=4, eval_every=1_000_000)
+    cfg = dataclasses.replace(
+        grpo.GRPOConfig(), **SIZES[size], prompts_per_step=2, group_size=2, max_new_tokens=4, eval_every=1_000_000
+    )
     model = grpo.make_model(cfg, grpo.tokenizer)
     return grpo.build_fdg(dict(vars(grpo), cfg=dataclasses.replace(cfg, model=model)))
 
@@ -56,18 +58,31 @@ def bench_export(client, size: str) -> None:
     run = fdg.run(iterations=1, steps=1, policy="gpuonly", cluster=client, progress=False, keep_state=True)
     whole = time.perf_counter() - started
     first = run.rows[0]
-    print(f"export ({size}): outside the cells to the end of iteration 1 {first['time_s'] - _cells_s(first):.1f} s; "
-          f"whole run {whole:.1f} s; export {whole - first['time_s']:.1f} s; worker after it {_worker_mb(client)}",
-          flush=True)
+    print(
+        f"export ({size}): outside the cells to the end of iteration 1 {first['time_s'] - _cells_s(first):.1f} s; "
+        f"whole run {whole:.1f} s; export {whole - first['time_s']:.1f} s; worker after it {_worker_mb(client)}",
+        flush=True,
+    )
 
 
 def bench_pacing(client, size: str, iterations: int) -> None:
     for label, every in (("a snapshot every iteration", 1), ("paced (default)", None)):
-        run = _fdg(size).run(iterations=iterations, steps=1, policy="gpuonly", cluster=client,
-                             progress=False, keep_state=False, snapshot_every=every)
+        run = _fdg(size).run(
+            iterations=iterations,
+            steps=1,
+            policy="gpuonly",
+            cluster=client,
+            progress=False,
+            keep_state=False,
+            snapshot_every=every,
+        )
         times = [b["time_s"] - a["time_s"] for a, b in zip(run.rows, run.rows[1:])]
-        print(f"pacing ({size}), {label}: iterations 2..{iterations} took "
-              + ", ".join(f"{t:.1f}" for t in times) + f" s; worker after it {_worker_mb(client)}", flush=True)
+        print(
+            f"pacing ({size}), {label}: iterations 2..{iterations} took "
+            + ", ".join(f"{t:.1f}" for t in times)
+            + f" s; worker after it {_worker_mb(client)}",
+            flush=True,
+        )
 
 
 def main() -> None:
@@ -78,8 +93,10 @@ def main() -> None:
     args = parser.parse_args()
     from distributed import Client, LocalCluster
 
-    with LocalCluster(n_workers=1, threads_per_worker=1, dashboard_address=None,
-                      silence_logs=logging.ERROR) as cluster, Client(cluster) as client:
+    with (
+        LocalCluster(n_workers=1, threads_per_worker=1, dashboard_address=None, silence_logs=logging.ERROR) as cluster,
+        Client(cluster) as client,
+    ):
         if "export" in args.parts:
             bench_export(client, args.size)
         if "pacing" in args.parts:

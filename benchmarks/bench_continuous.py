@@ -30,6 +30,7 @@ gymnasium 1.x through `gymnasium_029_shim` (two API changes of 1.0 undone: the
 ``TransformObservation`` without an observation space, and the 0.29 ``final_info`` list of
 per-env dicts, with 0.29's same-step autoreset). Without ``--cleanrl`` only workbench runs.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -52,8 +53,9 @@ RETURN_RE = re.compile(r"episodic_return=\[?(-?[\d.]+(?:e[-+]?\d+)?)")
 
 
 # ============================================================================ children
-def child_workbench(seed: int, steps: int, num_envs: int, like_cleanrl: bool = False,
-                    overrides: dict | None = None) -> dict:
+def child_workbench(
+    seed: int, steps: int, num_envs: int, like_cleanrl: bool = False, overrides: dict | None = None
+) -> dict:
     """workbench's continuous PPO FDG, inline, its defaults and CleanRL's budget (with
     ``like_cleanrl`` CleanRL's hyperparameters, env and time-limit rule in every respect;
     ``overrides``: config fields set on top, ``--wb-set``)."""
@@ -62,16 +64,30 @@ def child_workbench(seed: int, steps: int, num_envs: int, like_cleanrl: bool = F
     from workbench.algorithms import ppo_continuous
 
     iterations = steps // BATCH
-    exact = dict(num_envs=1, env_backend="gymnasium", bootstrap_truncated=False,
-                 log_std_init=0.0) if like_cleanrl else {}
-    cfg = dataclasses.replace(ppo_continuous.cfg, **{"env_id": ENV_ID, "seed": seed, "num_envs": num_envs,
-                                                     "iterations": iterations, **exact, **(overrides or {})})
+    exact = (
+        dict(num_envs=1, env_backend="gymnasium", bootstrap_truncated=False, log_std_init=0.0) if like_cleanrl else {}
+    )
+    cfg = dataclasses.replace(
+        ppo_continuous.cfg,
+        **{
+            "env_id": ENV_ID,
+            "seed": seed,
+            "num_envs": num_envs,
+            "iterations": iterations,
+            **exact,
+            **(overrides or {}),
+        },
+    )
     cfg = dataclasses.replace(cfg, num_steps=BATCH // cfg.num_envs)
     fdg = ppo_continuous.build_fdg({**vars(ppo_continuous), "cfg": cfg})
     run = fdg.run(iterations=iterations, steps=cfg.num_steps, progress=False)
     returns = run.episode_returns
-    return {"final_return": statistics.fmean(returns[-LAST_EPISODES:]) if returns else float("nan"),
-            "episodes": len(returns), "env_steps": run.env_steps, "sps": run.steps_per_second}
+    return {
+        "final_return": statistics.fmean(returns[-LAST_EPISODES:]) if returns else float("nan"),
+        "episodes": len(returns),
+        "env_steps": run.env_steps,
+        "sps": run.steps_per_second,
+    }
 
 
 def gymnasium_029_shim() -> None:
@@ -120,21 +136,49 @@ def child_cleanrl(script: str, argv: list[str]) -> None:
 # ============================================================================ the parent
 def run_one(contender: str, seed: int, args: argparse.Namespace, tmp: str) -> dict | None:
     if contender == "cleanrl":
-        cmd = [*harness.module_command("benchmarks.bench_continuous"), "--child-cleanrl", os.path.abspath(args.cleanrl), "--",
-               "--env-id", ENV_ID, "--seed", str(seed), "--total-timesteps", str(args.steps), "--no-cuda"]
+        cmd = [
+            *harness.module_command("benchmarks.bench_continuous"),
+            "--child-cleanrl",
+            os.path.abspath(args.cleanrl),
+            "--",
+            "--env-id",
+            ENV_ID,
+            "--seed",
+            str(seed),
+            "--total-timesteps",
+            str(args.steps),
+            "--no-cuda",
+        ]
     else:
-        cmd = [*harness.module_command("benchmarks.bench_continuous"), "--child-workbench", "--seed", str(seed),
-               "--steps", str(args.steps), "--wb-envs", str(args.wb_envs)] + (
-                   ["--wb-like-cleanrl"] if args.wb_like_cleanrl else []) + [
-                   arg for assignment in args.wb_set for arg in ("--wb-set", assignment)]
+        cmd = (
+            [
+                *harness.module_command("benchmarks.bench_continuous"),
+                "--child-workbench",
+                "--seed",
+                str(seed),
+                "--steps",
+                str(args.steps),
+                "--wb-envs",
+                str(args.wb_envs),
+            ]
+            + (["--wb-like-cleanrl"] if args.wb_like_cleanrl else [])
+            + [arg for assignment in args.wb_set for arg in ("--wb-set", assignment)]
+        )
     threads = getattr(args, "cleanrl_threads", None)
     env = {THREADS_VAR: str(threads)} if contender == "cleanrl" and threads else {}
     out, wall, rc = harness.spawn(cmd, args.timeout, tmp, harness.child_env(**env))
     if contender == "cleanrl":
         returns = [float(r) for r in RETURN_RE.findall(out)]
         sps = re.findall(r"^SPS: (\d+)", out, re.M)
-        result = {"final_return": statistics.fmean(returns[-LAST_EPISODES:]), "episodes": len(returns),
-                  "sps": float(sps[-1])} if rc == 0 and returns and sps else None
+        result = (
+            {
+                "final_return": statistics.fmean(returns[-LAST_EPISODES:]),
+                "episodes": len(returns),
+                "sps": float(sps[-1]),
+            }
+            if rc == 0 and returns and sps
+            else None
+        )
     else:
         result = harness.read_result(out, MARK) if rc == 0 else None
     if result is None:
@@ -142,32 +186,46 @@ def run_one(contender: str, seed: int, args: argparse.Namespace, tmp: str) -> di
         print(f"  {contender} seed {seed}: FAILED (exit {rc}); last lines:\n    {tail}", flush=True)
         return None
     result["wall_s"] = wall
-    print(f"  seed {seed} {contender:8s}: final return {result['final_return']:8.1f} "
-          f"({result['episodes']} episodes), {wall:7.1f} s wall, {result['sps']:,.0f} env-steps/s",
-          flush=True)
+    print(
+        f"  seed {seed} {contender:8s}: final return {result['final_return']:8.1f} "
+        f"({result['episodes']} episodes), {wall:7.1f} s wall, {result['sps']:,.0f} env-steps/s",
+        flush=True,
+    )
     return result
 
 
 def report(results: dict[str, list[dict]], args: argparse.Namespace) -> None:
-    med = {name: {key: statistics.median(r[key] for r in rows) for key in ("final_return", "wall_s", "sps")}
-           for name, rows in results.items() if rows}
-    shape = ("like CleanRL: 1 env x 2048 steps, gymnasium's env, no bootstrap, log-std 0"
-             if args.wb_like_cleanrl else f"{args.wb_envs} envs x {BATCH // args.wb_envs} steps")
+    med = {
+        name: {key: statistics.median(r[key] for r in rows) for key in ("final_return", "wall_s", "sps")}
+        for name, rows in results.items()
+        if rows
+    }
+    shape = (
+        "like CleanRL: 1 env x 2048 steps, gymnasium's env, no bootstrap, log-std 0"
+        if args.wb_like_cleanrl
+        else f"{args.wb_envs} envs x {BATCH // args.wb_envs} steps"
+    )
     shape += "".join(f", {assignment}" for assignment in args.wb_set)
-    print(f"\n### HalfCheetah-v5, {args.steps:,} env steps, seeds {args.seeds_list} "
-          f"(medians; workbench {shape}; CleanRL torch threads: {args.cleanrl_threads or 'its default'})\n")
+    print(
+        f"\n### HalfCheetah-v5, {args.steps:,} env steps, seeds {args.seeds_list} "
+        f"(medians; workbench {shape}; CleanRL torch threads: {args.cleanrl_threads or 'its default'})\n"
+    )
     print("| contender | final return | wall time (s) | env-steps/s |")
     print("|---|---:|---:|---:|")
     for name, m in med.items():
         print(f"| {name} | {m['final_return']:.1f} | {m['wall_s']:.1f} | {m['sps']:,.0f} |")
     if "workbench" in med and "cleanrl" in med:
         wb, cl = med["workbench"], med["cleanrl"]
-        print(f"\nwall time workbench / CleanRL: {wb['wall_s'] / cl['wall_s']:.2f}x (goal ≤ 0.5x); "
-              f"env-steps/s {wb['sps'] / cl['sps']:.2f}x; final return {wb['final_return']:.1f} vs "
-              f"{cl['final_return']:.1f} (goal ≥)")
+        print(
+            f"\nwall time workbench / CleanRL: {wb['wall_s'] / cl['wall_s']:.2f}x (goal ≤ 0.5x); "
+            f"env-steps/s {wb['sps'] / cl['sps']:.2f}x; final return {wb['final_return']:.1f} vs "
+            f"{cl['final_return']:.1f} (goal ≥)"
+        )
         if args.steps < 1_000_000:
-            print(f"(a SHORT run: {args.steps:,} steps of the 1M the goal is judged on; early returns "
-                  "say little about final ones)")
+            print(
+                f"(a SHORT run: {args.steps:,} steps of the 1M the goal is judged on; early returns "
+                "say little about final ones)"
+            )
 
 
 def main() -> None:
@@ -178,21 +236,41 @@ def main() -> None:
     parser.add_argument("--cleanrl", help="path to CleanRL's ppo_continuous_action.py (see above)")
     parser.add_argument("--steps", type=int, default=1_000_000, help="env steps per run (default 1M)")
     parser.add_argument("--seeds", type=int, default=3, help="seeds 1..K (default 3)")
-    parser.add_argument("--first-seed", type=int, default=1, metavar="S",
-                        help="start the seeds at S (S..S+K-1): more seeds beside an earlier run")
+    parser.add_argument(
+        "--first-seed",
+        type=int,
+        default=1,
+        metavar="S",
+        help="start the seeds at S (S..S+K-1): more seeds beside an earlier run",
+    )
     parser.add_argument("--wb-envs", type=int, default=8, help="workbench's envs (2048 / envs steps each)")
-    parser.add_argument("--wb-like-cleanrl", action="store_true",
-                        help="workbench in CleanRL's shape in every respect: 1 env x 2048 steps, "
-                             "gymnasium's HalfCheetah-v5, no time-limit bootstrap")
-    parser.add_argument("--wb-set", action="append", default=[], metavar="FIELD=VALUE",
-                        help="a field of workbench's PPOContinuousConfig for its runs (repeatable), "
-                             "e.g. log_std_init=0.0: how the ablation in docs/envpool.md was run")
-    parser.add_argument("--jobs", type=int, default=1,
-                        help="workbench-only runs (no --cleanrl) this many at a time: the returns are "
-                             "the same (a run is deterministic per seed), the wall times not comparable")
-    parser.add_argument("--cleanrl-threads", type=int,
-                        help="torch threads for CleanRL (default: torch's, one per core; workbench's "
-                             "run uses 1 for its small networks, and so does CleanRL with 1)")
+    parser.add_argument(
+        "--wb-like-cleanrl",
+        action="store_true",
+        help="workbench in CleanRL's shape in every respect: 1 env x 2048 steps, "
+        "gymnasium's HalfCheetah-v5, no time-limit bootstrap",
+    )
+    parser.add_argument(
+        "--wb-set",
+        action="append",
+        default=[],
+        metavar="FIELD=VALUE",
+        help="a field of workbench's PPOContinuousConfig for its runs (repeatable), "
+        "e.g. log_std_init=0.0: how the ablation in docs/envpool.md was run",
+    )
+    parser.add_argument(
+        "--jobs",
+        type=int,
+        default=1,
+        help="workbench-only runs (no --cleanrl) this many at a time: the returns are "
+        "the same (a run is deterministic per seed), the wall times not comparable",
+    )
+    parser.add_argument(
+        "--cleanrl-threads",
+        type=int,
+        help="torch threads for CleanRL (default: torch's, one per core; workbench's "
+        "run uses 1 for its small networks, and so does CleanRL with 1)",
+    )
     parser.add_argument("--timeout", type=float, default=4 * 3600, help="seconds per process")
     parser.add_argument("--child-workbench", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--seed", type=int, default=1, help=argparse.SUPPRESS)
@@ -203,11 +281,14 @@ def main() -> None:
 
     overrides = harness.parse_overrides(args.wb_set, PPOContinuousConfig, "--wb-set")
     if args.jobs > 1 and args.cleanrl:
-        parser.error("--jobs runs workbench alone (its returns do not depend on timing); "
-                     "the comparison with --cleanrl runs one process at a time")
+        parser.error(
+            "--jobs runs workbench alone (its returns do not depend on timing); "
+            "the comparison with --cleanrl runs one process at a time"
+        )
     if args.child_workbench:
-        harness.print_result(child_workbench(args.seed, args.steps, args.wb_envs, args.wb_like_cleanrl, overrides),
-                             MARK)
+        harness.print_result(
+            child_workbench(args.seed, args.steps, args.wb_envs, args.wb_like_cleanrl, overrides), MARK
+        )
         return
     contenders = ["workbench"] + (["cleanrl"] if args.cleanrl else [])
     if not args.cleanrl:

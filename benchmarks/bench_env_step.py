@@ -7,6 +7,7 @@ two are timed in alternation, median of ``--repeats``, so a busy host moves both
 
     python -m benchmarks bench_env_step --against 39fb8a7     # before the 2026-11-23 cuts
 """
+
 from __future__ import annotations
 
 import subprocess
@@ -22,16 +23,19 @@ from benchmarks.harness import ROOT
 
 def cartpole_at(revision: str):
     """The ``CartPole`` class of ``revision``, wired to that revision's ``envs/base.py``."""
+
     def show(path: str) -> str:
-        return subprocess.run(["git", "show", f"{revision}:{path}"], cwd=ROOT, check=True,
-                              capture_output=True, text=True).stdout
+        return subprocess.run(
+            ["git", "show", f"{revision}:{path}"], cwd=ROOT, check=True, capture_output=True, text=True
+        ).stdout
 
     base = types.ModuleType(f"base_{revision}")
     exec(compile(show("workbench/envs/base.py"), f"{revision}:base.py", "exec"), base.__dict__)
     sys.modules[base.__name__] = base
     module = types.ModuleType(f"cartpole_{revision}")
-    source = show("workbench/envs/cartpole.py").replace("from workbench.envs.base import",
-                                                          f"from {base.__name__} import")
+    source = show("workbench/envs/cartpole.py").replace(
+        "from workbench.envs.base import", f"from {base.__name__} import"
+    )
     exec(compile(source, f"{revision}:cartpole.py", "exec"), module.__dict__)
     return module.CartPole
 
@@ -58,13 +62,18 @@ def main() -> None:
     classes = {"now": CartPole}
     if args.against:
         classes[args.against] = cartpole_at(args.against)
-    print("| envs | actions | " + " | ".join(f"{name} µs/step" for name in classes)
-          + (" | ratio |" if args.against else " |"))
+    print(
+        "| envs | actions | "
+        + " | ".join(f"{name} µs/step" for name in classes)
+        + (" | ratio |" if args.against else " |")
+    )
     print("|---:|---|" + "---:|" * (len(classes) + bool(args.against)))
     for n in args.envs:
         for actions in ("angle", "random"):
-            times = harness.interleaved({name: (lambda cls=cls: cpu_per_step(cls, n, args.steps, actions))
-                                         for name, cls in classes.items()}, args.repeats)
+            times = harness.interleaved(
+                {name: (lambda cls=cls: cpu_per_step(cls, n, args.steps, actions)) for name, cls in classes.items()},
+                args.repeats,
+            )
             med = {name: harness.median(t) for name, t in times.items()}
             ratio = f" | {med[args.against] / med['now']:.2f}x |" if args.against else " |"
             print(f"| {n} | {actions} | " + " | ".join(f"{m:.0f}" for m in med.values()) + ratio, flush=True)

@@ -92,9 +92,7 @@ def bench_mujoco(num_envs: int, steps: int, repeats: int) -> None:
     print("|---:|---:|---:|")
     base = None
     for threads in (1, 2):
-        rate = median_rate(
-            lambda: ThreadedVectorEnv(factory, num_envs, threads=threads, seed=0), actions, repeats
-        )
+        rate = median_rate(lambda: ThreadedVectorEnv(factory, num_envs, threads=threads, seed=0), actions, repeats)
         base = base or rate
         print(f"| {threads} | {rate:,.0f} | {rate / base:.2f}x |", flush=True)
 
@@ -130,15 +128,13 @@ def bench_spread(sizes: list[int], repeats: int, budget: int) -> None:
     print(f"\nmpe2 simple_spread_v3.parallel_env, one env: {rate:,.0f} env-steps/s")
 
 
-def envpool_async_rate(env_id: str, num_envs: int, actions: np.ndarray, repeats: int,
-                       threads: int) -> float:
+def envpool_async_rate(env_id: str, num_envs: int, actions: np.ndarray, repeats: int, threads: int) -> float:
     """env-steps/s of EnvPool's asynchronous loop: ``batch_size = N/2``, recv a batch, send
     that batch's actions; ``actions`` is ``[steps, N/2, ...]``."""
     import envpool
 
     batch = max(1, num_envs // 2)
-    pool = envpool.make(env_id, env_type="gymnasium", num_envs=num_envs, batch_size=batch, seed=0,
-                        num_threads=threads)
+    pool = envpool.make(env_id, env_type="gymnasium", num_envs=num_envs, batch_size=batch, seed=0, num_threads=threads)
     rates = []
     for _ in range(repeats):
         pool.async_reset()
@@ -147,7 +143,7 @@ def envpool_async_rate(env_id: str, num_envs: int, actions: np.ndarray, repeats:
             *_, info = pool.recv()
             pool.send(a, info["env_id"])
         for _ in range(num_envs // batch):  # every env still in flight: each sent action stepped,
-            pool.recv()                     # and none left running into the next async_reset
+            pool.recv()  # and none left running into the next async_reset
         rates.append(actions.shape[0] * actions.shape[1] / (time.perf_counter() - start))
     pool.close()
     return statistics.median(rates)
@@ -167,19 +163,25 @@ def bench_pools(env_id: str, sizes: list[int], repeats: int, budget: int, thread
         return rng.uniform(-1, 1, size=(steps, n, *space.shape)).astype(np.float32)
 
     backends: dict[str, Callable[[int], object] | None] = {
-        "SyncVectorEnv": lambda n: SyncVectorEnv([lambda: gymnasium.make(env_id)] * n,
-                                                 autoreset_mode=AutoresetMode.SAME_STEP),
+        "SyncVectorEnv": lambda n: SyncVectorEnv(
+            [lambda: gymnasium.make(env_id)] * n, autoreset_mode=AutoresetMode.SAME_STEP
+        ),
         f"threads ({threads})": lambda n: make(env_id, n, seed=0, backend="gymnasium", threads=threads),
         f"EnvPool sync ({threads} thr)": (lambda n: EnvPoolVectorEnv(env_id, n, seed=0, threads=threads))
-        if envpool_has(env_id) else None,
+        if envpool_has(env_id)
+        else None,
         f"EnvPool async ({threads} thr)": None,  # its own loop, below
-        "NumPy array env": (lambda n: make(env_id, n, seed=0, backend="numpy"))
-        if env_id == "CartPole-v1" else None,
+        "NumPy array env": (lambda n: make(env_id, n, seed=0, backend="numpy")) if env_id == "CartPole-v1" else None,
     }
-    shown = [name for name, b in backends.items() if b is not None or
-             (name.startswith("EnvPool async") and envpool_has(env_id))]
-    print(f"\n### {env_id}: env-steps/s by backend (median of {repeats}; {threads} thread(s) where "
-          "a backend has threads)\n")
+    shown = [
+        name
+        for name, b in backends.items()
+        if b is not None or (name.startswith("EnvPool async") and envpool_has(env_id))
+    ]
+    print(
+        f"\n### {env_id}: env-steps/s by backend (median of {repeats}; {threads} thread(s) where "
+        "a backend has threads)\n"
+    )
     print("| N | " + " | ".join(shown) + " |")
     print("|---:|" + "---:|" * len(shown))
     for row, n in enumerate(sizes):
@@ -200,8 +202,9 @@ def main() -> None:
     parser = harness.parser(__doc__, repeats=5, quick=True)
     parser.add_argument("--mujoco", action="store_true", help="also HalfCheetah-v5 threads")
     parser.add_argument("--spread", action="store_true", help="also MPE simple_spread_v3")
-    parser.add_argument("--pools", action="store_true",
-                        help="CartPole-v1 and HalfCheetah-v5 by backend, EnvPool included")
+    parser.add_argument(
+        "--pools", action="store_true", help="CartPole-v1 and HalfCheetah-v5 by backend, EnvPool included"
+    )
     parser.add_argument("--threads", type=int, default=2, help="threads of the pools (--pools)")
     args = parser.parse_args()
     repeats = min(args.repeats, 3) if args.quick else args.repeats

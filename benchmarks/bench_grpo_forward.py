@@ -9,6 +9,7 @@ falls on both alike. Prints the median milliseconds of each part and their ratio
     python -m benchmarks bench_grpo_forward                  # 300 iterations, 1 torch thread
     python -m benchmarks bench_grpo_forward --hidden 256 --layers 4
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -35,8 +36,9 @@ def iteration(cfg, models, optimizer, rng) -> list[float]:
     tok, task = grpo.tokenizer, grpo.task
     marks = [time.perf_counter()]
     texts = grpo.prompt_batch(task, rng, cfg)
-    ids, mask = encode_prompts(tok, texts, task.prompt_width, max_new_tokens=cfg.max_new_tokens,
-                               context=context_length(policy))
+    ids, mask = encode_prompts(
+        tok, texts, task.prompt_width, max_new_tokens=cfg.max_new_tokens, context=context_length(policy)
+    )
     tokens, completion_mask, logp = grpo.generate_completions(policy, tok, ids, mask, cfg)
     marks.append(time.perf_counter())
     rewards = score_completions(grpo.reward_fn, texts, decode_completions(tok, tokens))
@@ -63,10 +65,16 @@ def main() -> None:
     sides = {}
     for fast in (True, False):  # each side its own models, the same start
         model = grpo.make_model(cfg, grpo.tokenizer)
-        models = (grpo.make_model(cfg, grpo.tokenizer, model.state_dict()),
-                  frozen(grpo.make_model(cfg, grpo.tokenizer, weights_copy(model))), model)
-        optimizer = (adam(model.parameters(), cfg.learning_rate, eps=1e-8) if fast
-                     else torch.optim.Adam(model.parameters(), lr=cfg.learning_rate))
+        models = (
+            grpo.make_model(cfg, grpo.tokenizer, model.state_dict()),
+            frozen(grpo.make_model(cfg, grpo.tokenizer, weights_copy(model))),
+            model,
+        )
+        optimizer = (
+            adam(model.parameters(), cfg.learning_rate, eps=1e-8)
+            if fast
+            else torch.optim.Adam(model.parameters(), lr=cfg.learning_rate)
+        )
         sides[fast] = (models, optimizer, np.random.default_rng(cfg.seed), [])
     for index in range(options.iterations + 20):
         fast = index % 2 == 0
@@ -76,9 +84,11 @@ def main() -> None:
         if index >= 20:  # warm-up: allocations, first-use imports
             times.append(parts)
     llama_fast._ENABLED = True
-    print(f"GRPO iteration parts, {grpo.count_parameters(sides[True][0][2]):,}-parameter Llama "
-          f"(hidden {cfg.hidden}, {cfg.layers} layers), {cfg.prompts_per_step} prompts × {cfg.group_size}, "
-          f"{options.threads} torch thread(s), {options.iterations // 2} iterations a side, medians (ms):")
+    print(
+        f"GRPO iteration parts, {grpo.count_parameters(sides[True][0][2]):,}-parameter Llama "
+        f"(hidden {cfg.hidden}, {cfg.layers} layers), {cfg.prompts_per_step} prompts × {cfg.group_size}, "
+        f"{options.threads} torch thread(s), {options.iterations // 2} iterations a side, medians (ms):"
+    )
     print(f"{'':34}" + "".join(f"{p:>10}" for p in PARTS) + f"{'total':>10}")
     medians = {}
     for fast, label in ((False, "transformers' forward, torch Adam"), (True, "llama_fast, fused Adam")):

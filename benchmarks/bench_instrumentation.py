@@ -10,6 +10,7 @@ off, on, …) so machine noise hits both alike, and compares the medians of env-
 
 The off case still runs the per-task bookkeeping (a few clock reads per task, not per step).
 """
+
 from __future__ import annotations
 
 from benchmarks import harness
@@ -29,23 +30,31 @@ def main() -> None:
     def rate(timing: bool) -> dict:
         replica.TIMING = timing
         try:
-            run, call = harness.timed(lambda: ppo.build_fdg({**vars(ppo), "cfg": cfg}).run(
-                iterations=args.iterations, steps=cfg.num_steps, progress=False))
+            run, call = harness.timed(
+                lambda: ppo.build_fdg({**vars(ppo), "cfg": cfg}).run(
+                    iterations=args.iterations, steps=cfg.num_steps, progress=False
+                )
+            )
         finally:
             replica.TIMING = True
         return {"sps": run.steps_per_second, "env_steps": run.env_steps, "call_s": call}
 
     def report(name: str, turn: int, got: dict) -> None:
-        print(f"  repeat {turn}: timing {name:3s} {got['sps']:10,.0f} env-steps/s "
-              f"({got['env_steps']:,} steps, call {got['call_s']:.2f} s)", flush=True)
+        print(
+            f"  repeat {turn}: timing {name:3s} {got['sps']:10,.0f} env-steps/s "
+            f"({got['env_steps']:,} steps, call {got['call_s']:.2f} s)",
+            flush=True,
+        )
 
     results = harness.interleaved({"on": lambda: rate(True), "off": lambda: rate(False)}, args.repeats, report)
     sps = {name: [r["sps"] for r in rows] for name, rows in results.items()}
     on, off = harness.median(sps["on"]), harness.median(sps["off"])
-    print(f"\nmedian env-steps/s: timing on {on:,.0f}, off {off:,.0f}; "
-          f"instrumentation cost {100 * (off - on) / off:+.2f} % of throughput "
-          f"(spread: on {min(sps['on']):,.0f}–{max(sps['on']):,.0f}, "
-          f"off {min(sps['off']):,.0f}–{max(sps['off']):,.0f})")
+    print(
+        f"\nmedian env-steps/s: timing on {on:,.0f}, off {off:,.0f}; "
+        f"instrumentation cost {100 * (off - on) / off:+.2f} % of throughput "
+        f"(spread: on {min(sps['on']):,.0f}–{max(sps['on']):,.0f}, "
+        f"off {min(sps['off']):,.0f}–{max(sps['off']):,.0f})"
+    )
     harness.write_json(args.json, results)
 
 

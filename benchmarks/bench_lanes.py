@@ -21,6 +21,7 @@ the repeats (the placements of a repeat run one after another, their order rotat
 three give the same numbers, seed for seed (tests/envs/test_envpool_lanes.py); only the time
 differs.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -38,17 +39,34 @@ def measure(placement: str, num_envs: int, iterations: int, seed: int) -> tuple[
     from workbench.fdg.policy import Group, Policy
     from workbench.fdg.vocabulary import IN_PROCESS
 
-    cfg = dataclasses.replace(ppo_continuous.cfg, env_id="HalfCheetah-v5", env_backend="envpool", seed=seed,
-                              num_envs=num_envs, num_steps=2048 // num_envs, iterations=iterations)
+    cfg = dataclasses.replace(
+        ppo_continuous.cfg,
+        env_id="HalfCheetah-v5",
+        env_backend="envpool",
+        seed=seed,
+        num_envs=num_envs,
+        num_steps=2048 // num_envs,
+        iterations=iterations,
+    )
     fdg = ppo_continuous.build_fdg({**vars(ppo_continuous), "cfg": cfg})
     policy: object = "inline"
     if placement != "one replica":
         acting = fdg.schedule().step_order
-        policy = Policy("two actors in one process", (
-            Group(acting, 2, (IN_PROCESS, IN_PROCESS)),
-            Group(tuple(n for n in fdg.fragments if n not in acting), 1, (IN_PROCESS,))))
-    run = fdg.run(iterations=iterations, steps=cfg.num_steps, policy=policy, progress=False,
-                  lanes=placement.endswith("lanes"), keep_state=False)
+        policy = Policy(
+            "two actors in one process",
+            (
+                Group(acting, 2, (IN_PROCESS, IN_PROCESS)),
+                Group(tuple(n for n in fdg.fragments if n not in acting), 1, (IN_PROCESS,)),
+            ),
+        )
+    run = fdg.run(
+        iterations=iterations,
+        steps=cfg.num_steps,
+        policy=policy,
+        progress=False,
+        lanes=placement.endswith("lanes"),
+        keep_state=False,
+    )
     rows = run.rows
     rate = (rows[-1]["env_steps"] - rows[0]["env_steps"]) / (rows[-1]["time_s"] - rows[0]["time_s"])
     rollout = [b["time_s"] - a["time_s"] - b["time/learner_compute_s"] for a, b in zip(rows, rows[1:])]
@@ -60,14 +78,16 @@ def main() -> None:
     parser.add_argument("--sizes", type=int, nargs="+", default=[8, 32, 64], help="N, envs in all")
     parser.add_argument("--iterations", type=int, default=8)
     args = parser.parse_args()
-    print(f"### HalfCheetah-v5, continuous PPO, 2,048 env steps an iteration, {args.iterations} iterations "
-          f"(median of {args.repeats})\n")
+    print(
+        f"### HalfCheetah-v5, continuous PPO, 2,048 env steps an iteration, {args.iterations} iterations "
+        f"(median of {args.repeats})\n"
+    )
     print("| N | " + " | ".join(f"{p}: env-steps/s · rollout ms" for p in PLACEMENTS) + " |")
     print("|---:|" + "---:|" * len(PLACEMENTS))
     for n in args.sizes:
         got: dict[str, list[tuple[float, float]]] = {p: [] for p in PLACEMENTS}
         for r in range(args.repeats):
-            for p in PLACEMENTS[r % 3:] + PLACEMENTS[:r % 3]:
+            for p in PLACEMENTS[r % 3 :] + PLACEMENTS[: r % 3]:
                 got[p].append(measure(p, n, args.iterations, seed=1 + r))
         cells = []
         for p in PLACEMENTS:

@@ -17,6 +17,7 @@ Run (a GPU: the 113M model; here: the small one on the CPU, a check of the scrip
 Prints one line per piece (``piece  ms``; the iterations' pieces once per iteration), then
 each inline run's table (``--runs``).
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -83,8 +84,9 @@ def pieces(cfg, task: AdditionTask, device: str, iterations: int) -> Clock:
     for i in range(1, iterations + 1):
         prompts = grpo.prompt_batch(task, rng, cfg)
         with clock.piece(f"it {i} encode_prompts"):
-            ids, mask = encode_prompts(tok, prompts, task.prompt_width, max_new_tokens=cfg.max_new_tokens,
-                                       context=grpo.context_length(policy))
+            ids, mask = encode_prompts(
+                tok, prompts, task.prompt_width, max_new_tokens=cfg.max_new_tokens, context=grpo.context_length(policy)
+            )
         with clock.piece(f"it {i} generate_completions"):
             tokens, cmask, logp = grpo.generate_completions(policy, tok, ids, mask, cfg)
         with clock.piece(f"it {i} reward (decode + score)"):
@@ -115,8 +117,11 @@ def inline_split(cfg, device: str, iterations: int) -> None:
     wall = time.perf_counter() - began
     metrics = run.metrics
     fragments = [c for c in metrics.columns if c.startswith("time/") and c.endswith("_compute_s") and "[" not in c]
-    print(f"\ninline run, {iterations} iterations, {wall:.2f} s; per iteration (ms): ended at, then each "
-          "fragment's cells", flush=True)
+    print(
+        f"\ninline run, {iterations} iterations, {wall:.2f} s; per iteration (ms): ended at, then each "
+        "fragment's cells",
+        flush=True,
+    )
     print(f"{'it':>3} {'ended':>8} " + " ".join(f"{c[5:-10]:>10}" for c in fragments))
     for i in range(min(iterations, 6)):
         row = metrics.iloc[i]
@@ -132,22 +137,35 @@ def main() -> None:
     parser.add_argument("--iterations", type=int, default=4, help="iterations of the piece-by-piece pass")
     parser.add_argument("--run-iterations", type=int, default=8, help="iterations of the inline run")
     parser.add_argument("--runs", type=int, default=2, help="inline runs after the pieces")
-    parser.add_argument("--warm-start-steps", type=int, default=20,
-                        help="supervised steps first: the forward and backward kernels loaded, as a "
-                             "notebook's warm start leaves them")
+    parser.add_argument(
+        "--warm-start-steps",
+        type=int,
+        default=20,
+        help="supervised steps first: the forward and backward kernels loaded, as a notebook's warm start leaves them",
+    )
     options = parser.parse_args()
     cfg = dataclasses.replace(grpo.GRPOConfig(), **SIZES[options.size])
     task = AdditionTask(cfg.max_operand, heldout_fraction=cfg.heldout_fraction, seed=cfg.seed)
     start = grpo.make_model(cfg, grpo.tokenizer).to(options.device)
     began = time.perf_counter()
-    warm_start(start, grpo.tokenizer, task, steps=options.warm_start_steps, seed=cfg.seed,
-               lr=3e-4 if options.size == "100m" else 3e-3)
-    print(f"{grpo.count_parameters(start):,} parameters on {model_device(start)}; warm start "
-          f"{time.perf_counter() - began:.1f} s", flush=True)
+    warm_start(
+        start,
+        grpo.tokenizer,
+        task,
+        steps=options.warm_start_steps,
+        seed=cfg.seed,
+        lr=3e-4 if options.size == "100m" else 3e-3,
+    )
+    print(
+        f"{grpo.count_parameters(start):,} parameters on {model_device(start)}; warm start "
+        f"{time.perf_counter() - began:.1f} s",
+        flush=True,
+    )
     cfg = dataclasses.replace(cfg, model=start)
     pieces(cfg, task, options.device, options.iterations).print()
     for _ in range(options.runs):
         inline_split(cfg, options.device, options.run_iterations)
+
 
 if __name__ == "__main__":
     main()

@@ -19,6 +19,7 @@ for checkpoints.
     python -m benchmarks bench_llm_memory          # a 33.6M-parameter Llama (128 MB), CPU
     python -m benchmarks bench_llm_memory --device cuda --hidden 768 --layers 12 --heads 12
 """
+
 from __future__ import annotations
 
 import argparse
@@ -88,8 +89,12 @@ def one_side(side: str, cfg, device: str) -> dict:
         # cfg would be copied once more when the run deploys: the run's own values, docs/llm.md)
         namespace = dict(vars(grpo), task=task, cfg=dataclasses.replace(cfg, eval_every=10**9))
         meter = PeakMemory(device)
-        grpo.build_fdg(namespace).run(iterations=cfg.iterations, steps=1, progress=False,
-                                      policy=wb.Inline(device="gpu") if device == "cuda" else "inline")
+        grpo.build_fdg(namespace).run(
+            iterations=cfg.iterations,
+            steps=1,
+            progress=False,
+            policy=wb.Inline(device="gpu") if device == "cuda" else "inline",
+        )
     return {"peak_bytes": meter.peak(), "model_bytes": model_bytes}
 
 
@@ -106,8 +111,16 @@ def main() -> None:
     parser.add_argument("--only", choices=sorted(SIDES), help="one side only")
     parser.add_argument("--side", choices=sorted(SIDES), help=argparse.SUPPRESS)  # a child process's
     options = parser.parse_args()
-    cfg = dataclasses.replace(grpo.GRPOConfig(), hidden=options.hidden, layers=options.layers, heads=options.heads,
-                              context=16, prompts_per_step=4, group_size=4, iterations=options.updates)
+    cfg = dataclasses.replace(
+        grpo.GRPOConfig(),
+        hidden=options.hidden,
+        layers=options.layers,
+        heads=options.heads,
+        context=16,
+        prompts_per_step=4,
+        group_size=4,
+        iterations=options.updates,
+    )
     if options.side:
         print(json.dumps(one_side(options.side, cfg, options.device)))
         return
@@ -122,9 +135,11 @@ def main() -> None:
                 sys.exit(f"{side} failed (exit {done.returncode}):\n{done.stderr[-3000:]}")
             rows.setdefault(side, []).append(json.loads(done.stdout.strip().splitlines()[-1]))
     model_bytes = next(iter(rows.values()))[0]["model_bytes"]
-    print(f"GRPO peak memory above the starting model, {model_bytes / 4 / 1e6:.1f}M parameters "
-          f"({model_bytes / 2**20:.0f} MB), {options.updates} updates of {cfg.prompts_per_step} prompts × "
-          f"{cfg.group_size} completions, {options.device}, median of {options.repeats} processes a side")
+    print(
+        f"GRPO peak memory above the starting model, {model_bytes / 4 / 1e6:.1f}M parameters "
+        f"({model_bytes / 2**20:.0f} MB), {options.updates} updates of {cfg.prompts_per_step} prompts × "
+        f"{cfg.group_size} completions, {options.device}, median of {options.repeats} processes a side"
+    )
     print(f"{'':22s}{'peak MB':>10s}{'× model':>10s}")
     for side, results in rows.items():
         peak = statistics.median(r["peak_bytes"] for r in results)

@@ -12,6 +12,7 @@ steps of the mean-over-agents reward (higher is better, 0 is the unreachable cei
 Trained = the mean of the last 20 episode returns (``run.mean_return()``); the table also
 gives the mean over the last iteration's episodes (``num_envs`` of them: less noisy).
 """
+
 from __future__ import annotations
 
 import time
@@ -39,10 +40,10 @@ def random_mean_return(env_id: str, num_envs: int, seed: int, episodes_per_env: 
 def main() -> None:
     parser = harness.parser(__doc__)
     parser.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3])
-    parser.add_argument("--iterations", type=int, default=None,
-                        help="iterations per run (default: MAPPOConfig.iterations)")
-    parser.add_argument("--random-episodes", type=int, default=20,
-                        help="episodes per env for the random baseline")
+    parser.add_argument(
+        "--iterations", type=int, default=None, help="iterations per run (default: MAPPOConfig.iterations)"
+    )
+    parser.add_argument("--random-episodes", type=int, default=20, help="episodes per env for the random baseline")
     args = parser.parse_args()
 
     from workbench.algorithms import mappo
@@ -58,13 +59,17 @@ def main() -> None:
         started = time.perf_counter()
         run = fdg.run(iterations=cfg.iterations, steps=cfg.num_steps, progress=False)
         wall = time.perf_counter() - started
-        last_batch = float(np.mean(run.episode_returns[-cfg.num_envs:]))
+        last_batch = float(np.mean(run.episode_returns[-cfg.num_envs :]))
         rows.append((seed, rand, run.mean_return(), last_batch, run.env_steps, wall))
 
-    print(f"MAPPO simple_spread_v3, inline, {cfg.num_envs} envs × {cfg.num_steps} steps × "
-          f"{cfg.iterations} iterations, random baseline {args.random_episodes} episodes/env\n")
-    print("| seed | random mean return | trained mean return (last 20) "
-          "| trained (last iteration's episodes) | env steps | wall time (s) |")
+    print(
+        f"MAPPO simple_spread_v3, inline, {cfg.num_envs} envs × {cfg.num_steps} steps × "
+        f"{cfg.iterations} iterations, random baseline {args.random_episodes} episodes/env\n"
+    )
+    print(
+        "| seed | random mean return | trained mean return (last 20) "
+        "| trained (last iteration's episodes) | env steps | wall time (s) |"
+    )
     print("| ---: | ---: | ---: | ---: | ---: | ---: |")
     for seed, rand, trained, last_batch, steps, wall in rows:
         print(f"| {seed} | {rand:.2f} | {trained:.2f} | {last_batch:.2f} | {steps:,} | {wall:.1f} |")

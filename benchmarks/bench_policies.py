@@ -33,6 +33,7 @@ answering whichever envs' observations are in, each with its own rows.
     python -m benchmarks bench_policies --presets   # part 1 only
     python -m benchmarks bench_policies --scaling --latency-ms 10 --sizes 1 8 32
 """
+
 from __future__ import annotations
 
 import functools
@@ -62,13 +63,22 @@ def presets(client) -> None:
     for policy in PRESETS:
         cfg = ppo.PPOConfig()
         fdg = ppo.build_fdg({**vars(ppo), "cfg": cfg})
-        run = fdg.run(iterations=cfg.iterations, steps=cfg.num_steps, policy=policy, cluster=client,
-                      target_return=cfg.target_return, progress=False)
+        run = fdg.run(
+            iterations=cfg.iterations,
+            steps=cfg.num_steps,
+            policy=policy,
+            cluster=client,
+            target_return=cfg.target_return,
+            progress=False,
+        )
         rate, wire = steady(run)
         solved = run.solved_at
-        print(f"| {run.policy_name} | {rate:,.0f} | {wire:,.0f} | "
-              f"{solved['time_s']:.2f} | {solved['env_steps']:,} |" if solved else
-              f"| {run.policy_name} | {rate:,.0f} | {wire:,.0f} | not solved | — |", flush=True)
+        print(
+            f"| {run.policy_name} | {rate:,.0f} | {wire:,.0f} | {solved['time_s']:.2f} | {solved['env_steps']:,} |"
+            if solved
+            else f"| {run.policy_name} | {rate:,.0f} | {wire:,.0f} | not solved | — |",
+            flush=True,
+        )
 
 
 SLEEPY = {
@@ -79,7 +89,7 @@ SLEEPY = {
     # driver's rows, and a rate taken from them would exceed what the envs can give)
     ("actor", "step"): "action = (obs[:, 2] > threshold).astype(np.int64)",
     ("env", "step"): "time.sleep(LATENCY_S)  # a remote simulator answering\n"
-                     "obs, reward, terminated, truncated, info = envs.step(action)",
+    "obs, reward, terminated, truncated, info = envs.step(action)",
     ("learner", "iteration"): "total = float(reward.sum())\nthreshold = 0.0 * total",
 }
 
@@ -129,8 +139,7 @@ def _bare(workers: int, latency_ms: float, pairs: int, steps: int = 32 * 40) -> 
     rates, cores = [], []
     for _ in range(pairs):
         ready, go = spawn.Queue(), spawn.Queue()
-        procs = [spawn.Process(target=_bare_loop, args=(steps, latency_ms / 1e3, i, ready, go))
-                 for i in range(workers)]
+        procs = [spawn.Process(target=_bare_loop, args=(steps, latency_ms / 1e3, i, ready, go)) for i in range(workers)]
         for proc in procs:
             proc.start()
         for _ in procs:
@@ -165,8 +174,9 @@ def _lockstep_env(conn, latency_s: float, seed: int) -> None:
     conn.send(time.process_time() - cpu)
 
 
-def _exchange(workers: int, latency_ms: float, pairs: int, steps: int = 32 * 40,
-              on_arrival: bool = False) -> dict[str, float]:
+def _exchange(
+    workers: int, latency_ms: float, pairs: int, steps: int = 32 * 40, on_arrival: bool = False
+) -> dict[str, float]:
     """The controls for Fine: one actor (this process) and ``workers`` env processes over
     pipes, with no framework, learner or iteration barrier. In lockstep every step takes all
     observations in and sends one action batch out: what a per-step exchange with a wait on
@@ -181,8 +191,9 @@ def _exchange(workers: int, latency_ms: float, pairs: int, steps: int = 32 * 40,
     rates, cores = [], []
     for _ in range(pairs):
         ends = [spawn.Pipe() for _ in range(workers)]
-        procs = [spawn.Process(target=_lockstep_env, args=(child, latency_ms / 1e3, i))
-                 for i, (_, child) in enumerate(ends)]
+        procs = [
+            spawn.Process(target=_lockstep_env, args=(child, latency_ms / 1e3, i)) for i, (_, child) in enumerate(ends)
+        ]
         for proc in procs:
             proc.start()
         conns = [mine for mine, _ in ends]
@@ -210,7 +221,7 @@ def _lockstep_steps(conns, obs: list, steps: int) -> list:
     for _ in range(steps):
         action = (np.concatenate(obs)[:, 2] > 0.0).astype(np.int64)
         for i, conn in enumerate(conns):
-            conn.send(action[i * 16:(i + 1) * 16])
+            conn.send(action[i * 16 : (i + 1) * 16])
         obs = [conn.recv() for conn in conns]
     return obs
 
@@ -232,7 +243,7 @@ def _answer_on_arrival(conns, obs: list, steps: int) -> None:
         if live:
             action = (np.concatenate([current[i] for i in live])[:, 2] > 0.0).astype(np.int64)
             for n, i in enumerate(live):
-                conns[i].send(action[n * 16:(n + 1) * 16])
+                conns[i].send(action[n * 16 : (n + 1) * 16])
                 sent[i] += 1
                 outstanding.add(i)
         current.clear()
@@ -258,20 +269,21 @@ def _cpu_seconds(pids) -> float:
     return total
 
 
-def _measure(client, policy, iterations: int, worker_pids, latency_ms: float,
-             **options) -> tuple[float, int, float, float]:
+def _measure(
+    client, policy, iterations: int, worker_pids, latency_ms: float, **options
+) -> tuple[float, int, float, float]:
     """One run (``options``: more of ``fdg.run``'s): (wall seconds, env steps, this
     process's CPU seconds, the workers' CPU seconds)."""
     import time
 
     cpu, workers_cpu, start = time.process_time(), _cpu_seconds(worker_pids), time.perf_counter()
-    run = sleepy_fdg(latency_ms).run(iterations=iterations, steps=32, policy=policy, cluster=client, progress=False,
-                                     **options)
+    run = sleepy_fdg(latency_ms).run(
+        iterations=iterations, steps=32, policy=policy, cluster=client, progress=False, **options
+    )
     wall = time.perf_counter() - start
     if run.status != "finished":
         raise RuntimeError(f"the run ended {run.status}")
-    return (wall, run.env_steps, time.process_time() - cpu, _cpu_seconds(worker_pids) - workers_cpu,
-            actor_split(run))
+    return (wall, run.env_steps, time.process_time() - cpu, _cpu_seconds(worker_pids) - workers_cpu, actor_split(run))
 
 
 #: what a replica's iteration is spent on, as the driver's rows give it (``time/NAME KIND_s``)
@@ -294,15 +306,20 @@ def actor_split(run, skip: int = 3) -> dict[str, float]:
     rows = run.rows[skip:] or run.rows
     out = {}
     for kind in (*SPLIT, SEND_CPU):
-        values = [v for r in rows for k, v in r.items()
-                  if k.startswith("time/") and "actor[0]" in k and k.endswith(f" {kind}_s")]
+        values = [
+            v
+            for r in rows
+            for k, v in r.items()
+            if k.startswith("time/") and "actor[0]" in k and k.endswith(f" {kind}_s")
+        ]
         if values:
             out[kind] = round(statistics.median(values) * 1e3, 1)
     return out
 
 
-def _steady(client, policy, worker_pids, latency_ms: float, pairs: int, short: int = 10,
-            long: int = 40, **options) -> dict[str, float]:
+def _steady(
+    client, policy, worker_pids, latency_ms: float, pairs: int, short: int = 10, long: int = 40, **options
+) -> dict[str, float]:
     """Medians over ``pairs`` pairs of runs, a short and a long one: the long run's extra
     iterations over the short one's, by wall clock. Deploy and teardown cancel out, and
     nothing hangs on when the driver happened to record a row (at 32 workers rows arrive
@@ -317,14 +334,26 @@ def _steady(client, policy, worker_pids, latency_ms: float, pairs: int, short: i
         driver_ms.append((b[2] - a[2]) / (long - short) * 1e3)
         cores.append((b[2] + b[3] - a[2] - a[3]) / wall)
         splits.append(b[4])
-    return {"rate": statistics.median(rates), "driver_ms": statistics.median(driver_ms),
-            "cores": statistics.median(cores),
-            "actor_ms": {k: statistics.median(s[k] for s in splits if k in s) for k in (*SPLIT, SEND_CPU)
-                         if any(k in s for s in splits)}}
+    return {
+        "rate": statistics.median(rates),
+        "driver_ms": statistics.median(driver_ms),
+        "cores": statistics.median(cores),
+        "actor_ms": {
+            k: statistics.median(s[k] for s in splits if k in s)
+            for k in (*SPLIT, SEND_CPU)
+            if any(k in s for s in splits)
+        },
+    }
 
 
-def scaling(sizes: tuple[int, ...] = SIZES, latency_ms: float = 2.0, dask_defaults: bool = False,
-            pairs: int = 3, policies: tuple[str, ...] = ("coarse", "fine"), bare: bool = True) -> None:
+def scaling(
+    sizes: tuple[int, ...] = SIZES,
+    latency_ms: float = 2.0,
+    dask_defaults: bool = False,
+    pairs: int = 3,
+    policies: tuple[str, ...] = ("coarse", "fine"),
+    bare: bool = True,
+) -> None:
     """Weak scaling of the latency-bound env; a size or policy that fails is reported in
     the table (its error's first line), and the others still run."""
     import os
@@ -336,15 +365,27 @@ def scaling(sizes: tuple[int, ...] = SIZES, latency_ms: float = 2.0, dask_defaul
     from workbench.cluster.quiet_workers import QUIET_WORKER_CONFIG
 
     ceiling = 16 * 1e3 / latency_ms
-    print(f"latency {latency_ms:g} ms per env step (one replica's ceiling {ceiling:,.0f} env-steps/s); "
-          f"{'Dask default' if dask_defaults else 'lean (workbench.cluster.quiet_workers)'} worker settings; "
-          f"{os.cpu_count()} cores", flush=True)
-    names = {"coarse": "SingleLearnerCoarse", "fine": "SingleLearnerFine",
-             "fine-arrival": "SingleLearnerFine, acting on arrival"}
+    print(
+        f"latency {latency_ms:g} ms per env step (one replica's ceiling {ceiling:,.0f} env-steps/s); "
+        f"{'Dask default' if dask_defaults else 'lean (workbench.cluster.quiet_workers)'} worker settings; "
+        f"{os.cpu_count()} cores",
+        flush=True,
+    )
+    names = {
+        "coarse": "SingleLearnerCoarse",
+        "fine": "SingleLearnerFine",
+        "fine-arrival": "SingleLearnerFine, acting on arrival",
+    }
     results: dict[str, dict[int, dict | str]] = {names[p]: {} for p in policies}
-    controls = {"bare processes (control)": _bare,
-                "bare lockstep (control)": _exchange,
-                "bare acting on arrival (control)": functools.partial(_exchange, on_arrival=True)} if bare else {}
+    controls = (
+        {
+            "bare processes (control)": _bare,
+            "bare lockstep (control)": _exchange,
+            "bare acting on arrival (control)": functools.partial(_exchange, on_arrival=True),
+        }
+        if bare
+        else {}
+    )
     if not {"fine", "fine-arrival"} & set(policies):
         controls.pop("bare lockstep (control)", None)
     if "fine-arrival" not in policies:
@@ -354,24 +395,39 @@ def scaling(sizes: tuple[int, ...] = SIZES, latency_ms: float = 2.0, dask_defaul
     for workers in sizes:
         for name, control in controls.items():
             results[name][workers] = got = control(workers, latency_ms, pairs)
-            print(f"  {name.split(' (')[0]} × {workers}: {got['rate']:,.0f} env-steps/s, "
-                  f"{got['cores']:.2f} cores busy", flush=True)
-        with dask.config.set({} if dask_defaults else QUIET_WORKER_CONFIG), \
-                LocalCluster(n_workers=workers, threads_per_worker=1, host="127.0.0.1",
-                             dashboard_address="127.0.0.1:0", silence_logs=logging.ERROR) as cluster, \
-                Client(cluster) as client:
+            print(
+                f"  {name.split(' (')[0]} × {workers}: {got['rate']:,.0f} env-steps/s, {got['cores']:.2f} cores busy",
+                flush=True,
+            )
+        with (
+            dask.config.set({} if dask_defaults else QUIET_WORKER_CONFIG),
+            LocalCluster(
+                n_workers=workers,
+                threads_per_worker=1,
+                host="127.0.0.1",
+                dashboard_address="127.0.0.1:0",
+                silence_logs=logging.ERROR,
+            ) as cluster,
+            Client(cluster) as client,
+        ):
             client.wait_for_workers(workers, timeout=300)
             worker_pids = list(client.run(os.getpid).values())
-            chosen = {"coarse": wb.SingleLearnerCoarse(actors=workers), "fine": wb.SingleLearnerFine(envs=workers),
-                      "fine-arrival": wb.SingleLearnerFine(envs=workers)}
+            chosen = {
+                "coarse": wb.SingleLearnerCoarse(actors=workers),
+                "fine": wb.SingleLearnerFine(envs=workers),
+                "fine-arrival": wb.SingleLearnerFine(envs=workers),
+            }
             for key, name, policy in ((p, names[p], chosen[p]) for p in policies):
                 options = {"act_on_arrival": True} if key == "fine-arrival" else {}
                 try:
                     results[name][workers] = got = _steady(client, policy, worker_pids, latency_ms, pairs, **options)
-                    print(f"  {name} × {workers} workers: {got['rate']:,.0f} env-steps/s, "
-                          f"{got['cores']:.2f} cores busy, driver+scheduler {got['driver_ms']:.1f} ms CPU "
-                          f"per iteration; the actor's replica, ms an iteration: {got['actor_ms']}; "
-                          f"{_env_replicas_per_worker(client, policy)}", flush=True)
+                    print(
+                        f"  {name} × {workers} workers: {got['rate']:,.0f} env-steps/s, "
+                        f"{got['cores']:.2f} cores busy, driver+scheduler {got['driver_ms']:.1f} ms CPU "
+                        f"per iteration; the actor's replica, ms an iteration: {got['actor_ms']}; "
+                        f"{_env_replicas_per_worker(client, policy)}",
+                        flush=True,
+                    )
                 except Exception as exc:  # noqa: BLE001  (the table must still be printed)
                     results[name][workers] = f"failed: {type(exc).__name__}: {str(exc).splitlines()[0][:80]}"
                     print(f"  {name} × {workers} workers: {results[name][workers]}", flush=True)
@@ -393,20 +449,28 @@ def _table(results: dict[str, dict[int, dict | str]], sizes: tuple[int, ...]) ->
     """Per policy and size: env-steps/s, efficiency (throughput(W) / (W × throughput(1))),
     cores busy (the workers and this process) and the driver's CPU per iteration (this
     process: the driver, the in-process scheduler and the nannies)."""
-    lines = ["\n| policy: measure \\ workers | " + " | ".join(map(str, sizes)) + " |",
-             "|---|" + "---|" * len(sizes)]
+    lines = ["\n| policy: measure \\ workers | " + " | ".join(map(str, sizes)) + " |", "|---|" + "---|" * len(sizes)]
     for name, by in results.items():
         ok = {w: v for w, v in by.items() if isinstance(v, dict)}
         base = ok[1]["rate"] if 1 in ok else None
-        measures = [("env-steps/s", lambda w: f"{ok[w]['rate']:,.0f}"),
-                    ("efficiency", lambda w: f"{ok[w]['rate'] / (w * base):.0%}" if base else "—"),
-                    ("cores busy", lambda w: f"{ok[w]['cores']:.2f}"),
-                    ("driver ms CPU / iteration", lambda w: f"{ok[w]['driver_ms']:.1f}"),
-                    ("actor's replica, ms an iteration: " + " / ".join(SPLIT),
-                     lambda w: " / ".join(f"{ok[w]['actor_ms'][k]:.1f}" for k in SPLIT)
-                     if all(k in ok[w].get("actor_ms", {}) for k in SPLIT) else "—"),
-                    ("actor's sends, ms of its thread's CPU an iteration",
-                     lambda w: f"{ok[w]['actor_ms'][SEND_CPU]:.1f}" if SEND_CPU in ok[w].get("actor_ms", {}) else "—")]
+        measures = [
+            ("env-steps/s", lambda w: f"{ok[w]['rate']:,.0f}"),
+            ("efficiency", lambda w: f"{ok[w]['rate'] / (w * base):.0%}" if base else "—"),
+            ("cores busy", lambda w: f"{ok[w]['cores']:.2f}"),
+            ("driver ms CPU / iteration", lambda w: f"{ok[w]['driver_ms']:.1f}"),
+            (
+                "actor's replica, ms an iteration: " + " / ".join(SPLIT),
+                lambda w: (
+                    " / ".join(f"{ok[w]['actor_ms'][k]:.1f}" for k in SPLIT)
+                    if all(k in ok[w].get("actor_ms", {}) for k in SPLIT)
+                    else "—"
+                ),
+            ),
+            (
+                "actor's sends, ms of its thread's CPU an iteration",
+                lambda w: f"{ok[w]['actor_ms'][SEND_CPU]:.1f}" if SEND_CPU in ok[w].get("actor_ms", {}) else "—",
+            ),
+        ]
         if name.startswith("bare"):
             measures = measures[:3]  # no driver
         for label, cell in measures:
@@ -419,19 +483,28 @@ def main() -> None:
     parser = harness.parser(__doc__)
     parser.add_argument("--presets", action="store_true", help="part 1 only")
     parser.add_argument("--scaling", action="store_true", help="part 2 only")
-    parser.add_argument("--sizes", type=int, nargs="+", default=list(SIZES),
-                        help="workers per scaling step (default: %(default)s)")
-    parser.add_argument("--latency-ms", type=float, default=2.0,
-                        help="how long each env step waits (default: %(default)s)")
-    parser.add_argument("--dask-defaults", action="store_true",
-                        help="Dask's default worker settings, not workbench.cluster.quiet_workers's")
-    parser.add_argument("--no-bare", action="store_true",
-                        help="skip the control rows (the loop in plain processes, no framework)")
+    parser.add_argument(
+        "--sizes", type=int, nargs="+", default=list(SIZES), help="workers per scaling step (default: %(default)s)"
+    )
+    parser.add_argument(
+        "--latency-ms", type=float, default=2.0, help="how long each env step waits (default: %(default)s)"
+    )
+    parser.add_argument(
+        "--dask-defaults",
+        action="store_true",
+        help="Dask's default worker settings, not workbench.cluster.quiet_workers's",
+    )
+    parser.add_argument(
+        "--no-bare", action="store_true", help="skip the control rows (the loop in plain processes, no framework)"
+    )
     parser.add_argument("--pairs", type=int, default=3, help="short/long run pairs per point (median)")
-    parser.add_argument("--policies", nargs="+", choices=["coarse", "fine", "fine-arrival"],
-                        default=["coarse", "fine", "fine-arrival"],
-                        help="which policies the scaling part runs (fine-arrival: Fine with "
-                             "act_on_arrival=True; default: all)")
+    parser.add_argument(
+        "--policies",
+        nargs="+",
+        choices=["coarse", "fine", "fine-arrival"],
+        default=["coarse", "fine", "fine-arrival"],
+        help="which policies the scaling part runs (fine-arrival: Fine with act_on_arrival=True; default: all)",
+    )
     args = parser.parse_args()
     both = not (args.presets or args.scaling)
     if args.presets or both:
@@ -439,8 +512,9 @@ def main() -> None:
 
         presets(embedded_cluster(quiet=True).client)
     if args.scaling or both:
-        scaling(tuple(args.sizes), args.latency_ms, args.dask_defaults, args.pairs, tuple(args.policies),
-                not args.no_bare)
+        scaling(
+            tuple(args.sizes), args.latency_ms, args.dask_defaults, args.pairs, tuple(args.policies), not args.no_bare
+        )
 
 
 if __name__ == "__main__":

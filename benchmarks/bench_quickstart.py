@@ -10,6 +10,7 @@ before any timing: times are "after the cluster is up" and include deploying rep
 
 Solved = mean of the last 20 episode returns ≥ 475.
 """
+
 from __future__ import annotations
 
 import statistics
@@ -37,19 +38,32 @@ def main() -> None:
             cfg = ppo.PPOConfig(seed=seed)
             fdg = ppo.build_fdg({**vars(ppo), "cfg": cfg})
             started = time.perf_counter()
-            run = fdg.run(iterations=cfg.iterations, steps=cfg.num_steps, policy=policy,
-                          cluster=handle.client, target_return=cfg.target_return, progress=False)
+            run = fdg.run(
+                iterations=cfg.iterations,
+                steps=cfg.num_steps,
+                policy=policy,
+                cluster=handle.client,
+                target_return=cfg.target_return,
+                progress=False,
+            )
             call = time.perf_counter() - started
             solved = run.solved_at
-            results[policy].append({
-                "seed": seed, "solved": solved is not None,
-                "time": solved["time_s"] if solved else float("nan"),
-                "steps": solved["env_steps"] if solved else run.env_steps,
-                "sps": run.steps_per_second, "call": call,
-            })
-            print(f"  {policy:7s} seed {seed}: {'solved' if solved else 'NOT solved'} in "
-                  f"{results[policy][-1]['time']:.2f} s, {results[policy][-1]['steps']:,} env steps, "
-                  f"{run.steps_per_second:,.0f} env-steps/s (call {call:.2f} s)", flush=True)
+            results[policy].append(
+                {
+                    "seed": seed,
+                    "solved": solved is not None,
+                    "time": solved["time_s"] if solved else float("nan"),
+                    "steps": solved["env_steps"] if solved else run.env_steps,
+                    "sps": run.steps_per_second,
+                    "call": call,
+                }
+            )
+            print(
+                f"  {policy:7s} seed {seed}: {'solved' if solved else 'NOT solved'} in "
+                f"{results[policy][-1]['time']:.2f} s, {results[policy][-1]['steps']:,} env steps, "
+                f"{run.steps_per_second:,.0f} env-steps/s (call {call:.2f} s)",
+                flush=True,
+            )
 
     print("\n| placement | solved | median time to solve (s) | median env steps | median env-steps/s |")
     print("|---|---|---|---|---|")
@@ -59,8 +73,7 @@ def main() -> None:
         med_time = statistics.median(r["time"] for r in solved) if solved else float("nan")
         med_steps = statistics.median(r["steps"] for r in solved) if solved else float("nan")
         medians[policy] = statistics.median(r["sps"] for r in rows)
-        print(f"| {policy} | {len(solved)}/{len(rows)} | {med_time:.2f} | {med_steps:,.0f} | "
-              f"{medians[policy]:,.0f} |")
+        print(f"| {policy} | {len(solved)}/{len(rows)} | {med_time:.2f} | {med_steps:,.0f} | {medians[policy]:,.0f} |")
     if "inline" in medians and "coarse" in medians:
         print(f"\ncoarse / inline env-steps/s: {medians['coarse'] / medians['inline']:.2f}×")
 

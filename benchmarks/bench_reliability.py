@@ -8,6 +8,7 @@ checkpoint write and load of the trained state.
 
     python -m benchmarks bench_reliability                 # 60 iterations, 5 rounds
 """
+
 from __future__ import annotations
 
 import logging
@@ -30,12 +31,23 @@ def main() -> None:
     from workbench.runtime.state.checkpoint import load_checkpoint
 
     cfg = ppo.PPOConfig()
-    cases = {"snapshots off": {"snapshot_every": 0}, "snapshots every iteration": {},
-             "+ checkpoint every 10": {"checkpoint_every": 10}}
+    cases = {
+        "snapshots off": {"snapshot_every": 0},
+        "snapshots every iteration": {},
+        "+ checkpoint every 10": {"checkpoint_every": 10},
+    }
     results: dict[str, list[float]] = {name: [] for name in cases}
-    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, host="127.0.0.1",
-                      dashboard_address="127.0.0.1:0", silence_logs=logging.ERROR) as cluster, \
-            Client(cluster) as client:
+    with (
+        LocalCluster(
+            n_workers=2,
+            threads_per_worker=1,
+            processes=True,
+            host="127.0.0.1",
+            dashboard_address="127.0.0.1:0",
+            silence_logs=logging.ERROR,
+        ) as cluster,
+        Client(cluster) as client,
+    ):
         ppo.build_fdg().run(iterations=3, steps=8, policy="coarse", cluster=client, progress=False)  # warm up
         for round_ in range(args.rounds):
             for name in harness.rotated(list(cases), round_):
@@ -43,8 +55,14 @@ def main() -> None:
                 if "checkpoint_every" in extra:
                     extra["checkpoint_dir"] = tempfile.mkdtemp()
                 fdg = ppo.build_fdg({**vars(ppo), "cfg": cfg})
-                run = fdg.run(iterations=args.iterations, steps=cfg.num_steps, policy="coarse",
-                              cluster=client, progress=False, **extra)
+                run = fdg.run(
+                    iterations=args.iterations,
+                    steps=cfg.num_steps,
+                    policy="coarse",
+                    cluster=client,
+                    progress=False,
+                    **extra,
+                )
                 results[name].append(harness.clock_rate(run))
                 print(f"  round {round_}: {name:<28} {results[name][-1]:10,.0f} env-steps/s", flush=True)
         directory = tempfile.mkdtemp()
@@ -59,8 +77,9 @@ def main() -> None:
     print("\nmedian steady env-steps/s (SingleLearnerCoarse, 2 workers):")
     for name, values in results.items():
         median = statistics.median(values)
-        print(f"  {name:<28} {median:10,.0f}   {median / base:5.2f}× off   "
-              f"(spread {min(values):,.0f}–{max(values):,.0f})")
+        print(
+            f"  {name:<28} {median:10,.0f}   {median / base:5.2f}× off   (spread {min(values):,.0f}–{max(values):,.0f})"
+        )
     print(f"checkpoint of the quickstart state: write {wrote * 1000:.1f} ms, load {loaded * 1000:.1f} ms")
 
 

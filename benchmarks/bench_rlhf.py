@@ -14,6 +14,7 @@ updates). Medians over seeds.
 
     python -m benchmarks bench_rlhf --seeds 1 2 3 4 5
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -28,8 +29,12 @@ from benchmarks import harness
 def one_seed(seed: int, pairs: int, rm_steps: int, iterations: int) -> dict:
     from workbench.algorithms import grpo, rlhf
     from workbench.llm import heldout_accuracy, warm_start
-    from workbench.llm.reward_model import (policy_preferences, preference_accuracy, reward_model_from,
-                                            train_reward_model)
+    from workbench.llm.reward_model import (
+        policy_preferences,
+        preference_accuracy,
+        reward_model_from,
+        train_reward_model,
+    )
 
     tok, task = grpo.tokenizer, grpo.task
     base = dataclasses.replace(grpo.GRPOConfig(), seed=seed, iterations=iterations)
@@ -42,8 +47,12 @@ def one_seed(seed: int, pairs: int, rm_steps: int, iterations: int) -> dict:
     reward_model = reward_model_from(start, tok)
     train_reward_model(reward_model, prompts, chosen, rejected, steps=rm_steps, seed=seed)
     held = policy_preferences(start, tok, task, task.heldout, max_new_tokens=base.max_new_tokens, seed=seed + 1)
-    row = {"seed": seed, "before": before, "rm_s": time.perf_counter() - clock,
-           "rm_pairs_right": preference_accuracy(reward_model, task.heldout, *held)}
+    row = {
+        "seed": seed,
+        "before": before,
+        "rm_s": time.perf_counter() - clock,
+        "rm_pairs_right": preference_accuracy(reward_model, task.heldout, *held),
+    }
     runs = {"rm, kl 0.2": (rlhf, 0.2), "rm, kl 0.02": (rlhf, 0.02), "exact, kl 0.02": (grpo, 0.02)}
     for name, (module, kl) in runs.items():
         cfg = dataclasses.replace(base, kl_coef=kl, model=start)
@@ -67,12 +76,18 @@ def main() -> None:
     for seed in args.seeds:
         rows.append(one_seed(seed, args.pairs, args.rm_steps, args.iterations))
         r = rows[-1]
-        print(f"seed {seed}: reward model ranks {r['rm_pairs_right']:.3f} of held-out pairs right "
-              f"({r['rm_s']:.0f} s); held-out {r['before']:.3f} → rm/kl 0.2 {r['rm, kl 0.2']:.3f}, "
-              f"rm/kl 0.02 {r['rm, kl 0.02']:.3f}, exact {r['exact, kl 0.02']:.3f}", flush=True)
+        print(
+            f"seed {seed}: reward model ranks {r['rm_pairs_right']:.3f} of held-out pairs right "
+            f"({r['rm_s']:.0f} s); held-out {r['before']:.3f} → rm/kl 0.2 {r['rm, kl 0.2']:.3f}, "
+            f"rm/kl 0.02 {r['rm, kl 0.02']:.3f}, exact {r['exact, kl 0.02']:.3f}",
+            flush=True,
+        )
     names = ["rm, kl 0.2", "rm, kl 0.02", "exact, kl 0.02"]
-    print("\n| seed | reward model: held-out pairs ranked right | held-out before | "
-          + " | ".join(f"after GRPO, {n} (best)" for n in names) + " |")
+    print(
+        "\n| seed | reward model: held-out pairs ranked right | held-out before | "
+        + " | ".join(f"after GRPO, {n} (best)" for n in names)
+        + " |"
+    )
     print("|---:|---:|---:|" + "---:|" * len(names))
     for r in rows + [{"seed": "median", **{k: statistics.median(x[k] for x in rows) for k in rows[0] if k != "seed"}}]:
         cells = [f"{r[n]:.3f} ({r[f'{n} best']:.3f})" for n in names]

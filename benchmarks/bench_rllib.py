@@ -80,6 +80,7 @@ Getting RLlib (this script installs nothing):
 
 Without RLlib the RLlib runs are skipped with a line saying so, and their ratios read "n/a".
 """
+
 from __future__ import annotations
 
 import argparse
@@ -103,22 +104,34 @@ MARK = "BENCH_RLLIB "  # a child's one JSON result line
 QUICKSTART = ROOT / "notebooks" / "quickstart.ipynb"
 A3C = ROOT / "notebooks" / "a3c.ipynb"
 DEFAULT_RLLIB_PYTHON = Path("/work/venvs/rllib/bin/python")
-RLLIB_VENV_HELP = ("python -m venv V && V/bin/pip install torch==2.13.0 'ray[rllib]==2.60.0' gymnasium, "
-                   "then --rllib-python V/bin/python")
+RLLIB_VENV_HELP = (
+    "python -m venv V && V/bin/pip install torch==2.13.0 'ray[rllib]==2.60.0' gymnasium, "
+    "then --rllib-python V/bin/python"
+)
 
 PARTS = ("solve", "throughput", "async", "policies", "scaling")
 TARGET = 475.0
-PPO_MAX_ENV_STEPS = 300_000   # RLlib PPO's cap in solve
-APPO_MAX_TRAIN_S = 120.0      # RLlib APPO's cap in async
-THROUGHPUT_ITERATIONS = 10    # the rate is taken over iterations 2..10
-SCALING_STEPS = 500           # scaling: env steps per runner (acting replica) per iteration
-SCALING_ITERATIONS = 6        # scaling: the rate is taken over iterations 2..6
+PPO_MAX_ENV_STEPS = 300_000  # RLlib PPO's cap in solve
+APPO_MAX_TRAIN_S = 120.0  # RLlib APPO's cap in async
+THROUGHPUT_ITERATIONS = 10  # the rate is taken over iterations 2..10
+SCALING_STEPS = 500  # scaling: env steps per runner (acting replica) per iteration
+SCALING_ITERATIONS = 6  # scaling: the rate is taken over iterations 2..6
 
 # RLlib's batch (train_batch_size_per_learner 4000, minibatch_size 128) and the tuned
 # example's update, as the quickstart's PPOConfig fields; 32 minibatches divide 4,000 evenly
 # (31 would leave a last minibatch of one sample, whose advantages normalise to NaN)
-WB_AT_RLLIB = dict(num_envs=2, num_steps=2000, num_minibatches=32, update_epochs=6, learning_rate=3e-4,
-                   anneal_lr=False, vf_coef=0.01, ent_coef=0.0, hidden=32, norm_obs=False)
+WB_AT_RLLIB = dict(
+    num_envs=2,
+    num_steps=2000,
+    num_minibatches=32,
+    update_epochs=6,
+    learning_rate=3e-4,
+    anneal_lr=False,
+    vf_coef=0.01,
+    ent_coef=0.0,
+    hidden=32,
+    norm_obs=False,
+)
 
 SOLVED_RE = re.compile(r"solved \(≥ [\d.]+\) at iteration (\d+) after ([\d.]+) s, ([\d,]+) env steps")
 # "105,984 env steps (22,784 of them in iterations the stop left unfinished) in 6.5 s (16,380 env-steps/s)"
@@ -167,30 +180,49 @@ def child_rllib(algo: str, seed: int, mode: str, window: int, runners: int = 2, 
         from ray.tune.registry import register_env
 
         register_env("BusyCartPole", lambda _config: busy_cartpole(cost_ms))
-        config = (PPOConfig().environment("BusyCartPole")
-                  .training(lr=0.0003, num_epochs=6, vf_loss_coeff=0.01, minibatch_size=128,
-                            train_batch_size_per_learner=SCALING_STEPS * runners)
-                  .rl_module(model_config=DefaultModelConfig(fcnet_hiddens=[32], fcnet_activation="linear",
-                                                             vf_share_layers=True))
-                  .env_runners(rollout_fragment_length=SCALING_STEPS))
+        config = (
+            PPOConfig()
+            .environment("BusyCartPole")
+            .training(
+                lr=0.0003,
+                num_epochs=6,
+                vf_loss_coeff=0.01,
+                minibatch_size=128,
+                train_batch_size_per_learner=SCALING_STEPS * runners,
+            )
+            .rl_module(
+                model_config=DefaultModelConfig(fcnet_hiddens=[32], fcnet_activation="linear", vf_share_layers=True)
+            )
+            .env_runners(rollout_fragment_length=SCALING_STEPS)
+        )
     elif algo == "ppo":  # rllib/examples/algorithms/ppo/cartpole_ppo.py
         from ray.rllib.algorithms.ppo import PPOConfig
 
-        config = (PPOConfig().environment("CartPole-v1")
-                  .training(lr=0.0003, num_epochs=6, vf_loss_coeff=0.01)
-                  .rl_module(model_config=DefaultModelConfig(fcnet_hiddens=[32], fcnet_activation="linear",
-                                                             vf_share_layers=True)))
+        config = (
+            PPOConfig()
+            .environment("CartPole-v1")
+            .training(lr=0.0003, num_epochs=6, vf_loss_coeff=0.01)
+            .rl_module(
+                model_config=DefaultModelConfig(fcnet_hiddens=[32], fcnet_activation="linear", vf_share_layers=True)
+            )
+        )
     else:  # rllib/tuned_examples/appo/cartpole_appo.py
         from ray.rllib.algorithms.appo import APPOConfig
 
-        config = (APPOConfig().environment("CartPole-v1")
-                  .training(circular_buffer_iterations_per_batch=2, vf_loss_coeff=0.05, entropy_coeff=0.0)
-                  .rl_module(model_config=DefaultModelConfig(vf_share_layers=True))
-                  .reporting(min_time_s_per_iteration=1)  # IMPALA's 10 s would hide a solve for up to 10 s
-                  .learners(num_learners=0))  # its default remote learner waits forever for a 3rd CPU
+        config = (
+            APPOConfig()
+            .environment("CartPole-v1")
+            .training(circular_buffer_iterations_per_batch=2, vf_loss_coeff=0.05, entropy_coeff=0.0)
+            .rl_module(model_config=DefaultModelConfig(vf_share_layers=True))
+            .reporting(min_time_s_per_iteration=1)  # IMPALA's 10 s would hide a solve for up to 10 s
+            .learners(num_learners=0)
+        )  # its default remote learner waits forever for a 3rd CPU
     del functools
-    config = (config.env_runners(num_env_runners=runners).debugging(seed=seed)
-              .reporting(metrics_num_episodes_for_smoothing=window))
+    config = (
+        config.env_runners(num_env_runners=runners)
+        .debugging(seed=seed)
+        .reporting(metrics_num_episodes_for_smoothing=window)
+    )
     trainer = config.build_algo()
 
     iterations: list[dict] = []
@@ -209,8 +241,12 @@ def child_rllib(algo: str, seed: int, mode: str, window: int, runners: int = 2, 
         if mode in ("throughput", "scaling"):
             if len(iterations) == (THROUGHPUT_ITERATIONS if mode == "throughput" else SCALING_ITERATIONS):
                 first, last = iterations[0], iterations[-1]
-                result.update(sps=(last["env_steps"] - first["env_steps"]) / (last["time_s"] - first["time_s"]),
-                              run_sps=last["env_steps"] / last["time_s"], env_steps=last["env_steps"], time_s=now)
+                result.update(
+                    sps=(last["env_steps"] - first["env_steps"]) / (last["time_s"] - first["time_s"]),
+                    run_sps=last["env_steps"] / last["time_s"],
+                    env_steps=last["env_steps"],
+                    time_s=now,
+                )
                 break
         elif ret >= TARGET:
             result.update(solved=True, time_s=now, env_steps=steps, iteration=len(iterations))
@@ -247,15 +283,27 @@ def child_wb_scaling(seed: int, workers: int, cost_ms: float) -> dict:
     import workbench as wb
     from workbench.algorithms import ppo
 
-    settings = {**WB_AT_RLLIB, "num_envs": workers, "num_steps": SCALING_STEPS,
-                "num_minibatches": scaling_minibatches(workers)}
-    cfg = ppo.PPOConfig(seed=seed, iterations=SCALING_ITERATIONS, env_id=functools.partial(busy_cartpole, cost_ms),
-                        **settings)
+    settings = {
+        **WB_AT_RLLIB,
+        "num_envs": workers,
+        "num_steps": SCALING_STEPS,
+        "num_minibatches": scaling_minibatches(workers),
+    }
+    cfg = ppo.PPOConfig(
+        seed=seed, iterations=SCALING_ITERATIONS, env_id=functools.partial(busy_cartpole, cost_ms), **settings
+    )
     fdg = ppo.build_fdg({**vars(ppo), "cfg": cfg})
-    with LocalCluster(n_workers=workers, threads_per_worker=1, host="127.0.0.1", dashboard_address=None) as cluster, \
-            Client(cluster) as client:
-        run = fdg.run(iterations=cfg.iterations, steps=cfg.num_steps, policy=wb.SingleLearnerCoarse(actors=workers),
-                      cluster=client, progress=False)
+    with (
+        LocalCluster(n_workers=workers, threads_per_worker=1, host="127.0.0.1", dashboard_address=None) as cluster,
+        Client(cluster) as client,
+    ):
+        run = fdg.run(
+            iterations=cfg.iterations,
+            steps=cfg.num_steps,
+            policy=wb.SingleLearnerCoarse(actors=workers),
+            cluster=client,
+            progress=False,
+        )
     first, last = run.rows[0], run.rows[-1]  # iterations 2..6, as RLlib's
     loop = (last["env_steps"] - first["env_steps"]) / (last["time_s"] - first["time_s"])
     return {"sps": loop, "run_sps": run.steps_per_second, "env_steps": run.env_steps, "time_s": run.wall_time}
@@ -268,8 +316,9 @@ def spawn_session(cmd: list[str], timeout: float, cwd: str) -> tuple[str, float,
     so a hung or killed run leaves nothing running into the next one."""
     started = time.perf_counter()
     env = harness.child_env(**bench_peers.PEER_ENV)  # finds ``benchmarks`` from any folder, in either venv
-    proc = subprocess.Popen(cmd, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            start_new_session=True)
+    proc = subprocess.Popen(
+        cmd, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True
+    )
     try:
         out, _ = proc.communicate(timeout=timeout)
         rc = proc.returncode
@@ -286,8 +335,21 @@ def spawn_session(cmd: list[str], timeout: float, cwd: str) -> tuple[str, float,
 
 
 def run_rllib(algo: str, mode: str, seed: int, args: argparse.Namespace, tmp: str, runners: int = 2) -> dict | None:
-    cmd = [args.rllib_python, "-m", "benchmarks.bench_rllib", "--child", f"rllib-{algo}-{mode}", "--seed", str(seed),
-           "--rllib-window", str(args.rllib_window), "--workers", str(runners), "--cost-ms", str(args.cost_ms)]
+    cmd = [
+        args.rllib_python,
+        "-m",
+        "benchmarks.bench_rllib",
+        "--child",
+        f"rllib-{algo}-{mode}",
+        "--seed",
+        str(seed),
+        "--rllib-window",
+        str(args.rllib_window),
+        "--workers",
+        str(runners),
+        "--cost-ms",
+        str(args.cost_ms),
+    ]
     out, wall, rc = spawn_session(cmd, args.timeout, tmp)
     res = harness.read_result(out, MARK)
     if res is None:
@@ -303,17 +365,34 @@ def run_notebook(notebook: Path, seed: int, policy: str | None, timeout: float, 
     solved, whole = SOLVED_RE.search(out), RUN_RE.search(out)
     if whole is None or (rc != 0 and NOT_REACHED not in out):  # an unsolved run exits 1: a measurement
         return fail(f"workbench {notebook.stem} {policy or ''} seed {seed}", out, rc)
-    res = {"solved": bool(solved), "sps": float(number(whole.group(3))), "run_env_steps": number(whole.group(1)),
-           "run_time_s": float(whole.group(2)), "process_s": wall}
+    res = {
+        "solved": bool(solved),
+        "sps": float(number(whole.group(3))),
+        "run_env_steps": number(whole.group(1)),
+        "run_time_s": float(whole.group(2)),
+        "process_s": wall,
+    }
     if solved:
         return {**res, "time_s": float(solved.group(2)), "env_steps": number(solved.group(3))}
     return {**res, "time_s": float(whole.group(2)), "env_steps": number(whole.group(1))}
 
 
 def run_wb_scaling(seed: int, workers: int, args: argparse.Namespace, tmp: str) -> dict | None:
-    out, wall, rc = harness.spawn(harness.module_command("benchmarks.bench_rllib", "--child", "wb-scaling", "--seed",
-                                                         str(seed), "--workers", str(workers), "--cost-ms",
-                                                         str(args.cost_ms)), args.timeout, tmp)
+    out, wall, rc = harness.spawn(
+        harness.module_command(
+            "benchmarks.bench_rllib",
+            "--child",
+            "wb-scaling",
+            "--seed",
+            str(seed),
+            "--workers",
+            str(workers),
+            "--cost-ms",
+            str(args.cost_ms),
+        ),
+        args.timeout,
+        tmp,
+    )
     res = harness.read_result(out, MARK)
     if res is None:
         return fail(f"workbench scaling seed {seed} {workers} workers", out, rc)
@@ -321,8 +400,9 @@ def run_wb_scaling(seed: int, workers: int, args: argparse.Namespace, tmp: str) 
 
 
 def run_wb_throughput(seed: int, timeout: float, tmp: str) -> dict | None:
-    out, wall, rc = harness.spawn(harness.module_command("benchmarks.bench_rllib", "--child", "wb-throughput", "--seed",
-                                                         str(seed)), timeout, tmp)
+    out, wall, rc = harness.spawn(
+        harness.module_command("benchmarks.bench_rllib", "--child", "wb-throughput", "--seed", str(seed)), timeout, tmp
+    )
     res = harness.read_result(out, MARK)
     if res is None:
         return fail(f"workbench throughput seed {seed}", out, rc)
@@ -342,8 +422,10 @@ def solve_table(rows_by: dict[str, list[dict]], names: dict[str, str]) -> dict[s
         procs = [r["process_s"] for r in rows]
         steps = [r["env_steps"] if r["solved"] else math.inf for r in rows]
         m[who] = (med(times), med(procs), med(steps))
-        print(f"| {names[who]} | {sum(r['solved'] for r in rows)}/{len(rows)} | {span(times, '{:.2f}')} | "
-              f"{span(procs, '{:.1f}')} | {span(steps, '{:,.0f}')} |")
+        print(
+            f"| {names[who]} | {sum(r['solved'] for r in rows)}/{len(rows)} | {span(times, '{:.2f}')} | "
+            f"{span(procs, '{:.1f}')} | {span(steps, '{:,.0f}')} |"
+        )
     return m
 
 
@@ -360,8 +442,11 @@ def scaling_table(rows_by: dict[str, list[dict]], sizes: list[int]) -> str:
     """
     base = min(sizes)
     medians = {who: med([r["sps"] for r in rows]) for who, rows in rows_by.items() if rows}
-    lines = ["| workers / env runners | workbench env-steps/s | efficiency | RLlib env-steps/s | efficiency "
-             "| workbench / RLlib |", "|---|---|---|---|---|---|"]
+    lines = [
+        "| workers / env runners | workbench env-steps/s | efficiency | RLlib env-steps/s | efficiency "
+        "| workbench / RLlib |",
+        "|---|---|---|---|---|---|",
+    ]
     for n in sizes:
         cells = [str(n)]
         for side in ("workbench", "rllib"):
@@ -393,25 +478,51 @@ def ratio_lines(m: dict[str, tuple], num: str, den: str, what: str) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0],
-                                     formatter_class=argparse.RawDescriptionHelpFormatter,
-                                     epilog="\n".join(__doc__.splitlines()[1:]))
+    parser = argparse.ArgumentParser(
+        description=__doc__.splitlines()[0],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog="\n".join(__doc__.splitlines()[1:]),
+    )
     parser.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3], help="the seeds (default 1 2 3)")
     parser.add_argument("--only", choices=PARTS, help="one comparison only")
-    parser.add_argument("--sizes", type=int, nargs="+", default=[1, 2], metavar="N",
-                        help="scaling: workers / env runners per step (default 1 2)")
-    parser.add_argument("--cost-ms", type=float, default=2.0, metavar="MS",
-                        help="scaling: the CPU time each env step computes (default 2)")
-    parser.add_argument("--rllib-python", metavar="PYTHON",
-                        default=str(DEFAULT_RLLIB_PYTHON) if DEFAULT_RLLIB_PYTHON.exists() else None,
-                        help=f"the python of a venv with ray[rllib] (default {DEFAULT_RLLIB_PYTHON} if it exists)")
-    parser.add_argument("--rllib-window", type=int, default=20, metavar="N",
-                        help="episodes in RLlib's episode_return_mean (metrics_num_episodes_for_smoothing; "
-                             "default 20, as workbench's rule; RLlib's own default is 100)")
+    parser.add_argument(
+        "--sizes",
+        type=int,
+        nargs="+",
+        default=[1, 2],
+        metavar="N",
+        help="scaling: workers / env runners per step (default 1 2)",
+    )
+    parser.add_argument(
+        "--cost-ms",
+        type=float,
+        default=2.0,
+        metavar="MS",
+        help="scaling: the CPU time each env step computes (default 2)",
+    )
+    parser.add_argument(
+        "--rllib-python",
+        metavar="PYTHON",
+        default=str(DEFAULT_RLLIB_PYTHON) if DEFAULT_RLLIB_PYTHON.exists() else None,
+        help=f"the python of a venv with ray[rllib] (default {DEFAULT_RLLIB_PYTHON} if it exists)",
+    )
+    parser.add_argument(
+        "--rllib-window",
+        type=int,
+        default=20,
+        metavar="N",
+        help="episodes in RLlib's episode_return_mean (metrics_num_episodes_for_smoothing; "
+        "default 20, as workbench's rule; RLlib's own default is 100)",
+    )
     parser.add_argument("--timeout", type=float, default=900, help="seconds per process (default 900)")
-    parser.add_argument("--peer-threads", type=int, default=1, metavar="N",
-                        help="torch threads of RLlib's process (OMP_NUM_THREADS; default 1, as workbench runs "
-                             "its small networks; 0 = torch's default)")
+    parser.add_argument(
+        "--peer-threads",
+        type=int,
+        default=1,
+        metavar="N",
+        help="torch threads of RLlib's process (OMP_NUM_THREADS; default 1, as workbench runs "
+        "its small networks; 0 = torch's default)",
+    )
     parser.add_argument("--json", metavar="FILE", help="also write every measurement to FILE")
     parser.add_argument("--child", help=argparse.SUPPRESS)
     parser.add_argument("--seed", type=int, help=argparse.SUPPRESS)
@@ -439,35 +550,56 @@ def main() -> None:
     else:
         out, _, rc = harness.spawn([args.rllib_python, "-c", "import ray.rllib, ray; print(ray.__version__)"], 120)
         if rc != 0:
-            print(f"RLlib: skipped — {args.rllib_python} cannot import ray.rllib "
-                  f"({out.strip().splitlines()[-1] if out.strip() else f'exit {rc}'}); {RLLIB_VENV_HELP}")
+            print(
+                f"RLlib: skipped — {args.rllib_python} cannot import ray.rllib "
+                f"({out.strip().splitlines()[-1] if out.strip() else f'exit {rc}'}); {RLLIB_VENV_HELP}"
+            )
         else:
             rllib = out.strip().splitlines()[-1]
 
     parts = [p for p in PARTS if args.only in (None, p)]
-    who = {"solve": ["workbench", "rllib"], "throughput": ["workbench", "rllib"], "async": ["workbench", "rllib"],
-           "policies": ["coarse", "multilearner"],
-           "scaling": [f"{c}@{n}" for n in args.sizes for c in ("workbench", "rllib")]}
+    who = {
+        "solve": ["workbench", "rllib"],
+        "throughput": ["workbench", "rllib"],
+        "async": ["workbench", "rllib"],
+        "policies": ["coarse", "multilearner"],
+        "scaling": [f"{c}@{n}" for n in args.sizes for c in ("workbench", "rllib")],
+    }
     if not rllib:
         who = {part: [c for c in cs if not c.startswith("rllib")] for part, cs in who.items()}
     results: dict[str, dict[str, list[dict]]] = {p: {c: [] for c in who[p]} for p in parts}
-    print(f"seeds {args.seeds}; {', '.join(parts)}; RLlib: {f'ray {rllib} ({args.rllib_python})' if rllib else 'none'} "
-          f"(its torch threads: {args.peer_threads or 'default'})", flush=True)
+    print(
+        f"seeds {args.seeds}; {', '.join(parts)}; RLlib: {f'ray {rllib} ({args.rllib_python})' if rllib else 'none'} "
+        f"(its torch threads: {args.peer_threads or 'default'})",
+        flush=True,
+    )
 
     def measure(part: str, contender: str, seed: int, tmp: str) -> dict | None:
         if part == "solve":
-            return (run_rllib("ppo", "solve", seed, args, tmp) if contender == "rllib"
-                    else run_notebook(QUICKSTART, seed, "coarse", args.timeout, tmp))
+            return (
+                run_rllib("ppo", "solve", seed, args, tmp)
+                if contender == "rllib"
+                else run_notebook(QUICKSTART, seed, "coarse", args.timeout, tmp)
+            )
         if part == "throughput":
-            return (run_rllib("ppo", "throughput", seed, args, tmp) if contender == "rllib"
-                    else run_wb_throughput(seed, args.timeout, tmp))
+            return (
+                run_rllib("ppo", "throughput", seed, args, tmp)
+                if contender == "rllib"
+                else run_wb_throughput(seed, args.timeout, tmp)
+            )
         if part == "async":
-            return (run_rllib("appo", "solve", seed, args, tmp) if contender == "rllib"
-                    else run_notebook(A3C, seed, None, args.timeout, tmp))
+            return (
+                run_rllib("appo", "solve", seed, args, tmp)
+                if contender == "rllib"
+                else run_notebook(A3C, seed, None, args.timeout, tmp)
+            )
         if part == "scaling":
             side, size = contender.split("@")
-            return (run_rllib("ppo", "scaling", seed, args, tmp, runners=int(size)) if side == "rllib"
-                    else run_wb_scaling(seed, int(size), args, tmp))
+            return (
+                run_rllib("ppo", "scaling", seed, args, tmp, runners=int(size))
+                if side == "rllib"
+                else run_wb_scaling(seed, int(size), args, tmp)
+            )
         return run_notebook(QUICKSTART, seed, contender, args.timeout, tmp)
 
     begun = time.perf_counter()
@@ -475,38 +607,51 @@ def main() -> None:
         for i, seed in enumerate(args.seeds):
             for part in parts:
                 cs = who[part]
-                for contender in cs[i % len(cs):] + cs[:i % len(cs)]:
+                for contender in cs[i % len(cs) :] + cs[: i % len(cs)]:
                     r = measure(part, contender, seed, tmp)
                     if r is None:
                         continue
                     results[part][contender].append({"seed": seed, **r})
                     if part in ("throughput", "scaling"):
                         last = THROUGHPUT_ITERATIONS if part == "throughput" else SCALING_ITERATIONS
-                        print(f"  {part:10s} {contender:12s} seed {seed}: {r['sps']:,.0f} env-steps/s "
-                              f"(iterations 2..{last}; process {r['process_s']:.1f} s)", flush=True)
+                        print(
+                            f"  {part:10s} {contender:12s} seed {seed}: {r['sps']:,.0f} env-steps/s "
+                            f"(iterations 2..{last}; process {r['process_s']:.1f} s)",
+                            flush=True,
+                        )
                     else:
-                        print(f"  {part:10s} {contender:12s} seed {seed}: "
-                              f"{'solved' if r['solved'] else 'NOT solved'} after {r['time_s']:.2f} s, "
-                              f"{r['env_steps']:,} env steps, {r['sps']:,.0f} env-steps/s; "
-                              f"process {r['process_s']:.1f} s", flush=True)
+                        print(
+                            f"  {part:10s} {contender:12s} seed {seed}: "
+                            f"{'solved' if r['solved'] else 'NOT solved'} after {r['time_s']:.2f} s, "
+                            f"{r['env_steps']:,} env steps, {r['sps']:,.0f} env-steps/s; "
+                            f"process {r['process_s']:.1f} s",
+                            flush=True,
+                        )
     total = time.perf_counter() - begun
 
     import platform
-    print(f"\n{time.strftime('%Y-%m-%d %H:%M %Z')}; {platform.node() or 'this machine'}: "
-          f"{os.cpu_count()} CPUs, {platform.machine()}, Python {platform.python_version()}; "
-          f"{len(args.seeds)} seeds interleaved, {total / 60:.1f} min in all")
+
+    print(
+        f"\n{time.strftime('%Y-%m-%d %H:%M %Z')}; {platform.node() or 'this machine'}: "
+        f"{os.cpu_count()} CPUs, {platform.machine()}, Python {platform.python_version()}; "
+        f"{len(args.seeds)} seeds interleaved, {total / 60:.1f} min in all"
+    )
 
     if "solve" in results:
         print("\n(solve) PPO on CartPole-v1 to a mean return ≥ 475 — median (min–max) over seeds\n")
-        m = solve_table(results["solve"], {"workbench": "workbench quickstart, coarse",
-                                           "rllib": "RLlib PPO (tuned cartpole_ppo.py, 2 env runners)"})
+        m = solve_table(
+            results["solve"],
+            {"workbench": "workbench quickstart, coarse", "rllib": "RLlib PPO (tuned cartpole_ppo.py, 2 env runners)"},
+        )
         print()
         ratio_lines(m, "rllib", "workbench", "RLlib / workbench")
 
     if "throughput" in results:
-        print(f"\n(throughput) env-steps/s at RLlib's settings (4,000-step batch, 6 epochs of ≈128-sample "
-              f"minibatches, {THROUGHPUT_ITERATIONS} iterations, rate over 2..{THROUGHPUT_ITERATIONS}) "
-              f"— median (min–max)\n")
+        print(
+            f"\n(throughput) env-steps/s at RLlib's settings (4,000-step batch, 6 epochs of ≈128-sample "
+            f"minibatches, {THROUGHPUT_ITERATIONS} iterations, rate over 2..{THROUGHPUT_ITERATIONS}) "
+            f"— median (min–max)\n"
+        )
         print("| | env-steps/s (iterations 2..10) | over the whole run | whole process (s) |")
         print("|---|---|---|---|")
         names = {"workbench": "workbench quickstart FDG, coarse", "rllib": "RLlib PPO, 2 env runners"}
@@ -515,9 +660,11 @@ def main() -> None:
             if not rows:
                 continue
             s[contender] = med([r["sps"] for r in rows])
-            print(f"| {names[contender]} | {span([r['sps'] for r in rows], '{:,.0f}')} | "
-                  f"{span([r['run_sps'] for r in rows], '{:,.0f}')} | "
-                  f"{span([r['process_s'] for r in rows], '{:.1f}')} |")
+            print(
+                f"| {names[contender]} | {span([r['sps'] for r in rows], '{:,.0f}')} | "
+                f"{span([r['run_sps'] for r in rows], '{:,.0f}')} | "
+                f"{span([r['process_s'] for r in rows], '{:.1f}')} |"
+            )
         print()
         if "rllib" in s and "workbench" in s:
             print(f"workbench / RLlib, env-steps/s: {ratio(s['workbench'], s['rllib'])}")
@@ -525,10 +672,17 @@ def main() -> None:
             print("workbench / RLlib, env-steps/s: n/a")
 
     if "async" in results:
-        print(f"\n(async) asynchronous actor-critic on CartPole-v1 to ≥ 475 (RLlib capped at "
-              f"{APPO_MAX_TRAIN_S:.0f} s of training) — median (min–max)\n")
-        m = solve_table(results["async"], {"workbench": "workbench A3C notebook, Async",
-                                           "rllib": "RLlib APPO (tuned cartpole_appo.py, 2 env runners)"})
+        print(
+            f"\n(async) asynchronous actor-critic on CartPole-v1 to ≥ 475 (RLlib capped at "
+            f"{APPO_MAX_TRAIN_S:.0f} s of training) — median (min–max)\n"
+        )
+        m = solve_table(
+            results["async"],
+            {
+                "workbench": "workbench A3C notebook, Async",
+                "rllib": "RLlib APPO (tuned cartpole_appo.py, 2 env runners)",
+            },
+        )
         print("\n| | env-steps/s over the run |\n|---|---|")
         sps = {}
         for contender, rows in results["async"].items():
@@ -541,22 +695,35 @@ def main() -> None:
             print(f"workbench A3C / RLlib APPO, env-steps/s: {ratio(sps['workbench'], sps['rllib'])}")
 
     if "scaling" in results:
-        print(f"\n(scaling) PPO on CartPole-v1 whose steps compute {args.cost_ms:g} ms each, {SCALING_STEPS} steps "
-              f"per runner per iteration, env-steps/s over iterations 2..{SCALING_ITERATIONS} — median (min–max); "
-              f"efficiency = rate(n) / (n · rate({min(args.sizes)}) / {min(args.sizes)})\n")
+        print(
+            f"\n(scaling) PPO on CartPole-v1 whose steps compute {args.cost_ms:g} ms each, {SCALING_STEPS} steps "
+            f"per runner per iteration, env-steps/s over iterations 2..{SCALING_ITERATIONS} — median (min–max); "
+            f"efficiency = rate(n) / (n · rate({min(args.sizes)}) / {min(args.sizes)})\n"
+        )
         print(scaling_table(results["scaling"], args.sizes))
 
     if "policies" in results:
         print("\n(policies) the quickstart under coarse vs multilearner — median (min–max)\n")
-        m = solve_table(results["policies"], {"coarse": "workbench quickstart, coarse",
-                                              "multilearner": "workbench quickstart, multilearner"})
+        m = solve_table(
+            results["policies"],
+            {"coarse": "workbench quickstart, coarse", "multilearner": "workbench quickstart, multilearner"},
+        )
         print()
         ratio_lines(m, "multilearner", "coarse", "multilearner / coarse")
 
     if args.json:
-        Path(args.json).write_text(json.dumps({**results, "seeds": args.seeds, "ray": rllib,
-                                               "rllib_python": args.rllib_python,
-                                               "rllib_window": args.rllib_window}, indent=1))
+        Path(args.json).write_text(
+            json.dumps(
+                {
+                    **results,
+                    "seeds": args.seeds,
+                    "ray": rllib,
+                    "rllib_python": args.rllib_python,
+                    "rllib_window": args.rllib_window,
+                },
+                indent=1,
+            )
+        )
 
 
 if __name__ == "__main__":

@@ -22,6 +22,7 @@ the actor thread's own CPU time (the gap is waiting), medians of ``--repeats`` r
     python -m benchmarks bench_send_contention                    # 8 and 16 envs, 4 s a run
     python -m benchmarks bench_send_contention --envs 32 --seconds 8
 """
+
 from __future__ import annotations
 
 import multiprocessing as mp
@@ -143,8 +144,11 @@ def main() -> None:
                 results[mode].append(run(mode, envs, options.seconds, options.step_ms / 1e3))
         for mode in MODES:
             med = {k: statistics.median(r[k] for r in results[mode]) for k in results[mode][0]}
-            print(f"{envs:>5} {mode:>16} {med['sends_per_s']:>9,.0f} {med['wall_us']:>13.1f} {med['cpu_us']:>13.1f} "
-                  f"{med['wall_us'] - med['cpu_us']:>11.1f}", flush=True)
+            print(
+                f"{envs:>5} {mode:>16} {med['sends_per_s']:>9,.0f} {med['wall_us']:>13.1f} {med['cpu_us']:>13.1f} "
+                f"{med['wall_us'] - med['cpu_us']:>11.1f}",
+                flush=True,
+            )
 
 
 if __name__ == "__main__":

@@ -19,6 +19,7 @@ machine inflates every number, the sweep's (which wants both cores) the most.
     python -m benchmarks.bench_sweep                        # 10 seeds, once
     python -m benchmarks.bench_sweep --reps 3 --inline      # a quiet machine's table
 """
+
 from __future__ import annotations
 
 import argparse
@@ -52,8 +53,12 @@ def run_sweep(seeds: int, tmp: str, timeout: float) -> dict:
 def run_one_by_one(policy: str, seeds: int, tmp: str, timeout: float) -> dict:
     started, solved = time.perf_counter(), 0
     for seed in range(1, seeds + 1):
-        out, _, rc = spawn(workbench_cmd() + ["run", str(QUICKSTART), "--policy", policy, "--set",
-                                              f"cfg.seed={seed}", "--no-progress"], timeout, tmp)
+        out, _, rc = spawn(
+            workbench_cmd()
+            + ["run", str(QUICKSTART), "--policy", policy, "--set", f"cfg.seed={seed}", "--no-progress"],
+            timeout,
+            tmp,
+        )
         solved += rc == 0 and "solved" in out
     return {"wall_s": time.perf_counter() - started, "solved": solved}
 
@@ -71,9 +76,11 @@ def run_sb3(seeds: int, tmp: str, timeout: float) -> dict:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0],
-                                     formatter_class=argparse.RawDescriptionHelpFormatter,
-                                     epilog="\n".join(__doc__.splitlines()[1:]))
+    parser = argparse.ArgumentParser(
+        description=__doc__.splitlines()[0],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog="\n".join(__doc__.splitlines()[1:]),
+    )
     parser.add_argument("--seeds", type=int, default=10)
     parser.add_argument("--reps", type=int, default=1)
     parser.add_argument("--inline", action="store_true", help="also time N sequential inline runs")
@@ -95,7 +102,7 @@ def main() -> None:
     results: dict[str, list[dict]] = {w: [] for w in who}
     with tempfile.TemporaryDirectory(prefix="bench_sweep_") as tmp:
         for rep in range(args.reps):
-            order = who[rep % len(who):] + who[:rep % len(who)]
+            order = who[rep % len(who) :] + who[: rep % len(who)]
             for w in order:
                 if w == "sweep":
                     r = run_sweep(args.seeds, tmp, args.timeout)
@@ -104,13 +111,18 @@ def main() -> None:
                 else:
                     r = run_one_by_one(w, args.seeds, tmp, args.timeout)
                 results[w].append(r)
-                print(f"  rep {rep + 1} {w:6s}: {r['wall_s']:6.1f} s, {r['solved']}/{args.seeds} solved "
-                      f"(load {os.getloadavg()[0]:.1f})", flush=True)
+                print(
+                    f"  rep {rep + 1} {w:6s}: {r['wall_s']:6.1f} s, {r['solved']}/{args.seeds} solved "
+                    f"(load {os.getloadavg()[0]:.1f})",
+                    flush=True,
+                )
     print(f"load after: {load()}\n{time.strftime('%Y-%m-%d %H:%M %Z')}, {os.cpu_count()} CPUs\n")
-    names = {"sweep": "`workbench sweep --seeds N` (one process, embedded 2-worker cluster)",
-             "coarse": "N × `workbench run --policy coarse`, one after another",
-             "inline": "N × `workbench run --policy inline`, one after another",
-             "sb3": "SB3 rl-zoo PPO, 2 processes at a time, 1 torch thread each"}
+    names = {
+        "sweep": "`workbench sweep --seeds N` (one process, embedded 2-worker cluster)",
+        "coarse": "N × `workbench run --policy coarse`, one after another",
+        "inline": "N × `workbench run --policy inline`, one after another",
+        "sb3": "SB3 rl-zoo PPO, 2 processes at a time, 1 torch thread each",
+    }
     sweep = statistics.median(r["wall_s"] for r in results["sweep"]) if results.get("sweep") else float("nan")
     print("| | wall, all seeds (s) | solved | sweep ÷ this | goal |")
     print("|---|---|---|---|---|")

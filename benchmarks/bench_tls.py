@@ -19,6 +19,7 @@ round, so machine noise hits both alike; the tables give medians over the rounds
     python -m benchmarks bench_tls                   # 5 rounds, quickstart + 10 MB route
     python -m benchmarks bench_tls --rounds 3 --transport
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -42,8 +43,15 @@ def _clusters():
     made = []
     for name, security in (("plain", None), ("tls", Security.temporary())):
         kwargs = {"security": security} if security is not None else {}
-        cluster = LocalCluster(n_workers=2, threads_per_worker=1, processes=True, host="127.0.0.1",
-                               dashboard_address="127.0.0.1:0", silence_logs=logging.ERROR, **kwargs)
+        cluster = LocalCluster(
+            n_workers=2,
+            threads_per_worker=1,
+            processes=True,
+            host="127.0.0.1",
+            dashboard_address="127.0.0.1:0",
+            silence_logs=logging.ERROR,
+            **kwargs,
+        )
         made.append((name, cluster, Client(cluster, set_as_default=False, **kwargs)))
     return made
 
@@ -53,8 +61,7 @@ def _quickstart(client, iterations: int, seed: int) -> float:
 
     cfg = ppo.PPOConfig(seed=seed)
     fdg = ppo.build_fdg({**vars(ppo), "cfg": cfg})
-    run = fdg.run(iterations=iterations, steps=cfg.num_steps, policy="coarse", cluster=client,
-                  progress=False)
+    run = fdg.run(iterations=iterations, steps=cfg.num_steps, policy="coarse", cluster=client, progress=False)
     return run.steps_per_second
 
 
@@ -81,8 +88,9 @@ def _route_fdg():
 def _route(client, iterations: int) -> float:
     """Seconds per iteration of the 10 MB route (after its first iteration: deploy and
     connection set-up are not per-iteration costs)."""
-    run = _route_fdg().run(iterations=iterations + 1, steps=ROUTE_STEPS, policy="coarse", cluster=client,
-                           snapshot_every=0, progress=False)
+    run = _route_fdg().run(
+        iterations=iterations + 1, steps=ROUTE_STEPS, policy="coarse", cluster=client, snapshot_every=0, progress=False
+    )
     times = [row["time_s"] for row in run.rows]
     assert run.status == "finished" and len(times) == iterations + 1, run.summary()
     return (times[-1] - times[0]) / iterations
@@ -110,15 +118,16 @@ def bench_clusters(rounds: int, quick_iterations: int, route_iterations: int) ->
             for name, _, client in harness.rotated(made, r):  # each goes first in turn
                 quick[name].append(_quickstart(client, quick_iterations, seed=r + 1))
                 route[name].append(_route(client, route_iterations))
-                print(f"  round {r + 1} {name:5s}: quickstart {quick[name][-1]:,.0f} env-steps/s, "
-                      f"10 MB route {route[name][-1] * 1000:,.1f} ms/iteration", flush=True)
-        _table(f"quickstart, coarse, 2 workers, {quick_iterations} iterations", "env-steps/s", quick,
-               "higher")
+                print(
+                    f"  round {r + 1} {name:5s}: quickstart {quick[name][-1]:,.0f} env-steps/s, "
+                    f"10 MB route {route[name][-1] * 1000:,.1f} ms/iteration",
+                    flush=True,
+                )
+        _table(f"quickstart, coarse, 2 workers, {quick_iterations} iterations", "env-steps/s", quick, "higher")
         crossing = ROUTE_STEPS * ROUTE_ROW / MB
         _table(f"route carrying {crossing:.0f} MB/iteration across workers", "s/iteration", route, "lower")
         for name, values in route.items():
-            print(f"  {name}: {crossing / statistics.median(values):,.0f} MB/s through the route "
-                  "(compute included)")
+            print(f"  {name}: {crossing / statistics.median(values):,.0f} MB/s through the route (compute included)")
     finally:
         for _, cluster, client in made:
             client.close()
@@ -225,8 +234,7 @@ def bench_transport(rounds: int) -> None:
             for name in harness.rotated(list(contenders), r):
                 results[name].append(contenders[name](size, count))
         scale = 1e6 if size < MB else 1e3
-        print(f"\ntransport alone, {size:,}-byte messages, one-way stream of {count} "
-              f"(median of {rounds})")
+        print(f"\ntransport alone, {size:,}-byte messages, one-way stream of {count} (median of {rounds})")
         print(f"| transport | {unit} | MB/s |")
         print("|---|---|---|")
         for name, values in results.items():
@@ -237,8 +245,9 @@ def bench_transport(rounds: int) -> None:
 def main() -> None:
     parser = harness.parser(__doc__)
     parser.add_argument("--rounds", type=int, default=5)
-    parser.add_argument("--quick-iterations", type=int, default=15,
-                        help="quickstart iterations per run (32 envs × 32 steps each)")
+    parser.add_argument(
+        "--quick-iterations", type=int, default=15, help="quickstart iterations per run (32 envs × 32 steps each)"
+    )
     parser.add_argument("--route-iterations", type=int, default=10)
     parser.add_argument("--transport", action="store_true", help="also time the transports alone")
     parser.add_argument("--only-transport", action="store_true", help="only time the transports alone")

@@ -8,6 +8,7 @@ compare revisions side by side with ``against`` (this benchmark, workbench from 
 
 Where the revision has ``RunConfig.own_random``, a last row runs the 2 ms case with it off.
 """
+
 from __future__ import annotations
 
 import logging
@@ -45,11 +46,26 @@ def main() -> None:
     from workbench.config import RunConfig
 
     if "own_random" in RunConfig.__dataclass_fields__:  # a revision that has the switch
-        cases.append(("2 ms env, actors=4 (two per worker), own_random=False", sleepy_fdg,
-                      wb.SingleLearnerCoarse(actors=4), 32, {"own_random": False}))
-    with PatientLocalCluster(n_workers=2, threads_per_worker=1, processes=True, host="127.0.0.1",
-                             dashboard_address=None, silence_logs=logging.ERROR) as cluster, \
-            Client(cluster) as client:
+        cases.append(
+            (
+                "2 ms env, actors=4 (two per worker), own_random=False",
+                sleepy_fdg,
+                wb.SingleLearnerCoarse(actors=4),
+                32,
+                {"own_random": False},
+            )
+        )
+    with (
+        PatientLocalCluster(
+            n_workers=2,
+            threads_per_worker=1,
+            processes=True,
+            host="127.0.0.1",
+            dashboard_address=None,
+            silence_logs=logging.ERROR,
+        ) as cluster,
+        Client(cluster) as client,
+    ):
         print("| case | env-steps/s |\n|---|---|")
         for name, build, policy, steps, *options in cases:
             got = rate(build(), policy, client, steps, **(options[0] if options else {}))

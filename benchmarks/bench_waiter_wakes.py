@@ -16,6 +16,7 @@ observation acting on arrival, one per step in lockstep.
     python -m benchmarks bench_waiter_wakes                  # 8 envs, 500 steps, both modes
     python -m benchmarks bench_waiter_wakes --envs 32 --steps 1000
 """
+
 from __future__ import annotations
 
 import multiprocessing as mp

@@ -32,6 +32,7 @@ wheels: ``llm_wheels.py --trl``; then ``bench_llm_rl.py --merge`` here) or ``llm
 sides in one process, where the image's pyarrow allows: ``llm_wheels.py --both``):
 ``device_check_llm.py``.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -51,6 +52,7 @@ from benchmarks.device_check_select import gpu_aware_test_files, gpu_test_files,
 from benchmarks.device_wheels import download_wheels, install_wheels
 from benchmarks import harness
 from benchmarks.harness import ROOT, cell, env_step_rate, steady_rate, streamed, training_seconds, write_json
+
 #: where each part's whole output goes (--logs)
 LOGS: str | None = None
 #: the line a part's process prints its rows on
@@ -62,15 +64,22 @@ PARTS = ("facts", "tests", "kernel", "ppo", "mappo", "scaling", "llm", "llm_trl"
 def part_facts() -> list[dict]:
     import torch
 
-    rows = [{"part": "facts", "what": "cores", "value": os.cpu_count()},
-            {"part": "facts", "what": "python", "value": sys.version.split()[0]},
-            # gVisor reports 4.4.0: a sandbox whose syscalls (socket writes) cost more
-            {"part": "facts", "what": "kernel", "value": platform.release()},
-            {"part": "facts", "what": "torch", "value": torch.__version__}]
+    rows = [
+        {"part": "facts", "what": "cores", "value": os.cpu_count()},
+        {"part": "facts", "what": "python", "value": sys.version.split()[0]},
+        # gVisor reports 4.4.0: a sandbox whose syscalls (socket writes) cost more
+        {"part": "facts", "what": "kernel", "value": platform.release()},
+        {"part": "facts", "what": "torch", "value": torch.__version__},
+    ]
     if torch.cuda.is_available():
         props = torch.cuda.get_device_properties(0)
-        rows.append({"part": "facts", "what": "gpu",
-                     "value": f"{torch.cuda.device_count()} × {props.name}, {props.total_memory / 2**30:.0f} GiB"})
+        rows.append(
+            {
+                "part": "facts",
+                "what": "gpu",
+                "value": f"{torch.cuda.device_count()} × {props.name}, {props.total_memory / 2**30:.0f} GiB",
+            }
+        )
     else:
         rows.append({"part": "facts", "what": "gpu", "value": "none usable by torch"})
     try:
@@ -88,18 +97,40 @@ def part_tests() -> list[dict]:
     the placement: on this host they must skip or pass, not assume there is none):
     passed / failed / skipped, and what failed."""
     rows = []
-    for marker, files, what in (("gpu", gpu_test_files(), "pytest -m gpu"),
-                                ("not gpu", gpu_aware_test_files(), "pytest -m 'not gpu' (tests that look for a GPU)")):
+    for marker, files, what in (
+        ("gpu", gpu_test_files(), "pytest -m gpu"),
+        ("not gpu", gpu_aware_test_files(), "pytest -m 'not gpu' (tests that look for a GPU)"),
+    ):
         # -v, streamed: a part cut at its time limit still says which tests passed, failed or ran
         # and each failure's traceback at once (device_check_instafail): a cut part has no summary
-        _, lines = streamed([sys.executable, "-m", "pytest", "-m", marker, "-v", "-rfEs", "-p", "no:cacheprovider",
-                             "-p", "benchmarks.device_check_instafail", "--tb=short", "--durations=15",
-                             "-o", "addopts=", *files])
+        _, lines = streamed(
+            [
+                sys.executable,
+                "-m",
+                "pytest",
+                "-m",
+                marker,
+                "-v",
+                "-rfEs",
+                "-p",
+                "no:cacheprovider",
+                "-p",
+                "benchmarks.device_check_instafail",
+                "--tb=short",
+                "--durations=15",
+                "-o",
+                "addopts=",
+                *files,
+            ]
+        )
         lines = [line for line in lines if line.strip()]
         summary = lines[-1] if lines else "no output"
         rows.append({"part": "tests", "what": what, "value": summary.strip("= ")})
-        rows += [{"part": "tests", "what": "failed", "value": line[:200]}
-                 for line in lines if line.startswith(("FAILED", "ERROR"))]
+        rows += [
+            {"part": "tests", "what": "failed", "value": line[:200]}
+            for line in lines
+            if line.startswith(("FAILED", "ERROR"))
+        ]
     return rows
 
 
@@ -135,8 +166,16 @@ def part_kernel(sizes=(1024, 65536, 1 << 20)) -> list[dict]:
     return rows
 
 
-def _ppo_run(client, num_envs: int, seed: int, env_on_gpu: bool, policy: str, graphs: bool = True,
-             profile_to: str | None = None, num_steps: int | None = None):
+def _ppo_run(
+    client,
+    num_envs: int,
+    seed: int,
+    env_on_gpu: bool,
+    policy: str,
+    graphs: bool = True,
+    profile_to: str | None = None,
+    num_steps: int | None = None,
+):
     """The quickstart's PPO cells; ``env_on_gpu`` False keeps the env on the host, ``graphs``
     False runs the actor and the update without CUDA graphs, ``num_steps`` sets T (None: the
     batch rule's). ``profile_to`` (a path) instead
@@ -154,13 +193,21 @@ def _ppo_run(client, num_envs: int, seed: int, env_on_gpu: bool, policy: str, gr
         if profile_to and line == "%%fragment learner --init":
             body = "import cProfile as _cprofile\n_profile = _cprofile.Profile()\n" + body
         if profile_to and line == "%%fragment learner":  # one thread runs every cell under GPUOnly
-            body += (f"if update == 3:\n    _profile.enable()\n"
-                     f"if update == {PROFILED}:\n    _profile.disable()\n    _profile.dump_stats({profile_to!r})\n")
+            body += (
+                f"if update == 3:\n    _profile.enable()\n"
+                f"if update == {PROFILED}:\n    _profile.disable()\n    _profile.dump_stats({profile_to!r})\n"
+            )
         fdg.add_cell(line, body)
     if profile_to:
         return fdg.run(iterations=PROFILED, steps=cfg.num_steps, policy=policy, cluster=client, progress=False)
-    return fdg.run(iterations=cfg.iterations, steps=cfg.num_steps, policy=policy, cluster=client,
-                   target_return=cfg.target_return, progress=False)
+    return fdg.run(
+        iterations=cfg.iterations,
+        steps=cfg.num_steps,
+        policy=policy,
+        cluster=client,
+        target_return=cfg.target_return,
+        progress=False,
+    )
 
 
 #: iterations of the profiled run (``--profile``)
@@ -173,8 +220,12 @@ def _outside_cells_ms(run, skip: int = 3) -> float:
     import statistics
 
     rows = run.rows[skip:] or run.rows
-    return statistics.median(sum(v for k, v in r.items() if k.startswith("time/") and k.endswith(" other_s"))
-                             for r in rows) * 1e3
+    return (
+        statistics.median(
+            sum(v for k, v in r.items() if k.startswith("time/") and k.endswith(" other_s")) for r in rows
+        )
+        * 1e3
+    )
 
 
 def _profile_text(client, num_envs: int) -> str:
@@ -191,8 +242,7 @@ def _profile_text(client, num_envs: int) -> str:
     return out.getvalue()
 
 
-def part_ppo(seeds=(1, 2, 3, 4, 5), env_counts=(32, 4096, 16384, 65536), profile: bool = False,
-             steps=()) -> list[dict]:
+def part_ppo(seeds=(1, 2, 3, 4, 5), env_counts=(32, 4096, 16384, 65536), profile: bool = False, steps=()) -> list[dict]:
     """The quickstart's PPO under GPUOnly, by number of envs: the env on the GPU (the
     fused kernel) and, for the smallest count, on the host; env-steps/s (steady, iterations'
     own time), training seconds to solve (iterations only), whole-run seconds to solve, the
@@ -207,16 +257,30 @@ def part_ppo(seeds=(1, 2, 3, 4, 5), env_counts=(32, 4096, 16384, 65536), profile
 
     rows = []
     inf = float("inf")
-    with LocalCluster(n_workers=1, threads_per_worker=2, processes=True, host="127.0.0.1",
-                      dashboard_address="127.0.0.1:0", silence_logs=logging.ERROR) as cluster, \
-            Client(cluster, set_as_default=False) as client:
+    with (
+        LocalCluster(
+            n_workers=1,
+            threads_per_worker=2,
+            processes=True,
+            host="127.0.0.1",
+            dashboard_address="127.0.0.1:0",
+            silence_logs=logging.ERROR,
+        ) as cluster,
+        Client(cluster, set_as_default=False) as client,
+    ):
         _ppo_run(client, 32, 0, True, "gpuonly")  # warm: imports, CUDA context, kernels
         middle = sorted(env_counts)[len(env_counts) // 2]
-        for env_on_gpu, n, graphs, t in [(False, min(env_counts), True, None), (True, middle, False, None),
-                                         *((True, n, True, None) for n in env_counts),
-                                         *((True, n, True, t) for n in env_counts if n >= 4096 for t in steps)]:
-            row = {"part": "ppo", "what": f"gpuonly, env on {'GPU' if env_on_gpu else 'host'}, {n} envs"
-                                          f"{'' if graphs else ', no CUDA graphs'}{f', T = {t}' if t else ''}"}
+        for env_on_gpu, n, graphs, t in [
+            (False, min(env_counts), True, None),
+            (True, middle, False, None),
+            *((True, n, True, None) for n in env_counts),
+            *((True, n, True, t) for n in env_counts if n >= 4096 for t in steps),
+        ]:
+            row = {
+                "part": "ppo",
+                "what": f"gpuonly, env on {'GPU' if env_on_gpu else 'host'}, {n} envs"
+                f"{'' if graphs else ', no CUDA graphs'}{f', T = {t}' if t else ''}",
+            }
             rates, train_s, total_s, steps, split, first3, outside = [], [], [], [], [], [], []
             try:
                 for seed in seeds:
@@ -224,29 +288,41 @@ def part_ppo(seeds=(1, 2, 3, 4, 5), env_counts=(32, 4096, 16384, 65536), profile
                     rates.append(steady_rate(run))
                     first3.append(training_seconds(run, 3))
                     outside.append(_outside_cells_ms(run))
-                    split.append({k[5:-10]: v for k, v in run.rows[-1].items()
-                                  if k.startswith("time/") and k.endswith("_compute_s") and " " not in k})
+                    split.append(
+                        {
+                            k[5:-10]: v
+                            for k, v in run.rows[-1].items()
+                            if k.startswith("time/") and k.endswith("_compute_s") and " " not in k
+                        }
+                    )
                     solved = run.solved_at
                     train_s.append(training_seconds(run, solved["iteration"]) if solved else inf)
                     total_s.append(solved["time_s"] if solved else inf)
                     steps.append(solved["env_steps"] if solved else inf)
-                row.update({"env-steps/s (median)": statistics.median(rates),
-                            "training s to solve (median)": statistics.median(train_s),
-                            "training s to solve (worst)": max(train_s),
-                            "whole run s to solve (median)": statistics.median(total_s),
-                            "env steps to solve (median)": statistics.median(steps),
-                            "solved": f"{sum(s != inf for s in train_s)}/{len(seeds)}",
-                            "first 3 iterations s (median)": statistics.median(first3),
-                            "ms per iteration outside cells (median)": statistics.median(outside),
-                            "ms per iteration (last, by fragment)": ", ".join(
-                                f"{k} {v * 1e3:.1f}" for k, v in split[-1].items())})
+                row.update(
+                    {
+                        "env-steps/s (median)": statistics.median(rates),
+                        "training s to solve (median)": statistics.median(train_s),
+                        "training s to solve (worst)": max(train_s),
+                        "whole run s to solve (median)": statistics.median(total_s),
+                        "env steps to solve (median)": statistics.median(steps),
+                        "solved": f"{sum(s != inf for s in train_s)}/{len(seeds)}",
+                        "first 3 iterations s (median)": statistics.median(first3),
+                        "ms per iteration outside cells (median)": statistics.median(outside),
+                        "ms per iteration (last, by fragment)": ", ".join(
+                            f"{k} {v * 1e3:.1f}" for k, v in split[-1].items()
+                        ),
+                    }
+                )
             except Exception as exc:  # noqa: BLE001
                 row["error"] = f"{type(exc).__name__}: {str(exc).splitlines()[0][:300]}"
             rows.append(row)
             print(json.dumps(row), file=sys.stderr, flush=True)
         if profile:
-            print(f"--- profile: GPUOnly, {middle} envs, iterations 4-{PROFILED} ---\n"
-                  + _profile_text(client, middle), flush=True)
+            print(
+                f"--- profile: GPUOnly, {middle} envs, iterations 4-{PROFILED} ---\n" + _profile_text(client, middle),
+                flush=True,
+            )
     return rows
 
 
@@ -256,17 +332,35 @@ def part_mappo(**kwargs) -> list[dict]:
     return mappo_rows(**kwargs)
 
 
-def part_scaling(sizes=(1, 2, 4, 8, 16, 32), pairs: int = 1,
-                 policies=("coarse", "fine", "fine-arrival")) -> list[dict]:
+def part_scaling(sizes=(1, 2, 4, 8, 16, 32), pairs: int = 1, policies=("coarse", "fine", "fine-arrival")) -> list[dict]:
     """bench_policies.py's scaling sweep (medians of ``pairs`` pairs of runs) for
     ``policies`` (fine-arrival: Fine with ``act_on_arrival=True``), its table kept as printed."""
-    out = subprocess.run([sys.executable, "-m", "benchmarks.bench_policies", "--scaling",
-                          "--pairs", str(pairs), "--sizes", *map(str, sizes), "--policies", *policies],
-                         cwd=ROOT, capture_output=True, text=True)
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "benchmarks.bench_policies",
+            "--scaling",
+            "--pairs",
+            str(pairs),
+            "--sizes",
+            *map(str, sizes),
+            "--policies",
+            *policies,
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+    )
     table = [line for line in out.stdout.splitlines() if line.startswith("|")]
     if out.returncode or not table:
-        return [{"part": "scaling", "what": "bench_policies --scaling",
-                 "error": (out.stderr.strip().splitlines() or ["no output"])[-1][:200]}]
+        return [
+            {
+                "part": "scaling",
+                "what": "bench_policies --scaling",
+                "error": (out.stderr.strip().splitlines() or ["no output"])[-1][:200],
+            }
+        ]
     return [{"part": "scaling", "what": "table", "value": "\n".join(table)}]
 
 
@@ -276,10 +370,15 @@ def run_part(name: str, env: dict, timeout: float, kwargs: dict) -> list[dict]:
     start = time.perf_counter()
     # a session of its own: a part cut at its limit goes with the processes it started
     # (pytest's, a benchmark's cluster), and what it printed so far is kept
-    part = subprocess.Popen(harness.module_command("benchmarks.device_check", "--one-part", name,
-                                                   "--kwargs", json.dumps(kwargs)),
-                            cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            start_new_session=True)
+    part = subprocess.Popen(
+        harness.module_command("benchmarks.device_check", "--one-part", name, "--kwargs", json.dumps(kwargs)),
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
     try:
         stdout, stderr = part.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
@@ -326,37 +425,70 @@ def format_rows(rows: list[dict]) -> str:
 
 def main() -> None:
     parser = harness.parser(__doc__, json_output=True)
-    parser.add_argument("--parts", nargs="+", choices=PARTS, default=[p for p in PARTS if p not in ("llm_trl", "llm_both")])
+    parser.add_argument(
+        "--parts", nargs="+", choices=PARTS, default=[p for p in PARTS if p not in ("llm_trl", "llm_both")]
+    )
     parser.add_argument("--wheels", help="a folder of wheels to install privately first (see above)")
     parser.add_argument("--download-wheels", metavar="DIR", help="download the wheels a GPU host needs, then stop")
     parser.add_argument("--python-version", default="3.12", help="the GPU host's Python (with --download-wheels)")
     parser.add_argument("--timeout", type=float, default=900, help="seconds each part may take")
-    parser.add_argument("--budget", type=float, default=None,
-                        help="seconds all parts may take together (a device call's limit, less the "
-                             "install): a part is cut at it, later ones are not started")
+    parser.add_argument(
+        "--budget",
+        type=float,
+        default=None,
+        help="seconds all parts may take together (a device call's limit, less the "
+        "install): a part is cut at it, later ones are not started",
+    )
     parser.add_argument("--logs", help="write each part's whole output to DIR/PART.log")
     parser.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3, 4, 5], help="ppo: seeds")
-    parser.add_argument("--envs", type=int, nargs="+", default=[32, 4096, 16384, 65536],
-                        help="ppo: numbers of envs")
+    parser.add_argument("--envs", type=int, nargs="+", default=[32, 4096, 16384, 65536], help="ppo: numbers of envs")
     parser.add_argument("--sizes", type=int, nargs="+", default=[1, 2, 4, 8, 16, 32], help="scaling: workers")
-    parser.add_argument("--scaling-policies", nargs="+", choices=("coarse", "fine", "fine-arrival"),
-                        default=["coarse", "fine", "fine-arrival"], help="scaling: which policies")
-    parser.add_argument("--pairs", type=int, default=1,
-                        help="scaling: pairs of runs per size, medians (1: ~190 s on an H100 host; "
-                             "3 settles a size within a few points)")
-    parser.add_argument("--steps", type=int, nargs="+", default=[],
-                        help="ppo: rollout lengths T to try beside the batch rule's at >= 4,096 envs")
-    parser.add_argument("--profile", action="store_true",
-                        help="ppo: also profile one run at the middle env count (stats in the part's log)")
+    parser.add_argument(
+        "--scaling-policies",
+        nargs="+",
+        choices=("coarse", "fine", "fine-arrival"),
+        default=["coarse", "fine", "fine-arrival"],
+        help="scaling: which policies",
+    )
+    parser.add_argument(
+        "--pairs",
+        type=int,
+        default=1,
+        help="scaling: pairs of runs per size, medians (1: ~190 s on an H100 host; "
+        "3 settles a size within a few points)",
+    )
+    parser.add_argument(
+        "--steps",
+        type=int,
+        nargs="+",
+        default=[],
+        help="ppo: rollout lengths T to try beside the batch rule's at >= 4,096 envs",
+    )
+    parser.add_argument(
+        "--profile",
+        action="store_true",
+        help="ppo: also profile one run at the middle env count (stats in the part's log)",
+    )
     parser.add_argument("--llm-seeds", type=int, nargs="+", default=[1, 2, 3], help="llm, llm_trl: seeds")
     parser.add_argument("--llm-updates", type=int, default=40, help="llm, llm_trl: GRPO updates a seed")
-    parser.add_argument("--llm-memory", action="store_true",
-                        help="llm, llm_trl, llm_both: then each side's peak memory (bench_llm_memory.py)")
-    parser.add_argument("--llm-policies", nargs="+", choices=("inline", "coarse", "pipelined", "gpuonly"),
-                        help="llm, llm_both: workbench's policies (default: bench_llm_rl's)")
+    parser.add_argument(
+        "--llm-memory",
+        action="store_true",
+        help="llm, llm_trl, llm_both: then each side's peak memory (bench_llm_memory.py)",
+    )
+    parser.add_argument(
+        "--llm-policies",
+        nargs="+",
+        choices=("inline", "coarse", "pipelined", "gpuonly"),
+        help="llm, llm_both: workbench's policies (default: bench_llm_rl's)",
+    )
     parser.add_argument("--llm-tf32", action="store_true", help="llm, llm_trl, llm_both: bench_llm_rl.py --tf32")
-    parser.add_argument("--llm-warm-start-steps", type=int, default=None,
-                        help="llm, llm_trl: supervised steps before GRPO (default: bench_llm_rl's)")
+    parser.add_argument(
+        "--llm-warm-start-steps",
+        type=int,
+        default=None,
+        help="llm, llm_trl: supervised steps before GRPO (default: bench_llm_rl's)",
+    )
     parser.add_argument("--one-part", help=argparse.SUPPRESS)
     parser.add_argument("--kwargs", default="{}", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -380,16 +512,27 @@ def main() -> None:
     print(f"workbench device check ({time.strftime('%Y-%m-%d %H:%M')}): {' '.join(args.parts)}", flush=True)
     deadline = time.monotonic() + (args.budget or float("inf"))
     for name in args.parts:  # in the order given: put what matters most first
-        kwargs = {"ppo": {"seeds": args.seeds, "env_counts": args.envs, "profile": args.profile,
-                          "steps": args.steps},
-                  "scaling": {"sizes": args.sizes, "pairs": args.pairs, "policies": args.scaling_policies},
-                  **{llm: {"seeds": args.llm_seeds, "updates": args.llm_updates,
-                           "warm_start_steps": args.llm_warm_start_steps, "logs": args.logs,
-                           "memory": args.llm_memory, "policies": args.llm_policies, "tf32": args.llm_tf32}
-                     for llm in ("llm", "llm_trl", "llm_both")}}.get(name, {})
+        kwargs = {
+            "ppo": {"seeds": args.seeds, "env_counts": args.envs, "profile": args.profile, "steps": args.steps},
+            "scaling": {"sizes": args.sizes, "pairs": args.pairs, "policies": args.scaling_policies},
+            **{
+                llm: {
+                    "seeds": args.llm_seeds,
+                    "updates": args.llm_updates,
+                    "warm_start_steps": args.llm_warm_start_steps,
+                    "logs": args.logs,
+                    "memory": args.llm_memory,
+                    "policies": args.llm_policies,
+                    "tf32": args.llm_tf32,
+                }
+                for llm in ("llm", "llm_trl", "llm_both")
+            },
+        }.get(name, {})
         left = deadline - time.monotonic()
         if left < 30:  # not worth starting: say so rather than be cut off by the caller
-            got = [{"part": name, "what": "not run", "value": f"{max(left, 0):.0f} s of --budget {args.budget:g} s left"}]
+            got = [
+                {"part": name, "what": "not run", "value": f"{max(left, 0):.0f} s of --budget {args.budget:g} s left"}
+            ]
         else:
             got = run_part(name, env, min(args.timeout, left), kwargs)
         print(format_rows(got), flush=True)

@@ -8,6 +8,7 @@ Example (what part_tests runs, from the checkout or with it on ``PYTHONPATH``)::
 
     python -m pytest -p benchmarks.device_check_instafail -m gpu tests/gpu
 """
+
 from __future__ import annotations
 
 

@@ -11,6 +11,7 @@ Rows by number of envs:
 
 Before the device resets (H100, 2026-11-25) MAPPO under GPUOnly stepped ~2,000 env-steps/s.
 """
+
 from __future__ import annotations
 
 import json
@@ -61,9 +62,17 @@ def part_mappo(env_counts=(64, 1024, 8192), iterations: int = 8) -> list[dict]:
     from distributed import Client, LocalCluster
 
     rows = []
-    with LocalCluster(n_workers=1, threads_per_worker=2, processes=True, host="127.0.0.1",
-                      dashboard_address="127.0.0.1:0", silence_logs=logging.ERROR) as cluster, \
-            Client(cluster, set_as_default=False) as client:
+    with (
+        LocalCluster(
+            n_workers=1,
+            threads_per_worker=2,
+            processes=True,
+            host="127.0.0.1",
+            dashboard_address="127.0.0.1:0",
+            silence_logs=logging.ERROR,
+        ) as cluster,
+        Client(cluster, set_as_default=False) as client,
+    ):
         _mappo_rate(client, 64, True, 2)  # warm: imports, CUDA context, kernels
         for n in env_counts:
             row = {"part": "mappo", "what": f"simple_spread × {n:,}", **_env_rates(n)}

@@ -3,6 +3,7 @@ its ``tests`` part runs, found by their text (collecting the whole suite would n
 every extra, which such a host does not have), and the package versions its ``facts`` part
 lists.
 """
+
 from __future__ import annotations
 
 import re
@@ -18,8 +19,9 @@ GPU_MARKED = re.compile(r"mark\.gpu\b|\bON_(?:TORCH_)?GPU\b")
 
 def _test_files_saying(pattern: re.Pattern) -> list[str]:
     """The test files whose text matches ``pattern``, relative to the repository."""
-    return sorted(str(p.relative_to(ROOT)) for p in (ROOT / "tests").rglob("test_*.py")
-                  if pattern.search(p.read_text()))
+    return sorted(
+        str(p.relative_to(ROOT)) for p in (ROOT / "tests").rglob("test_*.py") if pattern.search(p.read_text())
+    )
 
 
 def gpu_test_files() -> list[str]:
@@ -40,8 +42,18 @@ def gpu_aware_test_files() -> list[str]:
 
 #: packages whose versions decide what a session must carry (llm_wheels.py): the LLM sides' and
 #: what TRL's side would take from the image if it has them (pyarrow is its biggest wheel)
-PACKAGES = ("dask", "distributed", "transformers", "tokenizers", "peft", "trl", "accelerate", "datasets",
-            "pyarrow", "dask-cuda")
+PACKAGES = (
+    "dask",
+    "distributed",
+    "transformers",
+    "tokenizers",
+    "peft",
+    "trl",
+    "accelerate",
+    "datasets",
+    "pyarrow",
+    "dask-cuda",
+)
 
 
 def package_versions(names=PACKAGES) -> str:

@@ -9,6 +9,7 @@
 private ``site-packages``; ``rerun_with_wheels`` runs a script again with it on the path.
 Nothing is installed into the host's Python.
 """
+
 from __future__ import annotations
 
 import os
@@ -20,11 +21,48 @@ from pathlib import Path
 from benchmarks.harness import ROOT
 
 #: what an accelerator image is expected to have already (never carried as wheels)
-HOST_HAS = {"torch", "numpy", "cupy", "triton", "pandas", "psutil", "msgpack", "pyyaml", "jinja2",
-            "markupsafe", "cloudpickle", "toolz", "sortedcontainers", "tqdm", "packaging", "pytest",
-            "contourpy", "pillow", "typing-extensions", "urllib3", "pygments", "python-dateutil", "six",
-            "tzdata", "pytz", "filelock", "fsspec", "sympy", "mpmath", "networkx", "setuptools", "click",
-            "zipp", "pluggy", "iniconfig", "attrs", "certifi", "idna", "requests", "charset-normalizer"}
+HOST_HAS = {
+    "torch",
+    "numpy",
+    "cupy",
+    "triton",
+    "pandas",
+    "psutil",
+    "msgpack",
+    "pyyaml",
+    "jinja2",
+    "markupsafe",
+    "cloudpickle",
+    "toolz",
+    "sortedcontainers",
+    "tqdm",
+    "packaging",
+    "pytest",
+    "contourpy",
+    "pillow",
+    "typing-extensions",
+    "urllib3",
+    "pygments",
+    "python-dateutil",
+    "six",
+    "tzdata",
+    "pytz",
+    "filelock",
+    "fsspec",
+    "sympy",
+    "mpmath",
+    "networkx",
+    "setuptools",
+    "click",
+    "zipp",
+    "pluggy",
+    "iniconfig",
+    "attrs",
+    "certifi",
+    "idna",
+    "requests",
+    "charset-normalizer",
+}
 #: workbench's requirements the check leaves out: it runs no notebook server
 NOT_NEEDED = {"jupyterlab"}
 
@@ -72,10 +110,16 @@ def download_wheels(directory: str, python_version: str) -> None:
     import re
     from importlib import metadata
 
-    core = [re.split(r"[\s;<>=!~\[(]", r, maxsplit=1)[0] for r in metadata.requires("workbench-rl") or []
-            if "extra ==" not in r]
-    download_pinned(carried(_closure([c for c in core if c.lower() not in NOT_NEEDED])) + list(FOR_THE_GPU_TESTS),
-                    directory, python_version)
+    core = [
+        re.split(r"[\s;<>=!~\[(]", r, maxsplit=1)[0]
+        for r in metadata.requires("workbench-rl") or []
+        if "extra ==" not in r
+    ]
+    download_pinned(
+        carried(_closure([c for c in core if c.lower() not in NOT_NEEDED])) + list(FOR_THE_GPU_TESTS),
+        directory,
+        python_version,
+    )
 
 
 #: what the GPU tests use that workbench does not need: dask-cuda (its LocalCUDACluster tests,
@@ -91,8 +135,8 @@ IMAGE_PREFIXES = ("nvidia-", "cuda-", "cupy", "torch", "triton")
 def carried(names) -> list[str]:
     """Of ``names``, those to carry as wheels: not the image's (`HOST_HAS`, the GPU stack).
 
-        >>> carried(["torch", "cuda-bindings", "nvidia-nccl-cu13", "dask", "numpy"])
-        ['dask']
+    >>> carried(["torch", "cuda-bindings", "nvidia-nccl-cu13", "dask", "numpy"])
+    ['dask']
     """
     return sorted(n for n in names if n not in HOST_HAS and not n.startswith(IMAGE_PREFIXES))
 
@@ -109,11 +153,30 @@ def download_pinned(names: list[str], directory: str, python_version: str) -> li
             pins.append(f"{name}=={metadata.version(name)}")
         except metadata.PackageNotFoundError:
             pins.append(name)
-    platforms = [f"--platform={p}" for p in ("manylinux_2_28_x86_64", "manylinux_2_27_x86_64",
-                                             "manylinux_2_17_x86_64", "manylinux2014_x86_64",
-                                             "manylinux1_x86_64", "any")]
-    command = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
-               f"--python-version={python_version}", "--implementation=cp", *platforms, "-d", directory]
+    platforms = [
+        f"--platform={p}"
+        for p in (
+            "manylinux_2_28_x86_64",
+            "manylinux_2_27_x86_64",
+            "manylinux_2_17_x86_64",
+            "manylinux2014_x86_64",
+            "manylinux1_x86_64",
+            "any",
+        )
+    ]
+    command = [
+        sys.executable,
+        "-m",
+        "pip",
+        "download",
+        "--no-deps",
+        "--only-binary=:all:",
+        f"--python-version={python_version}",
+        "--implementation=cp",
+        *platforms,
+        "-d",
+        directory,
+    ]
     print(f"downloading {len(pins)} wheels for Python {python_version} into {directory}", flush=True)
     for pin in pins:  # one at a time: a version with no wheel for that Python falls back to the newest
         if subprocess.run(command + [pin], capture_output=True).returncode != 0:
@@ -130,8 +193,23 @@ def install_wheels(directory: str) -> str:
     wheels = sorted(str(p) for p in Path(directory).glob("*.whl"))
     if not wheels:
         raise SystemExit(f"--wheels {directory}: no .whl files there (build them with --download-wheels)")
-    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-index", "--no-deps", "--no-compile",
-                    "--disable-pip-version-check", "--target", target, *wheels], check=True)
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "install",
+            "-q",
+            "--no-index",
+            "--no-deps",
+            "--no-compile",
+            "--disable-pip-version-check",
+            "--target",
+            target,
+            *wheels,
+        ],
+        check=True,
+    )
     return target
 
 
@@ -141,5 +219,7 @@ def rerun_with_wheels(module: str, argv: list[str]) -> None:
     (never returns)."""
     at = argv.index("--wheels")
     target = install_wheels(argv[at + 1])
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([target, str(ROOT)] + [p for p in [os.environ.get("PYTHONPATH")] if p]))
-    os.execve(sys.executable, [sys.executable, "-m", module, *argv[1:at], *argv[at + 2:]], env)
+    env = dict(
+        os.environ, PYTHONPATH=os.pathsep.join([target, str(ROOT)] + [p for p in [os.environ.get("PYTHONPATH")] if p])
+    )
+    os.execve(sys.executable, [sys.executable, "-m", module, *argv[1:at], *argv[at + 2 :]], env)

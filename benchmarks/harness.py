@@ -17,6 +17,7 @@ A benchmark is a short module on it::
 Run it as ``python -m benchmarks NAME`` or ``python -m benchmarks.NAME`` from a checkout.
 This module imports the standard library only: a peer's own venv (RLlib's) imports it too.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -43,8 +44,9 @@ RESULT = "RESULT "
 
 
 # ============================================================================ the command line
-def parser(doc: str | None, *, repeats: int | None = None, quick: bool = False,
-           json_output: bool = False) -> argparse.ArgumentParser:
+def parser(
+    doc: str | None, *, repeats: int | None = None, quick: bool = False, json_output: bool = False
+) -> argparse.ArgumentParser:
     """An ``ArgumentParser`` described by a benchmark's docstring (its first paragraph the
     description, the rest the epilog, as written), with the common options: ``--repeats N``
     (when ``repeats`` gives the default), ``--quick`` (the smallest setting, when the
@@ -52,11 +54,17 @@ def parser(doc: str | None, *, repeats: int | None = None, quick: bool = False,
     head, _, rest = (doc or "").strip().partition("\n\n")
     script = Path(sys.argv[0])
     prog = f"python -m benchmarks {script.stem}" if script.parent == Path(__file__).parent else None
-    made = argparse.ArgumentParser(prog=prog, description=head, epilog=rest.strip() or None,
-                                   formatter_class=argparse.RawDescriptionHelpFormatter)
+    made = argparse.ArgumentParser(
+        prog=prog, description=head, epilog=rest.strip() or None, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     if repeats is not None:
-        made.add_argument("--repeats", type=int, default=repeats, metavar="N",
-                          help=f"repeats of each measurement, medians over them (default {repeats})")
+        made.add_argument(
+            "--repeats",
+            type=int,
+            default=repeats,
+            metavar="N",
+            help=f"repeats of each measurement, medians over them (default {repeats})",
+        )
     if quick:
         made.add_argument("--quick", action="store_true", help="the smallest setting: a smoke run, not a measurement")
     if json_output:
@@ -82,8 +90,10 @@ def parse_overrides(assignments: Iterable[str], config: type, option: str = "--s
     for assignment in assignments:
         name, sep, text = (part.strip() for part in assignment.partition("="))
         if not sep or name not in fields:
-            raise SystemExit(f"{option} {assignment!r}: expected FIELD=VALUE with FIELD one of "
-                             f"{config.__name__}'s: {', '.join(sorted(fields))}")
+            raise SystemExit(
+                f"{option} {assignment!r}: expected FIELD=VALUE with FIELD one of "
+                f"{config.__name__}'s: {', '.join(sorted(fields))}"
+            )
         overrides[name] = typed(text, fields[name].default)
     return overrides
 
@@ -149,7 +159,7 @@ def clock_rate(run, skip: int = 1) -> float:
     """env-steps/s by the run's clock from the end of its iteration ``skip`` to its end (deploy,
     the init cells and the first ``skip`` iterations left out; a run too short for that, from
     the end of its first). ``skip=1`` is what CleanRL's ``SPS`` measures."""
-    rows = run.rows[skip - 1:] if len(run.rows) > skip else run.rows
+    rows = run.rows[skip - 1 :] if len(run.rows) > skip else run.rows
     first, last = rows[0], rows[-1]
     seconds = last["time_s"] - first["time_s"]
     return (last["env_steps"] - first["env_steps"]) / seconds if seconds else math.nan
@@ -163,8 +173,9 @@ def rotated(names: list[T], turn: int) -> list[T]:
     return names[k:] + names[:k]
 
 
-def interleaved(contenders: Mapping[str, Callable[[], T]], repeats: int,
-                report: Callable[[str, int, T], None] | None = None) -> dict[str, list[T]]:
+def interleaved(
+    contenders: Mapping[str, Callable[[], T]], repeats: int, report: Callable[[str, int, T], None] | None = None
+) -> dict[str, list[T]]:
     """Each contender measured ``repeats`` times, taken in turns (:func:`rotated`) so machine
     noise hits all alike; ``report(name, turn, result)`` after each measurement."""
     results: dict[str, list[T]] = {name: [] for name in contenders}
@@ -199,8 +210,9 @@ def spread(values: list[float], fmt: str = "{:,.0f}") -> str:
 def compared(results: Mapping[str, list[Mapping[str, float]]], base: str, key: str = "sps") -> list[dict]:
     """A row per contender: the median of each measured field and ``ratio``, its median
     ``key`` over ``base``'s."""
-    medians = {name: {field: median(r[field] for r in rows) for field in rows[0]}
-               for name, rows in results.items() if rows}
+    medians = {
+        name: {field: median(r[field] for r in rows) for field in rows[0]} for name, rows in results.items() if rows
+    }
     reference = medians.get(base, {}).get(key, math.nan)
     return [{"contender": name, **values, "ratio": values[key] / reference} for name, values in medians.items()]
 
@@ -218,14 +230,21 @@ def child_env(**extra: str) -> dict[str, str]:
     return {**os.environ, "PYTHONUNBUFFERED": "1", "PYTHONPATH": path, **extra}
 
 
-def spawn(command: list[str], timeout: float, cwd: str | Path | None = None,
-          env: Mapping[str, str] | None = None) -> tuple[str, float, int]:
+def spawn(
+    command: list[str], timeout: float, cwd: str | Path | None = None, env: Mapping[str, str] | None = None
+) -> tuple[str, float, int]:
     """Run ``command`` to its end (or ``timeout``): its stdout + stderr, wall seconds and return
     code (-9 when cut, the output so far kept)."""
     started = time.perf_counter()
     try:
-        done = subprocess.run(command, cwd=cwd, capture_output=True, text=True, timeout=timeout,
-                              env=dict(env) if env is not None else child_env())
+        done = subprocess.run(
+            command,
+            cwd=cwd,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            env=dict(env) if env is not None else child_env(),
+        )
         out, rc = done.stdout + done.stderr, done.returncode
     except subprocess.TimeoutExpired as exc:
         out = exc.stdout.decode(errors="replace") if isinstance(exc.stdout, bytes) else (exc.stdout or "")
@@ -242,15 +261,16 @@ def read_result(output: str, mark: str = RESULT) -> Any | None:
     """The last result line a child printed, or None."""
     for line in reversed(output.splitlines()):
         if line.startswith(mark):
-            return json.loads(line[len(mark):])
+            return json.loads(line[len(mark) :])
     return None
 
 
 def streamed(command: list[str], cwd: str | Path = ROOT) -> tuple[int, list[str]]:
     """Run ``command``, passing each line of its output on to stderr as it comes (a part cut at
     its time limit keeps what it printed); its return code and lines."""
-    child = subprocess.Popen(command, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                             env=child_env())
+    child = subprocess.Popen(
+        command, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=child_env()
+    )
     lines = []
     for line in child.stdout:
         print(line, end="", file=sys.stderr, flush=True)

@@ -25,6 +25,7 @@ carried. pyarrow is carried without the parts datasets never loads (Arrow Flight
 filesystem, C++ tests and headers: 55 → ~35 MB); `--check` loads the trimmed pyarrow the way
 datasets does, here, from a build for this machine's Python.
 """
+
 from __future__ import annotations
 
 import subprocess
@@ -38,8 +39,17 @@ from benchmarks import device_wheels, harness
 #: what each side imports (their installed closures are carried)
 SIDES = {"workbench": ["transformers"], "trl": ["transformers", "trl", "accelerate", "datasets"]}
 #: pyarrow's files that datasets never loads
-PYARROW_UNUSED = ("libarrow_flight", "libarrow_python_flight", "_flight.", "libarrow_s3", "_s3fs.",
-                  "_pyarrow_cpp_tests", "pyarrow/include/", "pyarrow/tests/", "pyarrow/src/")
+PYARROW_UNUSED = (
+    "libarrow_flight",
+    "libarrow_python_flight",
+    "_flight.",
+    "libarrow_s3",
+    "_s3fs.",
+    "_pyarrow_cpp_tests",
+    "pyarrow/include/",
+    "pyarrow/tests/",
+    "pyarrow/src/",
+)
 
 
 #: what TRL's side needs that the accelerator image had on 2026-11-17 (/work/.library's KINDS.md)
@@ -68,8 +78,12 @@ def trim_pyarrow(wheel: Path) -> Path:
                 continue
             data = src.read(item)
             if item.filename.endswith(".dist-info/RECORD"):
-                data = "\n".join(line for line in data.decode().splitlines()
-                                 if not any(part in line for part in PYARROW_UNUSED)).encode() + b"\n"
+                data = (
+                    "\n".join(
+                        line for line in data.decode().splitlines() if not any(part in line for part in PYARROW_UNUSED)
+                    ).encode()
+                    + b"\n"
+                )
             dst.writestr(item, data)
     out.replace(wheel)
     return wheel
@@ -89,11 +103,25 @@ def check_trimmed() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         download(["pyarrow"], tmp, f"{sys.version_info.major}.{sys.version_info.minor}")
         target = Path(tmp, "site-packages")  # as device_wheels.install_wheels installs
-        subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target", str(target),
-                        *map(str, Path(tmp).glob("*.whl"))], check=True)
-        code = ("import pyarrow, datasets; assert pyarrow.__file__.startswith(%r); "
-                "d = datasets.Dataset.from_dict({'prompt': ['1+1=', '2+2=']}); "
-                "print('trimmed pyarrow', pyarrow.__version__, 'loads datasets:', d)" % str(target))
+        subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "pip",
+                "install",
+                "-q",
+                "--no-deps",
+                "--target",
+                str(target),
+                *map(str, Path(tmp).glob("*.whl")),
+            ],
+            check=True,
+        )
+        code = (
+            "import pyarrow, datasets; assert pyarrow.__file__.startswith(%r); "
+            "d = datasets.Dataset.from_dict({'prompt': ['1+1=', '2+2=']}); "
+            "print('trimmed pyarrow', pyarrow.__version__, 'loads datasets:', d)" % str(target)
+        )
         subprocess.run([sys.executable, "-c", code], check=True, env={"PYTHONPATH": str(target)})
 
 

@@ -35,6 +35,7 @@ Runs are interleaved seed-major (every config's seed 1, then seed 2, …), media
 N envs, interleaved ``--repeats`` times, with the learner's, the actor's and the env's ms per
 iteration.
 """
+
 from __future__ import annotations
 
 import copy
@@ -49,14 +50,18 @@ import numpy as np
 from benchmarks import harness
 
 #: rl-baselines3-zoo hyperparams/ppo.yml, CartPole-v1, as workbench overrides
-ZOO = ("num_envs=8,num_steps=32,num_minibatches=1,update_epochs=20,gamma=0.98,gae_lambda=0.8,"
-       "learning_rate=1e-3,anneal_lr=true,iterations=391,ent_coef=0,vf_coef=1.0,clip_coef=0.2,"
-       "max_grad_norm=0.5,norm_adv=true,clip_vloss=false,norm_obs=false,"
-       "clip_schedule=linear,bootstrap_truncated=true")
+ZOO = (
+    "num_envs=8,num_steps=32,num_minibatches=1,update_epochs=20,gamma=0.98,gae_lambda=0.8,"
+    "learning_rate=1e-3,anneal_lr=true,iterations=391,ent_coef=0,vf_coef=1.0,clip_coef=0.2,"
+    "max_grad_norm=0.5,norm_adv=true,clip_vloss=false,norm_obs=false,"
+    "clip_schedule=linear,bootstrap_truncated=true"
+)
 #: the quickstart's defaults before issue 29 (32 envs × 32 steps, 10 full-batch epochs,
 #: 200 iterations, a time limit ending the return)
-OLD_DEFAULTS = ("num_envs=32,num_steps=32,update_epochs=10,num_minibatches=1,norm_obs=false,"
-                "bootstrap_truncated=false,iterations=200")
+OLD_DEFAULTS = (
+    "num_envs=32,num_steps=32,update_epochs=10,num_minibatches=1,norm_obs=false,"
+    "bootstrap_truncated=false,iterations=200"
+)
 
 #: (label, overrides): the ablation table of docs/performance.md
 ABLATION = [
@@ -87,7 +92,13 @@ ABLATION = [
     ("defaults, 32 envs (32 × 16)", "num_envs=32"),
 ]
 
-VARIANTS = {"preset": ("zoo",), "clip_schedule": ("constant", "linear"), "norm_reward": (False, True), "init": ("orthogonal", "torch"), "tanh": ("ppo", "torch")}
+VARIANTS = {
+    "preset": ("zoo",),
+    "clip_schedule": ("constant", "linear"),
+    "norm_reward": (False, True),
+    "init": ("orthogonal", "torch"),
+    "tanh": ("ppo", "torch"),
+}
 
 
 # ============================================================================ configurations
@@ -112,8 +123,9 @@ def parse_overrides(text: str) -> dict:
                 raise SystemExit(f"{key}={value!r}: one of {', '.join(map(str, kinds))}")
             continue
         if key not in fields:
-            raise SystemExit(f"unknown setting {key!r}; PPOConfig fields: {', '.join(fields)}; "
-                             f"variants: {', '.join(VARIANTS)}")
+            raise SystemExit(
+                f"unknown setting {key!r}; PPOConfig fields: {', '.join(fields)}; variants: {', '.join(VARIANTS)}"
+            )
         out[key] = harness.typed(value, getattr(ppo.PPOConfig(), key))
     return out
 
@@ -163,16 +175,18 @@ def _network(variant: dict):
 
 
 def _update(variant: dict, ppo_update):
-    def update(agent, optimizer, cfg, update, state, action, logp, value, reward, starts, last_obs, last_done,
-               **bootstrap):
+    def update(
+        agent, optimizer, cfg, update, state, action, logp, value, reward, starts, last_obs, last_done, **bootstrap
+    ):
         reward = np.asarray(reward, np.float32)
         if variant["norm_reward"]:
             reward = _scale_rewards(agent, cfg, reward, starts, last_done)
         if variant["clip_schedule"] == "linear":
             cfg = copy.copy(cfg)
             cfg.clip_coef = cfg.clip_coef * max(0.0, 1.0 - update / cfg.iterations)
-        return ppo_update(agent, optimizer, cfg, update, state, action, logp, value, reward, starts,
-                          last_obs, last_done, **bootstrap)
+        return ppo_update(
+            agent, optimizer, cfg, update, state, action, logp, value, reward, starts, last_obs, last_done, **bootstrap
+        )
 
     return update
 
@@ -185,7 +199,7 @@ class _RunningVar:
         m, v, n = float(x.mean()), float(x.var()), x.size
         delta, total = m - self.mean, self.count + n
         self.mean += delta * n / total
-        self.var = (self.var * self.count + v * n + delta ** 2 * self.count * n / total) / total
+        self.var = (self.var * self.count + v * n + delta**2 * self.count * n / total) / total
         self.count = total
 
 
@@ -212,7 +226,7 @@ def sb3_rule_steps(run, window: int = 20, target: float = 475.0) -> int | None:
     returns = run.episode_returns
     for row in run.rows:
         n = row["charts/episodes"]
-        if n >= window and sum(returns[n - window:n]) / window >= target:
+        if n >= window and sum(returns[n - window : n]) / window >= target:
             return row["env_steps"]
     return None
 
@@ -236,13 +250,19 @@ def solve_once(job: tuple) -> dict:
     cfg = make_config(overrides, seed)
     fdg = build(overrides, cfg)
     started = time.perf_counter()
-    run = fdg.run(iterations=iterations or cfg.iterations, steps=cfg.num_steps, target_return=target,
-                  progress=False)
+    run = fdg.run(iterations=iterations or cfg.iterations, steps=cfg.num_steps, target_return=target, progress=False)
     wall = time.perf_counter() - started
     s = run.solved_at
-    return {"config": text, "seed": seed, "solved": s is not None,
-            "env_steps": s["env_steps"] if s else run.env_steps, "time_s": s["time_s"] if s else run.wall_time,
-            "sb3_rule_steps": sb3_rule_steps(run), "all_steps": run.env_steps, "wall_s": wall}
+    return {
+        "config": text,
+        "seed": seed,
+        "solved": s is not None,
+        "env_steps": s["env_steps"] if s else run.env_steps,
+        "time_s": s["time_s"] if s else run.wall_time,
+        "sb3_rule_steps": sb3_rule_steps(run),
+        "all_steps": run.env_steps,
+        "wall_s": wall,
+    }
 
 
 def throughput_once(job: tuple) -> dict:
@@ -255,8 +275,12 @@ def throughput_once(job: tuple) -> dict:
     run = fdg.run(iterations=iterations, steps=cfg.num_steps, progress=False)
     m = run.metrics.iloc[1:]
     ms = {k: 1e3 * m[f"time/{k}_compute_s"].mean() for k in ("learner", "actor", "env") if f"time/{k}_compute_s" in m}
-    return {"config": text, "sps": run.steps_per_second, "ms": ms,
-            "shape": f"{cfg.num_envs} × {cfg.num_steps}, {cfg.update_epochs} × {cfg.num_minibatches}"}
+    return {
+        "config": text,
+        "sps": run.steps_per_second,
+        "ms": ms,
+        "shape": f"{cfg.num_envs} × {cfg.num_steps}, {cfg.update_epochs} × {cfg.num_minibatches}",
+    }
 
 
 def _pool(jobs: int):
@@ -272,21 +296,26 @@ def _fmt_steps(values: list[float]) -> str:
     return f"{statistics.median(values):,.0f}" if len(finite) > len(values) / 2 else "-"
 
 
-def solve_table(configs: list[tuple[str, str]], seeds: list[int], target: float, iterations: int | None,
-                jobs: int, verbose: bool) -> None:
+def solve_table(
+    configs: list[tuple[str, str]], seeds: list[int], target: float, iterations: int | None, jobs: int, verbose: bool
+) -> None:
     work = [(text, seed, target, iterations) for seed in seeds for _, text in configs]
     results: dict[str, list[dict]] = {text: [] for _, text in configs}
-    with (_pool(jobs) or _NoPool()) as pool:
+    with _pool(jobs) or _NoPool() as pool:
         for r in _map(pool if jobs > 1 else None, solve_once, work):
             results[r["config"]].append(r)
             if verbose:
-                print(f"  [{r['config'] or 'defaults'}] seed {r['seed']}: "
-                      f"{'solved' if r['solved'] else 'NOT solved'} at {r['env_steps']:,} env steps "
-                      f"(SB3's rule: {r['sb3_rule_steps'] or '-'}), {r['time_s']:.2f} s", flush=True)
-    print(f"\nseeds {seeds[0]}–{seeds[-1]}, {jobs} run(s) at a time; medians (a run that did not "
-          "solve counts as ∞)\n")
-    print("| configuration | solved | env steps to solve | worst seed | by SB3's rule, same runs "
-          "| time to solve (s) | env-steps/s |")
+                print(
+                    f"  [{r['config'] or 'defaults'}] seed {r['seed']}: "
+                    f"{'solved' if r['solved'] else 'NOT solved'} at {r['env_steps']:,} env steps "
+                    f"(SB3's rule: {r['sb3_rule_steps'] or '-'}), {r['time_s']:.2f} s",
+                    flush=True,
+                )
+    print(f"\nseeds {seeds[0]}–{seeds[-1]}, {jobs} run(s) at a time; medians (a run that did not solve counts as ∞)\n")
+    print(
+        "| configuration | solved | env steps to solve | worst seed | by SB3's rule, same runs "
+        "| time to solve (s) | env-steps/s |"
+    )
     print("|---|---|---|---|---|---|---|")
     for label, text in configs:
         rows = results[text]
@@ -296,9 +325,12 @@ def solve_table(configs: list[tuple[str, str]], seeds: list[int], target: float,
         sps = sum(r["all_steps"] for r in rows) / max(1e-9, sum(r["wall_s"] for r in rows))
         worst = max(steps)
         name = f"{label} (`{text}`)" if label != text else f"`{text or 'defaults'}`"
-        print(f"| {name} | {sum(r['solved'] for r in rows)}/{len(rows)} | {_fmt_steps(steps)} | "
-              f"{'∞' if not np.isfinite(worst) else f'{worst:,.0f}'} | {_fmt_steps(sb3)} | "
-              f"{statistics.median(times):.2f} | {sps:,.0f} |", flush=True)
+        print(
+            f"| {name} | {sum(r['solved'] for r in rows)}/{len(rows)} | {_fmt_steps(steps)} | "
+            f"{'∞' if not np.isfinite(worst) else f'{worst:,.0f}'} | {_fmt_steps(sb3)} | "
+            f"{statistics.median(times):.2f} | {sps:,.0f} |",
+            flush=True,
+        )
 
 
 def throughput_table(configs: list[tuple[str, str]], num_envs: int, iterations: int, reps: int) -> None:
@@ -310,13 +342,18 @@ def throughput_table(configs: list[tuple[str, str]], num_envs: int, iterations: 
             results[text].append(r)
             shapes[text] = r["shape"]
     print(f"\n{num_envs} envs, {iterations} iterations × {reps} interleaved; medians\n")
-    print("| configuration | envs × steps, epochs × minibatches | env-steps/s | learner ms/it | actor ms/it | env ms/it |")
+    print(
+        "| configuration | envs × steps, epochs × minibatches | env-steps/s | learner ms/it | actor ms/it | env ms/it |"
+    )
     print("|---|---|---|---|---|---|")
     for label, text in configs:
         rows = results[text]
         med = {k: statistics.median(r["ms"].get(k, np.nan) for r in rows) for k in ("learner", "actor", "env")}
-        print(f"| `{text or 'defaults'}` | {shapes[text]} | {statistics.median(r['sps'] for r in rows):,.0f} | "
-              f"{med['learner']:.1f} | {med['actor']:.1f} | {med['env']:.1f} |", flush=True)
+        print(
+            f"| `{text or 'defaults'}` | {shapes[text]} | {statistics.median(r['sps'] for r in rows):,.0f} | "
+            f"{med['learner']:.1f} | {med['actor']:.1f} | {med['env']:.1f} |",
+            flush=True,
+        )
 
 
 class _NoPool:
@@ -329,7 +366,7 @@ class _NoPool:
 
 def main() -> None:
     ap = harness.parser(__doc__, repeats=3)
-    ap.add_argument("-c", "--config", action="append", help="overrides (repeatable; \"\" = the defaults)")
+    ap.add_argument("-c", "--config", action="append", help='overrides (repeatable; "" = the defaults)')
     ap.add_argument("--ablation", action="store_true", help="the ablation table (docs/performance.md)")
     ap.add_argument("--seeds", type=int, nargs="+", default=list(range(1, 11)))
     ap.add_argument("--target", type=float, default=475.0)

@@ -35,6 +35,7 @@ batches sent to the scheduler. They grow for the first ~17 minutes of a run and 
     python -m benchmarks soak --policy fine --json soak.json
     python -m benchmarks soak --fdg toy --iterations 500 --runs 20   # torch-free, quick
 """
+
 from __future__ import annotations
 
 import json
@@ -89,9 +90,11 @@ def process_stats(pid: int, reads: int = 1) -> dict:
 def _scheduler_counts(dask_scheduler=None) -> dict:
     broker = getattr(dask_scheduler, "_broker", None)
     topics = getattr(broker, "_topics", {})
-    return {"tasks": len(dask_scheduler.tasks),
-            "topics": sum(1 for t in topics if str(t).startswith("workbench")),
-            "topic_events": sum(len(v.events) for t, v in topics.items() if str(t).startswith("workbench"))}
+    return {
+        "tasks": len(dask_scheduler.tasks),
+        "topics": sum(1 for t in topics if str(t).startswith("workbench")),
+        "topic_events": sum(len(v.events) for t, v in topics.items() if str(t).startswith("workbench")),
+    }
 
 
 def _deployed(dask_worker=None) -> int:
@@ -170,12 +173,24 @@ def growth_checks(phase: str, first: dict, last: dict, procs: list[str], args, *
     for p in procs:
         if p in memory:
             grew = last[p]["rss_mb"] - first[p]["rss_mb"]
-            checks.append({"check": f"{phase}: {p} RSS growth", "value": f"{grew:+.1f} MB",
-                           "bound": f"≤ {args.bound_mb:g} MB", "ok": grew <= args.bound_mb})
+            checks.append(
+                {
+                    "check": f"{phase}: {p} RSS growth",
+                    "value": f"{grew:+.1f} MB",
+                    "bound": f"≤ {args.bound_mb:g} MB",
+                    "ok": grew <= args.bound_mb,
+                }
+            )
         for what, slack in (("threads", args.slack_threads), ("fds", args.slack_fds)):
             grew = last[p][what] - first[p][what]
-            checks.append({"check": f"{phase}: {p} {what}", "value": f"{first[p][what]} → {last[p][what]}",
-                           "bound": f"≤ +{slack}", "ok": grew <= slack})
+            checks.append(
+                {
+                    "check": f"{phase}: {p} {what}",
+                    "value": f"{first[p][what]} → {last[p][what]}",
+                    "bound": f"≤ +{slack}",
+                    "ok": grew <= slack,
+                }
+            )
     return checks
 
 
@@ -186,15 +201,25 @@ def main() -> int:
     parser.add_argument("--policy", default="coarse", help="any preset name or FILE.json (default coarse)")
     parser.add_argument("--fdg", choices=("ppo", "toy"), default="ppo", help="the quickstart PPO or the torch-free toy")
     parser.add_argument("--every", type=int, default=100, help="sample every N iterations (default 100)")
-    parser.add_argument("--warmup", type=int, default=200, help="memory growth is counted from this iteration (default 200)")
+    parser.add_argument(
+        "--warmup", type=int, default=200, help="memory growth is counted from this iteration (default 200)"
+    )
     parser.add_argument("--runs", type=int, default=50, help="short runs after the long one (default 50)")
     parser.add_argument("--short-iterations", type=int, default=10, help="iterations per short run (default 10)")
-    parser.add_argument("--warm-runs", type=int, default=5, help="short-run growth is counted from this run (default 5)")
+    parser.add_argument(
+        "--warm-runs", type=int, default=5, help="short-run growth is counted from this run (default 5)"
+    )
     parser.add_argument("--bound-mb", type=float, default=50.0, help="allowed RSS growth per worker (default 50 MB)")
-    parser.add_argument("--slack-threads", type=int, default=2, help="allowed thread-count growth per process (default 2)")
+    parser.add_argument(
+        "--slack-threads", type=int, default=2, help="allowed thread-count growth per process (default 2)"
+    )
     parser.add_argument("--slack-fds", type=int, default=4, help="allowed open-fd growth per process (default 4)")
-    parser.add_argument("--worker-log-length", type=int, metavar="N",
-                        help="the workers' distributed.admin.low-level-log-length (default: Dask's, 1000)")
+    parser.add_argument(
+        "--worker-log-length",
+        type=int,
+        metavar="N",
+        help="the workers' distributed.admin.low-level-log-length (default: Dask's, 1000)",
+    )
     args = parser.parse_args()
     warmup = min(args.warmup, max(1, args.iterations // 10))
     warm_runs = min(args.warm_runs, max(1, args.runs // 2))
@@ -210,41 +235,63 @@ def main() -> int:
         worker_config = {}
         if args.worker_log_length is not None:  # the workers' config only; the scheduler keeps Dask's
             worker_config["config"] = dask.config.merge(
-                dask.config.config, {"distributed": {"admin": {"low-level-log-length": args.worker_log_length}}})
-        cluster = LocalCluster(n_workers=2, threads_per_worker=1, processes=True, host="127.0.0.1",
-                               dashboard_address="127.0.0.1:0", silence_logs=logging.ERROR, **worker_config)
+                dask.config.config, {"distributed": {"admin": {"low-level-log-length": args.worker_log_length}}}
+            )
+        cluster = LocalCluster(
+            n_workers=2,
+            threads_per_worker=1,
+            processes=True,
+            host="127.0.0.1",
+            dashboard_address="127.0.0.1:0",
+            silence_logs=logging.ERROR,
+            **worker_config,
+        )
     with cluster, Client(cluster, set_as_default=False) as client:
         client.run(_warm_up)
         probe = Probe(client)
         workers = list(probe.workers)
         procs = [*workers, "client"]
         fdg = ppo_fdg(args.iterations) if args.fdg == "ppo" else toy_fdg()
-        print(f"soak: {args.fdg} FDG, policy {args.policy}, {args.iterations} iterations × {args.steps} steps, "
-              f"then {args.runs} runs × {args.short_iterations}; 2 workers (pids "
-              f"{', '.join(f'{k}={v}' for k, v in probe.workers.items())}), dashboard {client.dashboard_link}; "
-              f"load average {os.getloadavg()[0]:.2f} on {os.cpu_count()} cores", flush=True)
+        print(
+            f"soak: {args.fdg} FDG, policy {args.policy}, {args.iterations} iterations × {args.steps} steps, "
+            f"then {args.runs} runs × {args.short_iterations}; 2 workers (pids "
+            f"{', '.join(f'{k}={v}' for k, v in probe.workers.items())}), dashboard {client.dashboard_link}; "
+            f"load average {os.getloadavg()[0]:.2f} on {os.cpu_count()} cores",
+            flush=True,
+        )
         before = probe.sample(deep=True, iteration=0)
 
         # 1. one long run
         logger = SamplingLogger(probe, args.every, args.iterations, warmup)
         start = time.perf_counter()
-        run = fdg.run(iterations=args.iterations, steps=args.steps, policy=args.policy, cluster=client,
-                      progress=False, loggers=[logger])
+        run = fdg.run(
+            iterations=args.iterations,
+            steps=args.steps,
+            policy=args.policy,
+            cluster=client,
+            progress=False,
+            loggers=[logger],
+        )
         long_s = time.perf_counter() - start
         settle_s = probe.settle()
         after_long = probe.sample(deep=True, iteration="after")
         long_samples = [before, *logger.samples, after_long]
         ret = run.mean_return()
-        print(f"\n## {args.iterations} iterations in one run: {run.status} in {long_s:.0f} s "
-              f"({run.steps_per_second:,.0f} env-steps/s, mean return {ret if ret is None else round(ret)}, "
-              f"policy {run.policy_name}); load average now {os.getloadavg()[0]:.2f}\n")
+        print(
+            f"\n## {args.iterations} iterations in one run: {run.status} in {long_s:.0f} s "
+            f"({run.steps_per_second:,.0f} env-steps/s, mean return {ret if ret is None else round(ret)}, "
+            f"policy {run.policy_name}); load average now {os.getloadavg()[0]:.2f}\n"
+        )
         print(table(long_samples, "iteration", workers, ("futures", "tasks", "topics", "topic_events", "handlers")))
-        print(f"(after: once the run returned and the scheduler forgot its tasks, {settle_s:.2f} s later; "
-              f"replicas still deployed: {after_long['deployed']})")
+        print(
+            f"(after: once the run returned and the scheduler forgot its tasks, {settle_s:.2f} s later; "
+            f"replicas still deployed: {after_long['deployed']})"
+        )
         at_warmup = next(s for s in logger.samples if s["iteration"] == warmup)
         at_end = next(s for s in logger.samples if s["iteration"] == args.iterations)
-        checks = growth_checks(f"long run, iteration {warmup} → {args.iterations}", at_warmup, at_end, procs, args,
-                               memory=workers)
+        checks = growth_checks(
+            f"long run, iteration {warmup} → {args.iterations}", at_warmup, at_end, procs, args, memory=workers
+        )
 
         # 2. many short runs of the same FDG
         short_samples = [after_long]
@@ -252,29 +299,46 @@ def main() -> int:
         marks = {1, warm_runs, half, args.runs} | set(range(0, args.runs + 1, max(1, args.runs // 10)))
         start = time.perf_counter()
         for number in range(1, args.runs + 1):
-            fdg.run(iterations=args.short_iterations, steps=args.steps, policy=args.policy, cluster=client,
-                    progress=False)
+            fdg.run(
+                iterations=args.short_iterations, steps=args.steps, policy=args.policy, cluster=client, progress=False
+            )
             if number in marks:
                 probe.settle()
                 short_samples.append(probe.sample(deep=True, run=number))
         short_s = time.perf_counter() - start
         after_long["run"] = 0
-        print(f"\n## {args.runs} runs × {args.short_iterations} iterations: {short_s:.0f} s "
-              f"({short_s / max(1, args.runs):.2f} s a run); load average now {os.getloadavg()[0]:.2f}\n")
-        print(table(short_samples, "run", workers, ("futures", "tasks", "topics", "topic_events", "handlers", "deployed")))
+        print(
+            f"\n## {args.runs} runs × {args.short_iterations} iterations: {short_s:.0f} s "
+            f"({short_s / max(1, args.runs):.2f} s a run); load average now {os.getloadavg()[0]:.2f}\n"
+        )
+        print(
+            table(short_samples, "run", workers, ("futures", "tasks", "topics", "topic_events", "handlers", "deployed"))
+        )
         first = next(s for s in short_samples if s.get("run") == warm_runs)
         last = short_samples[-1]
         phase = f"{args.runs} short runs, run {warm_runs} → {args.runs}"
         checks += growth_checks(phase, first, last, procs, args, memory=workers)
         for what in ("futures", "tasks", "deployed"):
-            checks.append({"check": f"{phase}: {what} left", "value": str(last[what]), "bound": "0",
-                           "ok": last[what] == 0})
-        checks.append({"check": f"{phase}: client event handlers", "value": f"{first['handlers']} → {last['handlers']}",
-                       "bound": "no growth", "ok": last["handlers"] <= first["handlers"]})
+            checks.append(
+                {"check": f"{phase}: {what} left", "value": str(last[what]), "bound": "0", "ok": last[what] == 0}
+            )
+        checks.append(
+            {
+                "check": f"{phase}: client event handlers",
+                "value": f"{first['handlers']} → {last['handlers']}",
+                "bound": "no growth",
+                "ok": last["handlers"] <= first["handlers"],
+            }
+        )
         middle = next(s for s in short_samples if s.get("run") == half)
-        checks.append({"check": f"{args.runs} short runs, run {half} → {args.runs}: scheduler event topics",
-                       "value": f"{middle['topics']} → {last['topics']} ({last['topic_events']} events)",
-                       "bound": "no growth", "ok": last["topics"] <= middle["topics"]})
+        checks.append(
+            {
+                "check": f"{args.runs} short runs, run {half} → {args.runs}: scheduler event topics",
+                "value": f"{middle['topics']} → {last['topics']} ({last['topic_events']} events)",
+                "bound": "no growth",
+                "ok": last["topics"] <= middle["topics"],
+            }
+        )
 
     print("\n## verdict\n")
     print("| check | value | bound | |\n|---|---|---|---|")
@@ -284,9 +348,21 @@ def main() -> int:
     print(f"\nsoak: {'PASS' if not failed else f'FAIL ({len(failed)} of {len(checks)} checks exceeded)'}")
     if args.json:
         with open(args.json, "w") as fh:
-            json.dump({"args": vars(args), "cpus": os.cpu_count(), "load_average_end": os.getloadavg(),
-                       "long": long_samples, "short": short_samples, "checks": checks,
-                       "long_run_s": long_s, "short_runs_s": short_s}, fh, indent=1, default=str)
+            json.dump(
+                {
+                    "args": vars(args),
+                    "cpus": os.cpu_count(),
+                    "load_average_end": os.getloadavg(),
+                    "long": long_samples,
+                    "short": short_samples,
+                    "checks": checks,
+                    "long_run_s": long_s,
+                    "short_runs_s": short_s,
+                },
+                fh,
+                indent=1,
+                default=str,
+            )
     return 1 if failed else 0
 
 

@@ -15,6 +15,7 @@ Example (the doctest lines below become one fenced block):
     >>> fence_doctests(">>> 1 + 1\\n2").splitlines()[0]
     '```pycon'
 """
+
 from __future__ import annotations
 
 import re
@@ -61,7 +62,7 @@ def fence_doctests(text: str) -> str:
             out.append("")
         out.append(f"{fence}```pycon")
         while i < len(lines) and lines[i].strip() and lines[i].startswith(indent):
-            out.append(fence + lines[i][len(indent):])
+            out.append(fence + lines[i][len(indent) :])
             i += 1
         out.append(f"{fence}```")
     return "\n".join(out)

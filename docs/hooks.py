@@ -15,6 +15,7 @@ host. For the site this hook
 Example: a page ``docs/errors.md`` with ``[test](../tests/test_bad_input.py#L3)`` builds to a
 link to ``tests/test_bad_input.py#L3`` in the site, which holds that file.
 """
+
 from __future__ import annotations
 
 import posixpath
@@ -59,8 +60,15 @@ def on_files(files, config):
     for repo_path in sorted(notebooks | _linked_outside_files(docs_dir)):
         if files.get_file_from_path(repo_path) is None:
             # not in the nav: notebooks are listed there by hand, linked files are reached by links
-            files.append(File(repo_path, str(REPO), config["site_dir"], config["use_directory_urls"],
-                              inclusion=InclusionLevel.NOT_IN_NAV))
+            files.append(
+                File(
+                    repo_path,
+                    str(REPO),
+                    config["site_dir"],
+                    config["use_directory_urls"],
+                    inclusion=InclusionLevel.NOT_IN_NAV,
+                )
+            )
     return files
 
 
@@ -71,8 +79,10 @@ def run_options_table() -> str:
 
     from workbench.config import RunConfig
 
-    rows = ["| `fdg.run(...)` keyword | `%fdg run` / `workbench run` flag | default | what it does |",
-            "| --- | --- | --- | --- |"]
+    rows = [
+        "| `fdg.run(...)` keyword | `%fdg run` / `workbench run` flag | default | what it does |",
+        "| --- | --- | --- | --- |",
+    ]
     for field in dataclasses.fields(RunConfig):
         meta = field.metadata
         flag = "--" + field.name.replace("_", "-")

@@ -1,7 +1,8 @@
 """Regenerate the README's figures from the real quickstart FDG.
 
-    python docs/make_figures.py
+python docs/make_figures.py
 """
+
 from pathlib import Path
 
 from workbench.algorithms import ppo

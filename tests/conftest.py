@@ -1,5 +1,6 @@
 """Shared fixtures: a real LocalCluster on loopback, and small FDGs that exercise every
 interface kind without torch."""
+
 from __future__ import annotations
 
 import contextlib
@@ -38,9 +39,15 @@ def two_worker_client(silence_logs: int = logging.ERROR, **cluster_options):
 
     from workbench.cluster.restart_tolerant import PatientLocalCluster
 
-    with PatientLocalCluster(n_workers=2, threads_per_worker=1, processes=True, host="127.0.0.1",
-                             dashboard_address="127.0.0.1:0", silence_logs=silence_logs,
-                             **cluster_options) as cluster:
+    with PatientLocalCluster(
+        n_workers=2,
+        threads_per_worker=1,
+        processes=True,
+        host="127.0.0.1",
+        dashboard_address="127.0.0.1:0",
+        silence_logs=silence_logs,
+        **cluster_options,
+    ) as cluster:
         with Client(cluster, set_as_default=False) as c:
             yield c
 
@@ -125,8 +132,14 @@ def tls_local_cluster():
     from distributed.security import Security
 
     security = Security.temporary()
-    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, host="127.0.0.1",
-                      dashboard_address="127.0.0.1:0", security=security,
-                      silence_logs=logging.ERROR) as cluster:
+    with LocalCluster(
+        n_workers=2,
+        threads_per_worker=1,
+        processes=True,
+        host="127.0.0.1",
+        dashboard_address="127.0.0.1:0",
+        security=security,
+        silence_logs=logging.ERROR,
+    ) as cluster:
         assert cluster.scheduler_address.startswith("tls://127.0.0.1:")
         yield cluster

@@ -1,5 +1,6 @@
 """A3C: the notebook is the library algorithm, its gradient and update do what they say, and it
 learns CartPole-v1 under the inline policy (synchronous A2C)."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -10,8 +11,7 @@ import pytest
 import torch
 
 from workbench.algorithms import a3c
-from workbench.algorithms.a3c import (A3CConfig, ActorCritic, a3c_gradients,
-                                      apply_gradients, build_fdg, stack_steps)
+from workbench.algorithms.a3c import A3CConfig, ActorCritic, a3c_gradients, apply_gradients, build_fdg, stack_steps
 from workbench.algorithms.ppo import ActorCritic as PPOActorCritic
 from workbench.envs import FusedCartPole
 from workbench.kernels import gae, normalize_advantages
@@ -68,7 +68,7 @@ def test_gradient_is_flat_float32_and_matches_autograd_on_the_same_loss():
     flat = a3c_gradients(policy, cfg, state, action, reward, starts, last_obs, last_done)
     n_params = sum(p.numel() for p in policy.parameters())
     assert flat.dtype == np.float32 and flat.shape == (n_params,)
-    assert all(p.grad is None for p in policy.parameters())      # the actor's network is untouched
+    assert all(p.grad is None for p in policy.parameters())  # the actor's network is untouched
     assert all(torch.equal(a, b) for a, b in zip(before, policy.parameters()))
     assert np.isfinite(flat).all() and np.abs(flat).sum() > 0
     # deterministic in the rollout and the parameters
@@ -88,11 +88,15 @@ def test_gradient_is_autograd_of_the_a3c_loss_bit_for_bit():
     logp, entropy, value = policy.evaluate(torch.from_numpy(state.reshape(-1, 4)), torch.from_numpy(action.reshape(-1)))
     with torch.no_grad():
         last_value = policy.value(torch.from_numpy(last_obs)).numpy()
-    adv, ret = gae(reward, value.detach().numpy().reshape(reward.shape), starts, last_value, last_done,
-                   cfg.gamma, cfg.gae_lambda)
+    adv, ret = gae(
+        reward, value.detach().numpy().reshape(reward.shape), starts, last_value, last_done, cfg.gamma, cfg.gae_lambda
+    )
     adv = normalize_advantages(torch.from_numpy(adv.reshape(-1)))
-    loss = (-(adv * logp).mean() - cfg.ent_coef * entropy.mean()
-            + cfg.vf_coef * 0.5 * ((value - torch.from_numpy(ret.reshape(-1))) ** 2).mean())
+    loss = (
+        -(adv * logp).mean()
+        - cfg.ent_coef * entropy.mean()
+        + cfg.vf_coef * 0.5 * ((value - torch.from_numpy(ret.reshape(-1))) ** 2).mean()
+    )
     expected = torch.cat([g.reshape(-1) for g in torch.autograd.grad(loss, list(policy.parameters()))])
     np.testing.assert_array_equal(flat, expected.numpy())
 
@@ -117,8 +121,8 @@ def test_apply_gradients_steps_the_learner_toward_lower_loss_and_clips():
     before = torch.cat([p.detach().reshape(-1) for p in model.parameters()])
     norm = apply_gradients(model, optimizer, flat, cfg)
     after = torch.cat([p.detach().reshape(-1) for p in model.parameters()])
-    assert abs(norm / np.linalg.norm(flat) - 1) < 1e-5               # the norm before clipping
-    step = before - after                                         # SGD, lr 1: the clipped gradient
+    assert abs(norm / np.linalg.norm(flat) - 1) < 1e-5  # the norm before clipping
+    step = before - after  # SGD, lr 1: the clipped gradient
     assert abs(step.norm().item() - cfg.max_grad_norm) < 1e-4
     np.testing.assert_allclose(step.numpy(), flat * (0.5 / np.linalg.norm(flat)), rtol=1e-3, atol=1e-7)
     # the wrong size is a clear error
@@ -163,7 +167,8 @@ def test_inline_a2c_solves_cartpole():
     """The default config (seed 1) as the notebook would run it inline: about 85k env steps
     and 3 s here (seeds 2 and 3: 98k and 77k)."""
     cfg = A3CConfig()
-    run = build_fdg(_namespace()).run(iterations=cfg.iterations, steps=cfg.num_steps,
-                                      target_return=cfg.target_return, progress=False)
+    run = build_fdg(_namespace()).run(
+        iterations=cfg.iterations, steps=cfg.num_steps, target_return=cfg.target_return, progress=False
+    )
     assert run.solved_at is not None, run.summary()
     assert run.mean_return() >= 475 and len(run.episode_returns) >= 20

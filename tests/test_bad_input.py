@@ -1,6 +1,7 @@
 """Bad input, everywhere a user can give it: each case gets a clear error (what was wrong,
 where, what to do) and loses nothing (the FDG and the policy stay as they were, no worker
 is left busy). docs/errors.md is the catalogue; the last test keeps it honest."""
+
 from __future__ import annotations
 
 import ast
@@ -36,9 +37,10 @@ def _cells(ip, *cells) -> None:
         assert result.success, result.error_in_exec or result.error_before_exec
 
 
-def _cartpole_fdg(actor: str = "action = np.zeros(len(obs), dtype=np.int64)",
-                  env_init: str = "envs = wb.envs.make('CartPole-v1', num_envs=4, seed=0)\n"
-                                  "obs = envs.reset()") -> wb.FDG:
+def _cartpole_fdg(
+    actor: str = "action = np.zeros(len(obs), dtype=np.int64)",
+    env_init: str = "envs = wb.envs.make('CartPole-v1', num_envs=4, seed=0)\nobs = envs.reset()",
+) -> wb.FDG:
     fdg = wb.FDG(namespace={"np": np, "wb": wb})
     fdg.add_fragment("env", env_init, rate="init")
     fdg.add_fragment("actor", actor, rate="step")
@@ -60,18 +62,31 @@ def _raises_in_run(fdg: wb.FDG, **kwargs) -> wb.FragmentRuntimeError:
 
 
 # ============================================================================ magics
-@pytest.mark.parametrize("line, message", [
-    ("actor --speed 3", "%%fragment: unrecognized arguments: --speed 3. Usage: %%fragment"),
-    ("actor --every sometimes", "argument --every: invalid choice: 'sometimes'"),
-    ("actor --init --every step", "argument --every: not allowed with argument --init"),
-    ("actor --replicas 0", "fragment 'actor': --replicas must be ≥ 1, got 0."),
-    ("actor --replicas two", "argument --replicas: invalid int value: 'two'"),
-    ("actor --device tpu", "argument --device: invalid choice: 'tpu'"),
-    ("", "the following arguments are required: name"),
-    ("my-actor", "fragment 'my-actor': fragment name 'my-actor' is not a Python identifier."),
-    ("actor --reads 2x", "fragment 'actor': name '2x' is not a Python identifier."),
-], ids=["unknown-option", "bad-every", "init-and-every", "replicas-0", "replicas-not-int",
-        "bad-device", "no-name", "bad-name", "bad-reads"])
+@pytest.mark.parametrize(
+    "line, message",
+    [
+        ("actor --speed 3", "%%fragment: unrecognized arguments: --speed 3. Usage: %%fragment"),
+        ("actor --every sometimes", "argument --every: invalid choice: 'sometimes'"),
+        ("actor --init --every step", "argument --every: not allowed with argument --init"),
+        ("actor --replicas 0", "fragment 'actor': --replicas must be ≥ 1, got 0."),
+        ("actor --replicas two", "argument --replicas: invalid int value: 'two'"),
+        ("actor --device tpu", "argument --device: invalid choice: 'tpu'"),
+        ("", "the following arguments are required: name"),
+        ("my-actor", "fragment 'my-actor': fragment name 'my-actor' is not a Python identifier."),
+        ("actor --reads 2x", "fragment 'actor': name '2x' is not a Python identifier."),
+    ],
+    ids=[
+        "unknown-option",
+        "bad-every",
+        "init-and-every",
+        "replicas-0",
+        "replicas-not-int",
+        "bad-device",
+        "no-name",
+        "bad-name",
+        "bad-reads",
+    ],
+)
 def test_bad_fragment_line_is_a_usage_error_and_keeps_the_fdg(ip, capsys, line, message):
     _cells(ip, *LOOP_CELLS)
     before = _fdg(ip).copy()
@@ -82,16 +97,27 @@ def test_bad_fragment_line_is_a_usage_error_and_keeps_the_fdg(ip, capsys, line, 
     assert _fdg(ip) == before
 
 
-@pytest.mark.parametrize("line, message", [
-    ("run --bogus 3", "%fdg run: unrecognized arguments: --bogus 3"),
-    ("run --steps abc", "argument --steps: invalid int value: 'abc'"),
-    ("run --steps 0", "--steps must be a whole number ≥ 1, got 0."),
-    ("run --iterations -1", "--iterations must be a whole number ≥ 1, got -1."),
-    ("run --target-return high", "argument --target-return: invalid float value: 'high'"),
-    ("run --policy corse", "unknown policy 'corse'; choose one of inline, coarse"),
-    ("run --policy nowhere.json", "policy file not found: 'nowhere.json'"),
-], ids=["unknown-option", "steps-not-int", "steps-0", "iterations-negative", "target-not-float",
-        "unknown-policy", "missing-policy-file"])
+@pytest.mark.parametrize(
+    "line, message",
+    [
+        ("run --bogus 3", "%fdg run: unrecognized arguments: --bogus 3"),
+        ("run --steps abc", "argument --steps: invalid int value: 'abc'"),
+        ("run --steps 0", "--steps must be a whole number ≥ 1, got 0."),
+        ("run --iterations -1", "--iterations must be a whole number ≥ 1, got -1."),
+        ("run --target-return high", "argument --target-return: invalid float value: 'high'"),
+        ("run --policy corse", "unknown policy 'corse'; choose one of inline, coarse"),
+        ("run --policy nowhere.json", "policy file not found: 'nowhere.json'"),
+    ],
+    ids=[
+        "unknown-option",
+        "steps-not-int",
+        "steps-0",
+        "iterations-negative",
+        "target-not-float",
+        "unknown-policy",
+        "missing-policy-file",
+    ],
+)
 def test_bad_fdg_run_line_is_a_usage_error_and_starts_nothing(ip, line, message):
     _cells(ip, *LOOP_CELLS)
     before = _fdg(ip).copy()
@@ -103,8 +129,12 @@ def test_bad_fdg_run_line_is_a_usage_error_and_starts_nothing(ip, line, message)
 
 def test_unknown_policy_name_suggests_the_preset():
     fdg = toy_fdg()
-    for typo, meant in [("corse", "coarse"), ("Coarse", "coarse"), ("multi-learner", "multilearner"),
-                        ("inlne", "inline")]:
+    for typo, meant in [
+        ("corse", "coarse"),
+        ("Coarse", "coarse"),
+        ("multi-learner", "multilearner"),
+        ("inlne", "inline"),
+    ]:
         with pytest.raises(wb.PlacementError, match=f"unknown policy '{typo}'.* Did you mean '{meant}'\\?$"):
             fdg.run(iterations=1, steps=1, policy=typo, progress=False)
     with pytest.raises(wb.PlacementError) as info:
@@ -146,8 +176,10 @@ def test_a_name_read_that_nobody_writes_is_named_with_its_cell_line(ip):
     with pytest.raises(UsageError) as info:
         ip.run_line_magic("fdg", "run --iterations 1 --steps 1")
     message = str(info.value)
-    assert message.startswith("fragment 'actor' (step cell) reads 'gian' (cell line 2), but no "
-                              "fragment writes it and the notebook does not define it.")
+    assert message.startswith(
+        "fragment 'actor' (step cell) reads 'gian' (cell line 2), but no "
+        "fragment writes it and the notebook does not define it."
+    )
     assert "Did you mean 'gain'?" in message and "--reads/--writes" in message
     assert _fdg(ip) == before and _fdg(ip).last_run is None
 
@@ -158,15 +190,16 @@ def test_a_name_two_fragments_write_is_refused_and_the_fdg_kept(ip, capsys):
     result = ip.run_cell("%%fragment critic\nreward = 0.0\n")
     assert not result.success
     err = capsys.readouterr().err
-    assert ("'reward' is written by fragments 'env', 'critic' and read by 'learner': an interface "
-            "has exactly one writer. Rename the name in all but one of the writing cells.") in err
+    assert (
+        "'reward' is written by fragments 'env', 'critic' and read by 'learner': an interface "
+        "has exactly one writer. Rename the name in all but one of the writing cells."
+    ) in err
     assert _fdg(ip) == before and "critic" not in _fdg(ip)
 
 
 def test_a_step_cell_that_does_not_bind_a_name_others_read_is_named():
     fdg = toy_fdg()
-    fdg.add_fragment("env", "obs = obs + 1\nif seen > 0:\n    reward = action.copy()\nseen += 1",
-                     rate="step")
+    fdg.add_fragment("env", "obs = obs + 1\nif seen > 0:\n    reward = action.copy()\nseen += 1", rate="step")
     err = _raises_in_run(fdg)
     assert (err.fragment, err.rate, err.replica, err.worker, err.iteration) == ("env", "step", 0, "local", 0)
     assert "the step cell did not bind 'reward' this time" in str(err)
@@ -186,9 +219,11 @@ def test_an_environment_id_that_does_not_exist_names_the_fragment_and_cell_line(
     fdg = _cartpole_fdg(env_init="n = 4\nenvs = wb.envs.make('NoSuchEnv-v0', num_envs=n)\nobs = envs.reset()")
     err = _raises_in_run(fdg)
     assert (err.fragment, err.rate, err.line) == ("env", "init", 2)
-    assert str(err).startswith("fragment 'env' (init cell), replica 0 on local, raised at cell line 2:\n"
-                               "    envs = wb.envs.make('NoSuchEnv-v0', num_envs=n)\n"
-                               "ValueError: unknown environment id 'NoSuchEnv-v0'.")
+    assert str(err).startswith(
+        "fragment 'env' (init cell), replica 0 on local, raised at cell line 2:\n"
+        "    envs = wb.envs.make('NoSuchEnv-v0', num_envs=n)\n"
+        "ValueError: unknown environment id 'NoSuchEnv-v0'."
+    )
     assert "gymnasium.pprint_registry()" in str(err)
 
     typo = _cartpole_fdg(env_init="envs = wb.envs.make('cartpole-v1', num_envs=4)\nobs = envs.reset()")
@@ -196,11 +231,15 @@ def test_an_environment_id_that_does_not_exist_names_the_fragment_and_cell_line(
     assert err.line == 1 and "Did you mean 'CartPole-v1', 'CartPole-v0'" in str(err)
 
 
-@pytest.mark.parametrize("actor, got", [
-    ("action = np.zeros((len(obs), 2), dtype=np.int64)", "got shape (4, 2), dtype int64"),
-    ("action = np.zeros(len(obs) + 1, dtype=np.int64)", "got shape (5,), dtype int64"),
-    ("action = np.full(len(obs), 0.7)", "got shape (4,), dtype float64"),
-], ids=["logits-shape", "wrong-batch", "float-dtype"])
+@pytest.mark.parametrize(
+    "actor, got",
+    [
+        ("action = np.zeros((len(obs), 2), dtype=np.int64)", "got shape (4, 2), dtype int64"),
+        ("action = np.zeros(len(obs) + 1, dtype=np.int64)", "got shape (5,), dtype int64"),
+        ("action = np.full(len(obs), 0.7)", "got shape (4,), dtype float64"),
+    ],
+    ids=["logits-shape", "wrong-batch", "float-dtype"],
+)
 def test_actions_of_the_wrong_shape_or_dtype_name_the_env_cell(actor, got):
     err = _raises_in_run(_cartpole_fdg(actor=actor))
     assert (err.fragment, err.rate, err.line) == ("env", "step", 1)
@@ -215,18 +254,53 @@ def _pendulum():
     return gymnasium.make("Pendulum-v1")
 
 
-@pytest.mark.parametrize("make_env, actions, expected", [
-    (lambda: CartPole(4, seed=0), np.full(4, 0.5), "CartPole.step expects actions of shape (4,) with integer"),
-    (lambda: CartPole(4, seed=0), np.zeros(3, np.int64), "got shape (3,), dtype int64. step takes one action per env"),
-    (lambda: SimpleSpread(2, seed=0), np.zeros((2, 3), np.float32), "SimpleSpread.step expects actions of shape (2, 3) with integer"),
-    (lambda: SimpleSpread(2, seed=0), np.zeros((2, 4), np.int64), "got shape (2, 4)"),
-    (lambda: SimpleSpread(2, continuous_actions=True, seed=0), np.ones((2, 3, 5), np.int64),
-     "SimpleSpread.step expects actions of shape (2, 3, 5) with floating-point values; got shape (2, 3, 5), dtype int64"),
-    (lambda: wb.envs.make("CartPole-v1", 4, backend="gymnasium"), np.full(4, 1.0), "GymVectorEnv.step expects actions of shape (4,) with integer"),
-    (lambda: GymVectorEnv(_pendulum, 3), np.zeros(3, np.int64), "GymVectorEnv.step expects actions of shape (3, 1) with floating-point values; got shape (3,), dtype int64"),
-    (lambda: ThreadedVectorEnv(_pendulum, 4, threads=2), np.zeros((4, 2), np.float32), "ThreadedVectorEnv.step expects actions of shape (4, 1)"),
-], ids=["cartpole-float", "cartpole-batch", "spread-float", "spread-shape", "spread-continuous-int",
-        "gym-float", "gym-box-int", "threaded-shape"])
+@pytest.mark.parametrize(
+    "make_env, actions, expected",
+    [
+        (lambda: CartPole(4, seed=0), np.full(4, 0.5), "CartPole.step expects actions of shape (4,) with integer"),
+        (
+            lambda: CartPole(4, seed=0),
+            np.zeros(3, np.int64),
+            "got shape (3,), dtype int64. step takes one action per env",
+        ),
+        (
+            lambda: SimpleSpread(2, seed=0),
+            np.zeros((2, 3), np.float32),
+            "SimpleSpread.step expects actions of shape (2, 3) with integer",
+        ),
+        (lambda: SimpleSpread(2, seed=0), np.zeros((2, 4), np.int64), "got shape (2, 4)"),
+        (
+            lambda: SimpleSpread(2, continuous_actions=True, seed=0),
+            np.ones((2, 3, 5), np.int64),
+            "SimpleSpread.step expects actions of shape (2, 3, 5) with floating-point values; got shape (2, 3, 5), dtype int64",
+        ),
+        (
+            lambda: wb.envs.make("CartPole-v1", 4, backend="gymnasium"),
+            np.full(4, 1.0),
+            "GymVectorEnv.step expects actions of shape (4,) with integer",
+        ),
+        (
+            lambda: GymVectorEnv(_pendulum, 3),
+            np.zeros(3, np.int64),
+            "GymVectorEnv.step expects actions of shape (3, 1) with floating-point values; got shape (3,), dtype int64",
+        ),
+        (
+            lambda: ThreadedVectorEnv(_pendulum, 4, threads=2),
+            np.zeros((4, 2), np.float32),
+            "ThreadedVectorEnv.step expects actions of shape (4, 1)",
+        ),
+    ],
+    ids=[
+        "cartpole-float",
+        "cartpole-batch",
+        "spread-float",
+        "spread-shape",
+        "spread-continuous-int",
+        "gym-float",
+        "gym-box-int",
+        "threaded-shape",
+    ],
+)
 def test_envs_check_action_shape_and_dtype(make_env, actions, expected):
     env = make_env()
     env.reset(seed=0)
@@ -249,8 +323,10 @@ def test_cupy_envs_check_action_dtype():
         pytest.skip("no usable CUDA GPU with CuPy")
     import cupy
 
-    for env, shape in ((wb.envs.make("CartPole-v1", 8, backend="cupy", seed=0), (8,)),
-                       (SimpleSpread(8, seed=0, xp=cupy), (8, 3))):
+    for env, shape in (
+        (wb.envs.make("CartPole-v1", 8, backend="cupy", seed=0), (8,)),
+        (SimpleSpread(8, seed=0, xp=cupy), (8, 3)),
+    ):
         env.reset()
         with pytest.raises(ValueError, match="with integer values"):
             env.step(cupy.zeros(shape, cupy.float32))
@@ -259,8 +335,9 @@ def test_cupy_envs_check_action_dtype():
 
 def test_nan_in_the_loss_stops_the_run_naming_the_metric():
     fdg = toy_fdg()
-    learner = ("total += float(reward.sum())\nloss = total * float('nan')\n"
-               "wb.log('losses/loss', loss{})\nscale = scale * 0.5")
+    learner = (
+        "total += float(reward.sum())\nloss = total * float('nan')\nwb.log('losses/loss', loss{})\nscale = scale * 0.5"
+    )
     fdg.add_fragment("learner", learner.format(""), rate="iteration")
     err = _raises_in_run(fdg)
     assert (err.fragment, err.rate, err.line, err.iteration) == ("learner", "iteration", 3, 0)
@@ -275,8 +352,11 @@ def test_nan_in_the_loss_stops_the_run_naming_the_metric():
 def test_log_refuses_what_is_not_a_finite_number():
     with pytest.raises(MetricError, match=r"metric 'losses/v' has 2 of 3 values not finite \(-inf, inf\)"):
         wb.log("losses/v", np.array([1.0, np.inf, -np.inf]))
-    with pytest.raises(MetricError, match=r"wb.log\('losses/all', …\) needs a number or an array of "
-                                          r"numbers, got dict \{'a': 1.0\}"):
+    with pytest.raises(
+        MetricError,
+        match=r"wb.log\('losses/all', …\) needs a number or an array of "
+        r"numbers, got dict \{'a': 1.0\}",
+    ):
         wb.log("losses/all", {"a": 1.0})
     assert isinstance(MetricError("x"), ValueError)  # code catching ValueError still does
     wb.log("charts/x", np.array([1.0, 2.0]))
@@ -289,13 +369,16 @@ def test_a_fragment_raising_on_a_worker_stops_cleanly_and_the_fixed_cell_runs_ag
     err = _raises_in_run(fdg, iterations=5, policy="coarse", cluster=client)
     assert (err.fragment, err.rate, err.replica, err.line, err.iteration) == ("learner", "iteration", 0, 2, 0)
     assert err.worker in {"0", "1"}
-    assert str(err).startswith(f"fragment 'learner' (iteration cell), replica 0 on worker {err.worker}, raised "
-                               "in iteration 0 at cell line 2:\n    scale = 1 / (total * 0)\n"
-                               "ZeroDivisionError: float division by zero\n")
+    assert str(err).startswith(
+        f"fragment 'learner' (iteration cell), replica 0 on worker {err.worker}, raised "
+        "in iteration 0 at cell line 2:\n    scale = 1 / (total * 0)\n"
+        "ZeroDivisionError: float division by zero\n"
+    )
     assert _replicas_left(client) == 0 and not any(client.processing().values())
 
-    fdg.add_fragment("learner", "total += float(reward.sum())\nwb.log('learner/total', total)\n"
-                                "scale = scale * 0.5", rate="iteration")  # the cell, fixed and re-run
+    fdg.add_fragment(
+        "learner", "total += float(reward.sum())\nwb.log('learner/total', total)\nscale = scale * 0.5", rate="iteration"
+    )  # the cell, fixed and re-run
     run = fdg.run(iterations=3, steps=2, policy="coarse", cluster=client, progress=False)
     both = np.concatenate([np.arange(3.0), np.arange(3.0) + 10])
     assert run.status == "finished" and run.metrics["learner/total"].tolist() == _expected_totals(3, 2, both)
@@ -322,7 +405,8 @@ def test_a_policy_naming_unknown_workers_is_refused(client, tmp_path):
         fdg.run(iterations=2, steps=2, policy=str(path), cluster=client, progress=False)
     assert str(info.value).startswith(
         "policy 'mine' puts 'actor+env' on worker 'gpu-box-7', which is not in the cluster — it may "
-        "have left since the policy was made (workers now: 0, 1).")
+        "have left since the policy was made (workers now: 0, 1)."
+    )
     assert wb.Policy.from_json(path.read_text()) == policy  # the file is untouched
     assert fdg == before and _replicas_left(client) == 0
 
@@ -349,7 +433,8 @@ def test_a_gpu_policy_on_a_cluster_without_gpus_is_refused(gpuless_client):
         fdg.run(iterations=2, steps=2, policy=policy, cluster=client, progress=False)
     assert str(info.value) == (
         "policy 'on-gpu' puts 'learner' on the GPU of worker '0', which has no GPU (workers with "
-        "GPUs: none). Use device 'cpu' or a worker with a GPU.")
+        "GPUs: none). Use device 'cpu' or a worker with a GPU."
+    )
     assert fdg == before and _replicas_left(client) == 0
 
 
@@ -368,10 +453,14 @@ def test_an_unreachable_scheduler_fails_within_the_timeout():
     assert "leave --cluster out to use the embedded local cluster" in str(info.value)
 
 
-@pytest.mark.parametrize("address, message", [
-    ("nonsense://host:8786", "'nonsense://host:8786' is not a Dask scheduler address (unknown address scheme"),
-    ("127.0.0.1:notaport", "'127.0.0.1:notaport' is not a Dask scheduler address"),
-], ids=["scheme", "port"])
+@pytest.mark.parametrize(
+    "address, message",
+    [
+        ("nonsense://host:8786", "'nonsense://host:8786' is not a Dask scheduler address (unknown address scheme"),
+        ("127.0.0.1:notaport", "'127.0.0.1:notaport' is not a Dask scheduler address"),
+    ],
+    ids=["scheme", "port"],
+)
 def test_a_malformed_scheduler_address_is_named(address, message):
     fdg = toy_fdg()
     with pytest.raises(wb.RunConfigError) as info:
@@ -427,8 +516,9 @@ def test_a_run_is_the_last_run_while_it_connects_and_a_failed_connect_loses_noth
 
 def test_a_cluster_that_is_not_a_client_or_address_is_refused():
     fdg = toy_fdg()
-    with pytest.raises(wb.RunConfigError, match="--cluster must be a Dask scheduler address .* or a "
-                                                "distributed.Client; got 8786"):
+    with pytest.raises(
+        wb.RunConfigError, match="--cluster must be a Dask scheduler address .* or a distributed.Client; got 8786"
+    ):
         fdg.run(iterations=1, steps=1, policy="coarse", cluster=8786, progress=False)
     with pytest.raises(wb.RunConfigError, match="security must be a distributed.security.Security, not str"):
         connect("tls://127.0.0.1:9", security="ca.pem")

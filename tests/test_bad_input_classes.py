@@ -1,5 +1,6 @@
 """Classes of bad input (issue 14): each test covers a class — every way a cell can end its
 process, every container a step value can change — not one case. docs/errors.md links here."""
+
 from __future__ import annotations
 
 import json
@@ -31,13 +32,16 @@ def _loop(namespace=None, *, env_step=None, actor_step=None, learner=None, actor
 
 
 # -- cells ---------------------------------------------------------------------------------
-@pytest.mark.parametrize("code, line, what", [
-    ("x = 1\nreturn x", 2, "'return' outside function"),
-    ("for i in range(3):\n    yield i", 2, "'yield' outside function"),
-    ("await thing()", 1, "'await' outside function"),
-    ("x = [y async for y in z]", 1, "asynchronous comprehension outside"),
-    ("break", 1, "'break' outside loop"),
-])
+@pytest.mark.parametrize(
+    "code, line, what",
+    [
+        ("x = 1\nreturn x", 2, "'return' outside function"),
+        ("for i in range(3):\n    yield i", 2, "'yield' outside function"),
+        ("await thing()", 1, "'await' outside function"),
+        ("x = [y async for y in z]", 1, "asynchronous comprehension outside"),
+        ("break", 1, "'break' outside loop"),
+    ],
+)
 def test_a_cell_that_only_a_function_could_run_is_refused_at_registration(code, line, what):
     fdg = _loop()
     before = dict(fdg.fragments)
@@ -47,12 +51,17 @@ def test_a_cell_that_only_a_function_could_run_is_refused_at_registration(code, 
     assert fdg.fragments == before
 
 
-@pytest.mark.parametrize("code, bad", [
-    ("seen += 1\nobs = obs + action\nreward = np.ones(seen % 2 + 1)", "step 1 a float64 array of shape (1,)"),
-    ("seen += 1\nobs = obs + action\nreward = None if seen == 2 else np.ones(2)", "step 1 None"),
-    ("seen += 1\nobs = obs + action\nreward = {'a': np.ones(2)} if seen == 1 else {'b': np.ones(2)}",
-     "step 1 a dict with keys 'b'"),
-])
+@pytest.mark.parametrize(
+    "code, bad",
+    [
+        ("seen += 1\nobs = obs + action\nreward = np.ones(seen % 2 + 1)", "step 1 a float64 array of shape (1,)"),
+        ("seen += 1\nobs = obs + action\nreward = None if seen == 2 else np.ones(2)", "step 1 None"),
+        (
+            "seen += 1\nobs = obs + action\nreward = {'a': np.ones(2)} if seen == 1 else {'b': np.ones(2)}",
+            "step 1 a dict with keys 'b'",
+        ),
+    ],
+)
 def test_a_step_value_that_changes_shape_or_type_names_the_value_the_cell_and_the_steps(code, bad):
     fdg = _loop(env_step=code)
     with pytest.raises(wb.FragmentRuntimeError) as info:
@@ -63,11 +72,14 @@ def test_a_step_value_that_changes_shape_or_type_names_the_value_the_cell_and_th
     assert "pad to a fixed size" in text
 
 
-@pytest.mark.parametrize("code, shown", [
-    ("import sys\nsys.exit(1)", "SystemExit: 1; a cell must not exit its process"),
-    ("raise KeyboardInterrupt", "KeyboardInterrupt, raised by the cell itself"),
-    ("import os\nos._exit(3)", "ProcessExit: os._exit(3) was called; a cell must not exit its process"),
-])
+@pytest.mark.parametrize(
+    "code, shown",
+    [
+        ("import sys\nsys.exit(1)", "SystemExit: 1; a cell must not exit its process"),
+        ("raise KeyboardInterrupt", "KeyboardInterrupt, raised by the cell itself"),
+        ("import os\nos._exit(3)", "ProcessExit: os._exit(3) was called; a cell must not exit its process"),
+    ],
+)
 def test_a_cell_that_exits_its_process_is_that_cells_error(code, shown):
     fdg = _loop(actor_step="action = obs * 0\n" + code)
     with pytest.raises(wb.FragmentRuntimeError, match=r"^fragment 'actor' \(step cell\)") as info:
@@ -78,12 +90,17 @@ def test_a_cell_that_exits_its_process_is_that_cells_error(code, shown):
 
 ODD_EXCEPTIONS = {
     # an exception that holds what does not pickle (Dask pickles an error with its context)
-    "holds a lock": ("import threading\nclass Odd(Exception):\n    def __init__(self, m):\n"
-                     "        super().__init__(m)\n        self.lock = threading.Lock()\n"
-                     "raise Odd('env broke')", "Odd: env broke"),
+    "holds a lock": (
+        "import threading\nclass Odd(Exception):\n    def __init__(self, m):\n"
+        "        super().__init__(m)\n        self.lock = threading.Lock()\n"
+        "raise Odd('env broke')",
+        "Odd: env broke",
+    ),
     # one whose own __str__ raises
-    "a broken __str__": ("class Odd(Exception):\n    def __str__(self):\n        raise RuntimeError('no')\n"
-                         "raise Odd(7)", "Odd: (7,) (its __str__ raised RuntimeError)"),
+    "a broken __str__": (
+        "class Odd(Exception):\n    def __str__(self):\n        raise RuntimeError('no')\nraise Odd(7)",
+        "Odd: (7,) (its __str__ raised RuntimeError)",
+    ),
     # one of a class defined in the cell (no module to find it by on the driver)
     "a class of the cell's": ("class Odd(ValueError):\n    pass\nraise Odd('bad value')", "Odd: bad value"),
 }
@@ -93,15 +110,20 @@ ODD_EXCEPTIONS = {
 @pytest.mark.parametrize("policy", ["inline", "coarse"])
 def test_any_exception_a_cell_raises_is_that_cells_error(kind, policy, client):
     code, shown = ODD_EXCEPTIONS[kind]
-    fdg = _loop(env_step="seen += 1\nobs = obs + action\nreward = np.ones(2)\nif seen == 2:\n"
-                + "\n".join("    " + line for line in code.splitlines()))
+    fdg = _loop(
+        env_step="seen += 1\nobs = obs + action\nreward = np.ones(2)\nif seen == 2:\n"
+        + "\n".join("    " + line for line in code.splitlines())
+    )
     with pytest.raises(wb.FragmentRuntimeError, match=r"^fragment 'env' \(step cell\), replica [01] ") as info:
-        fdg.run(iterations=2, steps=3, policy=policy, cluster=client if policy != "inline" else None,
-                progress=False)
+        fdg.run(iterations=2, steps=3, policy=policy, cluster=client if policy != "inline" else None, progress=False)
     assert shown in str(info.value) and "raised in iteration 0" in str(info.value)
     # and the next run works (one step: the cell's raise is not reached)
-    assert fdg.run(iterations=1, steps=1, policy=policy, cluster=client if policy != "inline" else None,
-                   progress=False).status == "finished"
+    assert (
+        fdg.run(
+            iterations=1, steps=1, policy=policy, cluster=client if policy != "inline" else None, progress=False
+        ).status
+        == "finished"
+    )
 
 
 def test_a_process_that_dies_again_at_the_same_iteration_stops_the_run():
@@ -119,10 +141,12 @@ def test_a_process_that_dies_again_at_the_same_iteration_stops_the_run():
 
 
 def test_a_fragment_that_rebinds_a_notebook_module_is_blamed():
-    fdg = _loop(env_step="seen += 1\nobs = obs + action\nreward = np.ones(2)\nwb.log('r', 1.0)",
-                actor_init="wb = None")
-    with pytest.raises(wb.FDGError, match=r"^fragment 'actor' \(init cell, cell line 1\) rebinds 'wb', "
-                                          r"which the notebook defines as the module workbench; fragment 'env'"):
+    fdg = _loop(env_step="seen += 1\nobs = obs + action\nreward = np.ones(2)\nwb.log('r', 1.0)", actor_init="wb = None")
+    with pytest.raises(
+        wb.FDGError,
+        match=r"^fragment 'actor' \(init cell, cell line 1\) rebinds 'wb', "
+        r"which the notebook defines as the module workbench; fragment 'env'",
+    ):
         fdg.run(iterations=1, steps=2, progress=False)
 
 
@@ -138,7 +162,9 @@ def test_api_arguments_of_the_wrong_type_are_refused_at_the_call():
         wb.FDG(namespace=5)
     fdg = wb.FDG(namespace={"wb": wb})
     fdg.add_fragment("learner", "x = 1\nwb.log(42, 1.0)", rate="iteration")
-    with pytest.raises(wb.FragmentRuntimeError, match=r"cell line 2:\n    wb.log\(42, 1.0\)\nMetricError: wb.log needs a metric name"):
+    with pytest.raises(
+        wb.FragmentRuntimeError, match=r"cell line 2:\n    wb.log\(42, 1.0\)\nMetricError: wb.log needs a metric name"
+    ):
         fdg.run(iterations=1, steps=1, progress=False)
 
 
@@ -161,12 +187,15 @@ def _two_checkpoints(tmp_path) -> tuple[Path, Path]:
     return first, second
 
 
-@pytest.mark.parametrize("field, value, shown", [
-    ("iteration", "three", "'iteration' must be a whole number ≥ 0, got str 'three'"),
-    ("fragments", [], "'fragments' must be an object"),
-    ("cells", {"a": 1}, "'cells' must be a list"),
-    ("policy", None, "'policy' must be an object"),
-])
+@pytest.mark.parametrize(
+    "field, value, shown",
+    [
+        ("iteration", "three", "'iteration' must be a whole number ≥ 0, got str 'three'"),
+        ("fragments", [], "'fragments' must be an object"),
+        ("cells", {"a": 1}, "'cells' must be a list"),
+        ("policy", None, "'policy' must be an object"),
+    ],
+)
 def test_a_manifest_with_wrong_types_names_the_file_and_the_field(tmp_path, field, value, shown):
     first, second = _two_checkpoints(tmp_path)
     manifest = json.loads((second / "manifest.json").read_text())
@@ -200,26 +229,32 @@ def test_when_every_state_file_is_corrupt_the_message_says_so_without_torchs_adv
 # -- headless ------------------------------------------------------------------------------------
 def test_cli_names_the_ordinary_cell_that_raises_in_one_line(tmp_path, capsys):
     nb = nbformat.v4.new_notebook()
-    nb.cells = [nbformat.v4.new_code_cell("%load_ext workbench\nimport numpy as np\nimport workbench as wb"),
-                nbformat.v4.new_code_cell("import does_not_exist_xyz\nscale = 2"),
-                nbformat.v4.new_code_cell("%%fragment env --init\nobs = np.zeros(2) * scale\n"),
-                *(nbformat.v4.new_code_cell(cell) for cell in LOOP_CELLS[1:]),
-                nbformat.v4.new_code_cell("run = %fdg run --iterations 2 --steps 2")]
+    nb.cells = [
+        nbformat.v4.new_code_cell("%load_ext workbench\nimport numpy as np\nimport workbench as wb"),
+        nbformat.v4.new_code_cell("import does_not_exist_xyz\nscale = 2"),
+        nbformat.v4.new_code_cell("%%fragment env --init\nobs = np.zeros(2) * scale\n"),
+        *(nbformat.v4.new_code_cell(cell) for cell in LOOP_CELLS[1:]),
+        nbformat.v4.new_code_cell("run = %fdg run --iterations 2 --steps 2"),
+    ]
     path = tmp_path / "nb.ipynb"
     nbformat.write(nb, path)
     assert main(["run", str(path)]) == 2
     err = capsys.readouterr().err
-    assert err.strip() == (f"workbench: error: {path}, code cell 2 (an ordinary cell the fragments need), "
-                           "raised at line 1: ModuleNotFoundError: No module named 'does_not_exist_xyz'. "
-                           "Fix the cell (or the environment) and run again.")
+    assert err.strip() == (
+        f"workbench: error: {path}, code cell 2 (an ordinary cell the fragments need), "
+        "raised at line 1: ModuleNotFoundError: No module named 'does_not_exist_xyz'. "
+        "Fix the cell (or the environment) and run again."
+    )
 
 
 def test_cli_shows_a_fragments_error_without_its_traceback(tmp_path, capsys):
     nb = nbformat.v4.new_notebook()
-    nb.cells = [nbformat.v4.new_code_cell("%load_ext workbench\nimport numpy as np\nimport workbench as wb"),
-                *(nbformat.v4.new_code_cell(cell) for cell in LOOP_CELLS[:3]),
-                nbformat.v4.new_code_cell("%%fragment learner\nseen = reward.shape[0] / 0\n"),
-                nbformat.v4.new_code_cell("run = %fdg run --iterations 2 --steps 2")]
+    nb.cells = [
+        nbformat.v4.new_code_cell("%load_ext workbench\nimport numpy as np\nimport workbench as wb"),
+        *(nbformat.v4.new_code_cell(cell) for cell in LOOP_CELLS[:3]),
+        nbformat.v4.new_code_cell("%%fragment learner\nseen = reward.shape[0] / 0\n"),
+        nbformat.v4.new_code_cell("run = %fdg run --iterations 2 --steps 2"),
+    ]
     path = tmp_path / "nb.ipynb"
     nbformat.write(nb, path)
     assert main(["run", str(path)]) == 2
@@ -231,8 +266,9 @@ def test_workbenchs_task_failures_are_kept_out_of_dasks_worker_log():
     from workbench.cluster.worker_logs import TaskFailureFilter
 
     def record(key):
-        return logging.LogRecord("distributed.worker", logging.ERROR, "", 0,
-                                 "Compute Failed\nKey:       %s\n", (key,), None)
+        return logging.LogRecord(
+            "distributed.worker", logging.ERROR, "", 0, "Compute Failed\nKey:       %s\n", (key,), None
+        )
 
     f = TaskFailureFilter()
     for kind in ("loop", "deploy", "export"):
@@ -244,13 +280,20 @@ def test_workbenchs_task_failures_are_kept_out_of_dasks_worker_log():
 # -- across processes (a cluster) ------------------------------------------------------------------
 def test_what_cannot_cross_processes_is_named_with_its_fragment_and_the_fix(client):
     cases = [
-        (dict(namespace={"lock": threading.Lock()}, actor_step="action = obs * 0\nheld = lock"),
-         "the notebook name 'lock' that fragment actor reads cannot be sent to the workers (a _thread.lock cannot be pickled)",
-         "Define it in the fragment's --init cell"),
-        (dict(env_step="seen += 1\nobs = obs + action\nreward = np.ones(2)\nfn = lambda: seen",
-              learner="total = reward.sum()\nf = fn"),
-         "fragment 'env' writes 'fn', which another group of this policy reads, but it cannot be sent "
-         "between processes ([0] is a function)", "a function must be a module-level function"),
+        (
+            dict(namespace={"lock": threading.Lock()}, actor_step="action = obs * 0\nheld = lock"),
+            "the notebook name 'lock' that fragment actor reads cannot be sent to the workers (a _thread.lock cannot be pickled)",
+            "Define it in the fragment's --init cell",
+        ),
+        (
+            dict(
+                env_step="seen += 1\nobs = obs + action\nreward = np.ones(2)\nfn = lambda: seen",
+                learner="total = reward.sum()\nf = fn",
+            ),
+            "fragment 'env' writes 'fn', which another group of this policy reads, but it cannot be sent "
+            "between processes ([0] is a function)",
+            "a function must be a module-level function",
+        ),
     ]
     # (fragment state that cannot be pickled is not an error: it is left out of snapshots
     # with a warning — tests/runtime/test_state_rules.py)
@@ -285,8 +328,11 @@ def _each_refused(cases, client) -> None:
 
 def test_os_exit_in_a_cell_on_a_worker_is_that_cells_error_not_a_lost_worker(client, capfd):
     fdg = _loop(actor_step="import os\naction = obs * 0\nos._exit(1)")
-    with pytest.raises(wb.FragmentRuntimeError, match=r"^fragment 'actor' \(step cell\), replica \d on worker \d, "
-                                                      r"raised in iteration 0 at cell line 3"):
+    with pytest.raises(
+        wb.FragmentRuntimeError,
+        match=r"^fragment 'actor' \(step cell\), replica \d on worker \d, "
+        r"raised in iteration 0 at cell line 3",
+    ):
         fdg.run(iterations=2, steps=2, progress=False, policy="coarse", cluster=client)
     assert not [e for e in fdg.last_run.events if e.kind == "worker lost"]
     assert "Compute Failed" not in capfd.readouterr().err

@@ -1,4 +1,5 @@
 """The headless runner and the shipped notebooks."""
+
 from __future__ import annotations
 
 import json
@@ -13,6 +14,8 @@ from workbench.cli import main
 
 ROOT = Path(__file__).resolve().parents[1]
 QUICKSTART = ROOT / "notebooks" / "quickstart.ipynb"
+
+
 #: `workbench run` in a child process that Ctrl-C reaches: a shell's background job ignores
 #: SIGINT, and Python keeps that, so it sets its own handler, as a terminal's foreground one has
 def wait_for_rows(proc, csv, rows: int = 3, seconds: float = 180) -> None:
@@ -20,13 +23,18 @@ def wait_for_rows(proc, csv, rows: int = 3, seconds: float = 180) -> None:
     import time
 
     deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline and proc.poll() is None and not (
-            csv.exists() and csv.read_text().count("\n") >= rows):
+    while (
+        time.monotonic() < deadline
+        and proc.poll() is None
+        and not (csv.exists() and csv.read_text().count("\n") >= rows)
+    ):
         time.sleep(0.1)
 
 
-CLI_WITH_CTRL_C = ("import signal, sys\nsignal.signal(signal.SIGINT, signal.default_int_handler)\n"
-                   "from workbench.cli import console_main\nsys.exit(console_main(sys.argv[1:]))")
+CLI_WITH_CTRL_C = (
+    "import signal, sys\nsignal.signal(signal.SIGINT, signal.default_int_handler)\n"
+    "from workbench.cli import console_main\nsys.exit(console_main(sys.argv[1:]))"
+)
 
 
 def test_quickstart_cells_are_the_library_algorithm_byte_for_byte():
@@ -50,12 +58,15 @@ def test_cli_reports_unsolved_with_status_1(capsys):
     assert "was not reached" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("argv, message", [
-    (["run", "nowhere.ipynb"], "notebook not found: 'nowhere.ipynb'"),
-    (["run", str(QUICKSTART), "--iterations", "0"], "--iterations must be a whole number ≥ 1"),
-    (["run", str(QUICKSTART), "--policy", "sideways"], "unknown policy 'sideways'"),
-    (["run", str(QUICKSTART), "--policy", "missing.json"], "policy file not found"),
-])
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["run", "nowhere.ipynb"], "notebook not found: 'nowhere.ipynb'"),
+        (["run", str(QUICKSTART), "--iterations", "0"], "--iterations must be a whole number ≥ 1"),
+        (["run", str(QUICKSTART), "--policy", "sideways"], "unknown policy 'sideways'"),
+        (["run", str(QUICKSTART), "--policy", "missing.json"], "policy file not found"),
+    ],
+)
 def test_cli_errors_are_one_clear_line(capsys, argv, message):
     assert main(argv) == 2
     err = capsys.readouterr().err
@@ -93,9 +104,24 @@ def test_cli_names_the_cell_of_a_broken_fragment(tmp_path, capsys):
 
 def _nbval(path: Path, tmp_path: Path) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, "-m", "pytest", "--nbval-lax", "-p", "no:cacheprovider", "-q", str(path),
-         "-o", "addopts=", "--rootdir", str(tmp_path)],
-        cwd=ROOT, capture_output=True, text=True, timeout=600,
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "--nbval-lax",
+            "-p",
+            "no:cacheprovider",
+            "-q",
+            str(path),
+            "-o",
+            "addopts=",
+            "--rootdir",
+            str(tmp_path),
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
     )
 
 
@@ -142,8 +168,25 @@ def test_cli_checkpoints_and_resumes(tmp_path, capsys):
     ckpt = tmp_path / "ckpt"
     # 4 iterations are too few episodes for "solved" to be decided (exit 1): what matters
     # here is that the checkpoints are written and the next run resumes from them
-    assert main(["run", str(QUICKSTART), "--iterations", "4", "--steps", "8", "--target-return", "1",
-                 "--checkpoint-dir", str(ckpt), "--checkpoint-every", "2"]) == 1
+    assert (
+        main(
+            [
+                "run",
+                str(QUICKSTART),
+                "--iterations",
+                "4",
+                "--steps",
+                "8",
+                "--target-return",
+                "1",
+                "--checkpoint-dir",
+                str(ckpt),
+                "--checkpoint-every",
+                "2",
+            ]
+        )
+        == 1
+    )
     assert (ckpt / "LATEST").exists()
     from workbench.runtime.state.checkpoint import load_checkpoint
 
@@ -153,11 +196,14 @@ def test_cli_checkpoints_and_resumes(tmp_path, capsys):
     assert "2/2 iterations" in capsys.readouterr().out and written >= 2
 
 
-@pytest.mark.parametrize("argv, message", [
-    (["--resume", "no-such-dir"], "no checkpoint at no-such-dir: the path does not exist"),
-    (["--checkpoint-every", "5"], "--checkpoint-every needs --checkpoint-dir"),
-    (["--checkpoint-dir", "x", "--checkpoint-every", "0"], "--checkpoint-every must be a whole number ≥ 1"),
-])
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--resume", "no-such-dir"], "no checkpoint at no-such-dir: the path does not exist"),
+        (["--checkpoint-every", "5"], "--checkpoint-every needs --checkpoint-dir"),
+        (["--checkpoint-dir", "x", "--checkpoint-every", "0"], "--checkpoint-every must be a whole number ≥ 1"),
+    ],
+)
 def test_cli_checkpoint_options_errors_are_one_clear_line(capsys, argv, message):
     assert main(["run", str(QUICKSTART), "--iterations", "1", *argv]) == 2
     err = capsys.readouterr().err
@@ -175,9 +221,26 @@ def test_cli_ctrl_c_twice_exits_130_with_one_line_and_no_worker_left(tmp_path):
 
     logs = tmp_path / "logs"
     proc = subprocess.Popen(
-        [sys.executable, "-c", CLI_WITH_CTRL_C, "run", str(QUICKSTART), "--policy", "coarse", "--iterations", "100000",
-         "--target-return", "1e9", "--no-progress", "--log-dir", str(logs)],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        [
+            sys.executable,
+            "-c",
+            CLI_WITH_CTRL_C,
+            "run",
+            str(QUICKSTART),
+            "--policy",
+            "coarse",
+            "--iterations",
+            "100000",
+            "--target-return",
+            "1e9",
+            "--no-progress",
+            "--log-dir",
+            str(logs),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         wait_for_rows(proc, logs / "metrics.csv")
         children = psutil.Process(proc.pid).children(recursive=True)
@@ -196,10 +259,13 @@ def test_cli_ctrl_c_twice_exits_130_with_one_line_and_no_worker_left(tmp_path):
     assert not [c for c in children if c.is_running() and c.status() != psutil.STATUS_ZOMBIE]
 
 
-@pytest.mark.parametrize("argv, message", [
-    (["--workers", "0"], "--workers must be a whole number ≥ 1, got 0"),
-    (["--workers", "2", "--cluster", "tcp://127.0.0.1:1"], "--workers sizes the embedded cluster"),
-])
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--workers", "0"], "--workers must be a whole number ≥ 1, got 0"),
+        (["--workers", "2", "--cluster", "tcp://127.0.0.1:1"], "--workers sizes the embedded cluster"),
+    ],
+)
 def test_cli_workers_errors_are_one_clear_line(capsys, argv, message):
     assert main(["run", str(QUICKSTART), "--policy", "coarse", *argv]) == 2
     assert message in capsys.readouterr().err
@@ -209,9 +275,26 @@ def test_cli_workers_sizes_the_embedded_cluster(tmp_path):
     """--workers N starts N workers (default: one per core, at least 2), in a process of its
     own so that no cluster of this test session is reused."""
     proc = subprocess.run(
-        [sys.executable, "-m", "workbench.cli", "run", str(QUICKSTART), "--policy", "coarse", "--workers", "3",
-         "--iterations", "6", "--target-return", "1"],
-        capture_output=True, text=True, timeout=300, cwd=tmp_path)
+        [
+            sys.executable,
+            "-m",
+            "workbench.cli",
+            "run",
+            str(QUICKSTART),
+            "--policy",
+            "coarse",
+            "--workers",
+            "3",
+            "--iterations",
+            "6",
+            "--target-return",
+            "1",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=tmp_path,
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "started a local Dask cluster (3 workers on 127.0.0.1" in proc.stdout
 
@@ -237,25 +320,29 @@ def _start_order(monkeypatch, notebook, *argv) -> list[str]:
 
 def test_a_cluster_policy_starts_the_embedded_cluster_while_the_notebook_loads(monkeypatch, tmp_path):
     assert _start_order(monkeypatch, QUICKSTART, "--policy", "coarse") == ["start", "load"]
-    assert _start_order(monkeypatch, QUICKSTART) == ["load"]                       # inline
-    assert _start_order(monkeypatch, QUICKSTART, "--policy", "coarse",
-                        "--cluster", "tcp://127.0.0.1:1") == ["load"]              # its own cluster
+    assert _start_order(monkeypatch, QUICKSTART) == ["load"]  # inline
+    assert _start_order(monkeypatch, QUICKSTART, "--policy", "coarse", "--cluster", "tcp://127.0.0.1:1") == [
+        "load"
+    ]  # its own cluster
     nb = nbformat.read(QUICKSTART, as_version=4)
     nb.cells.insert(1, nbformat.v4.new_code_cell("from distributed import Client\nclient = Client()"))
     own = tmp_path / "own_client.ipynb"
     nbformat.write(nb, own)
-    assert _start_order(monkeypatch, own, "--policy", "coarse") == ["load"]       # it may make one
+    assert _start_order(monkeypatch, own, "--policy", "coarse") == ["load"]  # it may make one
 
 
 def test_the_command_skips_the_exit_collection_after_closing_what_it_opened(tmp_path):
     """``workbench`` (console_main) returns main's exit status and leaves the objects it
     made frozen, so that the interpreter's exit skips a cycle collection over them; main
     itself, which tests and scripts call in a process that goes on, does not freeze."""
-    code = ("import gc, sys\nfrom workbench.cli import console_main, main\n"
-            "status = main(['run', sys.argv[1]])\nfrozen_by_main = gc.get_freeze_count()\n"
-            "status2 = console_main(['run', sys.argv[1]])\n"
-            "print('RESULT', status, frozen_by_main, status2, gc.get_freeze_count() > 0)")
-    out = subprocess.run([sys.executable, "-c", code, str(tmp_path / "missing.ipynb")],
-                         capture_output=True, text=True, timeout=120)
+    code = (
+        "import gc, sys\nfrom workbench.cli import console_main, main\n"
+        "status = main(['run', sys.argv[1]])\nfrozen_by_main = gc.get_freeze_count()\n"
+        "status2 = console_main(['run', sys.argv[1]])\n"
+        "print('RESULT', status, frozen_by_main, status2, gc.get_freeze_count() > 0)"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code, str(tmp_path / "missing.ipynb")], capture_output=True, text=True, timeout=120
+    )
     assert out.returncode == 0, out.stderr
     assert "RESULT 2 0 2 True" in out.stdout, (out.stdout, out.stderr)

@@ -1,5 +1,6 @@
 """RunConfig: run options declared once, the same on the magic line, the command line and
 in Python; ``workbench run --set``; config docs that ``help()`` shows."""
+
 from __future__ import annotations
 
 import argparse
@@ -50,21 +51,24 @@ def test_run_options_are_declared_only_in_runconfig():
     assert declared == []
 
 
-@pytest.mark.parametrize("options, message", [
-    ({"iterations": 0}, "--iterations must be a whole number ≥ 1, got 0"),
-    ({"steps": 2.5}, "--steps must be a whole number ≥ 1, got 2.5"),
-    ({"target_return": float("nan")}, "--target-return must be a finite number, got nan"),
-    ({"target_return": "high"}, "--target-return must be a finite number, got 'high'"),
-    ({"policy": 42}, "--policy must be a preset name"),
-    ({"cluster": "garbage"}, "--cluster must be a Dask scheduler address"),
-    ({"snapshot_every": -1}, "--snapshot-every must be a whole number ≥ 0"),
-    ({"policy": "auto", "auto_lag": -1}, "--auto-lag must be a whole number ≥ 0"),
-    ({"auto_lag": 1}, "--auto-lag 1 widens what --policy auto tries, and this run's policy is 'inline'"),
-    ({"checkpoint_every": 3}, "--checkpoint-every needs --checkpoint-dir"),
-    ({"loggers": [object()]}, "has no log\\(row\\) and close\\(\\) methods"),
-    ({"progress": "yes"}, "progress must be True, False or a factory"),
-    ({"iteration": 3}, "unknown run option 'iteration' \\(did you mean 'iterations'\\?\\)"),
-])
+@pytest.mark.parametrize(
+    "options, message",
+    [
+        ({"iterations": 0}, "--iterations must be a whole number ≥ 1, got 0"),
+        ({"steps": 2.5}, "--steps must be a whole number ≥ 1, got 2.5"),
+        ({"target_return": float("nan")}, "--target-return must be a finite number, got nan"),
+        ({"target_return": "high"}, "--target-return must be a finite number, got 'high'"),
+        ({"policy": 42}, "--policy must be a preset name"),
+        ({"cluster": "garbage"}, "--cluster must be a Dask scheduler address"),
+        ({"snapshot_every": -1}, "--snapshot-every must be a whole number ≥ 0"),
+        ({"policy": "auto", "auto_lag": -1}, "--auto-lag must be a whole number ≥ 0"),
+        ({"auto_lag": 1}, "--auto-lag 1 widens what --policy auto tries, and this run's policy is 'inline'"),
+        ({"checkpoint_every": 3}, "--checkpoint-every needs --checkpoint-dir"),
+        ({"loggers": [object()]}, "has no log\\(row\\) and close\\(\\) methods"),
+        ({"progress": "yes"}, "progress must be True, False or a factory"),
+        ({"iteration": 3}, "unknown run option 'iteration' \\(did you mean 'iterations'\\?\\)"),
+    ],
+)
 def test_bad_run_options_fail_before_anything_starts(options, message):
     with pytest.raises(wb.RunConfigError, match=message):
         RunConfig.from_options(options)
@@ -99,26 +103,27 @@ def test_naming_a_cluster_without_a_policy_means_run_there():
 
 def test_the_magic_line_and_python_build_the_same_config():
     line = parse_run_line("run --iterations 7 --steps 3 --policy coarse --snapshot-every 0 --no-progress")
-    assert RunConfig(**line) == RunConfig(iterations=7, steps=3, policy="coarse", snapshot_every=0,
-                                          progress=False)
+    assert RunConfig(**line) == RunConfig(iterations=7, steps=3, policy="coarse", snapshot_every=0, progress=False)
     assert parse_run_line("run --background") == {"background": True}
 
 
 def test_set_overrides_a_notebook_config_before_its_run_line_is_read():
-    fdg, options = load_notebook(QUICKSTART, overrides=["cfg.seed=3", "cfg.iterations=7",
-                                                        "cfg.learning_rate=1"])
+    fdg, options = load_notebook(QUICKSTART, overrides=["cfg.seed=3", "cfg.iterations=7", "cfg.learning_rate=1"])
     cfg = fdg.namespace["cfg"]
     assert cfg.seed == 3 and cfg.learning_rate == 1.0 and isinstance(cfg.learning_rate, float)
     assert options["iterations"] == 7  # the run line reads {cfg.iterations}
 
 
-@pytest.mark.parametrize("override, message", [
-    ("cfg.sed=3", "PPOConfig has no field 'sed' \\(did you mean 'seed'\\?\\)"),
-    ("cfg.seed=three", "cfg.seed is a int \\(1\\); 'three' is a str"),
-    ("cfg.seed=True", "cfg.seed is a int \\(1\\); True is a bool"),  # True is an int to isinstance
-    ("nothing.seed=3", "the notebook defines no nothing"),
-    ("cfg=3", "write NAME.FIELD=VALUE"),
-])
+@pytest.mark.parametrize(
+    "override, message",
+    [
+        ("cfg.sed=3", "PPOConfig has no field 'sed' \\(did you mean 'seed'\\?\\)"),
+        ("cfg.seed=three", "cfg.seed is a int \\(1\\); 'three' is a str"),
+        ("cfg.seed=True", "cfg.seed is a int \\(1\\); True is a bool"),  # True is an int to isinstance
+        ("nothing.seed=3", "the notebook defines no nothing"),
+        ("cfg=3", "write NAME.FIELD=VALUE"),
+    ],
+)
 def test_a_bad_set_is_one_clear_error(override, message):
     with pytest.raises(wb.RunConfigError, match=message):
         load_notebook(QUICKSTART, overrides=[override])
@@ -164,18 +169,20 @@ def test_cli_set_trains_with_the_given_seed_and_reports_a_bad_field_in_one_line(
     assert main(["run", str(QUICKSTART), "--set", "cfg.sed=3"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "did you mean 'seed'" in err and "Traceback" not in err
-    code = main(["run", str(QUICKSTART), "--set", "cfg.seed=3", "--iterations", "1", "--steps", "4",
-                 "--no-progress"])
+    code = main(["run", str(QUICKSTART), "--set", "cfg.seed=3", "--iterations", "1", "--steps", "4", "--no-progress"])
     assert code in (0, 1)  # one iteration: the notebook's target is not reached
     assert "1/1 iterations under inline" in capsys.readouterr().out
 
 
-@pytest.mark.parametrize("module, name", [
-    ("workbench.algorithms.ppo", "PPOConfig"),
-    ("workbench.algorithms.a3c", "A3CConfig"),
-    ("workbench.algorithms.mappo", "MAPPOConfig"),
-    ("workbench.algorithms.ppo_continuous", "PPOContinuousConfig"),
-])
+@pytest.mark.parametrize(
+    "module, name",
+    [
+        ("workbench.algorithms.ppo", "PPOConfig"),
+        ("workbench.algorithms.a3c", "A3CConfig"),
+        ("workbench.algorithms.mappo", "MAPPOConfig"),
+        ("workbench.algorithms.ppo_continuous", "PPOContinuousConfig"),
+    ],
+)
 def test_every_algorithm_config_shows_its_field_docs_in_help(module, name):
     import importlib
     import pydoc

@@ -3,6 +3,7 @@ steps are counted where envs step"): a reward shaper after the env adds nothing,
 environments stepped by two fragments add up, an env named otherwise is found by its
 reward, and ``wb.count_env_steps`` is authoritative — a fragment that does not call it adds
 no automatic counts on top."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -26,12 +27,10 @@ def shaper_fdg(by_hand: bool = False) -> wb.FDG:
     fdg.add_fragment("env", "obs = np.zeros((N // replica.count, 4))", rate="init")
     fdg.add_fragment("actor", "action = (obs[:, 0] > 0).astype(np.int64)", rate="step")
     count = "\nwb.count_env_steps(len(action))" if by_hand else ""
-    fdg.add_fragment("env", "obs = obs + action[:, None]\nraw_reward = np.ones(len(obs))" + count,
-                     rate="step")
+    fdg.add_fragment("env", "obs = obs + action[:, None]\nraw_reward = np.ones(len(obs))" + count, rate="step")
     fdg.add_fragment("shaper", "reward = raw_reward - 0.1 * np.abs(obs[:, 0])", rate="step")
     fdg.add_fragment("learner", "seen = []", rate="init")
-    fdg.add_fragment("learner", "seen.append(wb.env_steps())\ntotal = float(reward.sum())",
-                     rate="iteration")
+    fdg.add_fragment("learner", "seen.append(wb.env_steps())\ntotal = float(reward.sum())", rate="iteration")
     return fdg
 
 
@@ -70,11 +69,18 @@ def plain_env_shaper_fdg() -> wb.FDG:
 
 
 def _run(fdg, policy, client):
-    return fdg.run(iterations=ITERATIONS, steps=STEPS, policy=policy, progress=False,
-                   cluster=None if policy == "inline" else client, keep_state=True)
+    return fdg.run(
+        iterations=ITERATIONS,
+        steps=STEPS,
+        policy=policy,
+        progress=False,
+        cluster=None if policy == "inline" else client,
+        keep_state=True,
+    )
 
 
 # -- the rule, on the FDG alone -----------------------------------------------------------
+
 
 def test_a_reward_shaper_after_the_env_is_not_an_env_fragment():
     assert env_fragments(shaper_fdg()) == ("env",)
@@ -102,6 +108,7 @@ def test_no_env_fragment_the_last_step_fragment_counts():
 
 
 # -- real runs ----------------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("by_hand", [False, True])
 @pytest.mark.parametrize("policy", ["inline", "coarse"])

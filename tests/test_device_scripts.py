@@ -2,6 +2,7 @@
 bench_llm_rl.py's merge, llm_wheels.py's pyarrow trim), run here on the CPU so they do not rot
 between the sessions that are lent a device: what they print and write, their budget, their
 refusals; and a few benchmarks smoke-run at their smallest settings, as ``python -m benchmarks``."""
+
 from __future__ import annotations
 
 import doctest
@@ -29,8 +30,14 @@ def _script(name: str):
 
 def _benchmark(name: str, *args: str, cwd: Path, timeout: float = 300) -> subprocess.CompletedProcess:
     """``python -m benchmarks NAME ARGS`` as a user runs it."""
-    return subprocess.run([sys.executable, "-m", "benchmarks", name, *args], capture_output=True, text=True,
-                          timeout=timeout, cwd=cwd, env=BENCHMARK_ENV)
+    return subprocess.run(
+        [sys.executable, "-m", "benchmarks", name, *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=cwd,
+        env=BENCHMARK_ENV,
+    )
 
 
 def _device_check(*args: str, tmp_path: Path, timeout: float = 300) -> tuple[str, list[dict]]:
@@ -50,8 +57,9 @@ def test_interleaved_contenders_each_go_first_in_turn_and_are_compared_on_median
     harness = _script("harness")
     order = []
     speeds = {"a": iter([10.0, 30.0, 20.0]), "b": iter([5.0, 5.0, 50.0])}
-    results = harness.interleaved({name: (lambda n=name: order.append(n) or {"sps": next(speeds[n])})
-                                   for name in ("a", "b")}, repeats=3)
+    results = harness.interleaved(
+        {name: (lambda n=name: order.append(n) or {"sps": next(speeds[n])}) for name in ("a", "b")}, repeats=3
+    )
     assert order == ["a", "b", "b", "a", "a", "b"]
     rows = harness.compared(results, base="a")
     assert [(r["contender"], r["sps"], r["ratio"]) for r in rows] == [("a", 20.0, 1.0), ("b", 5.0, 0.25)]
@@ -83,14 +91,22 @@ def test_python_m_benchmarks_lists_every_benchmark_with_a_line_and_refuses_an_un
 def test_every_benchmark_parses_its_options():
     """Each runnable benchmark imports and answers ``--help`` (one process for them all)."""
     runnable = _script("__main__").runnable()
-    check = ("import runpy, sys\nfailed = []\nfor name in sys.argv[1:]:\n"
-             "    sys.argv = [name, '--help']\n    try:\n"
-             "        runpy.run_module('benchmarks.' + name, run_name='__main__')\n"
-             "    except SystemExit as exc:\n        failed += [name] if exc.code else []\n"
-             "    except Exception as exc:\n        failed.append(f'{name}: {exc!r}')\n"
-             "print('FAILED', failed)\n")
-    done = subprocess.run([sys.executable, "-c", check, *runnable], capture_output=True, text=True, timeout=600,
-                          cwd=REPO, env=BENCHMARK_ENV)
+    check = (
+        "import runpy, sys\nfailed = []\nfor name in sys.argv[1:]:\n"
+        "    sys.argv = [name, '--help']\n    try:\n"
+        "        runpy.run_module('benchmarks.' + name, run_name='__main__')\n"
+        "    except SystemExit as exc:\n        failed += [name] if exc.code else []\n"
+        "    except Exception as exc:\n        failed.append(f'{name}: {exc!r}')\n"
+        "print('FAILED', failed)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", check, *runnable],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=REPO,
+        env=BENCHMARK_ENV,
+    )
     said = done.stdout[-3000:] + done.stderr[-3000:]
     assert done.returncode == 0 and done.stdout.splitlines()[-1] == "FAILED []", said
 
@@ -100,8 +116,20 @@ def test_the_a_b_benchmark_runs_its_variants_in_fresh_processes(tmp_path):
     """bench_ab at its smallest: each variant a child process, the shared hand-over by its
     documented switch (WORKBENCH_HAND_OVER), not a patch."""
     out = tmp_path / "ab.json"
-    done = _benchmark("bench_ab", "--repeats", "1", "--iterations", "3", "--variants", "current", "shared-hand-over",
-                      "--json", str(out), cwd=tmp_path, timeout=600)
+    done = _benchmark(
+        "bench_ab",
+        "--repeats",
+        "1",
+        "--iterations",
+        "3",
+        "--variants",
+        "current",
+        "shared-hand-over",
+        "--json",
+        str(out),
+        cwd=tmp_path,
+        timeout=600,
+    )
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     assert "| contender | sps | ratio |" in done.stdout
     medians = {row["contender"]: row for row in json.loads(out.read_text())["medians"]}
@@ -139,8 +167,15 @@ def test_a_budget_too_small_for_a_part_lists_it_as_not_run(tmp_path):
 
 @pytest.mark.slow  # a Dask cluster and two short MAPPO runs
 def test_its_mappo_part_runs_mappo_under_gpuonly_on_this_cpu(tmp_path):
-    done = _benchmark("device_check", "--one-part", "mappo", "--kwargs",
-                      json.dumps({"env_counts": [8], "iterations": 2}), cwd=tmp_path, timeout=600)
+    done = _benchmark(
+        "device_check",
+        "--one-part",
+        "mappo",
+        "--kwargs",
+        json.dumps({"env_counts": [8], "iterations": 2}),
+        cwd=tmp_path,
+        timeout=600,
+    )
     rows = json.loads([line for line in done.stdout.splitlines() if line.startswith("ROWS ")][-1][5:])
     (row,) = rows
     assert row["what"] == "simple_spread × 8" and row["env numpy env-steps/s"] > 0
@@ -152,8 +187,21 @@ def test_its_mappo_part_runs_mappo_under_gpuonly_on_this_cpu(tmp_path):
 def test_its_llm_parts_write_the_two_sides_that_merge_here(tmp_path):
     pytest.importorskip("trl")
     logs = tmp_path / "logs"
-    text, rows = _device_check("--parts", "llm", "llm_trl", "--llm-seeds", "1", "--llm-updates", "2",
-                               "--llm-warm-start-steps", "5", "--llm-memory", "--logs", str(logs), tmp_path=tmp_path)
+    text, rows = _device_check(
+        "--parts",
+        "llm",
+        "llm_trl",
+        "--llm-seeds",
+        "1",
+        "--llm-updates",
+        "2",
+        "--llm-warm-start-steps",
+        "5",
+        "--llm-memory",
+        "--logs",
+        str(logs),
+        tmp_path=tmp_path,
+    )
     assert [r["value"].split(";")[0] for r in rows if r["what"] == "bench_llm_rl"] == ["rc 0", "rc 0"], text
     peaks = [r for r in rows if r["what"] == "peak memory" and r["value"].endswith("×")]  # each side's, after its run
     assert [(r["part"], r["value"].split()[0]) for r in peaks] == [("llm", "workbench"), ("llm_trl", "TRL")], text
@@ -167,9 +215,21 @@ def test_its_llm_parts_write_the_two_sides_that_merge_here(tmp_path):
 def test_its_llm_both_part_runs_the_two_sides_in_one_process(tmp_path):
     pytest.importorskip("trl")
     logs = tmp_path / "logs"
-    text, rows = _device_check("--parts", "llm_both", "--llm-seeds", "1", "--llm-updates", "2",
-                               "--llm-warm-start-steps", "5", "--llm-policies", "inline", "--logs", str(logs),
-                               tmp_path=tmp_path)
+    text, rows = _device_check(
+        "--parts",
+        "llm_both",
+        "--llm-seeds",
+        "1",
+        "--llm-updates",
+        "2",
+        "--llm-warm-start-steps",
+        "5",
+        "--llm-policies",
+        "inline",
+        "--logs",
+        str(logs),
+        tmp_path=tmp_path,
+    )
     assert [r["value"].split(";")[0] for r in rows if r["what"] == "bench_llm_rl"] == ["rc 0"], text
     both = json.loads((logs / "llm_both.json").read_text())
     # one process ran both sides, workbench's under the policies asked for alone
@@ -195,6 +255,7 @@ def test_workbench_s_held_out_curve_comes_from_weights_saved_every_eval_every_up
     import dataclasses
 
     from workbench.algorithms import grpo
+
     bench_llm_rl = _script("bench_llm_rl")
     cfg = dataclasses.replace(grpo.GRPOConfig(), iterations=3, eval_every=2, max_operand=9, warm_start_steps=60)
     task = bench_llm_rl.make_task(cfg)
@@ -215,18 +276,33 @@ def test_the_llm_benchmark_refuses_a_save_interval_below_one_update(tmp_path):
 
 
 def _side(path: Path, rows: dict, **meta) -> str:
-    settings = {"updates": 2, "device": "cpu", "size": "small", "seeds": [1, 2], "warm_start_steps": 30,
-                "parameters": 100_000, **meta}
+    settings = {
+        "updates": 2,
+        "device": "cpu",
+        "size": "small",
+        "seeds": [1, 2],
+        "warm_start_steps": 30,
+        "parameters": 100_000,
+        **meta,
+    }
     path.write_text(json.dumps({"meta": settings, "rows": rows}))
     return str(path)
 
 
 def test_merging_the_llm_sides_times_each_workbench_run_against_trl_s_accuracy_on_its_seed(tmp_path, capsys):
-    trl = {"TRL GRPOTrainer": [{"accuracy": 0.5, "wall_s": 10.0, "tokens_per_s": 100.0, "reach_s": 10.0},
-                               {"accuracy": 0.2, "wall_s": 12.0, "tokens_per_s": 100.0, "reach_s": 12.0}]}
+    trl = {
+        "TRL GRPOTrainer": [
+            {"accuracy": 0.5, "wall_s": 10.0, "tokens_per_s": 100.0, "reach_s": 10.0},
+            {"accuracy": 0.2, "wall_s": 12.0, "tokens_per_s": 100.0, "reach_s": 12.0},
+        ]
+    }
     # seed 1 reaches 0.5 at 3 s; seed 2 reaches 0.2 at 1 s (its own TRL's, not seed 1's)
-    wb = {"workbench gpuonly": [{"accuracy": 0.6, "wall_s": 8.0, "tokens_per_s": 300.0, "curve": [[1.0, 0.3], [3.0, 0.5]]},
-                                {"accuracy": 0.3, "wall_s": 8.0, "tokens_per_s": 300.0, "curve": [[1.0, 0.2]]}]}
+    wb = {
+        "workbench gpuonly": [
+            {"accuracy": 0.6, "wall_s": 8.0, "tokens_per_s": 300.0, "curve": [[1.0, 0.3], [3.0, 0.5]]},
+            {"accuracy": 0.3, "wall_s": 8.0, "tokens_per_s": 300.0, "curve": [[1.0, 0.2]]},
+        ]
+    }
     bench_llm_rl = _script("bench_llm_rl")
     rows, meta = bench_llm_rl.merge([_side(tmp_path / "t.json", trl), _side(tmp_path / "w.json", wb)])
     bench_llm_rl.print_table(rows, meta)
@@ -235,13 +311,26 @@ def test_merging_the_llm_sides_times_each_workbench_run_against_trl_s_accuracy_o
 
 
 def test_a_side_cut_short_is_compared_on_the_seeds_both_finished_and_a_run_that_unlearned_is_said(tmp_path, capsys):
-    trl = {"TRL GRPOTrainer": [{"accuracy": 0.1, "wall_s": 6.0, "tokens_per_s": 100.0, "reach_s": 6.0,
-                                "warm_start_accuracy": 0.2},
-                               {"accuracy": 0.1, "wall_s": 100.0, "tokens_per_s": 100.0, "reach_s": 100.0,
-                                "warm_start_accuracy": 0.2}]}
-    wb = {"workbench gpuonly": [{"accuracy": 0.1, "wall_s": 9.0, "tokens_per_s": 300.0, "curve": [[2.0, 0.15]],
-                                 "warm_start_accuracy": 0.2, "first_iteration_s": 1.5, "iteration_s": 0.14,
-                                 "split_s": {"generate": 0.05, "learner": 0.06}}]}  # seed 2 cut
+    trl = {
+        "TRL GRPOTrainer": [
+            {"accuracy": 0.1, "wall_s": 6.0, "tokens_per_s": 100.0, "reach_s": 6.0, "warm_start_accuracy": 0.2},
+            {"accuracy": 0.1, "wall_s": 100.0, "tokens_per_s": 100.0, "reach_s": 100.0, "warm_start_accuracy": 0.2},
+        ]
+    }
+    wb = {
+        "workbench gpuonly": [
+            {
+                "accuracy": 0.1,
+                "wall_s": 9.0,
+                "tokens_per_s": 300.0,
+                "curve": [[2.0, 0.15]],
+                "warm_start_accuracy": 0.2,
+                "first_iteration_s": 1.5,
+                "iteration_s": 0.14,
+                "split_s": {"generate": 0.05, "learner": 0.06},
+            }
+        ]
+    }  # seed 2 cut
     bench_llm_rl = _script("bench_llm_rl")
     bench_llm_rl.print_table(*bench_llm_rl.merge([_side(tmp_path / "t.json", trl), _side(tmp_path / "w.json", wb)]))
     out = capsys.readouterr().out
@@ -261,8 +350,12 @@ def test_merging_sides_that_ran_other_settings_is_refused(tmp_path):
 def test_the_pyarrow_trim_drops_what_datasets_never_loads_and_its_record_lines(tmp_path):
     wheel = tmp_path / "pyarrow-1.0-cp312-cp312-manylinux_2_28_x86_64.whl"
     kept = ["pyarrow/__init__.py", "pyarrow/libarrow.so.2600", "pyarrow/lib.cpython-312-x86_64-linux-gnu.so"]
-    dropped = ["pyarrow/libarrow_flight.so.2600", "pyarrow/_s3fs.cpython-312-x86_64-linux-gnu.so",
-               "pyarrow/include/arrow/api.h", "pyarrow/tests/test_array.py"]
+    dropped = [
+        "pyarrow/libarrow_flight.so.2600",
+        "pyarrow/_s3fs.cpython-312-x86_64-linux-gnu.so",
+        "pyarrow/include/arrow/api.h",
+        "pyarrow/tests/test_array.py",
+    ]
     record = "pyarrow-1.0.dist-info/RECORD"
     with zipfile.ZipFile(wheel, "w") as z:
         for name in kept + dropped:
@@ -277,9 +370,26 @@ def test_the_pyarrow_trim_drops_what_datasets_never_loads_and_its_record_lines(t
 def test_the_tests_part_runs_every_file_that_holds_gpu_marked_tests():
     """pytest's own view (collecting here, where every extra is installed) against the
     device check's text search: a GPU test left out would never run anywhere."""
-    done = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-m", "gpu",
-                           "-p", "no:cacheprovider", "-o", "addopts=", "tests"],
-                          capture_output=True, text=True, timeout=300, cwd=BENCHMARKS.parent)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "--collect-only",
+            "-q",
+            "-m",
+            "gpu",
+            "-p",
+            "no:cacheprovider",
+            "-o",
+            "addopts=",
+            "tests",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=BENCHMARKS.parent,
+    )
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     marked = {line.split("::")[0] for line in done.stdout.splitlines() if "::" in line}
     assert {"tests/gpu/test_grpo_gpu.py", "tests/gpu/test_rlhf_gpu.py"} <= marked  # ON_TORCH_GPU's
@@ -303,8 +413,10 @@ def test_the_scaling_part_splits_the_actor_s_iteration_into_cells_sends_waits_an
     import workbench as wb
 
     bench = _script("bench_policies")
-    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None) as cluster, \
-            Client(cluster) as client:
+    with (
+        LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None) as cluster,
+        Client(cluster) as client,
+    ):
         pids = list(client.run(os.getpid).values())
         *_, split = bench._measure(client, wb.SingleLearnerFine(envs=2), 6, pids, 2.0)
     assert set(split) == {*bench.SPLIT, bench.SEND_CPU}
@@ -346,8 +458,11 @@ def test_the_on_arrival_control_answers_each_env_without_waiting_for_the_slowest
     envs = [threading.Thread(target=env, args=(child, i, i == fast), daemon=True) for i, (_, child) in enumerate(pipes)]
     for thread in envs:
         thread.start()
-    actor = threading.Thread(target=bench._answer_on_arrival, daemon=True,
-                             args=([mine for mine, _ in pipes], [np.zeros((16, 4), np.float32)] * (fast + 1), steps))
+    actor = threading.Thread(
+        target=bench._answer_on_arrival,
+        daemon=True,
+        args=([mine for mine, _ in pipes], [np.zeros((16, 4), np.float32)] * (fast + 1), steps),
+    )
     actor.start()
     actor.join(120)
     assert not actor.is_alive() and fast_done.is_set()
@@ -399,13 +514,31 @@ def test_a_tests_part_cut_at_its_limit_still_shows_why_a_test_failed(tmp_path, p
     (tmp_path / "pytest.ini").write_text("[pytest]\n")
     (tmp_path / "test_cut.py").write_text(
         "import os\n\ndef test_fails():\n    assert 1 == 2, 'the reason it failed'\n\n"
-        "def test_the_run_is_cut_here():\n    os._exit(9)\n")
-    command = [sys.executable, "-m", "pytest", "-v", "-p", "no:cacheprovider", "-c", str(tmp_path / "pytest.ini"),
-               "--rootdir", str(tmp_path), str(tmp_path / "test_cut.py")]
+        "def test_the_run_is_cut_here():\n    os._exit(9)\n"
+    )
+    command = [
+        sys.executable,
+        "-m",
+        "pytest",
+        "-v",
+        "-p",
+        "no:cacheprovider",
+        "-c",
+        str(tmp_path / "pytest.ini"),
+        "--rootdir",
+        str(tmp_path),
+        str(tmp_path / "test_cut.py"),
+    ]
     if plugin:
         command[3:3] = ["-p", "benchmarks.device_check_instafail"]
-    done = subprocess.run(command, capture_output=True, text=True, timeout=120, cwd=tmp_path,
-                          env={**BENCHMARK_ENV, "PYTHONUNBUFFERED": "1"})
+    done = subprocess.run(
+        command,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=tmp_path,
+        env={**BENCHMARK_ENV, "PYTHONUNBUFFERED": "1"},
+    )
     assert done.returncode == 9 and "short test summary" not in done.stdout, done.stdout  # no summary came
     assert "test_cut.py::test_fails FAILED" in done.stdout, done.stdout
     assert ("AssertionError: the reason it failed" in done.stdout) == plugin, done.stdout

@@ -5,6 +5,7 @@ CI runs exactly the README's test command (``.ci/run``), so the docs build runs 
 the docstrings, the notebooks rendered as stored), then checks of what it built. Strict
 mode fails on a broken link or anchor; a small second build shows that it does.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -33,9 +34,14 @@ README = REPO / "README.md"
 def _mkdocs_build(config: Path, site: Path, cwd: Path) -> subprocess.CompletedProcess:
     # the Material theme's banner about MkDocs 2.0 is advice, not a warning about the site
     env = {**os.environ, "NO_MKDOCS_2_WARNING": "1"}
-    return subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "--config-file", str(config),
-                           "--site-dir", str(site)], cwd=cwd, env=env, capture_output=True, text=True,
-                          timeout=300)
+    return subprocess.run(
+        [sys.executable, "-m", "mkdocs", "build", "--strict", "--config-file", str(config), "--site-dir", str(site)],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
 
 
 @pytest.fixture(scope="module")
@@ -77,8 +83,12 @@ def test_every_page_and_notebook_is_in_the_nav():
 
 
 def test_api_reference_is_built_from_the_docstrings(site):
-    for page, obj in [("api/workbench.md", FDG), ("api/workbench.md", RunConfig),
-                      ("api/policies.md", SingleLearnerCoarse), ("api/errors.md", PlacementError)]:
+    for page, obj in [
+        ("api/workbench.md", FDG),
+        ("api/workbench.md", RunConfig),
+        ("api/policies.md", SingleLearnerCoarse),
+        ("api/errors.md", PlacementError),
+    ]:
         assert _first_sentence(obj.__doc__) in _text(_page(site, page)), f"{obj.__name__}'s docstring not on {page}"
     # the docs' Griffe extension put every doctest in a code block: none became a block quote
     # (Markdown's reading of `>>>`) or a fence shown as text
@@ -104,8 +114,9 @@ def test_notebooks_are_rendered_as_stored_not_run(site):
         assert " ".join(cells[-1].source.split()) in _text(html), f"{notebook.name}'s last cell is not on its page"
         # as stored: a run would have given outputs to the cells stored without any
         with_outputs = sum(1 for cell in cells if cell.outputs)
-        assert html.count('class="jp-OutputArea jp-Cell-outputArea"') == with_outputs, \
+        assert html.count('class="jp-OutputArea jp-Cell-outputArea"') == with_outputs, (
             f"{notebook.name} was run while building the docs"
+        )
 
 
 def test_links_to_repository_files_resolve_in_the_site(site):
@@ -121,8 +132,7 @@ def test_a_broken_link_or_anchor_fails_the_strict_build(tmp_path):
     (docs / "index.md").write_text("# Home\n\n[there](other.md#no-such-heading)\n")
     (docs / "other.md").write_text("# Other\n\n[a file](../tests/no_such_test.py)\n")
     config = yaml.safe_load((REPO / "mkdocs.yml").read_text())
-    config.update(docs_dir=str(docs), hooks=[str(DOCS / "hooks.py")], plugins=["search"],
-                  nav=["index.md", "other.md"])
+    config.update(docs_dir=str(docs), hooks=[str(DOCS / "hooks.py")], plugins=["search"], nav=["index.md", "other.md"])
     (tmp_path / "mkdocs.yml").write_text(yaml.safe_dump(config))
     built = _mkdocs_build(tmp_path / "mkdocs.yml", tmp_path / "site", tmp_path)
     assert built.returncode != 0
@@ -149,7 +159,13 @@ def test_readme_example_prints_what_the_readme_says(tmp_path):
     claimed = re.search(r"It ends with `([^`…]+)", README.read_text()).group(1)
     script = tmp_path / "example.py"
     script.write_text(example)
-    ran = subprocess.run([sys.executable, str(script)], cwd=tmp_path, capture_output=True, text=True,
-                         timeout=300, env={**os.environ, "PYTHONPATH": str(Path(workbench.__file__).parent.parent)})
+    ran = subprocess.run(
+        [sys.executable, str(script)],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "PYTHONPATH": str(Path(workbench.__file__).parent.parent)},
+    )
     assert ran.returncode == 0, ran.stderr
     assert " ".join(claimed.split()) in ran.stdout, ran.stdout

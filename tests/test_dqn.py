@@ -1,5 +1,6 @@
 """DQN: the notebook is the module, and its mechanisms (buffer, target network, ε schedule,
 checkpointed buffer) hold under inline and coarse. Learning itself: the slow test."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -17,8 +18,17 @@ from workbench.envs import FusedCartPole
 NOTEBOOK = Path(__file__).resolve().parents[1] / "notebooks" / "dqn.ipynb"
 
 #: tiny, so every mechanism shows within 6 iterations of 4 steps × 2 envs (48 env steps)
-SMALL = dataclasses.replace(dqn.cfg, num_envs=2, num_steps=4, learning_starts=16, target_network_frequency=20,
-                            buffer_size=200, exploration_steps=80, batch_size=8, hidden=16)
+SMALL = dataclasses.replace(
+    dqn.cfg,
+    num_envs=2,
+    num_steps=4,
+    learning_starts=16,
+    target_network_frequency=20,
+    buffer_size=200,
+    exploration_steps=80,
+    batch_size=8,
+    hidden=16,
+)
 
 
 def _fdg(cfg=SMALL, buffer="learner"):
@@ -37,38 +47,41 @@ def test_the_notebook_is_the_module():
 
 @pytest.mark.parametrize("policy", ["inline", "coarse"])
 def test_buffer_target_network_and_epsilon_follow_the_run(policy, client, tmp_path):
-    run = _fdg().run(iterations=6, steps=4, progress=False, keep_state=True, checkpoint_dir=str(tmp_path),
-                     **_kwargs(policy, client))
+    run = _fdg().run(
+        iterations=6, steps=4, progress=False, keep_state=True, checkpoint_dir=str(tmp_path), **_kwargs(policy, client)
+    )
     per_iteration = 4 * 2
     assert run.env_steps == 6 * per_iteration
     learner = run.state.fragments["learner"][0]
-    assert len(learner["rb"]) == 6 * per_iteration                     # the buffer holds every transition
-    assert learner["target_syncs"] == 6 * per_iteration // 20          # synced at 20 and 40 env steps
+    assert len(learner["rb"]) == 6 * per_iteration  # the buffer holds every transition
+    assert learner["target_syncs"] == 6 * per_iteration // 20  # synced at 20 and 40 env steps
     expected = [dqn.linear_schedule(1.0, 0.05, 80, (i + 1) * per_iteration) for i in range(6)]
     assert run.metrics["charts/epsilon"].tolist() == pytest.approx(expected)
     assert "losses/td_loss" in run.metrics  # learning started after 16 env steps
 
     # resume from the checkpoint: the buffer comes back with its transitions, the count goes on
-    resumed = _fdg().run(iterations=2, steps=4, progress=False, keep_state=True, resume=str(tmp_path),
-                         **_kwargs(policy, client))
+    resumed = _fdg().run(
+        iterations=2, steps=4, progress=False, keep_state=True, resume=str(tmp_path), **_kwargs(policy, client)
+    )
     assert resumed.env_steps == 8 * per_iteration
     rb = resumed.state.fragments["learner"][0]["rb"]
     assert len(rb) == 8 * per_iteration
     np.testing.assert_array_equal(rb.obs[:48], learner["rb"].obs[:48])
     assert resumed.state.fragments["learner"][0]["target_syncs"] == 8 * per_iteration // 20
     assert resumed.metrics["charts/epsilon"].tolist() == pytest.approx(
-        [dqn.linear_schedule(1.0, 0.05, 80, (i + 1) * per_iteration) for i in (6, 7)])
+        [dqn.linear_schedule(1.0, 0.05, 80, (i + 1) * per_iteration) for i in (6, 7)]
+    )
 
 
 @pytest.mark.parametrize("policy", ["inline", "coarse"])
 def test_the_buffer_as_its_own_fragment_does_the_same(policy, client):
-    run = _fdg(buffer="fragment").run(iterations=6, steps=4, progress=False, keep_state=True,
-                                      **_kwargs(policy, client))
+    run = _fdg(buffer="fragment").run(iterations=6, steps=4, progress=False, keep_state=True, **_kwargs(policy, client))
     assert run.env_steps == 6 * 8
     assert len(run.state.fragments["buffer"][0]["rb"]) == 6 * 8
     assert run.state.fragments["learner"][0]["target_syncs"] == 6 * 8 // 20
     assert run.metrics["charts/epsilon"].tolist() == pytest.approx(
-        [dqn.linear_schedule(1.0, 0.05, 80, (i + 1) * 8) for i in range(6)])
+        [dqn.linear_schedule(1.0, 0.05, 80, (i + 1) * 8) for i in range(6)]
+    )
     assert "losses/td_loss" in run.metrics
 
 
@@ -91,7 +104,7 @@ def test_act_is_the_host_epsilon_greedy_it_was(epsilon):
         expected = host_act(q, obs, epsilon, reference)
         assert action.dtype == expected.dtype and isinstance(action, np.ndarray)
         np.testing.assert_array_equal(action, expected)
-    assert mine.random() == reference.random()          # the generator drew the same numbers
+    assert mine.random() == reference.random()  # the generator drew the same numbers
 
 
 #: the env init cell with the GPU's CartPole in its NumPy twin: the device path of the cells
@@ -106,8 +119,11 @@ obs = envs.reset()
 def test_runs_inline_with_the_device_shaped_cartpole(buffer):
     namespace = {**vars(dqn), "cfg": SMALL, "FusedCartPole": FusedCartPole}
     fdg = wb.FDG(namespace=namespace)
-    cells = dqn.FRAGMENT_CELLS if buffer == "learner" else (
-        [c for c in dqn.FRAGMENT_CELLS if not c[0].startswith("%%fragment learner")] + dqn.BUFFER_FRAGMENT_CELLS)
+    cells = (
+        dqn.FRAGMENT_CELLS
+        if buffer == "learner"
+        else ([c for c in dqn.FRAGMENT_CELLS if not c[0].startswith("%%fragment learner")] + dqn.BUFFER_FRAGMENT_CELLS)
+    )
     for line, body in cells:
         fdg.add_cell(line, TWIN_ENV_INIT if line == "%%fragment env --init" else body)
     run = fdg.run(iterations=6, steps=4, progress=False, keep_state=True)
@@ -128,7 +144,12 @@ BUDGET = dqn.cfg.iterations * dqn.cfg.num_steps * dqn.cfg.num_envs
 @pytest.mark.parametrize("seed", [1, 2, 3, 4, 5])
 def test_dqn_solves_cartpole_within_its_step_budget(seed, policy, client):
     cfg = dataclasses.replace(dqn.cfg, seed=seed)
-    run = _fdg(cfg).run(iterations=cfg.iterations, steps=cfg.num_steps, target_return=cfg.target_return,
-                        progress=False, **_kwargs(policy, client))
+    run = _fdg(cfg).run(
+        iterations=cfg.iterations,
+        steps=cfg.num_steps,
+        target_return=cfg.target_return,
+        progress=False,
+        **_kwargs(policy, client),
+    )
     assert run.status == "solved", run.summary()
     assert run.env_steps <= BUDGET

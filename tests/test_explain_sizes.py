@@ -1,6 +1,7 @@
 """``plan.explain()`` with measured sizes: lists and tuples crossing a boundary show the
 bytes they hold, and one the probe saw empty (``batches = []`` until a warm-up ends) is of
 unknown size, never "0 B" (docs/policies.md)."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -52,7 +53,7 @@ def test_lists_and_tuples_crossing_a_boundary_show_the_bytes_they_hold(kind):
     sizes = fdg.measure_sizes()
     assert sizes["traj"] == held and sizes["weights"] == held
     text = make_plan(fdg, APART).explain(sizes, T)
-    assert f"[gather, {T * held} B/iteration]" in _route(text, "traj")       # [T, …] per iteration
+    assert f"[gather, {T * held} B/iteration]" in _route(text, "traj")  # [T, …] per iteration
     assert f"[broadcast, {2 * held} B/iteration]" in _route(text, "weights")  # to each of 2 replicas
     assert "on the wire per iteration: at most" in text
 

@@ -3,6 +3,7 @@ has no GPU is refused before anything starts, in one line naming the group, its 
 and what to do — as a GPU group on a cluster worker without one is (docs/errors.md, row 111).
 It used to fail only once the replica was built, as a DeviceError 12-14 frames deep in
 workbench's own code, naming no group or fragment."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -42,11 +43,15 @@ def test_a_gpu_group_in_a_process_without_a_gpu_is_refused_naming_group_fragment
         "this process (the notebook's or script's own, 'local'), which has no GPU: no CUDA device "
         "answers here. Run it on a cluster worker with a GPU (policy 'gpuonly' or 'coarse' with a "
         "cluster, or a wb.Policy group on that worker with device='gpu'), or here on the CPU: "
-        "wb.Inline() (the CPU) instead of wb.Inline(device='gpu').")
+        "wb.Inline() (the CPU) instead of wb.Inline(device='gpu')."
+    )
     assert "\n" not in text
     mine = Policy("mine", (Group(("env",), 2), Group(("learner",), 1, (IN_PROCESS,), "gpu")))
-    with pytest.raises(wb.PlacementError, match=r"policy 'mine' puts group 'learner' \(fragment learner\) "
-                       r"on the GPU of this process .* or here on the CPU: device='cpu' for group 'learner'\.$"):
+    with pytest.raises(
+        wb.PlacementError,
+        match=r"policy 'mine' puts group 'learner' \(fragment learner\) "
+        r"on the GPU of this process .* or here on the CPU: device='cpu' for group 'learner'\.$",
+    ):
         mine.check_gpus_here(lambda: 0)
 
 
@@ -74,8 +79,11 @@ def test_resolve_policy_refuses_it_with_this_process_gpu_count_and_not_without_o
 def test_a_gpu_run_in_this_cpu_only_process_is_refused_before_any_cell_runs(tmp_path, placement):
     mark = tmp_path / "ran.txt"
     fdg = learner_fdg(mark)
-    policy = (wb.Inline(device="gpu") if placement == "inline-gpu"
-              else wb.Policy("mine", (Group(("learner",), 1, (IN_PROCESS,), "gpu"),)))
+    policy = (
+        wb.Inline(device="gpu")
+        if placement == "inline-gpu"
+        else wb.Policy("mine", (Group(("learner",), 1, (IN_PROCESS,), "gpu"),))
+    )
     before, fixed_policy = fdg.copy(), policy
     with pytest.raises(wb.PlacementError) as info:
         fdg.run(iterations=2, policy=policy, progress=False)
@@ -86,8 +94,9 @@ def test_a_gpu_run_in_this_cpu_only_process_is_refused_before_any_cell_runs(tmp_
     assert info.traceback[-1].name == "check_gpus_here" and len(info.traceback) <= 6
     assert not mark.exists()  # no cell ran
     assert fdg == before and fdg.last_run is None and policy is fixed_policy  # nothing lost, no run recorded
-    fixed = (wb.Inline() if placement == "inline-gpu"
-             else wb.Policy("mine", (Group(("learner",), 1, (IN_PROCESS,), "cpu"),)))
+    fixed = (
+        wb.Inline() if placement == "inline-gpu" else wb.Policy("mine", (Group(("learner",), 1, (IN_PROCESS,), "cpu"),))
+    )
     with pytest.warns(Warning, match="asks for --device gpu"):  # the cell's wish, said, not obeyed
         run = fdg.run(iterations=2, policy=fixed, progress=False)
     assert run.status == "finished" and run.completed_iterations == 2
@@ -103,8 +112,9 @@ def test_in_a_notebook_it_is_one_usage_error_and_the_fdg_then_runs_on_the_cpu(ip
     assert ip.run_cell("%%fragment learner --device gpu\nw = w + 1\n").success
     with pytest.raises(UsageError) as info:
         ip.run_line_magic("fdg", f"run --iterations 1 --policy {policy}")
-    assert str(info.value).startswith("policy 'mine' puts group 'learner' (fragment learner) on the GPU of this "
-                                      "process") and "\n" not in str(info.value)
+    assert str(info.value).startswith(
+        "policy 'mine' puts group 'learner' (fragment learner) on the GPU of this process"
+    ) and "\n" not in str(info.value)
     assert info.value.__cause__ is None and info.value.__suppress_context__  # shown without workbench's frames
     assert not (tmp_path / "ran.txt").exists()
     with pytest.warns(Warning, match="asks for --device gpu"):

@@ -23,6 +23,7 @@ import of ``workbench.context``, ``import workbench`` one of the facade. Besides
 - ``workbench.fdg`` (the bottom layer) imports no Dask, IPython, widgets, bokeh or torch;
 - docs/architecture.md shows the table as it is here.
 """
+
 from __future__ import annotations
 
 import ast
@@ -164,8 +165,10 @@ def layer_violations(root: pathlib.Path, layers) -> list[str]:
             where = f"{path.relative_to(root.parent)}:{imp.line}"
             if mine in layer_of and theirs in layer_of and layer_of[theirs] >= layer_of[mine]:
                 how = "in its own layer" if layer_of[theirs] == layer_of[mine] else "a layer above"
-                wrong.append(f"{where}: {mine} ({layers[layer_of[mine]][0]}) imports {imp.module}, "
-                             f"{how} ({layers[layer_of[theirs]][0]})")
+                wrong.append(
+                    f"{where}: {mine} ({layers[layer_of[mine]][0]}) imports {imp.module}, "
+                    f"{how} ({layers[layer_of[theirs]][0]})"
+                )
             private = [p for p in imp.module.split(".")[2:] if _is_private(p)]
             if imp.name and _is_private(imp.name):
                 private.append(imp.name)
@@ -189,8 +192,12 @@ def _write(root: pathlib.Path, files: dict[str, str]) -> pathlib.Path:
     return root / next(iter(files)).split("/")[0]
 
 
-FAKE_LAYERS = (("base", ("fake.base",), ""), ("low", ("fake.low",), ""), ("mid", ("fake.mid", "fake.side"), ""),
-               ("top", ("fake",), ""))
+FAKE_LAYERS = (
+    ("base", ("fake.base",), ""),
+    ("low", ("fake.low",), ""),
+    ("mid", ("fake.mid", "fake.side"), ""),
+    ("top", ("fake",), ""),
+)
 FAKE_TREE = {
     "fake/__init__.py": "from fake.mid import run\n",
     "fake/base.py": "VALUE = 1\n_SECRET = 2\n",
@@ -208,11 +215,15 @@ def test_the_checker_passes_a_tree_that_keeps_to_its_layers(tmp_path):
 
 
 def test_the_checker_fails_an_upward_import_even_in_a_function(tmp_path):
-    tree = {**FAKE_TREE, "fake/low/helpers.py": FAKE_TREE["fake/low/helpers.py"]
-            + "\ndef later():\n    from fake.mid.core import run\n    return run()\n"}
+    tree = {
+        **FAKE_TREE,
+        "fake/low/helpers.py": FAKE_TREE["fake/low/helpers.py"]
+        + "\ndef later():\n    from fake.mid.core import run\n    return run()\n",
+    }
     wrong = layer_violations(_write(tmp_path, tree), FAKE_LAYERS)
-    assert any("fake/low/helpers.py:7: fake.low (low) imports fake.mid.core, a layer above (mid)" in w
-               for w in wrong), wrong
+    assert any(
+        "fake/low/helpers.py:7: fake.low (low) imports fake.mid.core, a layer above (mid)" in w for w in wrong
+    ), wrong
     assert any(w.startswith("import cycle between units: fake.low fake.mid") for w in wrong), wrong
 
 
@@ -220,19 +231,25 @@ def test_the_checker_counts_an_import_of_a_package_init_and_a_relative_one(tmp_p
     # `from ..mid import run` in fake/low: the mid package's __init__, a layer above
     tree = {**FAKE_TREE, "fake/low/more.py": "from ..mid import run\n"}
     wrong = layer_violations(_write(tmp_path, tree), FAKE_LAYERS)
-    assert wrong == ["fake/low/more.py:1: fake.low (low) imports fake.mid, a layer above (mid)",
-                     "import cycle between units: fake.low fake.mid"], wrong
+    assert wrong == [
+        "fake/low/more.py:1: fake.low (low) imports fake.mid, a layer above (mid)",
+        "import cycle between units: fake.low fake.mid",
+    ], wrong
 
 
 def test_the_checker_fails_a_sideways_import_a_private_name_and_a_unit_in_no_layer(tmp_path):
-    tree = {**FAKE_TREE, "fake/side.py": "from fake.mid import run\nfrom fake.base import _SECRET\n"
-                                         "from fake.low import _inner\n",
-            "fake/extra.py": ""}
+    tree = {
+        **FAKE_TREE,
+        "fake/side.py": "from fake.mid import run\nfrom fake.base import _SECRET\nfrom fake.low import _inner\n",
+        "fake/extra.py": "",
+    }
     wrong = layer_violations(_write(tmp_path, tree), FAKE_LAYERS)
-    assert wrong == ["fake.extra is in no layer of workbench/layers.py",
-                     "fake/side.py:1: fake.side (mid) imports fake.mid, in its own layer (mid)",
-                     "fake/side.py:2: fake.side imports fake.base's private _SECRET",
-                     "fake/side.py:3: fake.side imports fake.low's private _inner"], wrong
+    assert wrong == [
+        "fake.extra is in no layer of workbench/layers.py",
+        "fake/side.py:1: fake.side (mid) imports fake.mid, in its own layer (mid)",
+        "fake/side.py:2: fake.side imports fake.base's private _SECRET",
+        "fake/side.py:3: fake.side imports fake.low's private _inner",
+    ], wrong
 
 
 def test_the_cycle_finder_finds_a_cycle():
@@ -265,25 +282,43 @@ def _benchmark_imports(source: str) -> set[str]:
 def _benchmark_graph() -> dict[str, set[str]]:
     """Benchmark module → the benchmark modules it imports."""
     names = {path.stem for path in BENCHMARKS.glob("*.py")}
-    return {path.stem: (_benchmark_imports(path.read_text()) & names) - {path.stem}
-            for path in sorted(BENCHMARKS.glob("*.py"))}
+    return {
+        path.stem: (_benchmark_imports(path.read_text()) & names) - {path.stem}
+        for path in sorted(BENCHMARKS.glob("*.py"))
+    }
 
 
 def test_the_benchmark_graph_reads_package_relative_and_bare_imports():
-    source = ("import benchmarks.harness\nfrom benchmarks import bench_peers, device_wheels\n"
-              "from benchmarks.device_check_llm import part_llm\nfrom . import soak\nfrom .against import main\n"
-              "import bench_policies\nfrom bench_llm_rl import SIZES\nimport json\n")
-    assert _benchmark_imports(source) == {"harness", "bench_peers", "device_wheels", "device_check_llm", "soak",
-                                          "__init__", "against", "bench_policies", "bench_llm_rl", "json"}
+    source = (
+        "import benchmarks.harness\nfrom benchmarks import bench_peers, device_wheels\n"
+        "from benchmarks.device_check_llm import part_llm\nfrom . import soak\nfrom .against import main\n"
+        "import bench_policies\nfrom bench_llm_rl import SIZES\nimport json\n"
+    )
+    assert _benchmark_imports(source) == {
+        "harness",
+        "bench_peers",
+        "device_wheels",
+        "device_check_llm",
+        "soak",
+        "__init__",
+        "against",
+        "bench_policies",
+        "bench_llm_rl",
+        "json",
+    }
 
 
 def test_no_benchmark_edits_sys_path():
     """A benchmark runs as ``python -m benchmarks NAME`` from the checkout: it imports the others
     as the package's, never by putting a folder on ``sys.path``."""
-    wrong = [f"{path.relative_to(REPO)}:{node.lineno}" for path in sorted(BENCHMARKS.glob("*.py"))
-             for node in ast.walk(ast.parse(path.read_text(), str(path)))
-             if isinstance(node, ast.Attribute) and node.attr in ("insert", "append", "extend")
-             and ast.unparse(node.value) == "sys.path"]
+    wrong = [
+        f"{path.relative_to(REPO)}:{node.lineno}"
+        for path in sorted(BENCHMARKS.glob("*.py"))
+        for node in ast.walk(ast.parse(path.read_text(), str(path)))
+        if isinstance(node, ast.Attribute)
+        and node.attr in ("insert", "append", "extend")
+        and ast.unparse(node.value) == "sys.path"
+    ]
     assert not wrong, wrong
 
 
@@ -306,7 +341,8 @@ def test_no_import_cycle_between_benchmarks():
     cycles = _cycles(_benchmark_graph())
     assert cycles == KNOWN_BENCHMARK_CYCLES, (
         f"import cycles between benchmarks: {cycles}; known and reported: {KNOWN_BENCHMARK_CYCLES} "
-        "(one fixed: take it out of KNOWN_BENCHMARK_CYCLES)")
+        "(one fixed: take it out of KNOWN_BENCHMARK_CYCLES)"
+    )
 
 
 def test_fdg_imports_no_dask_ipython_widgets_or_torch():
@@ -321,8 +357,11 @@ def test_fdg_imports_no_dask_ipython_widgets_or_torch():
                 names = [node.module or ""]
             else:
                 continue
-            bad |= {n for n in names if n.split(".")[0] in {"IPython", "dask", "distributed", "ipywidgets",
-                                                             "anywidget", "bokeh", "torch"}}
+            bad |= {
+                n
+                for n in names
+                if n.split(".")[0] in {"IPython", "dask", "distributed", "ipywidgets", "anywidget", "bokeh", "torch"}
+            }
         if bad:
             outside[path.name] = sorted(bad)
     assert not outside, f"workbench.fdg must stay pure: {outside}"
@@ -338,5 +377,7 @@ def layers_table() -> str:
 
 def test_the_architecture_page_shows_the_layers_as_they_are():
     page = (REPO / "docs" / "architecture.md").read_text()
-    assert layers_table() in page, ("docs/architecture.md's table of layers differs from workbench/layers.py; "
-                                    "the table as it is:\n\n" + layers_table())
+    assert layers_table() in page, (
+        "docs/architecture.md's table of layers differs from workbench/layers.py; "
+        "the table as it is:\n\n" + layers_table()
+    )

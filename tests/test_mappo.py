@@ -2,6 +2,7 @@
 actor over own observations, centralised critic over the global state), the update runs and
 syncs through ``wb.allreduce``, and it learns simple_spread_v3 under the inline policy (and runs
 unchanged under coarse)."""
+
 from __future__ import annotations
 
 import pytest
@@ -14,8 +15,7 @@ import torch
 
 import workbench as wb
 from workbench.algorithms import mappo
-from workbench.algorithms.mappo import (MAPPOAgent, MAPPOConfig, build_fdg,
-                                        global_state, mappo_update)
+from workbench.algorithms.mappo import MAPPOAgent, MAPPOConfig, build_fdg, global_state, mappo_update
 from tests.conftest import assert_notebook_is_the_module
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -66,13 +66,13 @@ def test_the_env_cell_s_device_gives_the_env_backend_gave():
 
 
 def test_global_state_is_all_observations_plus_agent_id():
-    obs = torch.arange(2 * 3 * 4, dtype=torch.float32).reshape(2, 3, 4)   # [N, agents, obs_dim]
+    obs = torch.arange(2 * 3 * 4, dtype=torch.float32).reshape(2, 3, 4)  # [N, agents, obs_dim]
     g = global_state(obs)
     assert g.shape == (2, 3, 3 * 4 + 3)
     for n in range(2):
         for i in range(3):
-            assert torch.equal(g[n, i, :12], obs[n].reshape(-1))           # same joint obs for all
-            assert torch.equal(g[n, i, 12:], torch.eye(3)[i])               # then who is asking
+            assert torch.equal(g[n, i, :12], obs[n].reshape(-1))  # same joint obs for all
+            assert torch.equal(g[n, i, 12:], torch.eye(3)[i])  # then who is asking
 
 
 def test_network_output_shapes():
@@ -81,7 +81,7 @@ def test_network_output_shapes():
     agent = MAPPOAgent(cfg.obs_dim, cfg.n_actions, cfg.num_agents, cfg.hidden)
     obs = np.random.default_rng(0).normal(size=(7, 3, cfg.obs_dim)).astype(np.float32)
     action, logp, value = agent.act(obs)
-    assert all(isinstance(x, np.ndarray) for x in (action, logp, value))   # NumPy in, NumPy out
+    assert all(isinstance(x, np.ndarray) for x in (action, logp, value))  # NumPy in, NumPy out
     assert action.shape == logp.shape == value.shape == (7, 3)
     assert action.dtype == np.int64 and ((0 <= action) & (action < 5)).all()
     assert (logp <= 0).all() and np.isfinite(value).all()
@@ -91,7 +91,7 @@ def test_network_output_shapes():
     assert new_logp.shape == entropy.shape == v.shape == (4, 7, 3)
     np.testing.assert_allclose(new_logp[0].detach().numpy(), logp, rtol=1e-5, atol=1e-6)
     np.testing.assert_allclose(v[0].detach().numpy(), value, rtol=1e-5, atol=1e-6)
-    assert agent.actor[0].in_features == cfg.obs_dim                       # own observation
+    assert agent.actor[0].in_features == cfg.obs_dim  # own observation
     assert agent.critic[0].in_features == cfg.num_agents * (cfg.obs_dim + 1)  # global state + id
 
 
@@ -100,12 +100,12 @@ def test_actor_is_shared_and_critic_is_centralised():
     agent = MAPPOAgent(18, 5, 3)
     obs = torch.randn(5, 3, 18)
     perturbed = obs.clone()
-    perturbed[:, 2] += 1.0                       # change agent 2's observation only
+    perturbed[:, 2] += 1.0  # change agent 2's observation only
     logits, logits2 = agent.actor(obs), agent.actor(perturbed)
-    assert torch.equal(logits[:, :2], logits2[:, :2])      # agents 0, 1 act on their own obs
+    assert torch.equal(logits[:, :2], logits2[:, :2])  # agents 0, 1 act on their own obs
     assert not torch.equal(logits[:, 2], logits2[:, 2])
     v, v2 = agent.value(obs), agent.value(perturbed)
-    assert not torch.allclose(v[:, 0], v2[:, 0])           # the critic sees every agent
+    assert not torch.allclose(v[:, 0], v2[:, 0])  # the critic sees every agent
     # the same agent's observation in another agent's slot is scored by the same actor
     swapped = obs[:, [1, 0, 2]]
     assert torch.allclose(agent.actor(swapped)[:, 0], logits[:, 1])
@@ -127,12 +127,24 @@ def test_update_changes_both_networks_and_calls_allreduce(monkeypatch):
     real = wb.allreduce
     monkeypatch.setattr(mappo.wb, "allreduce", lambda x: calls.append(x.shape) or real(x))
     before = [p.detach().clone() for p in agent.parameters()]
-    losses = mappo_update(agent, optimizer, cfg, 0, state, action, logp, value, reward, starts,
-                          last_obs=state[-1], last_done=np.zeros(N, bool))
+    losses = mappo_update(
+        agent,
+        optimizer,
+        cfg,
+        0,
+        state,
+        action,
+        logp,
+        value,
+        reward,
+        starts,
+        last_obs=state[-1],
+        last_done=np.zeros(N, bool),
+    )
     assert set(losses) == {"losses/policy_loss", "losses/value_loss", "losses/entropy"}
     assert all(np.isfinite(v) for v in losses.values())
     n_params = sum(p.numel() for p in agent.parameters())
-    assert calls == [(n_params,)] * 2                       # once per gradient step, one flat vector
+    assert calls == [(n_params,)] * 2  # once per gradient step, one flat vector
     changed = [not torch.equal(a, b) for a, b in zip(before, agent.parameters())]
     assert all(changed)
 
@@ -145,7 +157,7 @@ def test_a_short_inline_run_logs_losses():
     for name in ("losses/policy_loss", "losses/value_loss", "losses/entropy"):
         assert name in metrics and metrics[name].notna().all(), name
     assert (metrics["losses/entropy"] > 0).all()
-    assert len(run.episode_returns) == 3 * cfg.num_envs      # 25-step episodes, all envs
+    assert len(run.episode_returns) == 3 * cfg.num_envs  # 25-step episodes, all envs
 
 
 def test_runs_on_the_env_a_gpu_gets_its_device_resets_and_deferred_stats():
@@ -169,8 +181,7 @@ def test_runs_on_the_env_a_gpu_gets_its_device_resets_and_deferred_stats():
             return getattr(wb, name)
 
     cfg = MAPPOConfig(num_envs=8)
-    run = build_fdg({**_namespace(num_envs=8), "wb": WithDeviceEnv("wb")}).run(
-        iterations=2, steps=25, progress=False)
+    run = build_fdg({**_namespace(num_envs=8), "wb": WithDeviceEnv("wb")}).run(iterations=2, steps=25, progress=False)
     assert made and made[0]._resets == "counter"
     assert isinstance(made[0].step(np.zeros((8, 3), np.int64))[4]["episode_return"], EndedEpisodes)
     assert len(run.episode_returns) == 2 * cfg.num_envs and np.isfinite(run.episode_returns).all()
@@ -179,11 +190,10 @@ def test_runs_on_the_env_a_gpu_gets_its_device_resets_and_deferred_stats():
 
 def test_runs_unchanged_under_coarse(client):
     cfg = MAPPOConfig(num_envs=8)
-    run = build_fdg(_namespace(num_envs=8)).run(iterations=2, steps=25, policy="coarse",
-                                                 cluster=client, progress=False)
+    run = build_fdg(_namespace(num_envs=8)).run(iterations=2, steps=25, policy="coarse", cluster=client, progress=False)
     assert run.status == "finished" and run.policy_name == "SingleLearnerCoarse"
     assert run.env_steps == 2 * 25 * cfg.num_envs
-    assert len(run.episode_returns) == 2 * cfg.num_envs     # both replicas' episodes
+    assert len(run.episode_returns) == 2 * cfg.num_envs  # both replicas' episodes
     assert run.metrics["losses/value_loss"].notna().all()
 
 
@@ -207,9 +217,8 @@ def test_inline_mappo_learns_simple_spread():
     uniform-random team scores about -26.3; the trained policy's episodes in the last
     iteration average -19.2, -18.7, -20.6 (seeds 1, 2, 3: 6.0 to 8.1 above random)."""
     cfg = MAPPOConfig(iterations=100)
-    run = build_fdg(_namespace(iterations=100)).run(iterations=cfg.iterations,
-                                                    steps=cfg.num_steps, progress=False)
+    run = build_fdg(_namespace(iterations=100)).run(iterations=cfg.iterations, steps=cfg.num_steps, progress=False)
     random_mean = _random_mean_return(cfg.num_envs, cfg.seed)
-    trained = float(np.mean(run.episode_returns[-cfg.num_envs:]))
+    trained = float(np.mean(run.episode_returns[-cfg.num_envs :]))
     assert trained > random_mean + MARGIN, (trained, random_mean, run.summary())
     assert run.mean_return() > random_mean + MARGIN

@@ -6,6 +6,7 @@ installed one of the same name. ``tests/kernels`` once hid the ``kernels`` packa
 transformers 5.25 imports at model build, and 143 tests failed on a fresh machine. This
 test computes, by pytest's own rule, the names the suite puts first on ``sys.path`` and fails
 when one of them is also a name an installed distribution provides."""
+
 from __future__ import annotations
 
 import importlib.metadata
@@ -60,8 +61,12 @@ def installed_names() -> dict[str, str]:
 def shadowed(tests: pathlib.Path, installed: dict[str, str]) -> dict[str, str]:
     """``{name: distribution}`` for each name the test tree would put ahead of an installed
     one."""
-    return {name: installed[name] for folder in prepended_folders(tests)
-            for name in importable_names(folder) if name in installed}
+    return {
+        name: installed[name]
+        for folder in prepended_folders(tests)
+        for name in importable_names(folder)
+        if name in installed
+    }
 
 
 def _normalised(name: str) -> str:
@@ -73,7 +78,8 @@ def test_no_test_folder_or_module_shadows_an_installed_package():
     assert not found, (
         "these names on the test run's sys.path hide installed packages: "
         + ", ".join(f"{name} (from {dist})" for name, dist in sorted(found.items()))
-        + "; rename them, or keep them inside the `tests` package")
+        + "; rename them, or keep them inside the `tests` package"
+    )
 
 
 def test_the_check_sees_a_test_package_named_like_an_installed_one(tmp_path):

@@ -1,6 +1,7 @@
 """PPO's NumPy minibatch step (workbench.algorithms.numpy_update), by mechanism: it takes the
 step the torch path takes (same gradients, same clipping, the run's own optimizer), visits
 every sample once per epoch, and steps aside for what it does not implement."""
+
 from __future__ import annotations
 
 import copy
@@ -24,9 +25,13 @@ def _one_torch_thread():
 
 def _batch(n=64, seed=0):
     rng = np.random.default_rng(seed)
-    return (rng.normal(size=(n, 4)).astype(np.float32), rng.integers(0, 3, n),
-            (np.log(rng.uniform(0.2, 0.5, n))).astype(np.float32),
-            rng.normal(size=n).astype(np.float32) * 2, rng.normal(size=n).astype(np.float32) * 5)
+    return (
+        rng.normal(size=(n, 4)).astype(np.float32),
+        rng.integers(0, 3, n),
+        (np.log(rng.uniform(0.2, 0.5, n))).astype(np.float32),
+        rng.normal(size=n).astype(np.float32) * 2,
+        rng.normal(size=n).astype(np.float32) * 5,
+    )
 
 
 def _pair(cfg, seed=0):
@@ -34,13 +39,23 @@ def _pair(cfg, seed=0):
     a = ppo.ActorCritic(4, 3, norm_obs=True)
     a.obs_norm.update(torch.from_numpy(_batch(256, seed=9)[0] * 3 + 2))  # statistics far from 0 / 1
     b = copy.deepcopy(a)
-    return (a, torch.optim.Adam(a.parameters(), lr=1e-2, eps=1e-5)), (b, torch.optim.Adam(b.parameters(), lr=1e-2, eps=1e-5))
+    return (a, torch.optim.Adam(a.parameters(), lr=1e-2, eps=1e-5)), (
+        b,
+        torch.optim.Adam(b.parameters(), lr=1e-2, eps=1e-5),
+    )
 
 
-@pytest.mark.parametrize("overrides", [
-    {}, {"ent_coef": 0.01}, {"norm_adv": False}, {"max_grad_norm": 0.05}, {"max_grad_norm": None, "vf_coef": 1.0},
-    {"clip_coef": 0.02},  # most ratios outside the range after one step
-])
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        {},
+        {"ent_coef": 0.01},
+        {"norm_adv": False},
+        {"max_grad_norm": 0.05},
+        {"max_grad_norm": None, "vf_coef": 1.0},
+        {"clip_coef": 0.02},  # most ratios outside the range after one step
+    ],
+)
 def test_steps_are_the_torch_paths(overrides):
     cfg = ppo.PPOConfig(**overrides)
     (ours, opt_ours), (theirs, opt_theirs) = _pair(cfg)
@@ -63,10 +78,20 @@ def test_steps_are_the_torch_paths(overrides):
 def _update_on_a_random_rollout(agent, optimizer, cfg, T: int, N: int, seed: int = 0) -> None:
     """One ``ppo_update`` of CartPole-shaped random data, ``T`` steps of ``N`` envs."""
     rng = np.random.default_rng(seed)
-    ppo.ppo_update(agent, optimizer, cfg, 0, rng.normal(size=(T, N, 4)).astype(np.float32),
-                   rng.integers(0, 2, (T, N)), np.full((T, N), -0.69, np.float32),
-                   np.zeros((T, N), np.float32), np.ones((T, N), np.float32), np.zeros((T, N), bool),
-                   np.zeros((N, 4), np.float32), np.zeros(N, bool))
+    ppo.ppo_update(
+        agent,
+        optimizer,
+        cfg,
+        0,
+        rng.normal(size=(T, N, 4)).astype(np.float32),
+        rng.integers(0, 2, (T, N)),
+        np.full((T, N), -0.69, np.float32),
+        np.zeros((T, N), np.float32),
+        np.ones((T, N), np.float32),
+        np.zeros((T, N), bool),
+        np.zeros((N, 4), np.float32),
+        np.zeros(N, bool),
+    )
 
 
 def test_ppo_update_runs_it_once_per_minibatch_over_every_sample(monkeypatch):
@@ -80,7 +105,7 @@ def test_ppo_update_runs_it_once_per_minibatch_over_every_sample(monkeypatch):
     _update_on_a_random_rollout(agent, optimizer, cfg, T=8, N=16)
     assert len(seen) == 12 and all(len(mb) == 32 for mb in seen)
     for e in range(3):
-        assert sorted(np.concatenate(seen[4 * e:4 * e + 4])) == list(range(128))
+        assert sorted(np.concatenate(seen[4 * e : 4 * e + 4])) == list(range(128))
 
 
 def test_what_it_does_not_implement_takes_the_torch_path():

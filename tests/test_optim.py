@@ -1,6 +1,7 @@
 """FusedAdam is torch's fused Adam without torch.optim's compiler import: the same numbers
 step for step, the same state_dict both ways, checkpoints through workbench's portable state,
 and a PPO learner that never imports torch._dynamo."""
+
 from __future__ import annotations
 
 import copy
@@ -53,7 +54,7 @@ def test_two_groups_and_parameters_without_gradients():
         _step(ours_net, ours, x)
         _step(theirs_net, theirs, x)
     assert all(torch.equal(a, b) for a, b in zip(ours_net.parameters(), theirs_net.parameters()))
-    assert ours_net[2].bias not in ours.state            # never stepped, no state (as torch)
+    assert ours_net[2].bias not in ours.state  # never stepped, no state (as torch)
     assert ours.state_dict()["param_groups"] == theirs.state_dict()["param_groups"]
 
 
@@ -87,7 +88,7 @@ def test_a_checkpoint_restores_it_as_an_optimizer():
     opt = FusedAdam(net.parameters(), lr=1e-2)
     _step(net, opt, torch.randn(3, 5))
     enc, _ = encode_state({"opt": opt})
-    assert enc["opt"]["__kind__"] == "optimizer"      # isinstance(torch.optim.Optimizer)
+    assert enc["opt"]["__kind__"] == "optimizer"  # isinstance(torch.optim.Optimizer)
     target = FusedAdam(fresh.parameters(), lr=1e-2)  # empty state until its first step
     restore_into({"opt": target}, enc)
     restored = {p: s for p, s in zip(fresh.parameters(), (target.state[p] for p in fresh.parameters()))}
@@ -111,7 +112,7 @@ def test_bad_input_says_what_is_wrong():
 
 def test_a_rate_schedule_drives_it():
     opt = FusedAdam(torch.nn.Linear(2, 1).parameters(), lr=1.0)
-    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda i: 0.5 ** i)
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda i: 0.5**i)
     opt.step()
     sched.step()
     assert opt.param_groups[0]["lr"] == 0.5

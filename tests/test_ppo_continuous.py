@@ -1,6 +1,7 @@
 """Continuous-action PPO: the Gaussian policy's numbers are torch.distributions.Normal's, the
 normalisers are running statistics, the cells run on HalfCheetah-v5 (threaded env pool) and log
 finite losses, and the same cells learn Pendulum-v1 (no MuJoCo needed) in a few seconds."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -14,8 +15,16 @@ pytest.importorskip("mujoco")
 
 from workbench.algorithms import ppo_continuous  # noqa: E402
 from workbench.algorithms.ppo_continuous import (  # noqa: E402
-    FRAGMENT_CELLS, GaussianActorCritic, ObsNormalizer, PPOContinuousConfig, RewardScaler,
-    RunningMeanStd, build_fdg, env_dims, ppo_continuous_update)
+    FRAGMENT_CELLS,
+    GaussianActorCritic,
+    ObsNormalizer,
+    PPOContinuousConfig,
+    RewardScaler,
+    RunningMeanStd,
+    build_fdg,
+    env_dims,
+    ppo_continuous_update,
+)
 
 
 def _namespace(**overrides) -> dict:
@@ -39,7 +48,7 @@ def test_log_prob_and_entropy_match_torch_normal():
     torch.manual_seed(0)
     net = GaussianActorCritic(17, 6)
     with torch.no_grad():
-        net.actor_logstd.copy_(torch.linspace(-1.0, 0.5, 6)[None])   # unequal stds
+        net.actor_logstd.copy_(torch.linspace(-1.0, 0.5, 6)[None])  # unequal stds
     obs = torch.randn(32, 17)
     action = torch.randn(32, 6) * 2
     logp, entropy, value = net.evaluate(obs, action)
@@ -70,9 +79,17 @@ def test_the_config_s_initial_log_std_is_the_policy_s(log_std_init):
     """``cfg.log_std_init`` reaches the learner's and the actor's networks: with a learning
     rate of 0 the update leaves the log-std where it started, and the action std logged is
     exactly its exp."""
-    cfg = dataclasses.replace(PPOContinuousConfig(), env_id="Pendulum-v1", num_envs=2, num_steps=8,
-                              num_minibatches=2, update_epochs=1, iterations=2, learning_rate=0.0,
-                              log_std_init=log_std_init)
+    cfg = dataclasses.replace(
+        PPOContinuousConfig(),
+        env_id="Pendulum-v1",
+        num_envs=2,
+        num_steps=8,
+        num_minibatches=2,
+        update_epochs=1,
+        iterations=2,
+        learning_rate=0.0,
+        log_std_init=log_std_init,
+    )
     run = build_fdg({**vars(ppo_continuous), "cfg": cfg}).run(iterations=2, steps=8, progress=False)
     assert list(run.metrics["charts/action_std"]) == pytest.approx([np.exp(log_std_init)] * 2, rel=1e-6)
 
@@ -134,7 +151,7 @@ def test_the_normalisers_are_cleanrl_s_gymnasium_wrappers():
         np.testing.assert_allclose(got_r[0], np.clip(want_r, -10, 10), rtol=1e-4, atol=1e-6)
         np.testing.assert_allclose(got_obs[0], np.clip(want_obs, -10, 10), rtol=1e-3, atol=1e-4)
         if term or trunc:
-            assert t == 199   # truncation: the wrapped env resets, G carries on
+            assert t == 199  # truncation: the wrapped env resets, G carries on
             want, _ = wrapped.reset()
             got = obs_norm(raw.reset()[0][None])
 
@@ -151,8 +168,9 @@ def test_update_returns_finite_losses_and_moves_the_policy():
     reward = rng.normal(size=(T, N)).astype(np.float32)
     starts = np.zeros((T, N), bool)
     before = [p.detach().clone() for p in agent.parameters()]
-    losses = ppo_continuous_update(agent, optimizer, cfg, 0, state, action, logp, value, reward,
-                                   starts, state[-1], np.zeros(N, bool))
+    losses = ppo_continuous_update(
+        agent, optimizer, cfg, 0, state, action, logp, value, reward, starts, state[-1], np.zeros(N, bool)
+    )
     assert all(np.isfinite(v) for v in losses.values()), losses
     assert {"losses/policy_loss", "losses/value_loss", "losses/entropy", "losses/approx_kl"} <= set(losses)
     assert any(not torch.equal(a, b) for a, b in zip(before, agent.parameters()))
@@ -184,9 +202,22 @@ def test_time_limits_bootstrap_the_cut_steps_in_the_update(monkeypatch):
             v = agent.value(torch.from_numpy(final_obs.reshape(-1, 3))).numpy().reshape(T, N)
         state = rng.normal(size=(T, N, 3)).astype(np.float32)
         action, logp, value = (np.stack(x) for x in zip(*(agent.act(s) for s in state)))
-        ppo_continuous_update(agent, optimizer, cfg, 0, state, action, logp, value, reward,
-                              np.zeros((T, N), bool), state[-1], np.zeros(N, bool),
-                              truncated=cut, final_obs=final_obs)
+        ppo_continuous_update(
+            agent,
+            optimizer,
+            cfg,
+            0,
+            state,
+            action,
+            logp,
+            value,
+            reward,
+            np.zeros((T, N), bool),
+            state[-1],
+            np.zeros(N, bool),
+            truncated=cut,
+            final_obs=final_obs,
+        )
         expected = reward + cfg.gamma * v * cut if on else reward
         np.testing.assert_allclose(seen["reward"], expected, rtol=1e-6, atol=1e-6)
 
@@ -210,8 +241,13 @@ def test_the_dataflow_is_ppo_s():
     fdg = build_fdg()
     assert sorted(fdg.fragments) == ["actor", "env", "learner"]
     edges = {(e.name, e.producer, e.consumer) for e in fdg.interfaces}
-    assert {("weights", "learner", "actor"), ("action", "actor", "env"), ("obs", "env", "actor"),
-            ("reward", "env", "learner"), ("state", "actor", "learner")} <= edges
+    assert {
+        ("weights", "learner", "actor"),
+        ("action", "actor", "env"),
+        ("obs", "env", "actor"),
+        ("reward", "env", "learner"),
+        ("state", "actor", "learner"),
+    } <= edges
     env_init = dict(FRAGMENT_CELLS)["%%fragment env --init"]
     assert "threads=cfg.threads" in env_init and "wb.envs.make(cfg.env_id" in env_init
     assert env_dims("HalfCheetah-v5") == (17, 6)
@@ -219,10 +255,16 @@ def test_the_dataflow_is_ppo_s():
 
 @pytest.mark.parametrize("threads", [1, 2])
 def test_a_short_inline_halfcheetah_run_logs_finite_losses(threads):
-    cfg = dataclasses.replace(PPOContinuousConfig(), num_envs=2, threads=threads, num_minibatches=4,
-                              update_epochs=2, iterations=2, env_backend="gymnasium")
-    run = build_fdg({**vars(ppo_continuous), "cfg": cfg}).run(iterations=2, steps=16, progress=False,
-                                                              keep_state=True)
+    cfg = dataclasses.replace(
+        PPOContinuousConfig(),
+        num_envs=2,
+        threads=threads,
+        num_minibatches=4,
+        update_epochs=2,
+        iterations=2,
+        env_backend="gymnasium",
+    )
+    run = build_fdg({**vars(ppo_continuous), "cfg": cfg}).run(iterations=2, steps=16, progress=False, keep_state=True)
     assert run.status == "finished" and run.env_steps == 2 * 16 * 2
     metrics = run.metrics
     for name in ("losses/policy_loss", "losses/value_loss", "losses/entropy", "losses/approx_kl"):
@@ -230,7 +272,7 @@ def test_a_short_inline_halfcheetah_run_logs_finite_losses(threads):
     env = run.state.fragments["env"][0]
     assert type(env["envs"]).__name__ == ("ThreadedVectorEnv" if threads > 1 else "GymVectorEnv")
     assert env["obs"].shape == (2, 17) and env["obs"].dtype == np.float32
-    assert np.abs(env["obs"]).max() <= 10.0                        # normalised and clipped
+    assert np.abs(env["obs"]).max() <= 10.0  # normalised and clipped
     env["envs"].close()
 
 
@@ -238,10 +280,8 @@ def test_the_env_fragment_steps_envpool_and_counts_what_it_stepped():
     """With EnvPool installed the env fragment's pool is EnvPool's (make's auto choice), and the
     run's env-step count is the one EnvPool's own counters give."""
     pytest.importorskip("envpool", reason="EnvPool is optional: pip install 'workbench-rl[envpool]'")
-    cfg = dataclasses.replace(PPOContinuousConfig(), num_envs=4, num_minibatches=4, update_epochs=1,
-                              iterations=2)
-    run = build_fdg({**vars(ppo_continuous), "cfg": cfg}).run(iterations=2, steps=16, progress=False,
-                                                              keep_state=True)
+    cfg = dataclasses.replace(PPOContinuousConfig(), num_envs=4, num_minibatches=4, update_epochs=1, iterations=2)
+    run = build_fdg({**vars(ppo_continuous), "cfg": cfg}).run(iterations=2, steps=16, progress=False, keep_state=True)
     envs = run.state.fragments["env"][0]["envs"]
     assert type(envs).__name__ == "EnvPoolVectorEnv"
     assert run.status == "finished" and run.env_steps == envs.steps_taken == 2 * 16 * 4
@@ -257,7 +297,7 @@ def _cleanrl_update(agent, optimizer, cfg, b_obs, b_act, b_logp, b_adv, b_ret, b
     for _ in range(cfg.update_epochs):
         b_inds = torch.randperm(batch)
         for start in range(0, batch, mb_size):
-            mb = b_inds[start:start + mb_size]
+            mb = b_inds[start : start + mb_size]
             mean = agent.actor_mean(b_obs[mb])
             dist = torch.distributions.Normal(mean, agent.actor_logstd.expand_as(mean).exp())
             newlogprob, entropy = dist.log_prob(b_act[mb]).sum(1), dist.entropy().sum(1)
@@ -302,18 +342,40 @@ def test_the_update_is_cleanrl_s():
     theirs = GaussianActorCritic(5, 2)
     theirs.load_state_dict(ours.state_dict())
     state, action, logp, value, reward, starts, last_obs, last_done, adv, ret = _rollout(
-        ours, np.random.default_rng(0), cfg, T, N)
+        ours, np.random.default_rng(0), cfg, T, N
+    )
 
     torch.manual_seed(7)
-    ppo_continuous_update(ours, ppo_continuous.adam(ours.parameters(), cfg.learning_rate), cfg, 0,
-                          state, action, logp, value, reward, starts, last_obs, last_done)
+    ppo_continuous_update(
+        ours,
+        ppo_continuous.adam(ours.parameters(), cfg.learning_rate),
+        cfg,
+        0,
+        state,
+        action,
+        logp,
+        value,
+        reward,
+        starts,
+        last_obs,
+        last_done,
+    )
     torch.manual_seed(7)
     flat = lambda x, *shape: torch.from_numpy(np.ascontiguousarray(x, np.float32).reshape(-1, *shape))  # noqa: E731
-    _cleanrl_update(theirs, torch.optim.Adam(theirs.parameters(), lr=cfg.learning_rate, eps=1e-5), cfg,
-                    flat(state, 5), flat(action, 2), flat(logp), flat(adv), flat(ret), flat(value))
+    _cleanrl_update(
+        theirs,
+        torch.optim.Adam(theirs.parameters(), lr=cfg.learning_rate, eps=1e-5),
+        cfg,
+        flat(state, 5),
+        flat(action, 2),
+        flat(logp),
+        flat(adv),
+        flat(ret),
+        flat(value),
+    )
     for (name, a), b in zip(ours.named_parameters(), theirs.parameters()):
         torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5, msg=name)
-    assert not torch.equal(ours.actor_logstd, torch.zeros(1, 2))   # the update moved it
+    assert not torch.equal(ours.actor_logstd, torch.zeros(1, 2))  # the update moved it
 
 
 def test_many_updates_stay_cleanrl_s_lr_annealing_and_adam_state_included():
@@ -322,8 +384,9 @@ def test_many_updates_stay_cleanrl_s_lr_annealing_and_adam_state_included():
     next): workbench's learner stays on CleanRL's loop, iteration by iteration. CleanRL anneals
     ``lr · (1 - (iteration - 1) / num_iterations)`` from iteration 1; workbench's update
     counter starts at 0."""
-    cfg = PPOContinuousConfig(num_minibatches=4, update_epochs=2, anneal_lr=True, iterations=5,
-                              bootstrap_truncated=False)
+    cfg = PPOContinuousConfig(
+        num_minibatches=4, update_epochs=2, anneal_lr=True, iterations=5, bootstrap_truncated=False
+    )
     T, N = 16, 4
     torch.manual_seed(0)
     ours, theirs = GaussianActorCritic(5, 2), GaussianActorCritic(5, 2)
@@ -335,12 +398,14 @@ def test_many_updates_stay_cleanrl_s_lr_annealing_and_adam_state_included():
     for iteration in range(1, cfg.iterations + 1):
         state, action, logp, value, reward, starts, last_obs, last_done, adv, ret = _rollout(ours, rng, cfg, T, N)
         torch.manual_seed(100 + iteration)
-        metrics = ppo_continuous_update(ours, our_adam, cfg, iteration - 1, state, action, logp, value, reward,
-                                        starts, last_obs, last_done)
+        metrics = ppo_continuous_update(
+            ours, our_adam, cfg, iteration - 1, state, action, logp, value, reward, starts, last_obs, last_done
+        )
         their_adam.param_groups[0]["lr"] = (1.0 - (iteration - 1.0) / cfg.iterations) * cfg.learning_rate
         torch.manual_seed(100 + iteration)
-        _cleanrl_update(theirs, their_adam, cfg, flat(state, 5), flat(action, 2), flat(logp), flat(adv),
-                        flat(ret), flat(value))
+        _cleanrl_update(
+            theirs, their_adam, cfg, flat(state, 5), flat(action, 2), flat(logp), flat(adv), flat(ret), flat(value)
+        )
         assert metrics["charts/learning_rate"] == pytest.approx(their_adam.param_groups[0]["lr"], rel=1e-12)
         for (name, a), b in zip(ours.named_parameters(), theirs.parameters()):
             torch.testing.assert_close(a, b, rtol=1e-4, atol=2e-5, msg=f"iteration {iteration}: {name}")
@@ -353,10 +418,18 @@ def test_many_updates_stay_cleanrl_s_lr_annealing_and_adam_state_included():
 def test_the_cells_run_under_the_coarse_policy(client):
     """env+actor replicated on 2 Dask workers (2 env replicas of 2 envs each), one learner: the
     normalisers and the policy travel to the workers and back."""
-    cfg = dataclasses.replace(PPOContinuousConfig(), env_id="Pendulum-v1", num_envs=4, num_steps=8,
-                              num_minibatches=2, update_epochs=1, iterations=2)
-    run = build_fdg({**vars(ppo_continuous), "cfg": cfg}).run(iterations=2, steps=8, policy="coarse",
-                                                              cluster=client, progress=False)
+    cfg = dataclasses.replace(
+        PPOContinuousConfig(),
+        env_id="Pendulum-v1",
+        num_envs=4,
+        num_steps=8,
+        num_minibatches=2,
+        update_epochs=1,
+        iterations=2,
+    )
+    run = build_fdg({**vars(ppo_continuous), "cfg": cfg}).run(
+        iterations=2, steps=8, policy="coarse", cluster=client, progress=False
+    )
     assert run.status == "finished" and run.env_steps == 2 * 8 * 4
     assert np.isfinite(run.metrics["losses/value_loss"]).all()
 
@@ -367,17 +440,26 @@ def test_the_cells_run_under_the_coarse_policy(client):
 #: 11 s on the 2-core dev machine. Measured (mean of the first 16 episodes -> last 16), seeds 1-5,
 #: the default log-std of -1: -1394 -> -303, -1348 -> -448, -1404 -> -427, -1319 -> -417,
 #: -1333 -> -398 (margins 900-1091; 580-1100 with CleanRL's log-std of 0).
-PENDULUM = dict(env_id="Pendulum-v1", num_envs=16, num_steps=64, iterations=100, learning_rate=1e-3,
-                gamma=0.9, num_minibatches=4, update_epochs=10)
+PENDULUM = dict(
+    env_id="Pendulum-v1",
+    num_envs=16,
+    num_steps=64,
+    iterations=100,
+    learning_rate=1e-3,
+    gamma=0.9,
+    num_minibatches=4,
+    update_epochs=10,
+)
 
 
 @pytest.mark.slow  # a full training to a learning target
 def test_the_same_cells_learn_pendulum():
-    cfg = dataclasses.replace(PPOContinuousConfig(), **PENDULUM)   # seed 1: runs are deterministic
-    run = build_fdg({**vars(ppo_continuous), "cfg": cfg}).run(iterations=cfg.iterations,
-                                                              steps=cfg.num_steps, progress=False)
+    cfg = dataclasses.replace(PPOContinuousConfig(), **PENDULUM)  # seed 1: runs are deterministic
+    run = build_fdg({**vars(ppo_continuous), "cfg": cfg}).run(
+        iterations=cfg.iterations, steps=cfg.num_steps, progress=False
+    )
     returns = run.episode_returns
     assert len(returns) == cfg.iterations * cfg.num_steps * cfg.num_envs // 200
-    start, end = statistics.fmean(returns[:cfg.num_envs]), statistics.fmean(returns[-cfg.num_envs:])
-    assert start < -900, start                         # untrained: about -1200
+    start, end = statistics.fmean(returns[: cfg.num_envs]), statistics.fmean(returns[-cfg.num_envs :])
+    assert start < -900, start  # untrained: about -1200
     assert end > start + 400, (start, end, run.summary())

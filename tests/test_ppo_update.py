@@ -2,6 +2,7 @@
 epoch, the CPU tanh is tanh, observation statistics take in the rollout before the epochs and travel
 with the weights, and the advantage/value options compute what they say. No learning
 thresholds, no wall time."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -48,7 +49,7 @@ def test_every_epoch_visits_each_sample_once(monkeypatch, epochs, minibatches):
     sizes = {len(mb) for mb in seen}  # as even as the batch allows: 128 in 3 is 43, 43, 42
     assert sizes <= {size // minibatches, -(-size // minibatches)} and min(sizes) >= 2
     for e in range(epochs):
-        epoch = torch.cat(seen[e * minibatches:(e + 1) * minibatches])
+        epoch = torch.cat(seen[e * minibatches : (e + 1) * minibatches])
         assert torch.equal(epoch.sort().values, torch.arange(size))
 
 
@@ -75,10 +76,10 @@ def test_more_minibatches_than_pairs_of_samples_is_refused_with_the_largest_that
 
 def test_cpu_tanh_is_tanh_in_values_and_gradients():
     x = torch.linspace(-12, 12, 20001, dtype=torch.float32)
-    assert (ppo.tanh(x) - torch.tanh(x)).abs().max() < 3e-7          # no autograd: the plain path
+    assert (ppo.tanh(x) - torch.tanh(x)).abs().max() < 3e-7  # no autograd: the plain path
     a = x.clone().requires_grad_()
     b = x.clone().requires_grad_()
-    (ppo.tanh(a) * torch.cos(a)).sum().backward()                      # the autograd Function
+    (ppo.tanh(a) * torch.cos(a)).sum().backward()  # the autograd Function
     (torch.tanh(b) * torch.cos(b)).sum().backward()
     torch.testing.assert_close(a.grad, b.grad, rtol=0, atol=1e-6)
     assert ppo.Tanh()(x).equal(ppo.tanh(x)) and isinstance(ppo.Tanh(), torch.nn.Tanh)
@@ -92,7 +93,7 @@ def test_the_network_uses_the_cpu_tanh_everywhere():
     obs = torch.randn(5, 4)
     logp, entropy, value = agent.evaluate(obs, torch.zeros(5, dtype=torch.long))
     expected = torch.log_softmax(agent.actor(obs), -1)[:, 0]
-    torch.testing.assert_close(logp, expected, rtol=0, atol=0)       # forward() == the modules' own call
+    torch.testing.assert_close(logp, expected, rtol=0, atol=0)  # forward() == the modules' own call
     torch.testing.assert_close(value, agent.critic(obs).squeeze(-1), rtol=0, atol=0)
 
 
@@ -109,7 +110,7 @@ def test_obs_norm_keeps_the_running_mean_and_variance_of_all_batches():
     x = torch.tensor(everything[:5], dtype=torch.float32)
     expected = ((everything[:5] - everything.mean(0)) / np.sqrt(everything.var(0) + 1e-8)).clip(-10, 10)
     np.testing.assert_allclose(norm(x).numpy(), expected, rtol=1e-4, atol=1e-4)
-    assert norm(torch.full((1, 4), 1e6)).max().item() == 10.0           # clipped
+    assert norm(torch.full((1, 4), 1e6)).max().item() == 10.0  # clipped
 
 
 def test_obs_norm_averages_the_batch_moments_across_learners(monkeypatch):
@@ -148,7 +149,7 @@ def test_the_update_adds_the_rollout_to_the_statistics_before_its_epochs(monkeyp
     monkeypatch.setattr(ppo, "_minibatch_step", spy)
     rollout = _rollout()
     ppo.ppo_update(agent, optimizer, cfg, 0, *rollout)
-    assert counts == [8 * 16] * 4                 # every epoch learns under the new statistics
+    assert counts == [8 * 16] * 4  # every epoch learns under the new statistics
     state = torch.from_numpy(rollout[0].reshape(-1, 4)).double()
     assert agent.obs_norm.count.item() == 8 * 16
     torch.testing.assert_close(agent.obs_norm.mean, state.mean(0), rtol=1e-6, atol=1e-6)
@@ -201,7 +202,7 @@ def test_time_limits_bootstrap_exactly_the_cut_steps_with_the_collecting_network
     terminated = rng.random((T, N)) < 0.3
     truncated = rng.random((T, N)) < 0.3
     cut = truncated & ~terminated
-    assert cut.any() and (truncated & terminated).any()          # both kinds in the rollout
+    assert cut.any() and (truncated & terminated).any()  # both kinds in the rollout
     final_obs = rng.normal(size=(T, N, 4)).astype(np.float32)
     reward = rng.normal(size=(T, N)).astype(np.float32)
     real, seen = ppo.gae, {}
@@ -218,6 +219,20 @@ def test_time_limits_bootstrap_exactly_the_cut_steps_with_the_collecting_network
             v = agent.value(torch.from_numpy(final_obs.reshape(-1, 4))).numpy().reshape(T, N)
         expected = reward + cfg.gamma * v * cut if on else reward
         state, action, logp, value, _, starts, last_obs, last_done = _rollout(T, N)
-        ppo.ppo_update(agent, optimizer, cfg, 0, state, action, logp, value, reward, starts, last_obs, last_done,
-                       truncated=cut, final_obs=final_obs)
+        ppo.ppo_update(
+            agent,
+            optimizer,
+            cfg,
+            0,
+            state,
+            action,
+            logp,
+            value,
+            reward,
+            starts,
+            last_obs,
+            last_done,
+            truncated=cut,
+            final_obs=final_obs,
+        )
         np.testing.assert_allclose(seen["reward"], expected, rtol=1e-6, atol=1e-6)

@@ -1,5 +1,6 @@
 """Small errors an outside tester met: NumPy whole numbers as run arguments, NaN advice that
 fits the metric, and a new fragment registered while a run trains."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -18,9 +19,16 @@ DIVERGED = "usually means training diverged"
 
 # -- 2. run arguments: any whole number, as an int ---------------------------------------
 
+
 def test_numpy_whole_numbers_are_run_arguments_and_become_ints():
-    config = RunConfig(iterations=np.int64(19), steps=np.int32(16), checkpoint_every=np.uint8(2),
-                       checkpoint_dir="unused", snapshot_every=np.int64(0), target_return=np.float32(1.5))
+    config = RunConfig(
+        iterations=np.int64(19),
+        steps=np.int32(16),
+        checkpoint_every=np.uint8(2),
+        checkpoint_dir="unused",
+        snapshot_every=np.int64(0),
+        target_return=np.float32(1.5),
+    )
     assert (config.iterations, config.steps, config.checkpoint_every, config.snapshot_every) == (19, 16, 2, 0)
     assert all(type(v) is int for v in (config.iterations, config.steps, config.checkpoint_every))
     assert type(config.target_return) is float and config.target_return == 1.5
@@ -48,16 +56,17 @@ def test_target_return_refuses_bools_and_non_finite_numbers():
 
 # -- 3. NaN advice that fits the metric ---------------------------------------------------
 
-@pytest.mark.parametrize("name", ["losses/loss", "losses/value_loss", "losses/approx_kl", "charts/grad_norm",
-                                  "charts/q_values"])
+
+@pytest.mark.parametrize(
+    "name", ["losses/loss", "losses/value_loss", "losses/approx_kl", "charts/grad_norm", "charts/q_values"]
+)
 def test_a_nan_in_a_training_quantity_gets_the_divergence_advice(name):
     with pytest.raises(MetricError) as info:
         wb.log(name, float("nan"))
     assert DIVERGED in str(info.value) and "lower the learning rate" in str(info.value)
 
 
-@pytest.mark.parametrize("name", ["charts/episodic_return", "rollout/reward", "charts/episodic_length",
-                                  "eval/returns"])
+@pytest.mark.parametrize("name", ["charts/episodic_return", "rollout/reward", "charts/episodic_length", "eval/returns"])
 def test_a_nan_return_or_reward_points_at_the_env_and_the_reward(name):
     with pytest.raises(MetricError) as info:
         wb.log(name, np.array([1.0, np.nan]))
@@ -88,6 +97,7 @@ def test_a_nan_episodic_return_in_a_run_names_the_env_cell_with_env_advice():
 
 # -- 4. a new fragment while a run trains -------------------------------------------------
 
+
 class At:
     """A run logger that calls ``change()`` once, when iteration ``at`` is recorded."""
 
@@ -112,8 +122,14 @@ LOGGER = "wb.log('logger/updates', float(total))"
 def test_a_new_fragment_mid_run_under_a_preset_says_it_cannot_join_and_what_to_do(policy, client):
     fdg = toy_fdg()
     at = At(1, lambda: fdg.add_fragment("logger", LOGGER, rate="iteration"))
-    run = fdg.run(iterations=4, steps=2, policy=policy, progress=False, loggers=[at],
-                  cluster=client if policy != "inline" else None)
+    run = fdg.run(
+        iterations=4,
+        steps=2,
+        policy=policy,
+        progress=False,
+        loggers=[at],
+        cluster=client if policy != "inline" else None,
+    )
     (refused,) = at.refused
     text = str(refused)
     assert isinstance(refused, PlacementError)
@@ -125,8 +141,9 @@ def test_a_new_fragment_mid_run_under_a_preset_says_it_cannot_join_and_what_to_d
     assert run.status == "finished" and run.completed_iterations == 4 and run.events == []
     # … and the cell registered again is placed by the preset at the next run
     fdg.add_fragment("logger", LOGGER, rate="iteration")
-    again = fdg.run(iterations=2, steps=2, policy=policy, progress=False,
-                    cluster=client if policy != "inline" else None)
+    again = fdg.run(
+        iterations=2, steps=2, policy=policy, progress=False, cluster=client if policy != "inline" else None
+    )
     assert "logger/updates" in again.rows[-1]
 
 

@@ -3,6 +3,7 @@ and under coarse on 2 workers ends with a line of the README's example's form, t
 numbers on every run. Not the README's very numbers: another CPU's SIMD kernels round NumPy's
 and OpenBLAS's sums otherwise (this VM with AVX-512 solved at iteration 91 where the one the
 README's line came from solved at 107), so the iteration a host solves at is that host's."""
+
 from __future__ import annotations
 
 import re
@@ -41,8 +42,9 @@ def test_quickstart_cells_run_unchanged_under_every_policy(policy, client):
     """Tiny budgets: the same cells, byte for byte, train under each preset (full solves are
     in benchmarks/bench_policies.py)."""
     fdg, options = load_notebook(QUICKSTART)
-    run = fdg.run(iterations=10 if policy == "auto" else 3, steps=options["steps"], policy=policy,
-                  cluster=client, progress=False)
+    run = fdg.run(
+        iterations=10 if policy == "auto" else 3, steps=options["steps"], policy=policy, cluster=client, progress=False
+    )
     assert run.status == "finished"
     assert run.env_steps > 0 and "losses/policy_loss" in run.metrics
 
@@ -74,7 +76,13 @@ def test_a3c_learns_under_async(client):
 
     cfg = a3c.A3CConfig(seed=2)
     fdg = a3c.build_fdg({**vars(a3c), "cfg": cfg})
-    run = fdg.run(iterations=600, steps=cfg.num_steps, policy="Async", cluster=client,
-                  target_return=cfg.target_return, progress=False)
+    run = fdg.run(
+        iterations=600,
+        steps=cfg.num_steps,
+        policy="Async",
+        cluster=client,
+        target_return=cfg.target_return,
+        progress=False,
+    )
     assert run.status in ("finished", "solved") and run.policy_name == "Async"
     assert _best_mean(run.episode_returns, 64) >= A3C_PEAK_FLOOR, run.summary()

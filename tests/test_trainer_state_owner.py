@@ -7,6 +7,7 @@ An AST check over workbench/: outside trainer.py no assignment, augmented assign
 =``, ``trainer.state.x =``, ``trainer.state.d[k] =``), no ``trainer.__dict__`` is read, and
 no ``setattr``/``delattr`` is given a trainer.
 """
+
 from __future__ import annotations
 
 import ast
@@ -62,37 +63,48 @@ def trainer_writes(source: str) -> list[str]:
         bad = any(_writes_trainer(t) for t in targets)
         if isinstance(node, ast.Attribute) and node.attr == "__dict__" and _is_trainer(node.value):
             bad = True
-        if (isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
-                and node.func.id in ("setattr", "delattr") and node.args and _is_trainer(node.args[0])):
+        if (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Name)
+            and node.func.id in ("setattr", "delattr")
+            and node.args
+            and _is_trainer(node.args[0])
+        ):
             bad = True
         if bad:
             found.append(f"{node.lineno}: {ast.get_source_segment(source, node)}")
     return found
 
 
-@pytest.mark.parametrize("code", [
-    "trainer.init_values = {}",
-    "trainer._changes, trainer._pending = [], None",
-    "changes, trainer._changes = trainer._changes, []",
-    "trainer.sent_names |= {'cfg'}",
-    "given = trainer.__dict__.setdefault('given_values', {})",
-    "setattr(trainer, 'x', 1)",
-    "trainer.state.pending = None",
-    "trainer.state.given_values['cfg'] = 1",
-    "self._trainer.x = 1",
-    "del trainer.x",
-])
+@pytest.mark.parametrize(
+    "code",
+    [
+        "trainer.init_values = {}",
+        "trainer._changes, trainer._pending = [], None",
+        "changes, trainer._changes = trainer._changes, []",
+        "trainer.sent_names |= {'cfg'}",
+        "given = trainer.__dict__.setdefault('given_values', {})",
+        "setattr(trainer, 'x', 1)",
+        "trainer.state.pending = None",
+        "trainer.state.given_values['cfg'] = 1",
+        "self._trainer.x = 1",
+        "del trainer.x",
+    ],
+)
 def test_the_check_finds_each_way_of_writing_a_trainer(code):
     assert trainer_writes(code), code
 
 
-@pytest.mark.parametrize("code", [
-    "x = trainer.lock",
-    "trainer.replace('coarse')",
-    "self.state.pending = None",
-    "trainer = Trainer(fdg, config)",
-    "run.state = trainer.run_record.state",
-])
+@pytest.mark.parametrize(
+    "code",
+    [
+        "x = trainer.lock",
+        "trainer.replace('coarse')",
+        "self.state.pending = None",
+        "trainer = Trainer(fdg, config)",
+        "run.state = trainer.run_record.state",
+    ],
+)
 def test_the_check_lets_reads_and_the_trainers_own_state_be(code):
     assert trainer_writes(code) == [], code
 
@@ -102,7 +114,11 @@ def test_only_trainer_py_writes_a_trainers_attributes():
     for path in sorted(WORKBENCH.rglob("*.py")):
         if path == OWNER:
             continue
-        found += [f"{path.relative_to(WORKBENCH.parent)}:{where}"
-                  for where in trainer_writes(path.read_text(encoding="utf-8"))]
-    assert found == [], ("only workbench/trainer.py changes a Trainer's state; return the change "
-                         "and let the trainer apply it:\n" + "\n".join(found))
+        found += [
+            f"{path.relative_to(WORKBENCH.parent)}:{where}"
+            for where in trainer_writes(path.read_text(encoding="utf-8"))
+        ]
+    assert found == [], (
+        "only workbench/trainer.py changes a Trainer's state; return the change "
+        "and let the trainer apply it:\n" + "\n".join(found)
+    )

@@ -5,8 +5,18 @@
 
 In a notebook, ``%load_ext workbench`` adds the ``%%fragment`` and ``%fdg`` magics.
 """
-from workbench.context import (ReplicaInfo, allreduce, count_env_steps, env_seed, env_steps, evaluating, log,
-                               render_mode, step_elsewhere)
+
+from workbench.context import (
+    ReplicaInfo,
+    allreduce,
+    count_env_steps,
+    env_seed,
+    env_steps,
+    evaluating,
+    log,
+    render_mode,
+    step_elsewhere,
+)
 from workbench.errors import (
     CheckpointError,
     ConflictingWritersError,
@@ -46,13 +56,44 @@ import logging as _logging
 _logging.getLogger("workbench").addHandler(_logging.NullHandler())
 
 __all__ = [
-    "FDG", "Policy", "Inline", "SingleLearnerCoarse", "SingleLearnerFine", "MultiLearner", "GPUOnly", "Async", "Pipelined",
-    "placement", "runs", "load_run", "compare", "sweep", "SweepResult", "MedianStopping",
-    "ReplicaInfo", "log", "allreduce", "env_steps", "count_env_steps", "step_elsewhere",
-    "evaluating", "env_seed", "render_mode",
-    "WorkbenchError", "FragmentError", "FragmentSyntaxError", "FragmentOptionError",
-    "FDGError", "UndefinedNameError", "ConflictingWritersError", "StepCycleError",
-    "PlacementError", "FragmentRuntimeError", "RunConfigError", "CheckpointError", "MetricError",
+    "FDG",
+    "Policy",
+    "Inline",
+    "SingleLearnerCoarse",
+    "SingleLearnerFine",
+    "MultiLearner",
+    "GPUOnly",
+    "Async",
+    "Pipelined",
+    "placement",
+    "runs",
+    "load_run",
+    "compare",
+    "sweep",
+    "SweepResult",
+    "MedianStopping",
+    "ReplicaInfo",
+    "log",
+    "allreduce",
+    "env_steps",
+    "count_env_steps",
+    "step_elsewhere",
+    "evaluating",
+    "env_seed",
+    "render_mode",
+    "WorkbenchError",
+    "FragmentError",
+    "FragmentSyntaxError",
+    "FragmentOptionError",
+    "FDGError",
+    "UndefinedNameError",
+    "ConflictingWritersError",
+    "StepCycleError",
+    "PlacementError",
+    "FragmentRuntimeError",
+    "RunConfigError",
+    "CheckpointError",
+    "MetricError",
 ]
 
 
@@ -85,8 +126,10 @@ def __getattr__(name):
 
         return importlib.import_module(f"workbench.{name}")
     if name in _ON_REPLICA:  # wb.iteration() for replica.iteration: say where it lives
-        raise AttributeError(f"module 'workbench' has no attribute {name!r}; in a fragment cell it is "
-                             f"`replica.{name}` (the `replica` name every cell has: {', '.join(_ON_REPLICA)})")
+        raise AttributeError(
+            f"module 'workbench' has no attribute {name!r}; in a fragment cell it is "
+            f"`replica.{name}` (the `replica` name every cell has: {', '.join(_ON_REPLICA)})"
+        )
     raise AttributeError(f"module 'workbench' has no attribute {name!r}")
 
 

@@ -11,6 +11,7 @@ Example:
     ...
     workbench.errors.RunConfigError: --iterations 3 is too few for policy auto: it tries SingleLearnerCoarse, MultiLearner for 2 iterations each and keeps the fastest, so it needs at least 5. Ask for more iterations, or name a policy (coarse, fine, …).
 """
+
 from __future__ import annotations
 
 from workbench.errors import RunConfigError
@@ -36,7 +37,8 @@ def check_budget(iterations: int, candidates: list, trial: int, completed: int =
             f"--iterations {iterations} is too few for policy auto: it tries "
             f"{', '.join(name for name, _ in candidates)} for {trial} iterations each and keeps "
             f"the fastest, so it needs at least {needed}. Ask for more iterations, or name a "
-            "policy (coarse, fine, …).")
+            "policy (coarse, fine, …)."
+        )
 
 
 def steady_rate(rows: list[dict]) -> float:
@@ -66,7 +68,9 @@ def auto_summary(table: list[dict], best: str, left_out: tuple[str, ...] = ()) -
       MultiLearner: not tried, the learner never calls wb.allreduce
     """
     lines = [f"policy auto measured ({table[0]['unit']}, first iteration of each left out):"]
-    lines += [f"  {row['policy']:<22} {row['rate']:>12,.0f}" + ("   ← continuing with this" if row["policy"] == best else "")
-              for row in table]
+    lines += [
+        f"  {row['policy']:<22} {row['rate']:>12,.0f}" + ("   ← continuing with this" if row["policy"] == best else "")
+        for row in table
+    ]
     lines += [f"  {line}" for line in left_out]
     return "\n".join(lines)

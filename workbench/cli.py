@@ -13,6 +13,7 @@ The run options are :class:`workbench.config.RunConfig`'s fields (the same as ``
 ``--set NAME.FIELD=VALUE`` changes a field of one of the notebook's config objects before
 the FDG runs, so a seed sweep needs no copied notebooks.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -38,26 +39,50 @@ def _parser() -> argparse.ArgumentParser:
     run = sub.add_parser("run", help="train the FDG a notebook defines")
     run.add_argument("notebook", help="path to a .ipynb with %%fragment cells")
     add_run_arguments(run, "cli")
-    run.add_argument("--set", action="append", default=[], metavar="NAME.FIELD=VALUE", dest="overrides",
-                     help="change a field of a notebook config object before running, e.g. "
-                          "--set cfg.seed=3 (VALUE is a Python literal; repeat for more)")
+    run.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="NAME.FIELD=VALUE",
+        dest="overrides",
+        help="change a field of a notebook config object before running, e.g. "
+        "--set cfg.seed=3 (VALUE is a Python literal; repeat for more)",
+    )
     run.add_argument("--verbose", action="store_true", help="print the full traceback of an error")
     tls = run.add_argument_group(
-        "TLS", "for a scheduler started with TLS (dask scheduler --tls-ca-file … --tls-cert … "
-               "--tls-key …); the connection then requires encryption. See docs/security.md.")
+        "TLS",
+        "for a scheduler started with TLS (dask scheduler --tls-ca-file … --tls-cert … "
+        "--tls-key …); the connection then requires encryption. See docs/security.md.",
+    )
     tls.add_argument("--tls-ca-file", metavar="FILE", help="CA certificate(s) that signed the scheduler's")
     tls.add_argument("--tls-cert", metavar="FILE", help="this client's certificate")
     tls.add_argument("--tls-key", metavar="FILE", help="its private key (if not in the --tls-cert file)")
-    run.add_argument("--connect-timeout", type=float, default=10.0, metavar="SECONDS",
-                     help="how long to try to reach --scheduler (default 10)")
-    run.add_argument("--evaluate", type=int, metavar="N",
-                     help="after training, play the final state N episodes without learning (greedy, "
-                          "held-out env seeds) and print their returns' mean, std and IQM (docs/evaluation.md)")
-    run.add_argument("--workers", type=int, metavar="N",
-                     help="workers of the embedded cluster (default: one per core, at least 2; "
-                          "the same as WORKBENCH_WORKERS=N)")
-    add_sweep_arguments(sub.add_parser("sweep", help="train the notebook's FDG as many trials (settings × seeds) "
-                                                     "at once on the cluster; docs/sweeps.md"))
+    run.add_argument(
+        "--connect-timeout",
+        type=float,
+        default=10.0,
+        metavar="SECONDS",
+        help="how long to try to reach --scheduler (default 10)",
+    )
+    run.add_argument(
+        "--evaluate",
+        type=int,
+        metavar="N",
+        help="after training, play the final state N episodes without learning (greedy, "
+        "held-out env seeds) and print their returns' mean, std and IQM (docs/evaluation.md)",
+    )
+    run.add_argument(
+        "--workers",
+        type=int,
+        metavar="N",
+        help="workers of the embedded cluster (default: one per core, at least 2; the same as WORKBENCH_WORKERS=N)",
+    )
+    add_sweep_arguments(
+        sub.add_parser(
+            "sweep",
+            help="train the notebook's FDG as many trials (settings × seeds) at once on the cluster; docs/sweeps.md",
+        )
+    )
     return parser
 
 
@@ -83,8 +108,11 @@ def main(argv: list[str] | None = None) -> int:
         if "workbench.cluster.connect" in sys.modules:  # a run started the embedded cluster
             from workbench.runtime.process.interrupts import shielded
 
-            with shielded("closing the embedded cluster", reraise=False,  # the last thing done
-                          if_abandoned="its worker processes are then ended without a clean shutdown"):
+            with shielded(
+                "closing the embedded cluster",
+                reraise=False,  # the last thing done
+                if_abandoned="its worker processes are then ended without a clean shutdown",
+            ):
                 sys.modules["workbench.cluster.connect"].shutdown_embedded()
 
 
@@ -123,8 +151,11 @@ def _run(args) -> int:
         raise RunConfigError(f"--evaluate must be a whole number of episodes ≥ 1, got {args.evaluate}.")
     if args.workers is not None:
         os.environ[WORKERS_OVERRIDE] = str(args.workers)  # read when the embedded cluster starts
-    if (given.get("cluster") is None and _needs_embedded(given.get("policy", "inline"))
-            and not _may_bring_a_cluster(args.notebook)):
+    if (
+        given.get("cluster") is None
+        and _needs_embedded(given.get("policy", "inline"))
+        and not _may_bring_a_cluster(args.notebook)
+    ):
         from workbench.cluster.connect import start_embedded_in_background
 
         # the workers start (and import torch) while the notebook loads (and imports torch)
@@ -136,11 +167,15 @@ def _run(args) -> int:
     options.setdefault("run_name", Path(args.notebook).stem)  # the run store's name for it
     config = RunConfig.from_options(options)
     if args.workers is not None and config.cluster is not None:
-        raise RunConfigError("--workers sizes the embedded cluster; with --cluster the "
-                             "cluster's own workers are used (start more there).")
+        raise RunConfigError(
+            "--workers sizes the embedded cluster; with --cluster the "
+            "cluster's own workers are used (start more there)."
+        )
     if security is not None and not isinstance(config.cluster, str):
-        raise RunConfigError("--tls-ca-file/--tls-cert/--tls-key secure the connection to a "
-                             "scheduler: give its address with --cluster tls://HOST:PORT.")
+        raise RunConfigError(
+            "--tls-ca-file/--tls-cert/--tls-key secure the connection to a "
+            "scheduler: give its address with --cluster tls://HOST:PORT."
+        )
     handle = None
     if isinstance(config.cluster, str) and needs_cluster(config.policy):
         from workbench.cluster.connect import connect
@@ -154,9 +189,11 @@ def _run(args) -> int:
     except KeyboardInterrupt:  # the first Ctrl-C stops at a boundary: say what it kept
         stopped = fdg.last_run
         if stopped is not None and stopped.state is not None and config.checkpoint_dir is not None:
-            print(f"workbench: stopped at iteration {stopped.completed_iterations}; its final checkpoint "
-                  f"is in {config.checkpoint_dir} (--resume {config.checkpoint_dir} goes on from it).",
-                  file=sys.stderr)
+            print(
+                f"workbench: stopped at iteration {stopped.completed_iterations}; its final checkpoint "
+                f"is in {config.checkpoint_dir} (--resume {config.checkpoint_dir} goes on from it).",
+                file=sys.stderr,
+            )
         raise
     finally:
         if handle is not None:
@@ -215,15 +252,21 @@ def _security(args):
         return None
     missing = [flag for flag in ("--tls-ca-file", "--tls-cert") if not files[flag]]
     if missing:
-        raise RunConfigError(f"TLS needs --tls-ca-file and --tls-cert (and --tls-key when the key is "
-                             f"not in the certificate file); {' and '.join(missing)} missing.")
+        raise RunConfigError(
+            f"TLS needs --tls-ca-file and --tls-cert (and --tls-key when the key is "
+            f"not in the certificate file); {' and '.join(missing)} missing."
+        )
     for flag, path in files.items():
         if path and not Path(path).is_file():
             raise RunConfigError(f"{flag} {path!r}: no such file.")
     from distributed.security import Security
 
-    return Security(tls_ca_file=args.tls_ca_file, tls_client_cert=args.tls_cert,
-                    tls_client_key=args.tls_key, require_encryption=True)
+    return Security(
+        tls_ca_file=args.tls_ca_file,
+        tls_client_cert=args.tls_cert,
+        tls_client_key=args.tls_key,
+        require_encryption=True,
+    )
 
 
 if __name__ == "__main__":

@@ -10,6 +10,7 @@ Example (inside a fragment cell):
     >>> wb.allreduce(3.0)                           # one replica: the identity
     3.0
 """
+
 from __future__ import annotations
 
 import contextvars
@@ -22,8 +23,23 @@ import numpy as np
 from workbench.deferred_metrics import Deferred, is_deferred, read_metric, where_logged
 from workbench.metric_values import as_floats, check_finite, metric_values
 
-__all__ = ["ReplicaInfo", "ReplicaContext", "log", "allreduce", "reducible", "current", "env_steps", "count_env_steps",
-           "step_elsewhere", "lane_switch", "Evaluating", "evaluating", "env_seed", "render_mode", "evaluation"]
+__all__ = [
+    "ReplicaInfo",
+    "ReplicaContext",
+    "log",
+    "allreduce",
+    "reducible",
+    "current",
+    "env_steps",
+    "count_env_steps",
+    "step_elsewhere",
+    "lane_switch",
+    "Evaluating",
+    "evaluating",
+    "env_seed",
+    "render_mode",
+    "evaluation",
+]
 
 
 @dataclass(frozen=True)
@@ -107,9 +123,7 @@ class ReplicaContext:
         self.deferred = False
 
 
-_current: contextvars.ContextVar[ReplicaContext | None] = contextvars.ContextVar(
-    "workbench_replica", default=None
-)
+_current: contextvars.ContextVar[ReplicaContext | None] = contextvars.ContextVar("workbench_replica", default=None)
 
 
 def current() -> ReplicaContext | None:
@@ -154,9 +168,11 @@ def log(name: str, value: Any, *, allow_nan: bool = False, prog_bar: bool = Fals
         from workbench.errors import MetricError
 
         # refused here, at the cell's line: a bad name would only fail later, in the report
-        raise MetricError(f"wb.log needs a metric name (a non-empty string such as "
-                          f"'losses/loss') first, got {type(name).__name__} {name!r:.40}: "
-                          f"wb.log('name', value).")
+        raise MetricError(
+            f"wb.log needs a metric name (a non-empty string such as "
+            f"'losses/loss') first, got {type(name).__name__} {name!r:.40}: "
+            f"wb.log('name', value)."
+        )
     ctx = _current.get()
     if prog_bar and ctx is not None and name not in ctx.shown:
         ctx.shown.append(name)
@@ -215,7 +231,8 @@ def reducible(value: Any) -> Any:
     raise ValueError(
         f"wb.allreduce averages one array, tensor or number; it was given a {type(value).__name__}. "
         "Join several gradients into one (torch.cat([g.reshape(-1) for g in grads])) and split the "
-        "mean back, or call it once for each.")
+        "mean back, or call it once for each."
+    )
 
 
 def env_steps() -> int:
@@ -252,7 +269,8 @@ def count_env_steps(n: int) -> None:
 #: what `step_elsewhere` calls in this context: the lanes runtime (`workbench.runtime.replicas.lanes`)
 #: sets it in each lane; None outside lanes
 lane_switch: contextvars.ContextVar[Callable[[], None] | None] = contextvars.ContextVar(
-    "workbench_lane_switch", default=None)
+    "workbench_lane_switch", default=None
+)
 
 
 def step_elsewhere() -> None:

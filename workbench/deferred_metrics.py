@@ -17,6 +17,7 @@ Example:
     >>> read_metric("charts/x", [0.5, *pending])
     [0.5, 1.0, 2.0, 3.0]
 """
+
 from __future__ import annotations
 
 import math
@@ -73,11 +74,17 @@ class DeferredMetricError(ValueError):
 
         frag, rate, line = self.where or (group, "step", None)
         return FragmentRuntimeError(
-            fragment=frag, rate=rate, replica=replica, worker=worker, line=line,
+            fragment=frag,
+            rate=rate,
+            replica=replica,
+            worker=worker,
+            line=line,
             source_line=linecache.getline(f"<fragment {frag}:{rate}>", line) if line else None,
-            error=f"MetricError: {self}", iteration=iteration,
+            error=f"MetricError: {self}",
+            iteration=iteration,
             traceback_text="(a device value logged with wb.log is read at the end of the iteration, "
-                           "so the cell had moved on when it was found)\n")
+            "so the cell had moved on when it was found)\n",
+        )
 
 
 def where_logged() -> tuple[str, str, int] | None:
@@ -86,7 +93,7 @@ def where_logged() -> tuple[str, str, int] | None:
     while frame is not None:
         name = frame.f_code.co_filename
         if name.startswith("<fragment ") and ":" in name:
-            frag, rate = name[len("<fragment "):-1].rsplit(":", 1)
+            frag, rate = name[len("<fragment ") : -1].rsplit(":", 1)
             return frag, rate, frame.f_lineno
         frame = frame.f_back
     return None
@@ -113,16 +120,14 @@ def read_metric(name: str, values: list) -> list[float]:
 
 def _kind(item: Deferred) -> tuple:
     value = item.value
-    return (type(value).__name__, type(getattr(value, "values", value)).__module__.split(".")[0],
-            item.allow_nan)
+    return (type(value).__name__, type(getattr(value, "values", value)).__module__.split(".")[0], item.allow_nan)
 
 
 def _read(name: str, run: list[Deferred]) -> list[float]:
     try:
         numbers = as_floats(_joined([d.value for d in run]))
     except (TypeError, ValueError) as exc:
-        raise DeferredMetricError(f"wb.log({name!r}, …) got a value that is not numbers: {exc}",
-                                  run[0].where) from None
+        raise DeferredMetricError(f"wb.log({name!r}, …) got a value that is not numbers: {exc}", run[0].where) from None
     if not run[0].allow_nan and not all(map(math.isfinite, numbers)):
         try:
             check_finite(name, numbers)

@@ -15,6 +15,7 @@ Example:
     >>> replica_device("gpu", index=3, gpus=2)
     'cuda:1'
 """
+
 from __future__ import annotations
 
 import functools
@@ -24,8 +25,17 @@ import sys
 
 from workbench.loaded_modules import loaded
 
-__all__ = ["DeviceError", "parse_device", "normalize_device", "cuda_index", "replica_device",
-           "visible_gpus", "gpus_here", "claim_gpus", "use_device"]
+__all__ = [
+    "DeviceError",
+    "parse_device",
+    "normalize_device",
+    "cuda_index",
+    "replica_device",
+    "visible_gpus",
+    "gpus_here",
+    "claim_gpus",
+    "use_device",
+]
 
 
 class DeviceError(ValueError):
@@ -54,8 +64,7 @@ def parse_device(device: str) -> tuple[str, int | None]:
         number = text[5:]
         if number.isdigit():
             return "cuda", int(number)
-    raise DeviceError(f"unknown device {device!r}: use 'cpu' or 'cuda:K' (K = 0, 1, … the GPU's "
-                      "index in this process)")
+    raise DeviceError(f"unknown device {device!r}: use 'cpu' or 'cuda:K' (K = 0, 1, … the GPU's index in this process)")
 
 
 def normalize_device(device: str) -> str:
@@ -140,8 +149,10 @@ def replica_device(placement: str, index: int = 0, *, gpus: int | None = None) -
     if str(placement).strip().lower() == "gpu":
         return f"cuda:{index % count}"
     if number >= count:
-        raise DeviceError(f"device {placement!r} does not exist here: this process sees {count} "
-                          f"GPU{'s' if count != 1 else ''} (cuda:0 … cuda:{count - 1}).")
+        raise DeviceError(
+            f"device {placement!r} does not exist here: this process sees {count} "
+            f"GPU{'s' if count != 1 else ''} (cuda:0 … cuda:{count - 1})."
+        )
     return f"cuda:{number}"
 
 

@@ -13,6 +13,7 @@ Example:
     >>> issubclass(RunConfigError, WorkbenchError)
     True
 """
+
 from __future__ import annotations
 
 from workbench.fdg.errors import (
@@ -69,8 +70,10 @@ class WorkerLostError(WorkbenchError):
 
     def __init__(self, workers: list[str], state=None, iteration: int | None = None):
         names = ", ".join(workers)
-        super().__init__(f"worker{'s' if len(workers) > 1 else ''} {names} left the cluster mid-run"
-                         + (f" (at iteration {iteration})" if iteration is not None else ""))
+        super().__init__(
+            f"worker{'s' if len(workers) > 1 else ''} {names} left the cluster mid-run"
+            + (f" (at iteration {iteration})" if iteration is not None else "")
+        )
         self.workers, self.state, self.iteration = list(workers), state, iteration
 
 
@@ -84,9 +87,11 @@ class WorkerUnreachableError(WorkerLostError):
     def __init__(self, workers: list[str], silent_seconds: float, state=None, iteration: int | None = None):
         super().__init__(workers, state, iteration)
         names = ", ".join(workers)
-        self.args = (f"worker{'s' if len(workers) > 1 else ''} {names} stopped answering mid-run (not heard "
-                     f"from for {silent_seconds:.1f} s, and a probe of its replicas' channels got no "
-                     "reply); retired from the cluster",)
+        self.args = (
+            f"worker{'s' if len(workers) > 1 else ''} {names} stopped answering mid-run (not heard "
+            f"from for {silent_seconds:.1f} s, and a probe of its replicas' channels got no "
+            "reply); retired from the cluster",
+        )
         #: seconds from the workers' last word to the decision that they are lost
         self.silent_seconds = silent_seconds
 
@@ -103,19 +108,27 @@ class SchedulerLostError(WorkbenchError):
         super().__init__(self._text(None, None))
 
     def _text(self, directory, newest) -> str:
-        head = (f"the Dask scheduler at {self.address} was lost at iteration {self.iteration}: this "
-                "notebook's connection to it broke (the scheduler process died or cannot be reached), "
-                "and every task of the run was cancelled with it. The run stopped.")
+        head = (
+            f"the Dask scheduler at {self.address} was lost at iteration {self.iteration}: this "
+            "notebook's connection to it broke (the scheduler process died or cannot be reached), "
+            "and every task of the run was cancelled with it. The run stopped."
+        )
         if directory is None:
-            return (f"{head} This run wrote no checkpoints (pass checkpoint_dir=…: one every 5-10 s "
-                    "of training, or every checkpoint_every=N iterations, to resume from). Restart the "
-                    "scheduler and its workers, and run again.")
+            return (
+                f"{head} This run wrote no checkpoints (pass checkpoint_dir=…: one every 5-10 s "
+                "of training, or every checkpoint_every=N iterations, to resume from). Restart the "
+                "scheduler and its workers, and run again."
+            )
         if newest is None:
-            return (f"{head} No checkpoint was written to {directory} yet. Restart the scheduler and its "
-                    "workers, and run again.")
-        return (f"{head} The checkpoints written so far are intact (newest: {newest}). Restart the "
-                f"scheduler and its workers, then resume: fdg.run(resume={str(directory)!r}, …) "
-                f"(%fdg run --resume {directory}, workbench run NB --resume {directory}).")
+            return (
+                f"{head} No checkpoint was written to {directory} yet. Restart the scheduler and its "
+                "workers, and run again."
+            )
+        return (
+            f"{head} The checkpoints written so far are intact (newest: {newest}). Restart the "
+            f"scheduler and its workers, then resume: fdg.run(resume={str(directory)!r}, …) "
+            f"(%fdg run --resume {directory}, workbench run NB --resume {directory})."
+        )
 
     def checkpoints_in(self, directory, newest) -> "SchedulerLostError":
         """Say what a resume can start from: ``newest``, the newest loadable checkpoint in
@@ -179,9 +192,16 @@ class FragmentRuntimeError(WorkbenchError):
         self.line, self.error, self.traceback_text = line, error, traceback_text
         self.iteration = iteration
         self._kwargs = dict(
-            fragment=fragment, rate=rate, replica=replica, worker=worker, line=line,
-            source_line=source_line, error=error, traceback_text=traceback_text,
-            iteration=iteration, advice=advice,
+            fragment=fragment,
+            rate=rate,
+            replica=replica,
+            worker=worker,
+            line=line,
+            source_line=source_line,
+            error=error,
+            traceback_text=traceback_text,
+            iteration=iteration,
+            advice=advice,
         )
 
     def __reduce__(self):  # survive pickling from a Dask worker with every field
@@ -198,9 +218,11 @@ class CellNotReturningError(WorkbenchError):
 
     def __init__(self, cells: list[str], grace: float):
         said = "; ".join(cells) if cells else "a replica's cell has not returned"
-        super().__init__(f"{said} — {grace:g} s after the stop. The run is stopped without it: "
-                         "a worker running it is restarted; a thread in this process is ended, or, where "
-                         "it cannot be, named with what to do. Fix the cell so it returns, and run again.")
+        super().__init__(
+            f"{said} — {grace:g} s after the stop. The run is stopped without it: "
+            "a worker running it is restarted; a thread in this process is ended, or, where "
+            "it cannot be, named with what to do. Fix the cell so it returns, and run again."
+        )
         self.cells = list(cells)
 
 

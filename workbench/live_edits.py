@@ -29,6 +29,7 @@ Example:
     >>> init_edit_notice(old, new)
     'it runs there in each replica of env to give marker a first value; envs, obs keep their trained values'
 """
+
 from __future__ import annotations
 
 import copy
@@ -39,8 +40,16 @@ from collections.abc import Iterable, Mapping
 from workbench.fdg.fields import init_only
 from workbench.runtime.state.counting import REBUILT_KEY, RESERVED
 
-__all__ = ["note_changes", "kept_init_values", "say_unapplied", "with_new_init_names", "init_edit_notice", "NEW_IN_INIT",
-           "init_only_changes", "init_only_notice"]
+__all__ = [
+    "note_changes",
+    "kept_init_values",
+    "say_unapplied",
+    "with_new_init_names",
+    "init_edit_notice",
+    "NEW_IN_INIT",
+    "init_only_changes",
+    "init_only_notice",
+]
 
 #: the label a name the edited init cell adds gets among the names its replicas build again
 NEW_IN_INIT = "new in the edited init cell"
@@ -74,10 +83,18 @@ def say_unapplied(run, changes: Iterable[tuple[str, str]], pending) -> None:
         asked.append(f"re-placement under {getattr(pending, 'name', pending)}")
     if not asked:
         return
-    why = ("it finished its iterations" if run.completed_iterations >= run.iterations
-           else "it was solved" if run.is_solved() else "it was stopped")
-    run.note("not applied", f"{'; '.join(asked)}: not applied, the run ended first "
-             f"({why} at iteration {run.completed_iterations})", run.completed_iterations)
+    why = (
+        "it finished its iterations"
+        if run.completed_iterations >= run.iterations
+        else "it was solved"
+        if run.is_solved()
+        else "it was stopped"
+    )
+    run.note(
+        "not applied",
+        f"{'; '.join(asked)}: not applied, the run ended first ({why} at iteration {run.completed_iterations})",
+        run.completed_iterations,
+    )
 
 
 def _init_names(fragment) -> tuple[str, ...]:
@@ -122,9 +139,11 @@ def init_edit_notice(old, new) -> str:
         text = f"{where} to give {', '.join(added)} {first}"
         return f"{text}; {keep}" if kept else text
     kept_text = f": {keep} (the fragment keeps its state)" if kept else ""
-    return (f"it adds no name, so it changes nothing in this run{kept_text}. It is the init cell of "
-            "the next run; to change a value now, assign it in an iteration cell, or pass it with "
-            "%fdg update / fdg.update")
+    return (
+        f"it adds no name, so it changes nothing in this run{kept_text}. It is the init cell of "
+        "the next run; to change a value now, assign it in an iteration cell, or pass it with "
+        "%fdg update / fdg.update"
+    )
 
 
 # -- values only init cells read ---------------------------------------------------------
@@ -256,8 +275,11 @@ _INIT_AGAIN = frozenset({"replaced", "re-placed", "worker lost", "state left out
 
 
 def _init_cells_may_run_again(run, trainer) -> bool:
-    return (getattr(run, "auto_table", None) is not None or getattr(trainer, "_pending", None) is not None
-            or any(e.kind in _INIT_AGAIN for e in run.events))
+    return (
+        getattr(run, "auto_table", None) is not None
+        or getattr(trainer, "_pending", None) is not None
+        or any(e.kind in _INIT_AGAIN for e in run.events)
+    )
 
 
 def init_only_changes(fdg, trainer, values: Mapping) -> list[tuple[str, tuple[str, ...]]]:
@@ -285,8 +307,11 @@ def init_only_changes(fdg, trainer, values: Mapping) -> list[tuple[str, tuple[st
     out, code_names = [], _notebook_code_names(fdg, trainer.namespace)
     for name, value in values.items():
         parts = _init_only_parts(fdg, name, code_names)  # the cells as they are now
-        changed = [(f"{name}.{part}", frags) for part, frags in parts.items() if part is not None
-                   and (name, part) in kept and _changed(kept[(name, part)], _part(value, part))]
+        changed = [
+            (f"{name}.{part}", frags)
+            for part, frags in parts.items()
+            if part is not None and (name, part) in kept and _changed(kept[(name, part)], _part(value, part))
+        ]
         if not changed and None in parts and (name, None) in kept and _changed(kept[(name, None)], value):
             changed = [(name, parts[None])]
         out += changed
@@ -299,16 +324,21 @@ def init_only_notice(changes: list[tuple[str, tuple[str, ...]]]) -> str:
     >>> init_only_notice([("cfg.hidden", ("learner",))])
     'cfg.hidden is read only by the init cell of learner, which does not run again in this run: it takes effect at the next run (re-running that cell now keeps what it built: the names it had keep their trained values).'
     """
+
     def cells(frags) -> str:
         return f"init cell{'s' if len(frags) > 1 else ''} of {', '.join(frags)}"
 
     if len(changes) == 1:
-        (label, frags), = changes
+        ((label, frags),) = changes
         many = len(frags) > 1
-        return (f"{label} is read only by the {cells(frags)}, which {'do' if many else 'does'} not run "
-                f"again in this run: it takes effect at the next run (re-running {'those cells' if many else 'that cell'} "
-                "now keeps what it built: the names it had keep their trained values).")
+        return (
+            f"{label} is read only by the {cells(frags)}, which {'do' if many else 'does'} not run "
+            f"again in this run: it takes effect at the next run (re-running {'those cells' if many else 'that cell'} "
+            "now keeps what it built: the names it had keep their trained values)."
+        )
     listed = ", ".join(f"{label} ({cells(frags)})" for label, frags in changes)
-    return (f"{listed} are read only by init cells, which do not run again in this run: they take "
-            "effect at the next run (re-running an init cell now keeps what it built: the names it "
-            "had keep their trained values).")
+    return (
+        f"{listed} are read only by init cells, which do not run again in this run: they take "
+        "effect at the next run (re-running an init cell now keeps what it built: the names it "
+        "had keep their trained values)."
+    )

@@ -15,6 +15,7 @@ CPython itself marks a module being imported with ``__spec__._initializing``
     >>> loaded("json") is json, loaded("a_module_nobody_imported")
     (True, None)
 """
+
 from __future__ import annotations
 
 import sys

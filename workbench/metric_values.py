@@ -8,6 +8,7 @@ and the runtime's deferred reads use them.
     >>> as_floats([1, [2.5, 3]])
     [1.0, 2.5, 3.0]
 """
+
 from __future__ import annotations
 
 import math
@@ -66,18 +67,24 @@ def advice_for(name: str) -> str:
     """
     words = _words(name)
     if any("loss" in w for w in words) or words & set(_TRAINING_WORDS):
-        return ("A NaN or infinite loss usually means training diverged: lower the learning rate, "
-                "clip gradients, and check the inputs for NaN or inf (e.g. a normalisation dividing "
-                "by a zero standard deviation).")
+        return (
+            "A NaN or infinite loss usually means training diverged: lower the learning rate, "
+            "clip gradients, and check the inputs for NaN or inf (e.g. a normalisation dividing "
+            "by a zero standard deviation)."
+        )
     if any(w.startswith(("return", "reward", "episod")) for w in words) or words & set(_ENV_WORDS):
-        return ("A NaN or infinite return or reward comes from the environment or the reward "
-                "computation: check the env's step (a custom env dividing by zero or overflowing "
-                "its state), any fragment that shapes or normalises the reward (a zero standard "
-                "deviation), and means over no episodes (np.mean of an empty array is nan: log "
-                "only when an episode finished). If the actions are NaN too, the policy diverged "
-                "first: look at the losses.")
-    return ("Check the computation that produced it and its inputs for NaN or inf (a division by "
-            "zero, the log of zero, np.mean of an empty array).")
+        return (
+            "A NaN or infinite return or reward comes from the environment or the reward "
+            "computation: check the env's step (a custom env dividing by zero or overflowing "
+            "its state), any fragment that shapes or normalises the reward (a zero standard "
+            "deviation), and means over no episodes (np.mean of an empty array is nan: log "
+            "only when an episode finished). If the actions are NaN too, the policy diverged "
+            "first: look at the losses."
+        )
+    return (
+        "Check the computation that produced it and its inputs for NaN or inf (a division by "
+        "zero, the log of zero, np.mean of an empty array)."
+    )
 
 
 def _short(value: Any) -> str:

@@ -11,6 +11,7 @@ Example:
     >>> options["iterations"]                                       # doctest: +SKIP
     250
 """
+
 from __future__ import annotations
 
 import json
@@ -44,12 +45,13 @@ def notebook_cells(path: str | Path) -> list[str]:
     """
     path = Path(path)
     if not path.exists():
-        raise RunConfigError(f"notebook not found: {str(path)!r}. Check the path (it is relative "
-                             f"to {Path.cwd()}).")
+        raise RunConfigError(f"notebook not found: {str(path)!r}. Check the path (it is relative to {Path.cwd()}).")
     if path.suffix == ".py":  # it would be "not JSON", which says nothing of what to do
-        raise RunConfigError(f"{str(path)!r} is a Python script: `workbench run` trains a notebook's "
-                             f"%%fragment cells (an .ipynb). Run a script that builds its FDG with "
-                             f"`python {path}`.")
+        raise RunConfigError(
+            f"{str(path)!r} is a Python script: `workbench run` trains a notebook's "
+            f"%%fragment cells (an .ipynb). Run a script that builds its FDG with "
+            f"`python {path}`."
+        )
     try:
         nb = json.loads(path.read_text(encoding="utf-8"))
         if not isinstance(nb, dict) or not isinstance(nb.get("cells"), list) or nb.get("nbformat", 4) != 4:
@@ -93,8 +95,10 @@ def load_notebook(path: str | Path, overrides: list[str] = ()) -> tuple[FDG, dic
     cells = notebook_cells(path)
     # the FDG as the run finds it at its line: a %%fragment cell below it would, in Jupyter,
     # run later (a live edit of a background run), not be part of the run from its start
-    last_run = max((n for n, source in enumerate(cells, start=1)
-                    if any(_RUN_LINE.match(line) for line in source.splitlines())), default=len(cells) + 1)
+    last_run = max(
+        (n for n, source in enumerate(cells, start=1) if any(_RUN_LINE.match(line) for line in source.splitlines())),
+        default=len(cells) + 1,
+    )
     for number, source in enumerate(cells, start=1):
         stripped = source.lstrip()
         if stripped.startswith("%%fragment"):
@@ -104,8 +108,9 @@ def load_notebook(path: str | Path, overrides: list[str] = ()) -> tuple[FDG, dic
             try:
                 fdg.add_cell(first, body)
             except FragmentError as exc:
-                raise FragmentError(f"{path}, code cell {number}: {exc}", fragment=exc.fragment,
-                                    line=exc.line) from None
+                raise FragmentError(
+                    f"{path}, code cell {number}: {exc}", fragment=exc.fragment, line=exc.line
+                ) from None
             continue
         for line in source.splitlines():
             match = _RUN_LINE.match(line)
@@ -114,13 +119,15 @@ def load_notebook(path: str | Path, overrides: list[str] = ()) -> tuple[FDG, dic
         ordinary.append(_python_only(source))
         numbers.append(number)
     if not fdg.fragments:  # before running any cell: a notebook of Python-built runs would train them all
-        raise RunConfigError(f"{path} has no %%fragment cells: `workbench run` trains the FDG a notebook's "
-                             "%%fragment cells build, and this one builds its runs in Python cells. Run it "
-                             f"in Jupyter, or headless with `jupyter nbconvert --to notebook --execute {path}`.")
+        raise RunConfigError(
+            f"{path} has no %%fragment cells: `workbench run` trains the FDG a notebook's "
+            "%%fragment cells build, and this one builds its runs in Python cells. Run it "
+            f"in Jupyter, or headless with `jupyter nbconvert --to notebook --execute {path}`."
+        )
     namespace: dict = {"__name__": "__main__"}
     # what the run sees at its %fdg run line: cells after it (looking at results, or changing a
     # config while a background run trains) are never run before it
-    before_run = ordinary if run_cell is None else ordinary[:run_cell + 1]
+    before_run = ordinary if run_cell is None else ordinary[: run_cell + 1]
     needed = {id(s) for s in _needed(before_run, set(fdg.notebook_names()) | {o[0] for o in pending})}
     for number, source in zip(numbers, ordinary):
         if id(source) not in needed:  # the very cells _needed kept (equal sources may differ)
@@ -129,9 +136,11 @@ def load_notebook(path: str | Path, overrides: list[str] = ()) -> tuple[FDG, dic
         pending = [o for o in pending if not _apply_if_defined(o, namespace)]
     if pending:
         names = ", ".join(sorted({o[0] for o in pending}))
-        raise RunConfigError(f"--set: the notebook defines no {names} (in a cell that runs headless). "
-                             f"--set changes a field of an object an ordinary cell defines, e.g. "
-                             f"--set cfg.seed=3 for cfg = PPOConfig().")
+        raise RunConfigError(
+            f"--set: the notebook defines no {names} (in a cell that runs headless). "
+            f"--set changes a field of an object an ordinary cell defines, e.g. "
+            f"--set cfg.seed=3 for cfg = PPOConfig()."
+        )
     _say_unreadable_cells(path, fdg, namespace, zip(numbers, before_run))
     fdg.namespace = namespace
     options = parse_run_line(_expand(path, run_line, namespace)) if run_line else {}
@@ -191,22 +200,30 @@ def _apply_if_defined(override, namespace: dict) -> bool:
     obj = namespace[name]
     fields = _fields_of(obj)
     if fields is None:
-        raise RunConfigError(f"--set {text}: {name} is a {type(obj).__name__}, which has no fields to set; "
-                             "--set changes a field of a dataclass, of an object of your own class, or a key "
-                             "of a dict, e.g. --set cfg.seed=3.")
+        raise RunConfigError(
+            f"--set {text}: {name} is a {type(obj).__name__}, which has no fields to set; "
+            "--set changes a field of a dataclass, of an object of your own class, or a key "
+            "of a dict, e.g. --set cfg.seed=3."
+        )
     if field_name not in fields:
         hint = difflib.get_close_matches(field_name, fields, n=1)
         raise RunConfigError(
             f"--set {text}: {type(obj).__name__} has no field {field_name!r}"
-            + (f" (did you mean {hint[0]!r}?)" if hint else "") + f"; its fields: {', '.join(fields)}.")
+            + (f" (did you mean {hint[0]!r}?)" if hint else "")
+            + f"; its fields: {', '.join(fields)}."
+        )
     keyed = isinstance(obj, dict)
     current = obj[field_name] if keyed else getattr(obj, field_name)
     if isinstance(current, float) and isinstance(value, int) and not isinstance(value, bool):
         value = float(value)  # --set cfg.learning_rate=1 means 1.0
-    elif current is not None and (not isinstance(value, type(current))  # True is an int to isinstance
-                                  or isinstance(value, bool) != isinstance(current, bool)):
-        raise RunConfigError(f"--set {text}: {name}.{field_name} is a {type(current).__name__} "
-                             f"({current!r}); {value!r} is a {type(value).__name__}.")
+    elif current is not None and (
+        not isinstance(value, type(current))  # True is an int to isinstance
+        or isinstance(value, bool) != isinstance(current, bool)
+    ):
+        raise RunConfigError(
+            f"--set {text}: {name}.{field_name} is a {type(current).__name__} "
+            f"({current!r}); {value!r} is a {type(value).__name__}."
+        )
     if dataclasses.is_dataclass(obj) and getattr(type(obj), "__dataclass_params__").frozen:
         namespace[name] = dataclasses.replace(obj, **{field_name: value})
     elif keyed:
@@ -273,18 +290,23 @@ def _run_cell(path, number: int, source: str, namespace: dict) -> None:
         raise NotebookCellError(
             f"{path}, code cell {number} (an ordinary cell the fragments need){where}: "
             f"{type(exc).__name__}{': ' + text if text else ''}. Fix the cell (or the environment) "
-            "and run again.") from exc
+            "and run again."
+        ) from exc
 
 
 def _expand(path, line: str, namespace: dict) -> str:
     """IPython's ``{expression}`` expansion in magic lines, evaluated in the notebook's namespace."""
+
     def value(match) -> str:
         try:
             return str(eval(match.group(1), namespace))
         except Exception as exc:
-            raise NotebookCellError(f"{path}: the %fdg run line's {{{match.group(1)}}} cannot be "
-                                    f"evaluated ({type(exc).__name__}: {exc}). Define the name in an "
-                                    "ordinary cell, or write the value.") from exc
+            raise NotebookCellError(
+                f"{path}: the %fdg run line's {{{match.group(1)}}} cannot be "
+                f"evaluated ({type(exc).__name__}: {exc}). Define the name in an "
+                "ordinary cell, or write the value."
+            ) from exc
+
     return re.sub(r"\{([^{}]+)\}", value, line)
 
 
@@ -304,7 +326,8 @@ def _say_unreadable_cells(path, fdg: FDG, namespace: dict, cells) -> None:
             raise NotebookCellError(
                 f"{path}: the fragments read {', '.join(map(repr, missing))}, which no cell that runs "
                 f"headless defines, and code cell {number} is not Python (line {exc.lineno}: {exc.msg}), "
-                "so what it defines cannot be known. Fix that cell and run again.") from None
+                "so what it defines cannot be known. Fix that cell and run again."
+            ) from None
 
 
 def _python_only(source: str) -> str:
@@ -342,8 +365,13 @@ def _changed_in_place(source: str) -> set[str]:
 
     changed = set()
     for node in ast.walk(ast.parse(source)):
-        targets = (node.targets if isinstance(node, (ast.Assign, ast.Delete)) else
-                   [node.target] if isinstance(node, (ast.AugAssign, ast.AnnAssign)) else [])
+        targets = (
+            node.targets
+            if isinstance(node, (ast.Assign, ast.Delete))
+            else [node.target]
+            if isinstance(node, (ast.AugAssign, ast.AnnAssign))
+            else []
+        )
         for target in targets:
             for part in ast.walk(target):  # tuples of targets too: a, cfg.x = …
                 if isinstance(part, (ast.Attribute, ast.Subscript)) and isinstance(part.ctx, (ast.Store, ast.Del)):

@@ -4,6 +4,7 @@ Example:
     >>> make_progress(False, 10, "inline") is None
     True
 """
+
 from __future__ import annotations
 
 from workbench.runtime.state.run import Run, headline_text, rate_label

@@ -15,6 +15,7 @@ Example:
     >>> run.status, run.completed_iterations
     ('finished', 2)
 """
+
 from __future__ import annotations
 
 import threading
@@ -53,8 +54,10 @@ class FDG(Graph):
     def __init__(self, fragments=(), namespace: Mapping[str, Any] | None = None) -> None:
         super().__init__(fragments)
         if namespace is not None and not isinstance(namespace, Mapping):  # else it fails deep in a run
-            raise RunConfigError(f"namespace must be a dict of the notebook's names (globals() in a "
-                                 f"script) or None, not {type(namespace).__name__}.")
+            raise RunConfigError(
+                f"namespace must be a dict of the notebook's names (globals() in a "
+                f"script) or None, not {type(namespace).__name__}."
+            )
         self.namespace = namespace
         self._last_run: Run | None = None
         #: the placement board's policy (``%fdg place``); ``%fdg run`` uses it by default
@@ -80,9 +83,15 @@ class FDG(Graph):
             checkpoint = load_checkpoint(checkpoint)
         fdg = cls(namespace=namespace)
         for cell in checkpoint.cells:
-            fdg.add_fragment(cell["fragment"], cell["code"], rate=cell["rate"],
-                             replicas=cell.get("replicas"), device=cell.get("device") or "cpu",
-                             reads=cell.get("reads", ()), writes=cell.get("writes", ()))
+            fdg.add_fragment(
+                cell["fragment"],
+                cell["code"],
+                rate=cell["rate"],
+                replicas=cell.get("replicas"),
+                device=cell.get("device") or "cpu",
+                reads=cell.get("reads", ()),
+                writes=cell.get("writes", ()),
+            )
         return fdg
 
     def copy(self) -> "FDG":
@@ -119,14 +128,14 @@ class FDG(Graph):
 
     def remove_fragment(self, name: str) -> None:
         if self._trainer is not None:
-            raise RunConfigError(f"cannot remove fragment {name!r} while the FDG runs; stop the run "
-                                 "first (%fdg stop or fdg.stop()).")
+            raise RunConfigError(
+                f"cannot remove fragment {name!r} while the FDG runs; stop the run first (%fdg stop or fdg.stop())."
+            )
         super().remove_fragment(name)
 
     def clear(self) -> None:
         if self._trainer is not None:
-            raise RunConfigError("cannot clear the FDG while it runs; stop the run first "
-                                 "(%fdg stop or fdg.stop()).")
+            raise RunConfigError("cannot clear the FDG while it runs; stop the run first (%fdg stop or fdg.stop()).")
         super().clear()
 
     def update(self, **values) -> int | None:
@@ -149,8 +158,10 @@ class FDG(Graph):
         read = set(self.notebook_names())
         unread = sorted(set(values) - read)
         if unread:
-            raise RunConfigError(f"no fragment reads {', '.join(unread)}; the fragments read these "
-                                 f"notebook names: {', '.join(sorted(read)) or 'none'}.")
+            raise RunConfigError(
+                f"no fragment reads {', '.join(unread)}; the fragments read these "
+                f"notebook names: {', '.join(sorted(read)) or 'none'}."
+            )
         if trainer is None or trainer.run_record is None:
             namespace.update(values)
             return None
@@ -226,8 +237,9 @@ class FDG(Graph):
         return MeasuredSizes(sizes, empty=empty)
 
     # -- running -----------------------------------------------------------------------
-    def run(self, config: "RunConfig | None" = None, /, *, namespace: Mapping[str, Any] | None = None,
-            **options) -> "Run":
+    def run(
+        self, config: "RunConfig | None" = None, /, *, namespace: Mapping[str, Any] | None = None, **options
+    ) -> "Run":
         """Train this FDG; return the :class:`~workbench.runtime.state.run.Run` record.
 
         The options are :class:`~workbench.config.RunConfig`'s fields — ``iterations``,
@@ -259,8 +271,10 @@ class FDG(Graph):
         if not isinstance(config, RunConfig):
             raise RunConfigError(f"fdg.run takes a RunConfig or keyword options, not {type(config).__name__}.")
         if namespace is not None and not isinstance(namespace, Mapping):
-            raise RunConfigError(f"namespace must be a mapping of names to values (a script passes "
-                                 f"globals()), not {type(namespace).__name__}.")
+            raise RunConfigError(
+                f"namespace must be a mapping of names to values (a script passes "
+                f"globals()), not {type(namespace).__name__}."
+            )
         trainer = Trainer(self, config, namespace=namespace)
         trainer.prepare()  # a run refused by its checks leaves last_run as it was
         from workbench.run_store.keeper import RunKeeper
@@ -317,12 +331,16 @@ class FDG(Graph):
             spec.check(self)
         trainer = self._trainer
         if trainer is None:
-            raise RunConfigError("nothing is running: replace() moves a running run's fragments. "
-                                 "Pass the policy to run() instead.")
+            raise RunConfigError(
+                "nothing is running: replace() moves a running run's fragments. Pass the policy to run() instead."
+            )
         trainer.replace(spec)
         # said now, as an edit's or an update's notice is; the run says again when it lands
-        print(f"workbench: re-placing the run under {getattr(spec, 'name', spec)} at its next iteration "
-              "boundary (the state moves with the fragments).", flush=True)
+        print(
+            f"workbench: re-placing the run under {getattr(spec, 'name', spec)} at its next iteration "
+            "boundary (the state moves with the fragments).",
+            flush=True,
+        )
 
     def stop(self) -> None:
         """Ask a running ``run`` (e.g. in another thread) to stop after the current iteration.

@@ -11,6 +11,7 @@ Example:
     >>> counts_in({("env", 0): {"env": {ENV_STEPS_KEY: 120}}, ("learner", 0): {"learner": {}}})
     {'env[0]': 120, 'learner[0]': 0}
 """
+
 from __future__ import annotations
 
 from workbench.fdg.plan import Plan
@@ -42,8 +43,7 @@ def states_for(plan: Plan, resume: RunState | None) -> dict[tuple[str, int], dic
     out: dict[tuple[str, int], dict] = {}
     for group in plan.policy.groups:
         for index in range(group.replicas):
-            out[(group.name, index)] = {f: layout[f][index] for f in group.fragments
-                                        if layout[f][index] is not None}
+            out[(group.name, index)] = {f: layout[f][index] for f in group.fragments if layout[f][index] is not None}
     return out
 
 
@@ -65,16 +65,22 @@ def say_left_out(run: Run) -> None:
             for name, label in (values.get(REBUILT_KEY) or {}).items() if isinstance(values, dict) else ():
                 said = f"fragment {frag!r} keeps {name!r} in its state"
                 if not any(e.kind == "state left out" and e.message.startswith(said) for e in run.events):
-                    run.note("state left out", f"{said}, which cannot be pickled ({label}): the run's final "
-                             "state leaves it out, and a resume runs the fragment's init cell to build it "
-                             "again.", run.state.iteration)
+                    run.note(
+                        "state left out",
+                        f"{said}, which cannot be pickled ({label}): the run's final "
+                        "state leaves it out, and a resume runs the fragment's init cell to build it "
+                        "again.",
+                        run.state.iteration,
+                    )
 
 
 def counts_in(states: dict[tuple[str, int], dict] | None) -> dict[str, int]:
     """Each replica's env-step counter in the states a stretch deploys ("group[index]" →
     steps counted before it)."""
-    return {f"{group}[{index}]": sum(counter_of(values) for values in frags.values())
-            for (group, index), frags in (states or {}).items()}
+    return {
+        f"{group}[{index}]": sum(counter_of(values) for values in frags.values())
+        for (group, index), frags in (states or {}).items()
+    }
 
 
 def settle_counts(run: Run, backend, at_start: dict[str, int], recorded_before: dict[str, int]) -> None:

@@ -19,6 +19,7 @@ Example:
 
 ``fdg.run(iterations=2, steps=5, progress=False)`` is the one-line way to do the same.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -31,7 +32,13 @@ from typing import Any
 from workbench.auto_trials import AUTO_TRIAL_ITERATIONS, auto_summary, check_budget, steady_rate, trial_length
 from workbench.config import DEFAULT_UNIT, RunConfig
 from workbench.devices import gpus_here
-from workbench.errors import CellNotReturningError, ProcessDiedError, RunConfigError, SchedulerLostError, WorkerLostError
+from workbench.errors import (
+    CellNotReturningError,
+    ProcessDiedError,
+    RunConfigError,
+    SchedulerLostError,
+    WorkerLostError,
+)
 from workbench.fdg.board import fastest_trial
 from workbench.fdg.graph import Graph
 from workbench.fdg.plan import make_plan, plan_in_flight
@@ -293,8 +300,11 @@ class Trainer:
         except BaseException as exc:
             if isinstance(exc, SchedulerLostError):  # name the newest checkpoint, once the queued ones are written
                 from workbench.runtime.state.checkpoint import newest_loadable
+
                 writer.close()
-                exc.checkpoints_in(config.checkpoint_dir, config.checkpoint_dir and newest_loadable(config.checkpoint_dir))
+                exc.checkpoints_in(
+                    config.checkpoint_dir, config.checkpoint_dir and newest_loadable(config.checkpoint_dir)
+                )
             run.status, run.error = "failed", exc
             raise
         finally:
@@ -318,8 +328,9 @@ class Trainer:
         if isinstance(resume, Checkpoint):
             resume.check_fits(self.fdg)
             return resume.state
-        raise RunConfigError(f"resume must be a run's state, a checkpoint or a checkpoint directory, "
-                             f"not {type(resume).__name__}.")
+        raise RunConfigError(
+            f"resume must be a run's state, a checkpoint or a checkpoint directory, not {type(resume).__name__}."
+        )
 
     def _run_stretches(self, run: Run, policy, stretch: _Stretch, resume: RunState | None) -> None:
         """Run under ``policy`` until done; a re-placement request or a lost worker ends a
@@ -341,8 +352,12 @@ class Trainer:
             if pending is None:
                 continue  # the same placement, re-planned from the FDG as it is now
             current = pending
-            run.note("replaced", f"re-placed at iteration {state.iteration}: now "
-                     f"{getattr(current, 'name', current)} (state moved with the fragments)", state.iteration)
+            run.note(
+                "replaced",
+                f"re-placed at iteration {state.iteration}: now "
+                f"{getattr(current, 'name', current)} (state moved with the fragments)",
+                state.iteration,
+            )
 
     def _recover(self, run: Run, lost: WorkerLostError, previous: RunState | None) -> RunState | None:
         """After a worker died: rewind the record to the newest snapshot, and say so."""
@@ -354,14 +369,15 @@ class Trainer:
         _check_not_repeating(run, lost, self.state.last_loss)
         self.state.last_loss = (lost.iteration, _groups_on(run, lost.workers))
         if sum(e.kind == "worker lost" for e in run.events) >= MAX_RECOVERIES:
-            raise RunConfigError(f"{MAX_RECOVERIES} workers were lost in this run; giving up. "
-                                 "Check the cluster (memory, crashes) before running again.") from lost
+            raise RunConfigError(
+                f"{MAX_RECOVERIES} workers were lost in this run; giving up. "
+                "Check the cluster (memory, crashes) before running again."
+            ) from lost
         # said once the next stretch is placed: the line names where the fragments went
         self.state.fault = (lost, run.policy, resume_at, dropped)
         return state
 
-    def _run_one(self, run: Run, iterations: int, policy, stretch: _Stretch,
-                 resume: RunState | None) -> None:
+    def _run_one(self, run: Run, iterations: int, policy, stretch: _Stretch, resume: RunState | None) -> None:
         """One placement's stretch of a run: ``iterations`` iterations, recorded into ``run``."""
         policy = as_policy_spec(policy)  # an unknown name fails before any cluster starts
         if self._stop.is_set():
@@ -391,8 +407,7 @@ class Trainer:
         with self.lock:
             fdg, state.ending = self.fdg.copy(), False
             # each stretch deploys the first's values, but for those sent since
-            taken = values_for_stretch(state.given_values, state.sent_names, stretch.namespace,
-                                       fdg.notebook_names())
+            taken = values_for_stretch(state.given_values, state.sent_names, stretch.namespace, fdg.notebook_names())
             state.given_values, state.sent_names = taken.given, set()
             if state.init_values is None:  # where fdg.update compares what only init cells read
                 state.init_values = kept_init_values(self.fdg, self.namespace)
@@ -409,9 +424,12 @@ class Trainer:
             policy = rehome(policy, inventory)
         resolved = _fit_to_cluster(resolve_policy(policy, fdg, inventory, gpus_here=gpus_here), inventory, run)
         if resolved.in_process and stretch.cluster is not None:  # asked for, not used: say so
-            run.note_once("not applied", f"policy {resolved.name} runs every fragment in this process, so the "
-                          "cluster given is not used (until the run is re-placed onto it, fdg.replace('coarse')); "
-                          "pick a cluster policy (coarse, fine, …) to train on it")
+            run.note_once(
+                "not applied",
+                f"policy {resolved.name} runs every fragment in this process, so the "
+                "cluster given is not used (until the run is re-placed onto it, fdg.replace('coarse')); "
+                "pick a cluster policy (coarse, fine, …) to train on it",
+            )
         return resolved
 
     def _backend_for(self, resolved: Policy, client, inventory, stretch: _Stretch, start: int):
@@ -440,8 +458,17 @@ class Trainer:
         line = fault_line(lost, getattr(before, "groups", ()), resolved.groups, resume_at=resume_at, redone=dropped)
         announce(run, line, resume_at, self.state.loggers, backend)
 
-    def _run_replicas(self, run: Run, placed: _Placed, backend, notebook: dict[str, Any], iterations: int,
-                      start: int, stretch: _Stretch, resume: RunState | None) -> None:
+    def _run_replicas(
+        self,
+        run: Run,
+        placed: _Placed,
+        backend,
+        notebook: dict[str, Any],
+        iterations: int,
+        start: int,
+        stretch: _Stretch,
+        resume: RunState | None,
+    ) -> None:
         """Deploy the replicas from ``resume``, drive them, settle the env-step counts and
         collect their state (the caller tears the backend down)."""
         if not run.rows:
@@ -454,8 +481,16 @@ class Trainer:
         settle_counts(run, backend, *counts)
         self._collect(run, placed.plan, backend, start + completed, stretch)
 
-    def _drive(self, run: Run, placed: _Placed, backend, iterations: int, start: int, stretch: _Stretch,
-               counts: tuple[dict[str, int], dict[str, int]]) -> int:
+    def _drive(
+        self,
+        run: Run,
+        placed: _Placed,
+        backend,
+        iterations: int,
+        start: int,
+        stretch: _Stretch,
+        counts: tuple[dict[str, int], dict[str, int]],
+    ) -> int:
         """Drive the deployed replicas through ``iterations`` iterations from ``start``,
         recording each; return how many were recorded. A lost worker's error carries the
         newest snapshot's state to resume from."""
@@ -469,10 +504,19 @@ class Trainer:
 
         try:
             # lockstep with a target: the run stops at the iteration that met it (docs/counting.md)
-            drive(plan, backend, iterations, on_iteration, start=start, snapshot_every=every,
-                  full_snapshot_every=full_every, on_snapshot=stretch.writer.stretch(plan, placed.policy),
-                  stopping=self._stop.is_set, lockstep=run.target_return is not None,
-                  snapshot_paced=self.config.snapshot_every is None)
+            drive(
+                plan,
+                backend,
+                iterations,
+                on_iteration,
+                start=start,
+                snapshot_every=every,
+                full_snapshot_every=full_every,
+                on_snapshot=stretch.writer.stretch(plan, placed.policy),
+                stopping=self._stop.is_set,
+                lockstep=run.target_return is not None,
+                snapshot_paced=self.config.snapshot_every is None,
+            )
         except CellNotReturningError:
             settle_counts(run, backend, *counts)
             backend.overdue = True  # its loops were given their grace already: don't wait again
@@ -541,8 +585,10 @@ class Trainer:
         if not table:
             if self._stop.is_set():
                 return
-            raise RunConfigError(f"--iterations {iterations} is too few for policy auto: it needs "
-                                 f"more than {trial} per candidate policy.")
+            raise RunConfigError(
+                f"--iterations {iterations} is too few for policy auto: it needs "
+                f"more than {trial} per candidate policy."
+            )
         best = fastest_trial(table)
         run.policy_name = f"auto → {best}"
         print(auto_summary(table, best, candidates.left_out))
@@ -583,8 +629,12 @@ def _plan_stretch(run: Run, fdg: Graph, resolved: Policy, config: RunConfig) -> 
     and cannot be used under it is said in ``run``."""
     plan = make_plan(fdg, resolved)
     run.fdg = fdg  # the cells this stretch runs (hot edits change them)
-    programs = {g: group_program(plan, g, config.steps, config.own_random, config.allreduce, config.lanes,
-                                 config.act_on_arrival) for g in plan.groups}
+    programs = {
+        g: group_program(
+            plan, g, config.steps, config.own_random, config.allreduce, config.lanes, config.act_on_arrival
+        )
+        for g in plan.groups
+    }
     if config.lanes and not placed_for_lanes(plan, programs):  # asked for, not used: say so
         run.note_once("not applied", NOT_PLACED_FOR_LANES)
     if config.act_on_arrival:
@@ -636,8 +686,7 @@ def _fit_to_cluster(policy: Policy, inventory, run: Run) -> Policy:
     if not gone:
         return policy
     moved = rehome(policy, inventory)
-    run.note("re-placed", f"workers {', '.join(sorted(set(gone)))} are gone: moved their replicas "
-             f"to {moved!r}")
+    run.note("re-placed", f"workers {', '.join(sorted(set(gone)))} are gone: moved their replicas to {moved!r}")
     return moved
 
 
@@ -660,7 +709,8 @@ def _check_not_repeating(run: Run, lost: WorkerLostError, last) -> None:
         "something these fragments' cells run ends their process — native code that crashes "
         "(a segfault, an abort), a thread or child process calling os._exit, or running out of "
         "memory. Run under policy inline to see where (the error names the cell), fix it, and run "
-        "again.") from lost
+        "again."
+    ) from lost
 
 
 def _loggers(loggers, log_dir: str | None) -> list:

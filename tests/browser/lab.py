@@ -3,6 +3,7 @@ started before the page opens; and running a playwright driver script against it
 
 (The placement board's test has its own copy of the same server setup.)
 """
+
 from __future__ import annotations
 
 import json
@@ -29,10 +30,10 @@ def _start_session(base: str, name: str) -> None:
     """Start the notebook's kernel before the page opens: the page then attaches to it."""
     import urllib.request
 
-    body = json.dumps({"path": name, "name": name, "type": "notebook",
-                       "kernel": {"name": "python3"}}).encode()
-    req = urllib.request.Request(f"{base}/api/sessions", data=body, method="POST",
-                                 headers={"Content-Type": "application/json"})
+    body = json.dumps({"path": name, "name": name, "type": "notebook", "kernel": {"name": "python3"}}).encode()
+    req = urllib.request.Request(
+        f"{base}/api/sessions", data=body, method="POST", headers={"Content-Type": "application/json"}
+    )
     urllib.request.urlopen(req, timeout=60).close()
 
 
@@ -51,15 +52,33 @@ def jupyterlab(tmp_path: Path, name: str, cells: list[str]):
         (settings / key).write_text(json.dumps(value))
     port = _free_port()
     log = tmp_path / "server.log"
-    env = {**os.environ, "JUPYTER_RUNTIME_DIR": str(tmp_path / "runtime"),
-           "JUPYTER_CONFIG_DIR": str(tmp_path / "config"), "PYTHONPATH": str(REPO)}
-    cmd = [sys.executable, "-m", "jupyterlab", "--no-browser", "--allow-root", "--ip", "127.0.0.1",
-           "--port", str(port), "--port-retries", "0", "--IdentityProvider.token=", "--ServerApp.password=",
-           "--ServerApp.disable_check_xsrf=True", f"--ServerApp.root_dir={root}",
-           f"--LabApp.workspaces_dir={tmp_path / 'workspaces'}", f"--LabApp.user_settings_dir={settings}"]
+    env = {
+        **os.environ,
+        "JUPYTER_RUNTIME_DIR": str(tmp_path / "runtime"),
+        "JUPYTER_CONFIG_DIR": str(tmp_path / "config"),
+        "PYTHONPATH": str(REPO),
+    }
+    cmd = [
+        sys.executable,
+        "-m",
+        "jupyterlab",
+        "--no-browser",
+        "--allow-root",
+        "--ip",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--port-retries",
+        "0",
+        "--IdentityProvider.token=",
+        "--ServerApp.password=",
+        "--ServerApp.disable_check_xsrf=True",
+        f"--ServerApp.root_dir={root}",
+        f"--LabApp.workspaces_dir={tmp_path / 'workspaces'}",
+        f"--LabApp.user_settings_dir={settings}",
+    ]
     with open(log, "w") as out:
-        server = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env, cwd=root,
-                                  start_new_session=True)
+        server = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env, cwd=root, start_new_session=True)
     base = f"http://127.0.0.1:{port}"
     try:
         _wait_for_server(base, server, log)
@@ -77,8 +96,14 @@ def jupyterlab(tmp_path: Path, name: str, cells: list[str]):
 
 def drive(script: str, *args: str, timeout: float = 600) -> dict:
     """Run ``node SCRIPT ARGS…`` (a playwright-core driver); return the JSON it printed last."""
-    proc = subprocess.run([NODE, str(HERE / script), *args], cwd=HERE, capture_output=True, text=True,
-                          timeout=timeout, env={**os.environ, "CHROMIUM": CHROMIUM})
+    proc = subprocess.run(
+        [NODE, str(HERE / script), *args],
+        cwd=HERE,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env={**os.environ, "CHROMIUM": CHROMIUM},
+    )
     lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("{")]
     if not lines:
         pytest.fail(f"node printed no result (rc {proc.returncode}): {proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")

@@ -4,6 +4,7 @@ Needs Debian's chromium (/usr/bin/chromium) and playwright-core in tests/browser
 (``.ci/browser-setup.sh`` installs both); skipped otherwise. Set WORKBENCH_UPDATE_SCREENSHOT=1
 to also refresh docs/dashboard.png.
 """
+
 from __future__ import annotations
 
 import json
@@ -32,8 +33,9 @@ def _require_browser() -> None:
     if NODE is None:
         pytest.skip("node is not on PATH: install Node.js 18+ to run the browser tests")
     if not (HERE / "node_modules" / "playwright-core" / "package.json").exists():
-        pytest.skip("playwright-core is not installed in tests/browser: run .ci/browser-setup.sh "
-                    "(npm ci in tests/browser)")
+        pytest.skip(
+            "playwright-core is not installed in tests/browser: run .ci/browser-setup.sh (npm ci in tests/browser)"
+        )
 
 
 @pytest.fixture(scope="module")
@@ -47,8 +49,14 @@ def dashboard():
     from tests.conftest import toy_fdg
 
     assert page.install()  # before the cluster starts: Bokeh routes are fixed at startup
-    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, host="127.0.0.1",
-                      dashboard_address="127.0.0.1:0", silence_logs=logging.ERROR) as cluster:
+    with LocalCluster(
+        n_workers=2,
+        threads_per_worker=1,
+        processes=True,
+        host="127.0.0.1",
+        dashboard_address="127.0.0.1:0",
+        silence_logs=logging.ERROR,
+    ) as cluster:
         with Client(cluster, set_as_default=False) as client:
             run = toy_fdg().run(iterations=30, steps=4, policy="coarse", cluster=client, progress=False)
             base = client.dashboard_link.rsplit("/", 1)[0]
@@ -88,8 +96,9 @@ def test_page_in_headless_chromium(dashboard, tmp_path):
         time.sleep(0.2)
     shot = tmp_path / "dashboard.png"
     cmd = [NODE, str(SCRIPT), f"{base}/workbench", str(shot), "90000", *FRAGMENTS, "Groups, replicas and workers"]
-    proc = subprocess.run(cmd, cwd=HERE, capture_output=True, text=True, timeout=240,
-                          env={**os.environ, "CHROMIUM": CHROMIUM})
+    proc = subprocess.run(
+        cmd, cwd=HERE, capture_output=True, text=True, timeout=240, env={**os.environ, "CHROMIUM": CHROMIUM}
+    )
     lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("{")]
     assert lines, f"node printed no result (rc {proc.returncode}): {proc.stdout}\n{proc.stderr}"
     result = json.loads(lines[-1])
@@ -133,21 +142,32 @@ def test_table_follows_the_run_and_then_the_next_run(tmp_path):
 
     assert page.install()
     stop, shot = tmp_path / "stop", tmp_path / "table.png"
-    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, host="127.0.0.1",
-                      dashboard_address="127.0.0.1:0", silence_logs=logging.ERROR) as cluster:
+    with LocalCluster(
+        n_workers=2,
+        threads_per_worker=1,
+        processes=True,
+        host="127.0.0.1",
+        dashboard_address="127.0.0.1:0",
+        silence_logs=logging.ERROR,
+    ) as cluster:
         with Client(cluster, set_as_default=False) as client:
             base = client.dashboard_link.rsplit("/", 1)[0]
-            watcher = subprocess.Popen([NODE, str(HERE / "watch_table.mjs"), f"{base}/workbench", str(stop),
-                                        str(shot), "600000"], cwd=HERE, stdout=subprocess.PIPE, text=True,
-                                       env={**os.environ, "CHROMIUM": CHROMIUM})
+            watcher = subprocess.Popen(
+                [NODE, str(HERE / "watch_table.mjs"), f"{base}/workbench", str(stop), str(shot), "600000"],
+                cwd=HERE,
+                stdout=subprocess.PIPE,
+                text=True,
+                env={**os.environ, "CHROMIUM": CHROMIUM},
+            )
             try:
                 deadline = time.monotonic() + 120
                 while not Path(f"{stop}.ready").exists():
                     assert watcher.poll() is None and time.monotonic() < deadline, "the page did not open"
                     time.sleep(0.2)
                 for env in ("env", "sim"):
-                    _slow_fdg(env).run(iterations=SLOW_ITERATIONS, steps=5, policy="coarse", cluster=client,
-                                       progress=False)
+                    _slow_fdg(env).run(
+                        iterations=SLOW_ITERATIONS, steps=5, policy="coarse", cluster=client, progress=False
+                    )
                     time.sleep(3)  # a few polls of the page after the run's last report
                 stop.touch()
                 out, _ = watcher.communicate(timeout=120)
@@ -192,15 +212,33 @@ def test_a_run_without_episodes_shows_its_prog_bar_metrics(tmp_path):
     from workbench.cluster import dashboard as page
 
     assert page.install()
-    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, host="127.0.0.1",
-                      dashboard_address="127.0.0.1:0", silence_logs=logging.ERROR) as cluster:
+    with LocalCluster(
+        n_workers=2,
+        threads_per_worker=1,
+        processes=True,
+        host="127.0.0.1",
+        dashboard_address="127.0.0.1:0",
+        silence_logs=logging.ERROR,
+    ) as cluster:
         with Client(cluster, set_as_default=False) as client:
             logging_loop().run(iterations=30, steps=2, policy="coarse", cluster=client, progress=False)
             base = client.dashboard_link.rsplit("/", 1)[0]
             shot = tmp_path / "prog_bar.png"
-            proc = subprocess.run([NODE, str(SCRIPT), f"{base}/workbench", str(shot), "90000",
-                                   "updates 30 · every_third 300 · actions_per_call 2"], cwd=HERE,
-                                  capture_output=True, text=True, timeout=240, env={**os.environ, "CHROMIUM": CHROMIUM})
+            proc = subprocess.run(
+                [
+                    NODE,
+                    str(SCRIPT),
+                    f"{base}/workbench",
+                    str(shot),
+                    "90000",
+                    "updates 30 · every_third 300 · actions_per_call 2",
+                ],
+                cwd=HERE,
+                capture_output=True,
+                text=True,
+                timeout=240,
+                env={**os.environ, "CHROMIUM": CHROMIUM},
+            )
     lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("{")]
     assert lines, f"node printed no result (rc {proc.returncode}): {proc.stdout}\n{proc.stderr}"
     result = json.loads(lines[-1])

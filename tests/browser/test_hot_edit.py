@@ -10,6 +10,7 @@ docs/make_change_screenshot.sh).
 
 Needs Debian's chromium and playwright-core (``.ci/browser-setup.sh``); skipped otherwise.
 """
+
 from __future__ import annotations
 
 import math

@@ -9,6 +9,7 @@ processes.
 
 Needs Debian's chromium and playwright-core (``.ci/browser-setup.sh``); skipped otherwise.
 """
+
 from __future__ import annotations
 
 from .lab import drive, jupyterlab, quickstart_cells
@@ -38,11 +39,20 @@ def test_kernel_interrupt_stops_a_coarse_run_and_the_next_one_works(tmp_path):
     logs = tmp_path / "logs"
     shot = tmp_path / "interrupt.png"
     with jupyterlab(tmp_path, "interrupt.ipynb", _cells(str(logs))) as (url, log):
-        result = drive("interrupt.mjs", url, str(logs / "metrics.csv"), str(ROWS_BEFORE_INTERRUPT),
-                       str(shot), "120000", timeout=900)
+        result = drive(
+            "interrupt.mjs",
+            url,
+            str(logs / "metrics.csv"),
+            str(ROWS_BEFORE_INTERRUPT),
+            str(shot),
+            "120000",
+            timeout=900,
+        )
     assert "error" not in result, f"{result['error']}\nscreenshot: {shot}\n{log.read_text()[-2000:]}"
-    print(f"Kernel ▸ Interrupt → cell returned in {result['returned_s']:.2f} s "
-          f"(after {result['rows_at_interrupt']} iterations)")
+    print(
+        f"Kernel ▸ Interrupt → cell returned in {result['returned_s']:.2f} s "
+        f"(after {result['rows_at_interrupt']} iterations)"
+    )
     assert result["returned_s"] < RETURN_BOUND_S, result
 
     # one interrupt line, the run so far as the result; nothing else said

@@ -9,6 +9,7 @@ Needs Debian's chromium (/usr/bin/chromium) and playwright-core in tests/browser
 (``.ci/browser-setup.sh`` installs both); skipped otherwise. Set WORKBENCH_UPDATE_SCREENSHOT=1
 (or run docs/make_placement_screenshot.sh) to also refresh docs/placement_board.png.
 """
+
 from __future__ import annotations
 
 import json
@@ -37,9 +38,7 @@ CELLS = [
     "cluster = LocalCluster(n_workers=2, threads_per_worker=1, processes=True, host='127.0.0.1',\n"
     "                       dashboard_address='127.0.0.1:0', silence_logs=logging.ERROR)\n"
     "client = Client(cluster)",
-    "fdg = ppo.build_fdg()\n"
-    "board = wb.placement(fdg, client, steps=ppo.cfg.num_steps)\n"
-    "board",
+    "fdg = ppo.build_fdg()\nboard = wb.placement(fdg, client, steps=ppo.cfg.num_steps)\nboard",
     "# the kernel's view of the board\n"
     "import json\n"
     "checks = globals().get('checks', 0) + 1\n"
@@ -100,8 +99,9 @@ def test_drag_a_fragment_onto_a_worker_in_jupyterlab(jupyterlab, tmp_path):
     base, log = jupyterlab
     board_png, page_png = tmp_path / "placement_board.png", tmp_path / "page.png"
     cmd = [NODE, str(SCRIPT), f"{base}/lab/tree/board.ipynb?reset", str(board_png), str(page_png), "90000"]
-    proc = subprocess.run(cmd, cwd=HERE, capture_output=True, text=True, timeout=240,
-                          env={**os.environ, "CHROMIUM": CHROMIUM})
+    proc = subprocess.run(
+        cmd, cwd=HERE, capture_output=True, text=True, timeout=240, env={**os.environ, "CHROMIUM": CHROMIUM}
+    )
     lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("{")]
     assert lines, f"node printed no result (rc {proc.returncode}): {proc.stdout}\n{proc.stderr}"
     result = json.loads(lines[-1])

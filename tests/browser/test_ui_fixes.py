@@ -9,6 +9,7 @@ Needs Debian's chromium and playwright-core (``.ci/browser-setup.sh``); skipped 
 (No docs picture comes from here: ``docs/make_placement_screenshot.sh`` and
 ``docs/make_change_screenshot.sh`` make those.)
 """
+
 from __future__ import annotations
 
 import json
@@ -32,9 +33,7 @@ CELLS = quickstart_cells() + [
     "seen = bg.completed_iterations\n"
     "time.sleep(3)\n"
     "print('LIVE', seen, bg.completed_iterations, bg.status)",
-    "# stop\n"
-    "run = %fdg stop\n"
-    "print('SAME', run is bg, run.status)",
+    "# stop\nrun = %fdg stop\nprint('SAME', run is bg, run.status)",
     "%fdg place",
 ]
 
@@ -44,8 +43,7 @@ def page(tmp_path_factory):
     """What the browser found in one session (see the module's doc)."""
     tmp = tmp_path_factory.mktemp("ui_fixes")
     with jupyterlab(tmp, "quickstart.ipynb", CELLS) as (url, log):
-        result = drive("ui_fixes_lab.mjs", url, str(tmp / "page.png"), str(tmp / "board.png"), "120000",
-                       timeout=1500)
+        result = drive("ui_fixes_lab.mjs", url, str(tmp / "page.png"), str(tmp / "board.png"), "120000", timeout=1500)
     (tmp / "result.json").write_text(json.dumps(result, indent=1))  # for whoever reads a failure
     assert "error" not in result, f"{result['error']}\nscreenshot: {tmp / 'page.png'}\n{log.read_text()[-3000:]}"
     return result
@@ -117,15 +115,27 @@ def test_the_cli_says_the_default_steps(tmp_path):
     """7: ``workbench run`` of a notebook whose run line gives no --steps says the default."""
     import nbformat
 
-    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(c) for c in (
-        "%load_ext workbench",
-        "%%fragment counter --init\nn = 0",
-        "%%fragment counter\nn = n + 1",
-        "%fdg run --iterations 1")])
+    nb = nbformat.v4.new_notebook(
+        cells=[
+            nbformat.v4.new_code_cell(c)
+            for c in (
+                "%load_ext workbench",
+                "%%fragment counter --init\nn = 0",
+                "%%fragment counter\nn = n + 1",
+                "%fdg run --iterations 1",
+            )
+        ]
+    )
     nbformat.write(nb, tmp_path / "tiny.ipynb")
     cli = "import sys\nfrom workbench.cli import console_main\nsys.exit(console_main(sys.argv[1:]))"
-    out = subprocess.run([sys.executable, "-c", cli, "run", str(tmp_path / "tiny.ipynb"), "--no-progress"],
-                         capture_output=True, text=True, timeout=300)
+    out = subprocess.run(
+        [sys.executable, "-c", cli, "run", str(tmp_path / "tiny.ipynb"), "--no-progress"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert out.returncode == 0, out.stderr
     said = [line for line in out.stdout.splitlines() if re.search(r"steps: the default", line)]
-    assert said == [f"workbench: steps: the default, {DEFAULT_STEPS} per iteration (--steps T runs another)"], out.stdout
+    assert said == [f"workbench: steps: the default, {DEFAULT_STEPS} per iteration (--steps T runs another)"], (
+        out.stdout
+    )

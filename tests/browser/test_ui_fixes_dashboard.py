@@ -7,6 +7,7 @@ header gives the run record's iterations and env steps, and where it changed.
 
 Needs Debian's chromium and playwright-core (``.ci/browser-setup.sh``); skipped otherwise.
 """
+
 from __future__ import annotations
 
 import logging
@@ -30,13 +31,22 @@ def test_a_re_placed_run_is_one_run_with_its_records_totals(tmp_path):
     from workbench.cluster import dashboard as page
 
     assert page.install()
-    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, host="127.0.0.1",
-                      dashboard_address="127.0.0.1:0", silence_logs=logging.ERROR) as cluster:
+    with LocalCluster(
+        n_workers=2,
+        threads_per_worker=1,
+        processes=True,
+        host="127.0.0.1",
+        dashboard_address="127.0.0.1:0",
+        silence_logs=logging.ERROR,
+    ) as cluster:
         with Client(cluster, set_as_default=False) as client:
             fdg = _slow_fdg("env")
             done: dict = {}
-            trainer = threading.Thread(target=lambda: done.update(run=fdg.run(
-                iterations=ITERATIONS, steps=5, policy="coarse", cluster=client, progress=False)))
+            trainer = threading.Thread(
+                target=lambda: done.update(
+                    run=fdg.run(iterations=ITERATIONS, steps=5, policy="coarse", cluster=client, progress=False)
+                )
+            )
             trainer.start()
             deadline = time.monotonic() + 120
             while (fdg.last_run is None or fdg.last_run.completed_iterations < REPLACE_AFTER) and trainer.is_alive():

@@ -7,6 +7,7 @@ clock moving.
 
 Needs Debian's chromium and playwright-core (``.ci/browser-setup.sh``); skipped otherwise.
 """
+
 from __future__ import annotations
 
 from .lab import drive, jupyterlab

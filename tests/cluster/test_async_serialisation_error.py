@@ -2,6 +2,7 @@
 under every policy (issue 30: under Async the error read "([1][0] is a _thread.lock)" —
 the [1] was the runtime's own envelope, the (iteration, value) pair an asynchronous
 hand-off sends — and never anything of workbench's own)."""
+
 from __future__ import annotations
 
 import threading
@@ -38,6 +39,8 @@ def test_the_message_names_the_place_in_the_cells_value_under_every_policy(clien
             _fdg(written).run(iterations=2, steps=2, policy=policy, cluster=client, progress=False)
         said[policy] = str(info.value)
     assert said["async"] == said["coarse"], said
-    assert said["async"].startswith("fragment 'actor' writes 'grads', which another group of this policy "
-                                    f"reads, but it cannot be sent between processes ({where})"), said["async"]
+    assert said["async"].startswith(
+        "fragment 'actor' writes 'grads', which another group of this policy "
+        f"reads, but it cannot be sent between processes ({where})"
+    ), said["async"]
     assert "workbench" not in said["async"], said["async"]

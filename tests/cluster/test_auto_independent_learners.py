@@ -4,6 +4,7 @@ trial would train independent learners), no IndependentLearnersWarning, and auto
 An outside-in tester found ``dqn.build_fdg().run(iterations=12, steps=16, policy="auto")``
 warning of independent learners, measuring MultiLearner anyway, and once continuing with it.
 """
+
 from __future__ import annotations
 
 from tests.cluster.test_coarse import _replicas_left
@@ -14,7 +15,9 @@ from workbench.fdg.plan import IndependentLearnersWarning
 from workbench.fdg.auto_candidates import auto_candidates
 
 TWO_WORKERS = Inventory((WorkerInfo("tcp://a:1", "w0"), WorkerInfo("tcp://b:1", "w1")))
-SAID = "MultiLearner: not tried, the learner never calls wb.allreduce (independent learners would change what is learned)"
+SAID = (
+    "MultiLearner: not tried, the learner never calls wb.allreduce (independent learners would change what is learned)"
+)
 
 
 def test_the_shipped_dqn_is_not_offered_multilearner():
@@ -34,8 +37,9 @@ def test_auto_never_measures_multilearner_for_a_learner_without_allreduce(client
     assert run.status == "finished", run.error
     assert [row["policy"] for row in run.auto_table] == ["SingleLearnerCoarse", "SingleLearnerFine", "GPUOnly"]
     assert run.completed_iterations == 9 and "MultiLearner" not in run.policy_name
-    assert not [w for w in recwarn if issubclass(w.category, IndependentLearnersWarning)], \
-        [str(w.message) for w in recwarn]
+    assert not [w for w in recwarn if issubclass(w.category, IndependentLearnersWarning)], [
+        str(w.message) for w in recwarn
+    ]
     printed = capsys.readouterr().out
     assert "continuing with this" in printed and f"  {SAID}" in printed.splitlines()
     assert _replicas_left(client) == 0
@@ -45,6 +49,10 @@ def test_auto_still_measures_multilearner_for_a_learner_that_allreduces(client, 
     run = _allreduce_fdg().run(iterations=9, steps=2, policy="auto", cluster=client, progress=False)
     assert run.status == "finished", run.error
     assert [row["policy"] for row in run.auto_table] == [
-        "SingleLearnerCoarse", "SingleLearnerFine", "MultiLearner", "GPUOnly"]
+        "SingleLearnerCoarse",
+        "SingleLearnerFine",
+        "MultiLearner",
+        "GPUOnly",
+    ]
     assert not [w for w in recwarn if issubclass(w.category, IndependentLearnersWarning)]
     assert "not tried" not in capsys.readouterr().out

@@ -6,6 +6,7 @@ the CPU can miss its heartbeats for longer than any fixed patience (it did once 
 silent 19 s), but its process runs and uses CPU; a frozen one is stopped. And the same run
 leaked a ``FutureCancelledError`` traceback: a loop's done callback read the result of a
 future cancelled after it finished (``workbench.cluster.backend.loop_ended``)."""
+
 from __future__ import annotations
 
 import time
@@ -23,8 +24,15 @@ def test_the_decision_is_pure_suspects_then_what_the_probe_and_the_nanny_say():
     assert liveness.suspects({"w1": 1.99}, BOUND) == []
     unheard = dict.fromkeys(["answers", "computes", "frozen", "gone", "cut", "idle", "late nanny"], 2.5)
     probes = {"answers": A, "computes": S, "frozen": S, "gone": S, "cut": U, "idle": S, "late nanny": S}
-    processes = {"answers": "idle", "computes": "computing", "frozen": "stopped", "gone": "gone", "cut": U,
-                 "idle": "idle", "late nanny": U}
+    processes = {
+        "answers": "idle",
+        "computes": "computing",
+        "frozen": "stopped",
+        "gone": "gone",
+        "cut": U,
+        "idle": "idle",
+        "late nanny": U,
+    }
     assert liveness.judged_lost(sorted(unheard), probes, processes, unheard, BOUND) == ["cut", "frozen", "gone"]
     # a process its host answers for, neither answering nor computing: lost once unheard the whole bound
     unheard = {**unheard, "idle": BOUND.seconds, "late nanny": BOUND.seconds + 1}
@@ -67,8 +75,7 @@ def _spin(seconds: float) -> int:
 def test_a_silent_worker_is_lost_unless_its_nanny_sees_it_compute(client):
     gone = "tcp://127.0.0.1:9"  # not a worker of this cluster: no nanny to vouch for it
     live = sorted(workers_info(client))[0]
-    assert liveness.lost_among(client, {gone: UNANSWERED, live: UNANSWERED}, {gone: None, live: 3.0},
-                               BOUND) == [gone]
+    assert liveness.lost_among(client, {gone: UNANSWERED, live: UNANSWERED}, {gone: None, live: 3.0}, BOUND) == [gone]
     # one whose channels do not answer (as a worker starved of the CPU for seconds), but
     # computing: its nanny sees the process run and its CPU time grow, so it is busy, not lost
     spinning = client.submit(_spin, 15.0, workers=[live], pure=False)  # (a running task cannot be cancelled: short)
@@ -123,8 +130,7 @@ def test_a_hundred_actors_on_two_workers_lose_no_worker_and_leak_no_traceback(cl
     from tests.conftest import toy_fdg
     from workbench.fdg.policy import SingleLearnerCoarse
 
-    run = toy_fdg().run(iterations=3, steps=4, policy=SingleLearnerCoarse(actors=100), cluster=client,
-                        progress=False)
+    run = toy_fdg().run(iterations=3, steps=4, policy=SingleLearnerCoarse(actors=100), cluster=client, progress=False)
     assert run.status == "finished" and run.completed_iterations == 3, run
     assert run.env_steps == 100 * 3 * 3 * 4  # 3 counters per env replica, 4 steps, 3 iterations
     assert not [e for e in run.events if e.kind == "worker lost"], run.events
@@ -165,5 +171,9 @@ def test_a_loop_cancelled_after_it_finished_is_an_exit_not_a_traceback():
     loop_ended(events, _Future("finished", cancelled_since=True), ("actor+env", 3))  # raised before
     loop_ended(events, _Future("cancelled"), ("actor+env", 4))
     loop_ended(events, _Future("finished", PeerLost("tcp://10.0.0.2:4000")), ("learner", 0))
-    assert events.said == [("exit", "actor+env", 3), ("exit", "actor+env", 4),
-                           ("error", "learner[0] lost a peer: tcp://10.0.0.2:4000"), ("exit", "learner", 0)]
+    assert events.said == [
+        ("exit", "actor+env", 3),
+        ("exit", "actor+env", 4),
+        ("error", "learner[0] lost a peer: tcp://10.0.0.2:4000"),
+        ("exit", "learner", 0),
+    ]

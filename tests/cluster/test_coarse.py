@@ -1,4 +1,5 @@
 """SingleLearnerCoarse on a real 2-worker LocalCluster: same cells, same semantics."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -28,8 +29,9 @@ def test_coarse_gathers_both_actor_replicas(client):
 
 def test_one_actor_replica_on_the_cluster_equals_inline(client):
     inline = toy_fdg().run(iterations=4, steps=3, progress=False)
-    coarse = toy_fdg().run(iterations=4, steps=3, policy=wb.SingleLearnerCoarse(actors=1),
-                           cluster=client, progress=False)
+    coarse = toy_fdg().run(
+        iterations=4, steps=3, policy=wb.SingleLearnerCoarse(actors=1), cluster=client, progress=False
+    )
     assert coarse.metrics["learner/total"].tolist() == inline.metrics["learner/total"].tolist()
     assert coarse.episode_returns == inline.episode_returns
 
@@ -88,7 +90,8 @@ def test_ctrl_c_stops_every_loop_and_frees_the_workers(client):
     def interrupt_once_it_trains() -> None:  # a cold cluster may take seconds to deploy
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline and not (
-                fdg.last_run is not None and fdg.last_run.status == "running" and fdg.last_run.rows):
+            fdg.last_run is not None and fdg.last_run.status == "running" and fdg.last_run.rows
+        ):
             time.sleep(0.05)
         _thread.interrupt_main()
 
@@ -119,8 +122,11 @@ def test_a_ctrl_c_while_an_interrupted_run_stops_is_held_until_its_replicas_are_
     import time
 
     fdg = toy_fdg(time=time)
-    fdg.add_fragment("learner", "slow = globals().get('slow', -1) + 1\n"
-                                "time.sleep(4.0 if slow >= 1 else 0.0)\nscale = 1.0", rate="iteration")
+    fdg.add_fragment(
+        "learner",
+        "slow = globals().get('slow', -1) + 1\ntime.sleep(4.0 if slow >= 1 else 0.0)\nscale = 1.0",
+        rate="iteration",
+    )
     pids = client.run(os.getpid)
 
     def until(condition, seconds: float = 60) -> bool:
@@ -168,8 +174,11 @@ def test_loop_tasks_report_their_phases_as_fine_performance_metrics(client):
     import time
 
     def activities(dask_scheduler=None):
-        return [list(map(str, key)) for key in dask_scheduler.cumulative_worker_metrics
-                if isinstance(key, tuple) and len(key) == 4 and key[0] == "execute"]
+        return [
+            list(map(str, key))
+            for key in dask_scheduler.cumulative_worker_metrics
+            if isinstance(key, tuple) and len(key) == 4 and key[0] == "execute"
+        ]
 
     wanted = {("actor+env-loop", "actor compute"), ("learner-loop", "learner compute")}
     deadline = time.monotonic() + 15  # workers send metrics with their heartbeats

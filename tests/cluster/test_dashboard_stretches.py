@@ -1,5 +1,6 @@
 """One run on the dashboard page, whatever changes in it: which topics' events belong to
 one run, and the totals over its stretches (pure: no scheduler, no browser)."""
+
 from __future__ import annotations
 
 from workbench.cluster.dashboard import WorkbenchPage
@@ -11,9 +12,18 @@ STEPS = 256  # env steps a report counts
 
 
 def _reports(group: str, iterations: range, t0: float) -> list[tuple[float, dict]]:
-    return [(t0 + i, report_event(i, TaskReport(group, 0, "0", env_steps={i: STEPS}, iterations=[i],
-                                                 compute_seconds={group.split("+")[0]: 0.01})))
-            for i in iterations]
+    return [
+        (
+            t0 + i,
+            report_event(
+                i,
+                TaskReport(
+                    group, 0, "0", env_steps={i: STEPS}, iterations=[i], compute_seconds={group.split("+")[0]: 0.01}
+                ),
+            ),
+        )
+        for i in iterations
+    ]
 
 
 def _stretch_of(key: str, iteration: int, ts: float) -> tuple[float, dict]:
@@ -31,8 +41,11 @@ def test_a_re_placed_run_is_one_entry_with_the_whole_runs_totals():
     counts every env step and every iteration, and the return curve starts at 0."""
     state = RunState("first")
     state.absorb(_reports("actor+env", range(169), 0.0) + _reports("learner", range(169), 0.0))
-    state.absorb([_stretch_of("first", 169, 200.0)] + _reports("env", range(169, 976), 200.0)
-                 + _reports("actor+learner", range(169, 976), 200.0))
+    state.absorb(
+        [_stretch_of("first", 169, 200.0)]
+        + _reports("env", range(169, 976), 200.0)
+        + _reports("actor+learner", range(169, 976), 200.0)
+    )
     assert state.env_steps == 2 * 976 * STEPS
     assert state.iterations_done == 976
     assert state.changed_at == [169] and state.run_events == []
@@ -49,8 +62,10 @@ def test_a_new_stretch_that_has_not_reported_keeps_the_count():
 
 def test_the_page_shows_one_run_for_all_its_topics():
     class Scheduler:  # what the page reads of a scheduler: its topics and their events
-        topics = {"workbench-first": _reports("actor+env", range(5), 0.0),
-                  "workbench-second": [_stretch_of("first", 5, 10.0)] + _reports("env", range(5, 9), 11.0)}
+        topics = {
+            "workbench-first": _reports("actor+env", range(5), 0.0),
+            "workbench-second": [_stretch_of("first", 5, 10.0)] + _reports("env", range(5, 9), 11.0),
+        }
 
         def get_events(self, topic):
             return self.topics[topic]

@@ -1,5 +1,6 @@
 """Each shim over Dask's internals (workbench/cluster/_dask_compat.py) against the installed
 Dask: when a release moves one, this fails, not a user's run."""
+
 from __future__ import annotations
 
 import pytest
@@ -40,8 +41,7 @@ def test_the_scheduler_topics_are_reachable_and_pruned(client):
         return [t for t in compat.workbench_topic_names(dask_scheduler) if "compat-test" in t]
 
     assert sorted(client.run_on_scheduler(ours)) == sorted(names)
-    assert client.run_on_scheduler(lambda dask_scheduler=None:
-                                   compat.scheduler_topics(dask_scheduler) is not None)
+    assert client.run_on_scheduler(lambda dask_scheduler=None: compat.scheduler_topics(dask_scheduler) is not None)
     gone = client.run_on_scheduler(compat.prune_topics, 0)
     assert gone >= len(names)
     assert client.run_on_scheduler(ours) == []
@@ -70,8 +70,16 @@ def test_topic_names():
     assert not compat.is_workbench_topic(("workbench-x",))
 
 
-@pytest.mark.parametrize("settings", [{}, {"distributed.nanny.pre-spawn-environ.MALLOC_TRIM_THRESHOLD_": None,
-                                           "distributed.nanny.pre-spawn-environ.PYTHONHASHSEED": 7}])
+@pytest.mark.parametrize(
+    "settings",
+    [
+        {},
+        {
+            "distributed.nanny.pre-spawn-environ.MALLOC_TRIM_THRESHOLD_": None,
+            "distributed.nanny.pre-spawn-environ.PYTHONHASHSEED": 7,
+        },
+    ],
+)
 def test_the_nanny_spawn_environment_is_what_a_nanny_sets(settings):
     """The environment an early-started forkserver gets (workbench.cluster.forkserver) is
     the one this Dask's nanny would set before starting a worker, under any config."""

@@ -9,6 +9,7 @@ one after the other, and every step of the run lasted two env steps: 52 % of W Ã
 whether two replicas' waits overlap is a matter of order, not of speed: under turns they
 never can.
 """
+
 from __future__ import annotations
 
 import os
@@ -26,21 +27,31 @@ def stepping_fdg() -> wb.FDG:
     fdg = wb.FDG(namespace={"np": np, "time": time, "os": os, "PAUSE_S": PAUSE_S})
     fdg.add_fragment("env", "obs = np.zeros((1, 1))\nspans = []", rate="init")
     fdg.add_fragment("actor", "action = obs[:, 0] * 0", rate="step")
-    fdg.add_fragment("env", (
-        "start = time.monotonic()\n"  # one clock for every process of the host
-        "time.sleep(PAUSE_S)  # a remote simulator answering\n"
-        "spans.append((start, time.monotonic(), os.getpid()))\n"
-        "obs = np.zeros((1, 1))\n"
-        "reward = np.ones(1)\n"
-    ), rate="step")
+    fdg.add_fragment(
+        "env",
+        (
+            "start = time.monotonic()\n"  # one clock for every process of the host
+            "time.sleep(PAUSE_S)  # a remote simulator answering\n"
+            "spans.append((start, time.monotonic(), os.getpid()))\n"
+            "obs = np.zeros((1, 1))\n"
+            "reward = np.ones(1)\n"
+        ),
+        rate="step",
+    )
     fdg.add_fragment("learner", "total = float(reward.sum())", rate="iteration")
     return fdg
 
 
 def test_fine_env_replicas_step_at_once_in_their_own_processes(client):
     workers = len(client.scheduler_info()["workers"])
-    run = stepping_fdg().run(iterations=2, steps=STEPS, policy=wb.SingleLearnerFine(envs=workers),
-                             cluster=client, progress=False, keep_state=True)
+    run = stepping_fdg().run(
+        iterations=2,
+        steps=STEPS,
+        policy=wb.SingleLearnerFine(envs=workers),
+        cluster=client,
+        progress=False,
+        keep_state=True,
+    )
     env_group = next(g for g in run.policy.groups if "env" in g.fragments)
     assert len(set(env_group.workers)) == workers  # one env replica per worker
     spans = [replica["spans"] for replica in run.state.fragments["env"]]
@@ -50,6 +61,5 @@ def test_fine_env_replicas_step_at_once_in_their_own_processes(client):
     steps = range(len(spans[0]))
     for a in range(workers):
         for b in range(a + 1, workers):
-            overlapping = [t for t in steps
-                           if spans[a][t][0] < spans[b][t][1] and spans[b][t][0] < spans[a][t][1]]
+            overlapping = [t for t in steps if spans[a][t][0] < spans[b][t][1] and spans[b][t][0] < spans[a][t][1]]
             assert overlapping, f"env replicas {a} and {b} never stepped at the same time"

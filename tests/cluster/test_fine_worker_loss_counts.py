@@ -6,6 +6,7 @@ iteration the run continued from, so one update was lost (counts 1 … 13, 14, 1
 
 What is asserted is the mechanism: the learner's own counter, logged each iteration, is
 exactly 1 … N after the loss, with no repeat and no gap."""
+
 from __future__ import annotations
 
 import os
@@ -25,14 +26,18 @@ def counting_fdg(sleep_s: float = 0.05) -> wb.FDG:
     """README's CartPole shape: an env, a fixed actor, a learner that counts its updates
     (and sleeps ``sleep_s``, so faults land mid-run)."""
     fdg = wb.FDG(namespace={"np": np, "wb": wb})
-    fdg.add_fragment("env", "envs = wb.envs.make('CartPole-v1', num_envs=4, seed=replica.index)\n"
-                            "obs = envs.reset()", rate="init")
+    fdg.add_fragment(
+        "env", "envs = wb.envs.make('CartPole-v1', num_envs=4, seed=replica.index)\nobs = envs.reset()", rate="init"
+    )
     fdg.add_fragment("actor", "action = (obs[:, 2] + obs[:, 3] > 0).astype(np.int64)", rate="step")
     fdg.add_fragment("env", "obs, reward, terminated, truncated, info = envs.step(action)", rate="step")
     fdg.add_fragment("learner", "count = 0", rate="init")
-    fdg.add_fragment("learner", f"import time\ncount += 1\ntime.sleep({sleep_s})\n"
-                                "wb.log('rollout/reward', float(reward.sum()))\nwb.log('count', count)",
-                     rate="iteration")
+    fdg.add_fragment(
+        "learner",
+        f"import time\ncount += 1\ntime.sleep({sleep_s})\n"
+        "wb.log('rollout/reward', float(reward.sum()))\nwb.log('count', count)",
+        rate="iteration",
+    )
     return fdg
 
 
@@ -60,13 +65,17 @@ class KillAt:
         pass
 
 
-@pytest.mark.parametrize("policy, learner", [("fine", True), ("fine", False), ("coarse", True)],
-                         ids=["fine, learner's worker", "fine, env-only worker", "coarse, learner's worker"])
+@pytest.mark.parametrize(
+    "policy, learner",
+    [("fine", True), ("fine", False), ("coarse", True)],
+    ids=["fine, learner's worker", "fine, env-only worker", "coarse, learner's worker"],
+)
 def test_the_learner_counts_every_iteration_once_after_a_worker_loss(policy, learner, doomed_cluster):
     fdg = counting_fdg()
     killer = KillAt(doomed_cluster, fdg, learner, KILL_AT)
-    run = fdg.run(iterations=ITERATIONS, steps=16, policy=policy, cluster=doomed_cluster,
-                  progress=False, loggers=[killer])
+    run = fdg.run(
+        iterations=ITERATIONS, steps=16, policy=policy, cluster=doomed_cluster, progress=False, loggers=[killer]
+    )
 
     assert killer.killed is not None
     assert run.status == "finished" and run.completed_iterations == ITERATIONS, run.summary()

@@ -3,6 +3,7 @@
 
 Each case runs in a process of its own: the embedded cluster, and multiprocessing's
 forkserver, are one per process."""
+
 from __future__ import annotations
 
 import json
@@ -44,7 +45,7 @@ def _workers(method: str | None) -> list[dict]:
     out = subprocess.run([sys.executable, "-c", PROBE], capture_output=True, text=True, timeout=180, env=env)
     assert out.returncode == 0, out.stderr[-3000:]
     line = next(l for l in out.stdout.splitlines() if l.startswith("FACTS"))
-    return json.loads(line[len("FACTS"):])
+    return json.loads(line[len("FACTS") :])
 
 
 def test_workers_are_forked_from_a_server_that_preloaded_torch():
@@ -79,8 +80,13 @@ def test_the_start_method_variable_is_checked(monkeypatch):
 def test_a_wrong_start_method_is_one_clear_error_from_the_command_line(tmp_path):
     quickstart = Path(__file__).resolve().parents[2] / "notebooks" / "quickstart.ipynb"
     env = {**os.environ, START_METHOD_VARIABLE: "fork"}
-    out = subprocess.run([sys.executable, "-m", "workbench.cli", "run", str(quickstart), "--policy", "coarse",
-                          "--iterations", "1"], capture_output=True, text=True, timeout=180, env=env)
+    out = subprocess.run(
+        [sys.executable, "-m", "workbench.cli", "run", str(quickstart), "--policy", "coarse", "--iterations", "1"],
+        capture_output=True,
+        text=True,
+        timeout=180,
+        env=env,
+    )
     assert out.returncode == 2, out.stderr[-3000:]
     assert "WORKBENCH_START_METHOD must be forkserver or spawn, got 'fork'" in out.stderr
     assert "Traceback" not in out.stderr

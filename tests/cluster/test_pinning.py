@@ -1,6 +1,7 @@
 """Embedded workers pinned one to a core when there are cores enough (workbench.cluster.pinning).
 
 Cluster cases run in a process of their own: the embedded cluster is one per process."""
+
 from __future__ import annotations
 
 import json
@@ -38,10 +39,11 @@ def _facts(n_workers: int, pin: str | None) -> dict:
     env = {k: v for k, v in os.environ.items() if k != PIN_VARIABLE}
     if pin is not None:
         env[PIN_VARIABLE] = pin
-    out = subprocess.run([sys.executable, "-c", PROBE, str(n_workers)], capture_output=True, text=True,
-                         timeout=180, env=env)
+    out = subprocess.run(
+        [sys.executable, "-c", PROBE, str(n_workers)], capture_output=True, text=True, timeout=180, env=env
+    )
     assert out.returncode == 0, out.stderr[-3000:]
-    return json.loads(next(l for l in out.stdout.splitlines() if l.startswith("FACTS"))[len("FACTS"):])
+    return json.loads(next(l for l in out.stdout.splitlines() if l.startswith("FACTS"))[len("FACTS") :])
 
 
 @pytest.mark.skipif(len(usable_cores()) < 2, reason="needs 2 cores to give 2 workers one each")
@@ -117,7 +119,16 @@ def test_workers_in_the_clients_own_process_are_never_pinned():
     from distributed import Client, LocalCluster
 
     before = usable_cores()
-    with LocalCluster(n_workers=2, threads_per_worker=1, processes=False, protocol="tcp://", host="127.0.0.1",
-                      dashboard_address="127.0.0.1:0") as cluster, Client(cluster, set_as_default=False) as c:
+    with (
+        LocalCluster(
+            n_workers=2,
+            threads_per_worker=1,
+            processes=False,
+            protocol="tcp://",
+            host="127.0.0.1",
+            dashboard_address="127.0.0.1:0",
+        ) as cluster,
+        Client(cluster, set_as_default=False) as c,
+    ):
         assert pinning.pin_shared_machines(c) == {}
     assert usable_cores() == before and all(len(c) == len(before) for c in _threads_cores())

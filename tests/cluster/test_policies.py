@@ -1,5 +1,6 @@
 """Every preset runs the same cells on a real 2-worker LocalCluster, with the semantics the
 plan promises (checked by value against a plain loop)."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -21,8 +22,7 @@ def test_fine_exchanges_every_step_and_matches_the_plain_loop(client):
 
 
 def test_fine_scatters_actions_to_several_env_replicas(client):
-    run = toy_fdg().run(iterations=3, steps=2, policy=wb.SingleLearnerFine(envs=2), cluster=client,
-                        progress=False)
+    run = toy_fdg().run(iterations=3, steps=2, policy=wb.SingleLearnerFine(envs=2), cluster=client, progress=False)
     assert run.metrics["learner/total"].tolist() == _expected_totals(3, 2, BOTH)
     assert run.env_steps == 3 * 2 * 6
     assert _replicas_left(client) == 0
@@ -41,14 +41,19 @@ def _allreduce_fdg():
     fdg.add_fragment("env", "obs = np.full(2, float(replica.index))", rate="init")
     fdg.add_fragment("actor", "action = obs + 1", rate="step")
     fdg.add_fragment("env", "obs = obs + 0\nreward = action", rate="step")
-    fdg.add_fragment("learner", "local = float(reward.sum())\nmean = wb.allreduce(np.array([local]))\n"
-                                "wb.log('local', local)\nwb.log('mean', float(mean[0]))", rate="iteration")
+    fdg.add_fragment(
+        "learner",
+        "local = float(reward.sum())\nmean = wb.allreduce(np.array([local]))\n"
+        "wb.log('local', local)\nwb.log('mean', float(mean[0]))",
+        rate="iteration",
+    )
     return fdg
 
 
 def test_multilearner_allreduces_across_learner_replicas(client):
-    run = _allreduce_fdg().run(iterations=2, steps=3, policy=wb.MultiLearner(learners=2), cluster=client,
-                               progress=False)
+    run = _allreduce_fdg().run(
+        iterations=2, steps=3, policy=wb.MultiLearner(learners=2), cluster=client, progress=False
+    )
     assert run.policy_name == "MultiLearner"
     # replica 0 sums 3 steps × 2 envs × 1 = 6; replica 1: 3 × 2 × 2 = 12; both see the mean 9
     assert run.rows[-1]["local"] == pytest.approx(9.0)  # mean over the two replicas' logs
@@ -79,8 +84,7 @@ def _async_fdg():
     fdg.add_fragment("actor", "seen.append(w)\naction = obs + 1", rate="step")
     fdg.add_fragment("env", "obs = obs + 0\nreward = action", rate="step")
     fdg.add_fragment("actor", "g = float(reward.sum())\nwb.log('seen', seen[-1])", rate="iteration")
-    fdg.add_fragment("learner", "w = w + g\napplied += 1\nwb.log('applied', applied)\nwb.log('g', g)",
-                     rate="iteration")
+    fdg.add_fragment("learner", "w = w + g\napplied += 1\nwb.log('applied', applied)\nwb.log('g', g)", rate="iteration")
     return fdg
 
 
@@ -104,8 +108,14 @@ def test_resume_under_another_policy_continues_exactly(client):
     whole = toy_fdg().run(iterations=6, steps=2, progress=False)
     first = toy_fdg().run(iterations=3, steps=2, progress=False, keep_state=True)
     assert first.state.iteration == 3
-    second = toy_fdg().run(iterations=3, steps=2, policy=wb.SingleLearnerCoarse(actors=1), cluster=client,
-                           resume=first.state, progress=False)
+    second = toy_fdg().run(
+        iterations=3,
+        steps=2,
+        policy=wb.SingleLearnerCoarse(actors=1),
+        cluster=client,
+        resume=first.state,
+        progress=False,
+    )
     assert second.metrics.index.tolist() == [3, 4, 5]
     totals = first.metrics["learner/total"].tolist() + second.metrics["learner/total"].tolist()
     assert totals == whole.metrics["learner/total"].tolist()
@@ -113,8 +123,7 @@ def test_resume_under_another_policy_continues_exactly(client):
 
 def test_resume_with_more_replicas_keeps_the_learner_and_restarts_envs(client):
     first = toy_fdg().run(iterations=2, steps=2, progress=False, keep_state=True)
-    second = toy_fdg().run(iterations=1, steps=2, policy="coarse", cluster=client, resume=first.state,
-                           progress=False)
+    second = toy_fdg().run(iterations=1, steps=2, policy="coarse", cluster=client, resume=first.state, progress=False)
     # the learner's running total carries on; two fresh env replicas feed it
     gain = 0.25  # scale halved twice
     fresh = BOTH * gain + (BOTH + 1) * gain

@@ -4,6 +4,7 @@ count of finished iterations, while its replicas had run ahead of it). Whichever
 process's fragments kills it — the env, stepping the next iteration while the learner
 finishes the last, or the learner, while the actor waits for its weights — the
 ProcessDiedError names the iteration the killing cell was in (workbench.runtime.engine.in_flight)."""
+
 from __future__ import annotations
 
 import logging
@@ -28,8 +29,14 @@ def doomed_client():
 
     from workbench.cluster.restart_tolerant import PatientLocalCluster
 
-    with PatientLocalCluster(n_workers=2, threads_per_worker=1, processes=True, host="127.0.0.1",
-                             dashboard_address="127.0.0.1:0", silence_logs=logging.CRITICAL) as cluster:
+    with PatientLocalCluster(
+        n_workers=2,
+        threads_per_worker=1,
+        processes=True,
+        host="127.0.0.1",
+        dashboard_address="127.0.0.1:0",
+        silence_logs=logging.CRITICAL,
+    ) as cluster:
         with Client(cluster, set_as_default=False) as c:
             yield c
 
@@ -50,18 +57,21 @@ def _fdg(killer: str, weights: bool) -> wb.FDG:
     return fdg
 
 
-@pytest.mark.parametrize(("killer", "weights"), [("env", False), ("learner", True)],
-                         ids=["the env, running ahead of the learner", "the learner, while the actor waits for it"])
+@pytest.mark.parametrize(
+    ("killer", "weights"),
+    [("env", False), ("learner", True)],
+    ids=["the env, running ahead of the learner", "the learner, while the actor waits for it"],
+)
 def test_a_process_that_dies_in_iteration_i_is_said_to_die_in_iteration_i(doomed_client, killer, weights):
     with pytest.raises(ProcessDiedError, match=rf"died again at iteration {AT} \(worker "):
-        _fdg(killer, weights).run(iterations=AT + 3, steps=STEPS, policy="coarse", cluster=doomed_client,
-                                  progress=False)
+        _fdg(killer, weights).run(
+            iterations=AT + 3, steps=STEPS, policy="coarse", cluster=doomed_client, progress=False
+        )
 
 
 def test_the_kill_is_where_the_test_says(client):
     """The same cells raising instead of dying: the cell's error says iteration AT."""
     fdg = _fdg("env", weights=False)
-    fdg.namespace["os"] = type("Raise", (), {"getpid": staticmethod(os.getpid),
-                                             "kill": staticmethod(lambda *_: 1 / 0)})
+    fdg.namespace["os"] = type("Raise", (), {"getpid": staticmethod(os.getpid), "kill": staticmethod(lambda *_: 1 / 0)})
     with pytest.raises(wb.FragmentRuntimeError, match=rf"replica 0 .*raised in iteration {AT} "):
         fdg.run(iterations=AT + 1, steps=STEPS, policy="coarse", cluster=client, progress=False)

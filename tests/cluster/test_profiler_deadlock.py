@@ -1,6 +1,7 @@
 """On Python 3.11 the workers of workbench's clusters run without Dask's statistical
 profiler: its ``sys._current_frames()`` can deadlock a worker against a thread starting
 (cpython#116969), which froze a deploy for 467 s in CI (workbench.cluster.quiet_workers)."""
+
 from __future__ import annotations
 
 import sys
@@ -22,8 +23,12 @@ def _settings(dask_worker=None) -> tuple:
 
     import dask
 
-    return (os.getpid(), dask.config.get("distributed.admin.system-monitor.interval"),
-            dask.config.get("distributed.worker.profile.enabled"), "profile" in dask_worker.periodic_callbacks)
+    return (
+        os.getpid(),
+        dask.config.get("distributed.admin.system-monitor.interval"),
+        dask.config.get("distributed.worker.profile.enabled"),
+        "profile" in dask_worker.periodic_callbacks,
+    )
 
 
 def test_a_worker_its_nanny_restarts_keeps_the_settings_its_cluster_started_with():
@@ -42,8 +47,14 @@ def test_a_worker_its_nanny_restarts_keeps_the_settings_its_cluster_started_with
     from workbench.cluster.restart_tolerant import PatientLocalCluster
 
     with dask.config.set(QUIET_WORKER_CONFIG):
-        cluster = PatientLocalCluster(n_workers=1, threads_per_worker=1, processes=True, host="127.0.0.1",
-                                      dashboard_address="127.0.0.1:0", silence_logs=logging.ERROR)
+        cluster = PatientLocalCluster(
+            n_workers=1,
+            threads_per_worker=1,
+            processes=True,
+            host="127.0.0.1",
+            dashboard_address="127.0.0.1:0",
+            silence_logs=logging.ERROR,
+        )
     with cluster, Client(cluster, set_as_default=False) as client:
         (before,) = client.run(_settings).values()
         os.kill(before[0], signal.SIGKILL)

@@ -1,4 +1,5 @@
 """The lean worker settings (workbench.cluster.quiet_workers) do what they say on real Dask workers."""
+
 from __future__ import annotations
 
 import logging
@@ -11,10 +12,12 @@ from workbench.cluster.quiet_workers import QUIET_WORKER_CONFIG, environment
 
 
 def _background(dask_worker=None) -> dict:
-    return {"periodic": sorted(dask_worker.periodic_callbacks),
-            "tick_s": dask_worker._tick_interval,
-            "profile": dask.config.get("distributed.worker.profile.enabled"),
-            "monitor": dask.config.get("distributed.admin.system-monitor.interval")}
+    return {
+        "periodic": sorted(dask_worker.periodic_callbacks),
+        "tick_s": dask_worker._tick_interval,
+        "profile": dask.config.get("distributed.worker.profile.enabled"),
+        "monitor": dask.config.get("distributed.admin.system-monitor.interval"),
+    }
 
 
 def test_the_environment_variables_are_the_config_as_dask_reads_them():
@@ -29,12 +32,28 @@ def test_the_environment_variables_are_the_config_as_dask_reads_them():
 
 
 def test_workers_started_under_the_lean_config_do_less_in_the_background():
-    with dask.config.set(QUIET_WORKER_CONFIG), \
-            LocalCluster(n_workers=1, threads_per_worker=1, host="127.0.0.1", dashboard_address="127.0.0.1:0",
-                         silence_logs=logging.ERROR) as cluster, Client(cluster) as client:
+    with (
+        dask.config.set(QUIET_WORKER_CONFIG),
+        LocalCluster(
+            n_workers=1,
+            threads_per_worker=1,
+            host="127.0.0.1",
+            dashboard_address="127.0.0.1:0",
+            silence_logs=logging.ERROR,
+        ) as cluster,
+        Client(cluster) as client,
+    ):
         lean = next(iter(client.run(_background).values()))
-    with LocalCluster(n_workers=1, threads_per_worker=1, host="127.0.0.1", dashboard_address="127.0.0.1:0",
-                      silence_logs=logging.ERROR) as cluster, Client(cluster) as client:
+    with (
+        LocalCluster(
+            n_workers=1,
+            threads_per_worker=1,
+            host="127.0.0.1",
+            dashboard_address="127.0.0.1:0",
+            silence_logs=logging.ERROR,
+        ) as cluster,
+        Client(cluster) as client,
+    ):
         default = next(iter(client.run(_background).values()))
     assert "profile" in default["periodic"] and "profile" not in lean["periodic"]
     assert lean["profile"] is False and lean["monitor"] == "5s"

@@ -1,4 +1,5 @@
 """Re-placing fragments while a run goes: state moves at an iteration boundary, learning goes on."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -67,12 +68,14 @@ def test_the_learner_moves_with_its_weights_and_optimiser_state(client, tmp_path
     fdg = weights_fdg()
     opened = tmp_path / "fenced"
     fdg.namespace.update(gate=_gate(), opened=str(opened))
-    fdg.add_fragment("env", "rng = np.random.default_rng(replica.index)\nobs = rng.normal(size=(4, 3))\n"
-                            "stepped = 0", rate="init")
+    fdg.add_fragment(
+        "env", "rng = np.random.default_rng(replica.index)\nobs = rng.normal(size=(4, 3))\nstepped = 0", rate="init"
+    )
     # each env replica waits after iteration 2's steps (2 per iteration) until the fence has
     # closed: the move lands mid-run however far a busy machine lets the driver lag
-    fdg.add_fragment("env", "stepped += 1\ngate(stepped, opened, 6)\n"
-                            "obs = rng.normal(size=(4, 3)).astype(np.float32)", rate="step")
+    fdg.add_fragment(
+        "env", "stepped += 1\ngate(stepped, opened, 6)\nobs = rng.normal(size=(4, 3)).astype(np.float32)", rate="step"
+    )
     fence = DaskBackend.fence
 
     def fence_then_open(self, at_least):
@@ -94,8 +97,15 @@ def test_the_learner_moves_with_its_weights_and_optimiser_state(client, tmp_path
 def test_moving_the_ppo_learner_mid_run_still_solves_cartpole(client):
     fdg, options = load_notebook(QUICKSTART)
     mover = ReplaceAt(fdg, 15, _learner_elsewhere(fdg, inventory_of(client)))
-    run = fdg.run(iterations=150, steps=options["steps"], policy="coarse", cluster=client,
-                  target_return=options["target_return"], progress=False, loggers=[mover])
+    run = fdg.run(
+        iterations=150,
+        steps=options["steps"],
+        policy="coarse",
+        cluster=client,
+        target_return=options["target_return"],
+        progress=False,
+        loggers=[mover],
+    )
     replaced = [e for e in run.events if e.kind == "replaced"]
     # at the first exact boundary after iteration 15: every iteration begun by then finishes
     assert len(replaced) == 1 and 16 <= replaced[0].iteration <= 18
@@ -106,8 +116,15 @@ def test_moving_the_ppo_learner_mid_run_still_solves_cartpole(client):
 def test_inline_to_cluster_mid_run_still_solves_cartpole(client):
     fdg, options = load_notebook(QUICKSTART)
     mover = ReplaceAt(fdg, 10, lambda policy: "coarse")
-    run = fdg.run(iterations=150, steps=options["steps"], policy="inline", cluster=client,
-                  target_return=options["target_return"], progress=False, loggers=[mover])
+    run = fdg.run(
+        iterations=150,
+        steps=options["steps"],
+        policy="inline",
+        cluster=client,
+        target_return=options["target_return"],
+        progress=False,
+        loggers=[mover],
+    )
     assert run.policy_name == "SingleLearnerCoarse"
     assert mover.policy_before.in_process and not run.policy.in_process
     assert run.solved_at is not None, (mover.return_then, run.summary())

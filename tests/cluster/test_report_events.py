@@ -1,4 +1,5 @@
 """Reports: one msgpack ``bytes`` each, sent to the driver, relayed in batches to the page."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -9,9 +10,18 @@ from workbench.runtime.replicas.replica import TaskReport
 
 
 def _report() -> TaskReport:
-    return TaskReport("actor+env", 3, "w3", metrics={7: {"loss": [0.5, 0.25]}}, env_steps={7: 512},
-                      compute_seconds={"env": 0.02}, wait_seconds=0.1, iterations=[7], sent_bytes=99,
-                      notes=[("state left out", "a note")])
+    return TaskReport(
+        "actor+env",
+        3,
+        "w3",
+        metrics={7: {"loss": [0.5, 0.25]}},
+        env_steps={7: 512},
+        compute_seconds={"env": 0.02},
+        wait_seconds=0.1,
+        iterations=[7],
+        sent_bytes=99,
+        notes=[("state left out", "a note")],
+    )
 
 
 def test_a_packed_report_comes_back_field_for_field():

@@ -8,6 +8,7 @@ cluster that way. Here the timeout is shrunk and the workers' start-up slowed (a
 that sleeps), so a restart takes longer than the timeout on any machine: the plain
 cluster is the control that shows the test can fail.
 """
+
 from __future__ import annotations
 
 import logging
@@ -41,9 +42,18 @@ def _workers_after_a_slow_restart(cluster_class, preload: str) -> tuple[int, lis
     """(workers the scheduler has, names the cluster keeps) once a killed worker's slow
     restart is over and the shrunk timeout long past."""
     with dask.config.set({"distributed.deploy.lost-worker-timeout": f"{SHRUNK_TIMEOUT_S}s"}):
-        with cluster_class(n_workers=2, threads_per_worker=1, processes=True, host="127.0.0.1",
-                           dashboard_address="127.0.0.1:0", silence_logs=logging.CRITICAL,
-                           preload=[preload]) as cluster, Client(cluster, set_as_default=False) as client:
+        with (
+            cluster_class(
+                n_workers=2,
+                threads_per_worker=1,
+                processes=True,
+                host="127.0.0.1",
+                dashboard_address="127.0.0.1:0",
+                silence_logs=logging.CRITICAL,
+                preload=[preload],
+            ) as cluster,
+            Client(cluster, set_as_default=False) as client,
+        ):
             os.kill(next(iter(client.run(_pid).values())), signal.SIGKILL)
             deadline = time.monotonic() + 60
             # the restart is done when 2 are back, or when the control's nanny has been closed

@@ -5,6 +5,7 @@ A real scheduler process (``dask scheduler`` on a free loopback port) and a 2-wo
 ``dask worker`` are started by the test in their own sessions, and the scheduler is killed
 (SIGKILL) once the run has written a checkpoint. Every process started here is killed by
 its process group at the end."""
+
 from __future__ import annotations
 
 import contextlib
@@ -39,8 +40,9 @@ def _free_port() -> int:
 def _started(command: list[str], log: Path, env: dict | None = None):
     """A process in its own session (so its children end with it), killed at the end."""
     with open(log, "wb") as out:
-        proc = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
-                                env={**os.environ, **(env or {})})
+        proc = subprocess.Popen(
+            command, stdout=out, stderr=subprocess.STDOUT, start_new_session=True, env={**os.environ, **(env or {})}
+        )
     try:
         yield proc
     finally:
@@ -61,10 +63,16 @@ def test_killing_the_scheduler_mid_run_names_it_and_the_newest_checkpoint(tmp_pa
     address = f"tcp://127.0.0.1:{port}"
     ckpt = tmp_path / "ckpt"
     started = time.monotonic()
-    with _started(DASK + ["--host", "127.0.0.1", "--port", str(port), "--no-dashboard"],
-                  tmp_path / "scheduler.log") as scheduler, \
-         _started(WORKER + [address, "--nthreads", "1", "--nworkers", "2", "--no-dashboard"],
-                  tmp_path / "worker.log", env={"DASK_DISTRIBUTED__WORKER__PROFILE__ENABLED": "False"}):
+    with (
+        _started(
+            DASK + ["--host", "127.0.0.1", "--port", str(port), "--no-dashboard"], tmp_path / "scheduler.log"
+        ) as scheduler,
+        _started(
+            WORKER + [address, "--nthreads", "1", "--nworkers", "2", "--no-dashboard"],
+            tmp_path / "worker.log",
+            env={"DASK_DISTRIBUTED__WORKER__PROFILE__ENABLED": "False"},
+        ),
+    ):
         _wait_for_workers(address, 2)
 
         killed: list[float] = []
@@ -83,8 +91,15 @@ def test_killing_the_scheduler_mid_run_names_it_and_the_newest_checkpoint(tmp_pa
         killer = threading.Thread(target=kill_once_checkpointed, daemon=True)
         killer.start()
         with pytest.raises(SchedulerLostError) as info:
-            counting_fdg(sleep_s=0.2).run(iterations=80, steps=8, policy="coarse", cluster=client,
-                               checkpoint_dir=str(ckpt), checkpoint_every=2, progress=False)
+            counting_fdg(sleep_s=0.2).run(
+                iterations=80,
+                steps=8,
+                policy="coarse",
+                cluster=client,
+                checkpoint_dir=str(ckpt),
+                checkpoint_every=2,
+                progress=False,
+            )
         raised = time.monotonic()
         killer.join(timeout=5)
         assert killed and raised - killed[0] < RECONNECT_S / 2, f"{raised - killed[0]:.1f} s after the kill"

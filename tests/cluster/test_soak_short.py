@@ -5,6 +5,7 @@ to the loops' reports; after it, the workers and this process must be back where
 Counts are compared between run 5 (everything warmed up) and run 20. (The event topics the
 scheduler keeps per run are for the /workbench page: the soak checks that they stay bounded.)
 """
+
 from __future__ import annotations
 
 import os
@@ -33,8 +34,7 @@ def _stats(pid: int) -> dict[str, int]:
 
 def _scheduler(dask_scheduler=None) -> dict[str, int]:
     topics = getattr(getattr(dask_scheduler, "_broker", None), "_topics", {})
-    return {"tasks": len(dask_scheduler.tasks),
-            "topics": sum(1 for t in topics if str(t).startswith("workbench"))}
+    return {"tasks": len(dask_scheduler.tasks), "topics": sum(1 for t in topics if str(t).startswith("workbench"))}
 
 
 def _deployed(dask_worker=None) -> int:
@@ -72,8 +72,8 @@ def short_runs(client):
         # worker's process gone here, with no more than psutil's NoSuchProcess to go on)
         now = _worker_pids(client)
         assert all(now.get(name) == pid for name, pid in pids.items() if name.startswith("worker")), (
-            f"a worker process was replaced during short run {number}: {pids} -> {now}; "
-            f"the run's events: {run.events}")
+            f"a worker process was replaced during short run {number}: {pids} -> {now}; the run's events: {run.events}"
+        )
         if number in (WARM, RUNS):
             samples[number] = _sample(client, pids)
     return samples[WARM], samples[RUNS], [p for p in pids]

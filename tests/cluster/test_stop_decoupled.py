@@ -8,6 +8,7 @@ replicas begin at most ``LOOKAHEAD`` iterations past the first one not yet recor
 stop lands within that many. The bounds here are counted in iterations (the mechanism's),
 never in seconds; the counts are compared with the env replicas' own counters.
 """
+
 from __future__ import annotations
 
 import threading
@@ -54,8 +55,7 @@ def assert_counts_agree(run) -> None:
 def test_a_stop_ends_a_decoupled_run_within_the_lookahead(policy, client):
     fdg = decoupled_fdg()
     kwargs = {} if policy == "inline" else {"cluster": client}
-    run = fdg.run(iterations=1000, steps=STEPS, policy=policy, progress=False,
-                  loggers=[StopAt(fdg, STOP_AT)], **kwargs)
+    run = fdg.run(iterations=1000, steps=STEPS, policy=policy, progress=False, loggers=[StopAt(fdg, STOP_AT)], **kwargs)
     assert run.status == "stopped"
     # asked with row STOP_AT: the replicas had begun at most LOOKAHEAD past the first row
     # not yet recorded (STOP_AT + 1), and the boundary is one past the newest begun
@@ -67,8 +67,11 @@ def test_a_stop_ends_a_decoupled_run_within_the_lookahead(policy, client):
 def test_a_stop_from_another_thread_ends_a_decoupled_coarse_run(client):
     fdg = decoupled_fdg()
     result = {}
-    thread = threading.Thread(target=lambda: result.setdefault("run", fdg.run(
-        iterations=1000, steps=STEPS, policy="coarse", cluster=client, progress=False)))
+    thread = threading.Thread(
+        target=lambda: result.setdefault(
+            "run", fdg.run(iterations=1000, steps=STEPS, policy="coarse", cluster=client, progress=False)
+        )
+    )
     thread.start()
     recorded = _rows_once(fdg, STOP_AT + 1)
     fdg.stop()
@@ -96,8 +99,11 @@ def test_fdg_stop_ends_a_decoupled_background_run(ip, client, _background_joined
     for name, code, rate in DECOUPLED:
         flag = {"init": " --init", "step": "", "iteration": " --every iteration"}[rate]
         ip.run_cell_magic("fragment", name + flag, code + "\n")
-    ip.run_line_magic("fdg", f"run --background --policy coarse --cluster {client.scheduler.address} "
-                             f"--iterations 1000 --steps {STEPS} --no-progress")
+    ip.run_line_magic(
+        "fdg",
+        f"run --background --policy coarse --cluster {client.scheduler.address} "
+        f"--iterations 1000 --steps {STEPS} --no-progress",
+    )
     recorded = _rows_once(_background_joined.fdg, STOP_AT + 1)
     run = ip.run_line_magic("fdg", "stop")
     assert run is not None and run.status == "stopped"

@@ -6,6 +6,7 @@ The capture is real traffic: a forwarding proxy in the test process, which the r
 channel addresses are pointed at, records every byte each way while relaying it. The
 replicas' own sockets and TLS contexts are untouched; only the address they dial changes.
 """
+
 from __future__ import annotations
 
 import secrets
@@ -125,17 +126,27 @@ def capture(monkeypatch):
 def marked_fdg() -> wb.FDG:
     """Actors step, envs emit a marked trajectory row per step (stacked, gathered by the
     learner), the learner broadcasts marked weights back and snapshots its state."""
-    fdg = wb.FDG(namespace={"np": np, "wb": wb, "TRAJ": np.frombuffer(TRAJ_MARKER, np.uint8),
-                            "WEIGHTS": np.frombuffer(WEIGHT_MARKER, np.uint8)})
+    fdg = wb.FDG(
+        namespace={
+            "np": np,
+            "wb": wb,
+            "TRAJ": np.frombuffer(TRAJ_MARKER, np.uint8),
+            "WEIGHTS": np.frombuffer(WEIGHT_MARKER, np.uint8),
+        }
+    )
     fdg.add_fragment("env", "obs = np.zeros(2)", rate="init")
     fdg.add_fragment("learner", "weights = WEIGHTS.copy()\nrows = 0", rate="init")
     fdg.add_fragment("actor", "w = weights", rate="init")
     fdg.add_fragment("actor", "action = obs + float(w[0])", rate="step")
     fdg.add_fragment("env", "obs = action * 0.5\ntraj = TRAJ.copy()", rate="step")
-    fdg.add_fragment("learner", "rows += traj.size // TRAJ.size\n"
-                                "ok = bool((traj.reshape(-1, TRAJ.size) == TRAJ).all())\n"
-                                "wb.log('learner/rows', rows)\nwb.log('learner/ok', float(ok))\n"
-                                "weights = WEIGHTS.copy()", rate="iteration")
+    fdg.add_fragment(
+        "learner",
+        "rows += traj.size // TRAJ.size\n"
+        "ok = bool((traj.reshape(-1, TRAJ.size) == TRAJ).all())\n"
+        "wb.log('learner/rows', rows)\nwb.log('learner/ok', float(ok))\n"
+        "weights = WEIGHTS.copy()",
+        rate="iteration",
+    )
     fdg.add_fragment("actor", "w = weights", rate="iteration")
     return fdg
 
@@ -143,16 +154,19 @@ def marked_fdg() -> wb.FDG:
 def _run_through(capture, client) -> dict[str, list[bytes]]:
     """Run the marked FDG with its channels through ``capture``: the bytes each way of each
     connection, by role ("replica" channels, the driver's "snapshots" channel)."""
-    run = marked_fdg().run(iterations=ITERATIONS, steps=STEPS, policy="coarse", cluster=client,
-                           snapshot_every=1, progress=False)
+    run = marked_fdg().run(
+        iterations=ITERATIONS, steps=STEPS, policy="coarse", cluster=client, snapshot_every=1, progress=False
+    )
     assert run.status == "finished"
     # both actor replicas' rows reached the learner, intact
     assert run.metrics["learner/rows"].tolist()[-1] == 2 * ITERATIONS * STEPS
     assert run.metrics["learner/ok"].tolist() == [1.0] * ITERATIONS
     for proxy in capture:
         proxy.close()  # the run closed its channels: every pump ends, every byte is recorded
-    streams = {role: [bytes(s) for proxy in capture if proxy.role == role for s in proxy.streams if s]
-               for role in ("replica", "snapshots")}
+    streams = {
+        role: [bytes(s) for proxy in capture if proxy.role == role for s in proxy.streams if s]
+        for role in ("replica", "snapshots")
+    }
     # the run's traffic went through the proxies: trajectories and weights across
     # processes (a total well past the handshakes'), snapshots to this process
     assert sum(map(len, streams["replica"])) > ITERATIONS * STEPS * len(TRAJ_MARKER)
@@ -168,11 +182,13 @@ def _pickled_markers() -> list[bytes]:
     import pickletools
 
     found = []
-    for value in (np.stack([np.frombuffer(TRAJ_MARKER, np.uint8)] * STEPS),
-                  np.frombuffer(WEIGHT_MARKER, np.uint8).copy()):
+    for value in (
+        np.stack([np.frombuffer(TRAJ_MARKER, np.uint8)] * STEPS),
+        np.frombuffer(WEIGHT_MARKER, np.uint8).copy(),
+    ):
         pickled = pickle.dumps(value, protocol=5)
         at = next(pos for op, _, pos in pickletools.genops(pickled) if op.name == "BYTEARRAY8")
-        found.append(pickled[at:at + 9 + value.nbytes])
+        found.append(pickled[at : at + 9 + value.nbytes])
     return found
 
 
@@ -182,10 +198,11 @@ def _tls_records(stream: bytes) -> list[int]:
     types, at = [], 0
     while at < len(stream):
         assert len(stream) - at >= 5, f"{len(stream) - at} stray bytes after the last TLS record"
-        kind, major, minor, length = struct.unpack("!BBBH", stream[at:at + 5])
-        assert kind in (20, 21, 22, 23) and major == 3 and minor in (1, 2, 3, 4), \
-            f"not a TLS record header at byte {at}: {stream[at:at + 16]!r}"
-        assert length <= 2 ** 14 + 256, f"TLS record of {length} bytes at {at}"
+        kind, major, minor, length = struct.unpack("!BBBH", stream[at : at + 5])
+        assert kind in (20, 21, 22, 23) and major == 3 and minor in (1, 2, 3, 4), (
+            f"not a TLS record header at byte {at}: {stream[at : at + 16]!r}"
+        )
+        assert length <= 2**14 + 256, f"TLS record of {length} bytes at {at}"
         types.append(kind)
         at += 5 + length
     return types
@@ -196,8 +213,7 @@ def tls_client():
     """A client of a 2-worker TLS-only LocalCluster (tests/conftest.py)."""
     from distributed import Client
 
-    with tls_local_cluster() as cluster, \
-            Client(cluster, security=cluster.security, set_as_default=False) as client:
+    with tls_local_cluster() as cluster, Client(cluster, security=cluster.security, set_as_default=False) as client:
         yield client
 
 
@@ -241,8 +257,8 @@ def _frames(stream: bytes) -> list[bytes]:
     """multiprocessing.connection frames: a 4-byte big-endian length, then the bytes."""
     frames, at = [], 0
     while at + 4 <= len(stream):
-        size, = struct.unpack("!i", stream[at:at + 4])
-        frames.append(stream[at + 4:at + 4 + size])
+        (size,) = struct.unpack("!i", stream[at : at + 4])
+        frames.append(stream[at + 4 : at + 4 + size])
         at += 4 + size
     return frames
 

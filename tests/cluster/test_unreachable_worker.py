@@ -2,6 +2,7 @@
 for a link down) is found from the run's silence within seconds, not Dask's minutes-long
 TTL; it is retired from the scheduler, and the run re-places and finishes from the newest
 snapshot, as for a killed process. tests/hosts/ does the same across network namespaces."""
+
 from __future__ import annotations
 
 import logging
@@ -29,8 +30,14 @@ def freezable_cluster():
     from workbench.cluster.restart_tolerant import PatientLocalCluster
 
     frozen: list[int] = []
-    with PatientLocalCluster(n_workers=2, threads_per_worker=1, processes=True, host="127.0.0.1",
-                             dashboard_address="127.0.0.1:0", silence_logs=logging.CRITICAL) as cluster:
+    with PatientLocalCluster(
+        n_workers=2,
+        threads_per_worker=1,
+        processes=True,
+        host="127.0.0.1",
+        dashboard_address="127.0.0.1:0",
+        silence_logs=logging.CRITICAL,
+    ) as cluster:
         with Client(cluster, set_as_default=False) as c:
             try:
                 yield c, frozen
@@ -56,8 +63,7 @@ class FreezeAt:
             return
         run = self.fdg.last_run
         name = run.policy.group_of("learner").workers[0]
-        address = next(a for a, info in workers_info(self.client).items()
-                       if str(info["name"]) == name)
+        address = next(a for a, info in workers_info(self.client).items() if str(info["name"]) == name)
         self.frozen.append(self.pids[address])
         os.kill(self.pids[address], signal.SIGSTOP)
         self.stopped = (name, address, time.time())
@@ -70,11 +76,14 @@ def test_a_frozen_worker_is_retired_and_the_run_goes_on_from_the_newest_snapshot
     client, frozen = freezable_cluster
     fdg = toy_fdg(time=time)
     # the counters' env step, taking some time (iterations of some length)
-    fdg.add_fragment("env", "time.sleep(0.01)\nobs = obs + 1\nreward = action.copy()\nseen += 1\n"
-                            "wb.log('charts/episodic_return', float(reward.sum()))", rate="step")
+    fdg.add_fragment(
+        "env",
+        "time.sleep(0.01)\nobs = obs + 1\nreward = action.copy()\nseen += 1\n"
+        "wb.log('charts/episodic_return', float(reward.sum()))",
+        rate="step",
+    )
     freezer = FreezeAt(client, fdg, STOP_AT, frozen)
-    run = fdg.run(iterations=ITERATIONS, steps=4, policy="coarse", cluster=client, progress=False,
-                  loggers=[freezer])
+    run = fdg.run(iterations=ITERATIONS, steps=4, policy="coarse", cluster=client, progress=False, loggers=[freezer])
 
     assert freezer.stopped is not None
     name, address, stopped_at = freezer.stopped
@@ -90,10 +99,9 @@ def test_a_frozen_worker_is_retired_and_the_run_goes_on_from_the_newest_snapshot
     # a plain removal would not: thawed, the old worker would close, and its nanny with it)
     assert not _alive(freezer.pids[address]), "the frozen process was left frozen"
     client.wait_for_workers(2, timeout=120)
-    assert address not in workers_info(client) and name in {
-        str(w["name"]) for w in workers_info(client).values()}
+    assert address not in workers_info(client) and name in {str(w["name"]) for w in workers_info(client).values()}
     # the learner came back from its snapshot: its scale halved once per iteration, all of them
-    assert run.state.fragments["learner"][0]["scale"] == 0.5 ** ITERATIONS
+    assert run.state.fragments["learner"][0]["scale"] == 0.5**ITERATIONS
 
 
 def _alive(pid: int) -> bool:

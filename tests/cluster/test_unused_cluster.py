@@ -1,6 +1,7 @@
 """An option the policy does not use is said, not dropped (issue 30): a cluster given to
 an in-process policy — by name or as a concrete Policy placing every group "local" — is
 connected to (a re-placement may move the run onto it) and the run says it is not used."""
+
 from __future__ import annotations
 
 import pytest
@@ -9,8 +10,11 @@ from tests.conftest import toy_fdg
 from workbench.fdg.policy import Group, Policy
 
 
-@pytest.mark.parametrize("policy", ["inline", Policy("here", (Group(tuple(toy_fdg().fragments), 1, ("local",)),))],
-                         ids=["inline", "a Policy placing every group in this process"])
+@pytest.mark.parametrize(
+    "policy",
+    ["inline", Policy("here", (Group(tuple(toy_fdg().fragments), 1, ("local",)),))],
+    ids=["inline", "a Policy placing every group in this process"],
+)
 def test_a_cluster_an_in_process_policy_does_not_use_is_said(client, policy):
     fdg = toy_fdg()
     run = fdg.run(iterations=2, steps=2, policy=policy, cluster=client, progress=False)

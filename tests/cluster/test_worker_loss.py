@@ -1,6 +1,7 @@
 """A worker process killed mid-run: the run notices, re-places, restores the learner from
 its snapshot, and goes on. What is asserted is the mechanism (the learner's own counter of
 updates carries through the loss), not a learning outcome that float details can flip."""
+
 from __future__ import annotations
 
 import os
@@ -36,8 +37,7 @@ class KillAt:
         run = self.fdg.last_run
         group = run.policy.group_of(self.fragment)
         name = group.workers[-1]
-        address = next(a for a, info in workers_info(self.client).items()
-                       if str(info["name"]) == name)
+        address = next(a for a, info in workers_info(self.client).items() if str(info["name"]) == name)
         os.kill(self.pids[address], signal.SIGKILL)
         self.killed = (name, time.time(), run.mean_return())
 
@@ -51,8 +51,14 @@ def test_a_killed_worker_costs_at_most_the_iteration_in_flight_and_training_goes
     killer = KillAt(doomed_cluster, fdg, fragment, KILL_AT)
     if fragment == "env":  # the worker with an actor+env replica but no learner
         killer.log = _kill_the_worker_without_the_learner(killer)
-    run = fdg.run(iterations=ITERATIONS, steps=options["steps"], policy="coarse", cluster=doomed_cluster,
-                  progress=False, loggers=[killer])
+    run = fdg.run(
+        iterations=ITERATIONS,
+        steps=options["steps"],
+        policy="coarse",
+        cluster=doomed_cluster,
+        progress=False,
+        loggers=[killer],
+    )
 
     assert killer.killed is not None
     name, killed_at, return_then = killer.killed
@@ -78,8 +84,7 @@ def _kill_the_worker_without_the_learner(killer: KillAt):
         learner_home = set(run.policy.group_of("learner").workers)
         actors = run.policy.group_of("env").workers
         name = next(w for w in actors if w not in learner_home)
-        address = next(a for a, info in workers_info(killer.client).items()
-                       if str(info["name"]) == name)
+        address = next(a for a, info in workers_info(killer.client).items() if str(info["name"]) == name)
         os.kill(killer.pids[address], signal.SIGKILL)
         killer.killed = (name, time.time(), run.mean_return())
 
@@ -87,10 +92,11 @@ def _kill_the_worker_without_the_learner(killer: KillAt):
 
 
 def test_rehome_moves_only_the_replicas_of_workers_that_are_gone():
-    policy = Policy("custom", (Group(("actor", "env"), 2, ("a", "b")), Group(("learner",), 1, ("b",)),
-                               Group(("critic",), 1, ("c",), "gpu")))
-    left = Inventory((WorkerInfo("tcp://1:1", "a"), WorkerInfo("tcp://3:3", "c", gpus=1),
-                      WorkerInfo("tcp://4:4", "d")))
+    policy = Policy(
+        "custom",
+        (Group(("actor", "env"), 2, ("a", "b")), Group(("learner",), 1, ("b",)), Group(("critic",), 1, ("c",), "gpu")),
+    )
+    left = Inventory((WorkerInfo("tcp://1:1", "a"), WorkerInfo("tcp://3:3", "c", gpus=1), WorkerInfo("tcp://4:4", "d")))
     moved = rehome(policy, left)
     assert moved.groups[0].workers == ("a", "d")  # "b" → the least loaded worker left
     assert moved.groups[1].workers == ("a",)  # then a tie (one replica each): the first one

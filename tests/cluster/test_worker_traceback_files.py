@@ -9,6 +9,7 @@ function and class it sends by value (a script's or a notebook's ``__main__``):
 - a class a fragment's own cell defines, sent back to a worker inside a kept state: that
   fragment cell, with its line's text.
 """
+
 from __future__ import annotations
 
 import os
@@ -24,7 +25,7 @@ import pytest
 import workbench as wb
 
 #: a user's env module: Walker.step calls a function that raises (lines 11 and 15)
-SCRIPT = textwrap.dedent('''\
+SCRIPT = textwrap.dedent("""\
     import numpy as np
 
     class Walker:
@@ -44,7 +45,7 @@ SCRIPT = textwrap.dedent('''\
 
     def make_walker(n):
         return Walker(n)
-    ''')
+    """)
 
 FRAGMENTS = (
     ("env", "walker = make_walker(2)\nobs = walker.reset()", "init"),
@@ -68,8 +69,14 @@ def _frames(text: str) -> list[tuple[str, int, str]]:
 
 def _failure(fdg: wb.FDG, policy: str, client, **options) -> wb.FragmentRuntimeError:
     with pytest.raises(wb.FragmentRuntimeError) as info:
-        fdg.run(iterations=2, steps=2, policy=policy, cluster=client if policy != "inline" else None,
-                progress=False, **options)
+        fdg.run(
+            iterations=2,
+            steps=2,
+            policy=policy,
+            cluster=client if policy != "inline" else None,
+            progress=False,
+            **options,
+        )
     return info.value
 
 
@@ -97,7 +104,9 @@ def test_a_scripts_class_and_function_name_the_script_and_line_on_a_worker_as_in
 
 def test_a_script_run_with_python_on_a_cluster_names_itself(tmp_path, client):
     path = tmp_path / "train.py"
-    path.write_text(SCRIPT + textwrap.dedent(f'''\
+    path.write_text(
+        SCRIPT
+        + textwrap.dedent(f"""\
 
 
         if __name__ == "__main__":
@@ -110,10 +119,12 @@ def test_a_script_run_with_python_on_a_cluster_names_itself(tmp_path, client):
                         progress=False)
             except wb.FragmentRuntimeError as exc:
                 print(exc.traceback_text)
-        '''))
+        """)
+    )
     env = {**os.environ, "PYTHONPATH": str(Path(wb.__file__).parents[1])}
-    done = subprocess.run([sys.executable, str(path)], capture_output=True, text=True, timeout=240,
-                          cwd=tmp_path, env=env)
+    done = subprocess.run(
+        [sys.executable, str(path)], capture_output=True, text=True, timeout=240, cwd=tmp_path, env=env
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     assert "<dynamic-code>" not in done.stdout
     frames = _frames(done.stdout)
@@ -134,7 +145,7 @@ def test_a_notebook_cells_class_names_the_cell_that_defines_it_and_the_line(ip, 
 
 
 #: a fragment whose init cell defines the env class; its step raises from the 4th step on
-OWN_CLASS = textwrap.dedent('''\
+OWN_CLASS = textwrap.dedent("""\
     class Counter:
         def __init__(self):
             self.t = 0
@@ -147,7 +158,7 @@ OWN_CLASS = textwrap.dedent('''\
 
     counter = Counter()
     obs = np.zeros(2)
-    ''')
+    """)
 
 
 @pytest.mark.parametrize("policy", ["inline", "coarse"])

@@ -194,8 +194,10 @@ def test_every_discrete_action_dtype_steps_as_int64_does(dtype):
             np.testing.assert_array_equal(a, b)
 
 
-@pytest.mark.parametrize("bad", [np.array([0, 2, 0]), np.array([-1, 0, 1], np.int8),
-                                 np.array([0, 0, 256], np.uint16), np.array([0, 1, -(2**62)])])
+@pytest.mark.parametrize(
+    "bad",
+    [np.array([0, 2, 0]), np.array([-1, 0, 1], np.int8), np.array([0, 0, 256], np.uint16), np.array([0, 1, -(2**62)])],
+)
 def test_an_action_outside_0_1_is_refused_for_every_integer_width(bad):
     env = CartPole(3, seed=0)
     env.reset()

@@ -2,6 +2,7 @@
 array module that is NOT numpy (so every ``xp is not np`` branch runs) but computes with
 NumPy, and whose own random module must never be used (the stream lives on the host).
 Also: out-of-range CartPole actions are refused, as gymnasium refuses them."""
+
 from __future__ import annotations
 
 import copy

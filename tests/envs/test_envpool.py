@@ -14,7 +14,13 @@ pytest.importorskip("envpool", reason="EnvPool is optional: pip install 'workben
 import gymnasium  # noqa: E402
 
 from workbench.envs import (  # noqa: E402
-    CartPole, EnvPoolVectorEnv, GymVectorEnv, SimpleSpread, VectorEnv, make)
+    CartPole,
+    EnvPoolVectorEnv,
+    GymVectorEnv,
+    SimpleSpread,
+    VectorEnv,
+    make,
+)
 
 
 def test_make_picks_envpool_for_the_ids_it_has():
@@ -22,7 +28,7 @@ def test_make_picks_envpool_for_the_ids_it_has():
     assert isinstance(cheetah, EnvPoolVectorEnv) and isinstance(cheetah, VectorEnv)
     assert cheetah.observation_shape == (17,) and cheetah.action_space.shape == (6,)
     cheetah.close()
-    assert isinstance(make("CartPole-v1", 2), CartPole)           # the NumPy env is faster still
+    assert isinstance(make("CartPole-v1", 2), CartPole)  # the NumPy env is faster still
     assert isinstance(make("simple_spread_v3", 2), SimpleSpread)
     assert isinstance(make("HalfCheetah-v5", 2, backend="gymnasium"), GymVectorEnv)
     explicit = make("CartPole-v1", 2, backend="envpool", threads=1)
@@ -89,7 +95,7 @@ def test_same_step_autoreset_and_counts_from_envpool_s_counters():
         obs, reward, terminated, truncated, info = env.step(np.ones(6, np.int64))
         done = terminated | truncated
         assert reward.dtype == np.float32 and terminated.dtype == truncated.dtype == np.bool_
-        assert np.all(np.abs(obs[done]) <= 0.05)            # already the next episode's start
+        assert np.all(np.abs(obs[done]) <= 0.05)  # already the next episode's start
         final = info["final_obs"][done]
         assert np.all((np.abs(final[:, 0]) > 2.4) | (np.abs(final[:, 2]) > 0.2094))
         np.testing.assert_array_equal(info["final_obs"][~done], obs[~done])
@@ -106,7 +112,7 @@ def test_same_step_autoreset_and_counts_from_envpool_s_counters():
 def test_send_recv_is_step_and_seeds_reproduce():
     a = EnvPoolVectorEnv("Pendulum-v1", 3, seed=5, threads=1)
     b = EnvPoolVectorEnv("Pendulum-v1", 3, seed=7, threads=1)
-    np.testing.assert_array_equal(a.reset(), b.reset(seed=5))          # reseeded: rebuilt at 5
+    np.testing.assert_array_equal(a.reset(), b.reset(seed=5))  # reseeded: rebuilt at 5
     actions = np.full((3, 1), 0.5, np.float32)
     a.send(actions)
     with pytest.raises(RuntimeError, match="send called twice"):

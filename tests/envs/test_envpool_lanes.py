@@ -20,23 +20,39 @@ from workbench.fdg.vocabulary import IN_PROCESS  # noqa: E402
 
 
 def run_two_actors(lanes: bool):
-    cfg = dataclasses.replace(ppo_continuous.cfg, env_id="Pendulum-v1", env_backend="envpool", seed=3,
-                              num_envs=4, num_steps=100, iterations=3, num_minibatches=4, update_epochs=2)
+    cfg = dataclasses.replace(
+        ppo_continuous.cfg,
+        env_id="Pendulum-v1",
+        env_backend="envpool",
+        seed=3,
+        num_envs=4,
+        num_steps=100,
+        iterations=3,
+        num_minibatches=4,
+        update_epochs=2,
+    )
     fdg = ppo_continuous.build_fdg({**vars(ppo_continuous), "cfg": cfg})
     acting = fdg.schedule().step_order
-    policy = Policy("two actors in one process", (
-        Group(acting, 2, (IN_PROCESS, IN_PROCESS)),
-        Group(tuple(n for n in fdg.fragments if n not in acting), 1, (IN_PROCESS,))))
-    run = fdg.run(iterations=cfg.iterations, steps=cfg.num_steps, policy=policy, lanes=lanes,
-                  keep_state=True, progress=False)
+    policy = Policy(
+        "two actors in one process",
+        (
+            Group(acting, 2, (IN_PROCESS, IN_PROCESS)),
+            Group(tuple(n for n in fdg.fragments if n not in acting), 1, (IN_PROCESS,)),
+        ),
+    )
+    run = fdg.run(
+        iterations=cfg.iterations, steps=cfg.num_steps, policy=policy, lanes=lanes, keep_state=True, progress=False
+    )
     assert run.status == "finished", run.error
     return run
 
 
 def test_two_envpool_replicas_in_lanes_learn_what_they_learn_in_threads():
     with_lanes, without = run_two_actors(True), run_two_actors(False)
-    weights = [np.concatenate([t.numpy().ravel() for t in r.state.fragments["learner"][0]["agent"].state_dict().values()])
-               for r in (with_lanes, without)]
+    weights = [
+        np.concatenate([t.numpy().ravel() for t in r.state.fragments["learner"][0]["agent"].state_dict().values()])
+        for r in (with_lanes, without)
+    ]
     assert np.array_equal(*weights)
     assert with_lanes.episode_returns == without.episode_returns and with_lanes.episode_returns
     assert with_lanes.env_steps == without.env_steps == 3 * 100 * 4  # Pendulum ends each episode at 200 steps

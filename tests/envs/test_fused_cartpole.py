@@ -2,6 +2,7 @@
 the gymnasium-exact CartPole, the counter-based reset stream, episode stats that stay on the
 env's device until read, state that pickles and checkpoints, and bad actions refused. The
 kernel itself is compared with this twin in tests/gpu/test_fused_cartpole_gpu.py."""
+
 from __future__ import annotations
 
 import copy
@@ -76,8 +77,9 @@ def test_episode_stats_are_the_ended_episodes_lengths():
         assert isinstance(info["episode_return"], EndedEpisodes)
         done = terminated | truncated
         assert len(info["episode_length"]) == done.sum()
-        np.testing.assert_array_equal(np.asarray(info["episode_return"]),
-                                      np.asarray(info["episode_length"]).astype(np.float32))
+        np.testing.assert_array_equal(
+            np.asarray(info["episode_return"]), np.asarray(info["episode_length"]).astype(np.float32)
+        )
         lengths += info["episode_length"].tolist()
         truncations += int(truncated.sum())
     assert truncations > 0 and max(lengths) == 500 and min(lengths) < 500
@@ -100,12 +102,15 @@ def test_pickle_copy_and_checkpoint_continue_the_same_streams():
             np.testing.assert_array_equal(other.step(actions)[0], obs)
 
 
-@pytest.mark.parametrize("actions, match", [
-    (np.full(4, 2), "out of range"),
-    (np.array([0, 1, -1, 0]), "out of range"),
-    (np.zeros(4, np.float32), "integer values"),
-    (np.zeros(5, np.int64), "shape"),
-])
+@pytest.mark.parametrize(
+    "actions, match",
+    [
+        (np.full(4, 2), "out of range"),
+        (np.array([0, 1, -1, 0]), "out of range"),
+        (np.zeros(4, np.float32), "integer values"),
+        (np.zeros(5, np.int64), "shape"),
+    ],
+)
 def test_bad_actions_are_refused_with_the_fix(actions, match):
     env = FusedCartPole(4, seed=0)
     env.reset()

@@ -54,9 +54,7 @@ def random_actions(rng: np.random.Generator, env: SimpleSpread) -> np.ndarray:
 def mpe_step(penv, actions: np.ndarray) -> tuple[np.ndarray, np.ndarray, bool, bool]:
     agent_ids = penv.possible_agents
     # Discrete: one int per agent; continuous: one [5] float32 row per agent.
-    step_actions = {
-        a: actions[i] if actions.ndim > 1 else int(actions[i]) for i, a in enumerate(agent_ids)
-    }
+    step_actions = {a: actions[i] if actions.ndim > 1 else int(actions[i]) for i, a in enumerate(agent_ids)}
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # mpe2's "action out of bounds, clipping" warning
         obs, reward, term, trunc, _ = penv.step(step_actions)

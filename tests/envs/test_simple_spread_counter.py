@@ -2,6 +2,7 @@
 GPU step never reads back to the host. The NumPy path resets the ended envs by index, the
 device path by masks (run here on NumPy under another module's name): both must give the
 same bits, and the dynamics must be mpe2-mode's."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -18,8 +19,7 @@ AGENTS = 3
 
 def expected_start(seed: int, env: int, episode: int, agents: int = AGENTS):
     """(agent positions, landmark positions) of ``env``'s ``episode``, from the generator."""
-    u = counter_rng.uniforms(counter_rng.seed_key(seed), np.array([env]),
-                             np.array([episode], np.uint32), 4 * agents)
+    u = counter_rng.uniforms(counter_rng.seed_key(seed), np.array([env]), np.array([episode], np.uint32), 4 * agents)
     draw = (-1.0 + 2.0 * u).reshape(2 * agents, 2)
     return draw[:agents], draw[agents:]
 
@@ -32,9 +32,17 @@ def trajectory(env: SimpleSpread, steps: int) -> list[tuple[np.ndarray, ...]]:
     out = []
     for t in range(steps):
         obs, reward, terminated, truncated, info = env.step(actions(env.num_envs, t))
-        out.append((obs.copy(), reward.copy(), terminated.copy(), truncated.copy(),
-                    np.asarray(info["final_obs"]).copy(),
-                    np.array(info["episode_return"]), np.array(info["episode_length"])))
+        out.append(
+            (
+                obs.copy(),
+                reward.copy(),
+                terminated.copy(),
+                truncated.copy(),
+                np.asarray(info["final_obs"]).copy(),
+                np.array(info["episode_return"]),
+                np.array(info["episode_length"]),
+            )
+        )
     return out
 
 
@@ -55,6 +63,7 @@ def test_index_and_mask_resets_give_the_same_bits(terminate_on_success, monkeypa
     """Envs end at different steps (staggered clocks, early successes); the device path's
     masked reset must equal the host path's indexed one, value for value, and never ask
     the host which envs ended."""
+
     def host_read(*args):
         raise AssertionError("the device path read which envs ended back to the host")
 

@@ -1,4 +1,5 @@
 """Every shipped algorithm evaluates after a very short run: the mechanism, not the score."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -14,8 +15,14 @@ def _fdg(module, config, **overrides):
 
 CASES = {
     "ppo": lambda: _fdg(ppo, ppo.PPOConfig(), num_envs=4),
-    "ppo_continuous": lambda: _fdg(ppo_continuous, ppo_continuous.PPOContinuousConfig(), env_id="Pendulum-v1",
-                                   num_envs=2, num_steps=8, num_minibatches=2),
+    "ppo_continuous": lambda: _fdg(
+        ppo_continuous,
+        ppo_continuous.PPOContinuousConfig(),
+        env_id="Pendulum-v1",
+        num_envs=2,
+        num_steps=8,
+        num_minibatches=2,
+    ),
     "dqn": lambda: _fdg(dqn, dqn.DQNConfig(), num_envs=4),
     "a3c": lambda: _fdg(a3c, a3c.A3CConfig(), num_envs=4),
     "mappo": lambda: _fdg(mappo, mappo.MAPPOConfig(), num_envs=4),

@@ -1,4 +1,5 @@
 """run.evaluate(): the final state played without learning (real runs, inline, tiny budgets)."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -65,12 +66,20 @@ def test_held_out_seeds_differ_from_training_seeds(ppo_run):
 def test_the_greedy_flag_reaches_the_cells_and_only_while_evaluating():
     seen = []
     fdg = wb.FDG(namespace={"np": np, "wb": wb, "seen": seen})
-    fdg.add_fragment("env", "envs = wb.envs.make('CartPole-v1', num_envs=4, seed=replica.index)\n"
-                            "obs = envs.reset()", rate="init")
-    fdg.add_fragment("actor", "greedy = wb.evaluating()\nseen.append(greedy)\n"
-                              "action = (obs[:, 2] + obs[:, 3] > 0).astype(np.int64)", rate="step")
-    fdg.add_fragment("env", "obs, reward, terminated, truncated, info = envs.step(action)\n"
-                            "wb.log('charts/episodic_return', info['episode_return'])", rate="step")
+    fdg.add_fragment(
+        "env", "envs = wb.envs.make('CartPole-v1', num_envs=4, seed=replica.index)\nobs = envs.reset()", rate="init"
+    )
+    fdg.add_fragment(
+        "actor",
+        "greedy = wb.evaluating()\nseen.append(greedy)\naction = (obs[:, 2] + obs[:, 3] > 0).astype(np.int64)",
+        rate="step",
+    )
+    fdg.add_fragment(
+        "env",
+        "obs, reward, terminated, truncated, info = envs.step(action)\n"
+        "wb.log('charts/episodic_return', info['episode_return'])",
+        rate="step",
+    )
     fdg.add_fragment("learner", "wb.log('greedy_steps', float(sum(greedy)))", rate="iteration")
     run = fdg.run(iterations=2, steps=4, progress=False)
     assert run.metrics["greedy_steps"].tolist() == [0.0, 0.0]  # training: never greedy
@@ -137,8 +146,12 @@ def test_an_fdg_without_step_cells_says_what_to_do():
 def test_a_cell_that_raises_while_evaluated_names_it_and_loses_nothing(ppo_run):
     fdg = ppo_run.fdg
     bad = wb.FDG(fdg.fragments.values(), {**fdg.namespace, "wb": wb})
-    bad.add_fragment("actor", "assert not wb.evaluating(), 'no greedy action here'\n"
-                              "state, starts = obs, done\naction, logp, value = policy.act(obs)", rate="step")
+    bad.add_fragment(
+        "actor",
+        "assert not wb.evaluating(), 'no greedy action here'\n"
+        "state, starts = obs, done\naction, logp, value = policy.act(obs)",
+        rate="step",
+    )
     run = dataclasses.replace(ppo_run, fdg=bad)
     before = _weights(run.state)
     with pytest.raises(EvaluationError, match=r"fragment 'actor' \(step cell\).*cell line 1.*no greedy action"):

@@ -1,4 +1,5 @@
 """The interquartile mean: a pure function of the returns."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -12,7 +13,7 @@ def test_iqm_is_scipys_trimmed_mean_at_a_quarter():
     for n in (1, 2, 3, 4, 5, 7, 8, 10, 33):
         values = rng.normal(size=n)
         cut = n // 4
-        middle = np.sort(values)[cut:n - cut]
+        middle = np.sort(values)[cut : n - cut]
         assert iqm(values) == pytest.approx(middle.mean())
 
 
@@ -27,8 +28,14 @@ def test_iqm_of_nothing_is_an_error():
 
 
 def test_result_summary_frame_and_html():
-    result = EvaluationResult(returns=(10.0, 20.0, 30.0, 40.0), lengths=(10, 20, 30, 40), envs=(0, 1, 0, 1),
-                              seeds=(1_000_001,), cell_seeds=(1,), iteration=7)
+    result = EvaluationResult(
+        returns=(10.0, 20.0, 30.0, 40.0),
+        lengths=(10, 20, 30, 40),
+        envs=(0, 1, 0, 1),
+        seeds=(1_000_001,),
+        cell_seeds=(1,),
+        iteration=7,
+    )
     assert result.episodes == 4 and result.mean == 25.0 and result.iqm == 25.0
     assert result.std == pytest.approx(np.std([10, 20, 30, 40]))
     frame = result.to_frame()

@@ -1,4 +1,5 @@
 """run.show(): evaluation episodes as a video a browser plays (decoded here with imageio)."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -36,8 +37,9 @@ def test_show_plays_what_evaluate_counts(ppo_run):
 
 
 def test_an_env_that_cannot_render_says_what_to_do():
-    run = mappo.build_fdg({**vars(mappo), "cfg": dataclasses.replace(mappo.MAPPOConfig(), num_envs=2)}) \
-        .run(iterations=1, steps=4, progress=False)
+    run = mappo.build_fdg({**vars(mappo), "cfg": dataclasses.replace(mappo.MAPPOConfig(), num_envs=2)}).run(
+        iterations=1, steps=4, progress=False
+    )
     with pytest.raises(EvaluationError, match="cannot render frames.*render\\(index\\)"):
         run.show()
     assert run.evaluate(episodes=1).episodes == 1  # evaluation needs no frames
@@ -46,6 +48,7 @@ def test_an_env_that_cannot_render_says_what_to_do():
 def test_a_custom_env_that_renders_is_shown():
     class Painted:
         """Two envs whose episodes last 3 steps; env i's frame is a grey of i."""
+
         num_envs = 2
 
         def __init__(self):

@@ -1,4 +1,5 @@
 """%fdg evaluate / %fdg show through a real InteractiveShell, and `workbench run --evaluate N`."""
+
 from __future__ import annotations
 
 import nbformat
@@ -34,9 +35,11 @@ def test_fdg_evaluate_refuses_bad_lines_as_usage_errors(ip, capsys):
     result = ip.run_cell("%fdg evaluate")
     assert not result.success and "nothing has run yet: %fdg run first, then %fdg evaluate" in capsys.readouterr().err
     _cells(ip, *CARTPOLE_CELLS, "run = %fdg run --iterations 1 --steps 4 --no-progress")
-    for line, message in [("evaluate --episodes 0", "episodes must be a whole number ≥ 1"),
-                          ("evaluate --episodes", "--episodes needs a value"),
-                          ("show --fast", "unknown option '--fast'")]:
+    for line, message in [
+        ("evaluate --episodes 0", "episodes must be a whole number ≥ 1"),
+        ("evaluate --episodes", "--episodes needs a value"),
+        ("show --fast", "unknown option '--fast'"),
+    ]:
         result = ip.run_cell(f"%fdg {line}")
         err = capsys.readouterr().err
         assert not result.success and "UsageError" in err and message in err
@@ -45,9 +48,11 @@ def test_fdg_evaluate_refuses_bad_lines_as_usage_errors(ip, capsys):
 @pytest.fixture
 def cartpole_notebook(tmp_path) -> str:
     nb = nbformat.v4.new_notebook()
-    nb.cells = [nbformat.v4.new_code_cell("%load_ext workbench\nimport numpy as np\nimport workbench as wb"),
-                *(nbformat.v4.new_code_cell(cell) for cell in CARTPOLE_CELLS),
-                nbformat.v4.new_code_cell("run = %fdg run --iterations 1 --steps 4")]
+    nb.cells = [
+        nbformat.v4.new_code_cell("%load_ext workbench\nimport numpy as np\nimport workbench as wb"),
+        *(nbformat.v4.new_code_cell(cell) for cell in CARTPOLE_CELLS),
+        nbformat.v4.new_code_cell("run = %fdg run --iterations 1 --steps 4"),
+    ]
     path = tmp_path / "cartpole.ipynb"
     nbformat.write(nb, path)
     return str(path)

@@ -1,4 +1,5 @@
 """workbench.fdg.analysis: the names a cell reads (inputs) and binds (writes), in order and scope."""
+
 from __future__ import annotations
 
 import sys
@@ -73,8 +74,7 @@ def test_fstring_parts_are_reads():
 
 # ----------------------------------------------------------------------------- nested scopes
 def test_function_body_reads_are_inputs_but_not_its_parameters_or_locals():
-    assert io("def f(p, *args, k=1, **kw):\n    q = p + g\n    return q + h + args + kw\n") == (
-        ("g", "h"), ("f",))
+    assert io("def f(p, *args, k=1, **kw):\n    q = p + g\n    return q + h + args + kw\n") == (("g", "h"), ("f",))
 
 
 def test_function_reading_a_name_the_cell_binds_later_is_not_an_input():
@@ -130,8 +130,7 @@ def test_lambdas_inside_comprehensions():
 
 
 def test_nested_function_reads_reach_the_cell_unless_an_enclosing_function_binds_them():
-    assert io("def outer():\n    def inner():\n        return deep\n    return inner\n") == (
-        ("deep",), ("outer",))
+    assert io("def outer():\n    def inner():\n        return deep\n    return inner\n") == (("deep",), ("outer",))
     assert inputs("def outer(deep):\n    def inner():\n        return deep\n    return inner\n") == ()
 
 
@@ -145,16 +144,19 @@ def test_async_function_and_async_for():
 
 
 # ----------------------------------------------------------------------------- mutation vs rebinding
-@pytest.mark.parametrize("code, expected_inputs", [
-    ("obj.attr = 1", ("obj",)),
-    ("a.b.c = d", ("d", "a")),
-    ("obj[i] = v", ("v", "obj", "i")),
-    ("a[i:j] = b", ("b", "a", "i", "j")),
-    ("obj.x += 1", ("obj",)),
-    ("obj[k] += v", ("v", "obj", "k")),
-    ("del obj.attr", ("obj",)),
-    ("del obj[k]", ("obj", "k")),
-])
+@pytest.mark.parametrize(
+    "code, expected_inputs",
+    [
+        ("obj.attr = 1", ("obj",)),
+        ("a.b.c = d", ("d", "a")),
+        ("obj[i] = v", ("v", "obj", "i")),
+        ("a[i:j] = b", ("b", "a", "i", "j")),
+        ("obj.x += 1", ("obj",)),
+        ("obj[k] += v", ("v", "obj", "k")),
+        ("del obj.attr", ("obj",)),
+        ("del obj[k]", ("obj", "k")),
+    ],
+)
 def test_attribute_and_subscript_mutation_is_a_read_not_a_write(code, expected_inputs):
     assert io(code) == (expected_inputs, ())
 
@@ -187,15 +189,18 @@ def test_global_statement_at_top_level_is_harmless():
 
 
 # ----------------------------------------------------------------------------- imports
-@pytest.mark.parametrize("code, bound", [
-    ("import a.b as c", ("c",)),
-    ("import a.b", ("a",)),
-    ("import a.b.c, d", ("a", "d")),
-    ("import numpy as np", ("np",)),
-    ("from m import x as y, z", ("y", "z")),
-    ("from . import sibling", ("sibling",)),
-    ("from m import *", ()),
-])
+@pytest.mark.parametrize(
+    "code, bound",
+    [
+        ("import a.b as c", ("c",)),
+        ("import a.b", ("a",)),
+        ("import a.b.c, d", ("a", "d")),
+        ("import numpy as np", ("np",)),
+        ("from m import x as y, z", ("y", "z")),
+        ("from . import sibling", ("sibling",)),
+        ("from m import *", ()),
+    ],
+)
 def test_imports_bind_names(code, bound):
     assert io(code) == ((), bound)
 
@@ -220,8 +225,7 @@ def test_with_targets():
 
 
 def test_except_handler_binds_its_name_and_reads_its_type():
-    assert io("try:\n    x = f()\nexcept ValueError as err:\n    msg = str(err)\n") == (
-        ("f",), ("x", "err", "msg"))
+    assert io("try:\n    x = f()\nexcept ValueError as err:\n    msg = str(err)\n") == (("f",), ("x", "err", "msg"))
     assert io("try:\n    pass\nexcept (MyError, OtherError):\n    pass") == (("MyError", "OtherError"), ())
 
 
@@ -378,11 +382,14 @@ def test_bug_method_reading_a_class_attribute_name_is_an_input():
     assert inputs("class C:\n    k = 1\n    def m(self):\n        return k\n") == ("k",)
 
 
-@pytest.mark.parametrize("code", [
-    "def f():\n    def g(a=q):\n        return a\n    return g\n",
-    "def f():\n    return lambda a=q: a\n",
-    "def f():\n    class C(q):\n        pass\n    return C\n",
-])
+@pytest.mark.parametrize(
+    "code",
+    [
+        "def f():\n    def g(a=q):\n        return a\n    return g\n",
+        "def f():\n    return lambda a=q: a\n",
+        "def f():\n    class C(q):\n        pass\n    return C\n",
+    ],
+)
 def test_bug_nested_defaults_and_bases_are_reads(code):
     assert inputs(code) == ("q",)
 

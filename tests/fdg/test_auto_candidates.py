@@ -4,6 +4,7 @@ MultiLearner is offered only when the learner's cells call ``wb.allreduce``; wit
 replicas would be independent learners, so auto leaves it out and says why. A real run of
 this is in ``tests/cluster/test_auto_independent_learners.py``.
 """
+
 from __future__ import annotations
 
 import warnings
@@ -20,8 +21,9 @@ from tests.fdg.test_plan_checks import _graph as plain_graph
 from workbench.fdg.auto_candidates import auto_candidates
 
 TWO_WORKERS = Inventory((WorkerInfo("tcp://a:1", "w0"), WorkerInfo("tcp://b:1", "w1")))
-LEFT_OUT = ("MultiLearner: not tried, the learner never calls wb.allreduce (independent learners "
-            "would change what is learned)")
+LEFT_OUT = (
+    "MultiLearner: not tried, the learner never calls wb.allreduce (independent learners would change what is learned)"
+)
 
 
 def _graph(learner_code: str, namespace: dict | None = None) -> Graph:
@@ -90,8 +92,10 @@ def test_presets_that_act_on_older_weights_only_behind_auto_lag(code):
 
 
 def test_the_summary_prints_what_was_left_out_under_the_table():
-    table = [{"policy": "SingleLearnerCoarse", "rate": 900.0, "unit": "env-steps/s"},
-             {"policy": "GPUOnly", "rate": 1200.0, "unit": "env-steps/s"}]
+    table = [
+        {"policy": "SingleLearnerCoarse", "rate": 900.0, "unit": "env-steps/s"},
+        {"policy": "GPUOnly", "rate": 1200.0, "unit": "env-steps/s"},
+    ]
     lines = auto_summary(table, "GPUOnly", (LEFT_OUT,)).splitlines()
     assert lines[-1] == f"  {LEFT_OUT}" and "continuing with this" in lines[2]
     assert auto_summary(table, "GPUOnly").splitlines() == lines[:-1]  # nothing left out: no line

@@ -1,4 +1,5 @@
 """The placement board's logic: drops and replica changes on a policy, refusals with reasons."""
+
 from __future__ import annotations
 
 import pytest
@@ -35,11 +36,14 @@ def test_a_fused_fragment_leaves_its_group_and_joins_the_one_on_the_target(ppo_f
     assert moved.group_of("actor").fragments == ("actor",) and moved.group_of("actor").replicas == 2
 
 
-@pytest.mark.parametrize("worker, device, message", [
-    ("w7", "cpu", "not in the cluster"),
-    ("w0", "gpu", "has no GPU"),
-    ("w0", "tpu", "device must be"),
-])
+@pytest.mark.parametrize(
+    "worker, device, message",
+    [
+        ("w7", "cpu", "not in the cluster"),
+        ("w0", "gpu", "has no GPU"),
+        ("w0", "tpu", "device must be"),
+    ],
+)
 def test_refused_drops_say_why(ppo_fdg, coarse, worker, device, message):
     with pytest.raises(PlacementError, match=message):
         move_fragment(coarse, ppo_fdg, "learner", worker, device, make_inventory(2))
@@ -66,10 +70,17 @@ def test_set_replicas_leaves_out_workers_that_have_left(ppo_fdg):
     assert shrunk.group_of("env").workers == ("w0",)
 
 
-@pytest.mark.parametrize("name, expected", [
-    ("coarse", "SingleLearnerCoarse"), ("fine", "SingleLearnerFine"), ("multilearner", "MultiLearner"),
-    ("gpuonly", "GPUOnly"), ("async", "Async"), ("MultiLearner", "MultiLearner"),
-])
+@pytest.mark.parametrize(
+    "name, expected",
+    [
+        ("coarse", "SingleLearnerCoarse"),
+        ("fine", "SingleLearnerFine"),
+        ("multilearner", "MultiLearner"),
+        ("gpuonly", "GPUOnly"),
+        ("async", "Async"),
+        ("MultiLearner", "MultiLearner"),
+    ],
+)
 def test_fill_preset_places_the_preset_on_the_cluster(ppo_fdg, name, expected):
     policy = fill_preset(name, ppo_fdg, make_inventory(2, gpu_at=1))
     assert policy.name == expected
@@ -80,8 +91,10 @@ def test_fill_preset_auto_needs_a_measured_run(ppo_fdg):
     inv = make_inventory(2)
     with pytest.raises(PlacementError, match="chosen at run time.*SingleLearnerCoarse"):
         fill_preset("auto", ppo_fdg, inv)
-    table = [{"policy": "SingleLearnerCoarse", "rate": 10.0, "unit": "env-steps/s"},
-             {"policy": "GPUOnly", "rate": 30.0, "unit": "env-steps/s"}]
+    table = [
+        {"policy": "SingleLearnerCoarse", "rate": 10.0, "unit": "env-steps/s"},
+        {"policy": "GPUOnly", "rate": 30.0, "unit": "env-steps/s"},
+    ]
     assert fill_preset("auto", ppo_fdg, inv, auto_table=table).name == "GPUOnly"
     for bad in ("inline", "sideways"):
         with pytest.raises(PlacementError, match="unknown preset"):

@@ -1,4 +1,5 @@
 """workbench.fdg fragments, interfaces and the FDG: edges, timings, schedule, validation errors."""
+
 from __future__ import annotations
 
 import pytest
@@ -12,8 +13,11 @@ from .conftest import NOTEBOOK_NAMES, STACKED, build_ppo_fdg
 
 
 def edge(fdg: Graph, producer: str, name: str, consumer: str, rate: str) -> Interface:
-    found = [e for e in fdg.interfaces
-             if (e.producer, e.name, e.consumer, e.consumer_rate) == (producer, name, consumer, rate)]
+    found = [
+        e
+        for e in fdg.interfaces
+        if (e.producer, e.name, e.consumer, e.consumer_rate) == (producer, name, consumer, rate)
+    ]
     assert len(found) == 1, f"no unique edge {producer} -{name}-> {consumer}.{rate}: {fdg.interfaces}"
     return found[0]
 
@@ -28,20 +32,23 @@ def two(producer_rate: str, consumer_rate: str, *, also_init: bool = False) -> G
 
 
 # ----------------------------------------------------------------------------- interface timing
-@pytest.mark.parametrize("producer_rates, consumer_rate, timing, source", [
-    (("step",), "step", "per-step", "step"),
-    (("init", "step"), "step", "per-step", "step"),
-    (("step",), "iteration", "stacked", "step"),
-    (("init", "step"), "iteration", "stacked", "step"),
-    (("iteration",), "step", "latest", "iteration"),
-    (("init", "iteration"), "step", "latest", "iteration"),
-    (("init",), "step", "latest", "init"),
-    (("init",), "iteration", "latest", "init"),
-    (("iteration",), "iteration", "per-iteration", "iteration"),
-    (("init", "iteration"), "iteration", "per-iteration", "iteration"),
-    (("init",), "init", "once", "init"),
-    (("init", "iteration"), "init", "once", "init"),
-])
+@pytest.mark.parametrize(
+    "producer_rates, consumer_rate, timing, source",
+    [
+        (("step",), "step", "per-step", "step"),
+        (("init", "step"), "step", "per-step", "step"),
+        (("step",), "iteration", "stacked", "step"),
+        (("init", "step"), "iteration", "stacked", "step"),
+        (("iteration",), "step", "latest", "iteration"),
+        (("init", "iteration"), "step", "latest", "iteration"),
+        (("init",), "step", "latest", "init"),
+        (("init",), "iteration", "latest", "init"),
+        (("iteration",), "iteration", "per-iteration", "iteration"),
+        (("init", "iteration"), "iteration", "per-iteration", "iteration"),
+        (("init",), "init", "once", "init"),
+        (("init", "iteration"), "init", "once", "init"),
+    ],
+)
 def test_interface_timing_for_every_rate_pair(producer_rates, consumer_rate, timing, source):
     e = Interface("x", "p", producer_rates, "c", consumer_rate)
     assert e.timing == timing
@@ -54,15 +61,18 @@ def test_interface_docstring_example():
     assert Interface("obs", "env", ("init", "step"), "learner", "iteration").timing == "stacked"
 
 
-@pytest.mark.parametrize("producer_rate, consumer_rate, also_init, timing", [
-    ("step", "step", False, "per-step"),
-    ("step", "iteration", False, "stacked"),
-    ("iteration", "step", False, "latest"),
-    ("iteration", "iteration", False, "per-iteration"),
-    ("init", "init", False, "once"),
-    ("init", "step", False, "latest"),
-    ("iteration", "init", True, "once"),
-])
+@pytest.mark.parametrize(
+    "producer_rate, consumer_rate, also_init, timing",
+    [
+        ("step", "step", False, "per-step"),
+        ("step", "iteration", False, "stacked"),
+        ("iteration", "step", False, "latest"),
+        ("iteration", "iteration", False, "per-iteration"),
+        ("init", "init", False, "once"),
+        ("init", "step", False, "latest"),
+        ("iteration", "init", True, "once"),
+    ],
+)
 def test_fdg_builds_interfaces_with_timings(producer_rate, consumer_rate, also_init, timing):
     fdg = two(producer_rate, consumer_rate, also_init=also_init)
     (e,) = fdg.interfaces
@@ -72,17 +82,20 @@ def test_fdg_builds_interfaces_with_timings(producer_rate, consumer_rate, also_i
     assert e.producer_rates == expected_rates
 
 
-@pytest.mark.parametrize("m, n, scatter, kind", [
-    (1, 1, False, "one-to-one"),
-    (3, 3, False, "one-to-one"),
-    (3, 3, True, "one-to-one"),
-    (4, 1, False, "gather"),
-    (4, 1, True, "gather"),
-    (1, 4, False, "broadcast"),
-    (1, 4, True, "scatter"),
-    (2, 3, False, "incompatible"),
-    (3, 2, True, "incompatible"),
-])
+@pytest.mark.parametrize(
+    "m, n, scatter, kind",
+    [
+        (1, 1, False, "one-to-one"),
+        (3, 3, False, "one-to-one"),
+        (3, 3, True, "one-to-one"),
+        (4, 1, False, "gather"),
+        (4, 1, True, "gather"),
+        (1, 4, False, "broadcast"),
+        (1, 4, True, "scatter"),
+        (2, 3, False, "incompatible"),
+        (3, 2, True, "incompatible"),
+    ],
+)
 def test_spatial_kind(m, n, scatter, kind):
     assert spatial_kind(m, n, scatter=scatter) == kind
 
@@ -107,12 +120,13 @@ def test_fragment_summary_docstring_example():
 
 
 def test_fragment_summary_lists_rates_in_run_order_with_options():
-    frag = (Fragment("env", replicas=4, device="gpu")
-            .with_cell("step", "obs = envs.step(action)")
-            .with_cell("init", "envs = make()\nobs = envs.reset()"))
+    frag = (
+        Fragment("env", replicas=4, device="gpu")
+        .with_cell("step", "obs = envs.step(action)")
+        .with_cell("init", "envs = make()\nobs = envs.reset()")
+    )
     assert frag.summary() == (
-        "env: reads make → writes envs, obs · once at init; "
-        "reads action → writes obs · every step (4 replicas, on gpu)"
+        "env: reads make → writes envs, obs · once at init; reads action → writes obs · every step (4 replicas, on gpu)"
     )
 
 
@@ -164,12 +178,15 @@ def test_cell_line_of():
     assert cell.line_of("missing") is None
 
 
-@pytest.mark.parametrize("kwargs, message", [
-    ({"replicas": 0}, r"fragment 'env': --replicas must be a whole number ≥ 1, got 0\."),
-    ({"replicas": -2}, r"--replicas must be a whole number ≥ 1, got -2\."),
-    ({"replicas": 1.5}, r"--replicas must be a whole number ≥ 1, got 1\.5\."),
-    ({"device": "tpu"}, r"fragment 'env': --device must be one of cpu, gpu, got 'tpu'\."),
-])
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        ({"replicas": 0}, r"fragment 'env': --replicas must be a whole number ≥ 1, got 0\."),
+        ({"replicas": -2}, r"--replicas must be a whole number ≥ 1, got -2\."),
+        ({"replicas": 1.5}, r"--replicas must be a whole number ≥ 1, got 1\.5\."),
+        ({"device": "tpu"}, r"fragment 'env': --device must be one of cpu, gpu, got 'tpu'\."),
+    ],
+)
 def test_fragment_option_validation(kwargs, message):
     with pytest.raises(FragmentOptionError, match=message) as info:
         Fragment("env", **kwargs)
@@ -183,8 +200,9 @@ def test_fragment_name_must_be_an_identifier(name):
 
 
 def test_unknown_rate():
-    with pytest.raises(FragmentOptionError,
-                       match=r"fragment 'env': unknown rate 'often'; use --init or --every step\|iteration\."):
+    with pytest.raises(
+        FragmentOptionError, match=r"fragment 'env': unknown rate 'often'; use --init or --every step\|iteration\."
+    ):
         Fragment("env").with_cell("often", "x = 1")
 
 
@@ -203,7 +221,10 @@ def test_readding_a_cell_of_the_same_rate_replaces_it_cleanly():
     fdg.add_fragment("actor", "action = pick(obs)", rate="step")
     fdg.add_fragment("learner", "w = learn(reward)")
     assert {(e.name, e.consumer) for e in fdg.interfaces} == {
-        ("action", "env"), ("obs", "actor"), ("reward", "learner")}
+        ("action", "env"),
+        ("obs", "actor"),
+        ("reward", "learner"),
+    }
 
     fdg.add_fragment("env", "obs, gain = step(action)", rate="step")
     env = fdg["env"]
@@ -232,13 +253,16 @@ def test_options_persist_across_cells_unless_given_again():
     assert (frag.replicas, frag.device) == (2, "cpu")
 
 
-@pytest.mark.parametrize("kwargs, exc, message", [
-    ({"replicas": 0}, FragmentOptionError, r"fragment 'env': --replicas must be a whole number ≥ 1, got 0\."),
-    ({"device": "tpu"}, FragmentOptionError, r"--device must be one of cpu, gpu, got 'tpu'"),
-    ({"rate": "often"}, FragmentOptionError, r"unknown rate 'often'"),
-    ({"code": "x = (\n"}, FragmentSyntaxError, r"fragment 'env': syntax error at cell line 1"),
-    ({"code": "reward = 1", "name": "actor"}, ConflictingWritersError, r"'reward' is written by"),
-])
+@pytest.mark.parametrize(
+    "kwargs, exc, message",
+    [
+        ({"replicas": 0}, FragmentOptionError, r"fragment 'env': --replicas must be a whole number ≥ 1, got 0\."),
+        ({"device": "tpu"}, FragmentOptionError, r"--device must be one of cpu, gpu, got 'tpu'"),
+        ({"rate": "often"}, FragmentOptionError, r"unknown rate 'often'"),
+        ({"code": "x = (\n"}, FragmentSyntaxError, r"fragment 'env': syntax error at cell line 1"),
+        ({"code": "reward = 1", "name": "actor"}, ConflictingWritersError, r"'reward' is written by"),
+    ],
+)
 def test_a_rejected_add_leaves_the_fdg_unchanged(ppo_fdg, kwargs, exc, message):
     before = ppo_fdg.copy()
     assert before == ppo_fdg
@@ -280,7 +304,10 @@ def test_unknown_fragment_lookup(ppo_fdg):
 
 def test_construct_from_fragments():
     env = Fragment("env").with_cell("step", "obs = f(action)")
-    actor = Fragment("actor").with_cell("step", "action = g(obs)", )
+    actor = Fragment("actor").with_cell(
+        "step",
+        "action = g(obs)",
+    )
     fdg = Graph([env, actor])
     assert list(fdg.fragments) == ["env", "actor"]
     assert fdg["env"] is env
@@ -302,8 +329,9 @@ def test_ppo_interfaces(ppo_fdg):
 
 
 def test_ppo_schedule(ppo_fdg, notebook_ns):
-    expected = Schedule(init_order=("env", "learner", "actor"), step_order=("actor", "env"),
-                        iteration_order=("learner", "actor"))
+    expected = Schedule(
+        init_order=("env", "learner", "actor"), step_order=("actor", "env"), iteration_order=("learner", "actor")
+    )
     assert ppo_fdg.validate(notebook_ns) == expected
     assert ppo_fdg.validate() == expected
     assert ppo_fdg.schedule().order("step") == ("actor", "env")
@@ -328,7 +356,9 @@ def test_fdg_docstring_example():
     fdg.add_fragment("actor", "action = choose(obs)", rate="step")
     fdg.add_fragment("env", "obs, reward = step(action)", rate="step")
     assert [i.describe() for i in fdg.interfaces] == [
-        "actor → env: action (every step)", "env → actor: obs (every step)"]
+        "actor → env: action (every step)",
+        "env → actor: obs (every step)",
+    ]
     assert fdg.schedule().step_order == ("actor", "env")
 
 
@@ -363,6 +393,9 @@ def test_step_cell_reading_a_per_iteration_value_needs_a_first_value():
     fdg = Graph()
     fdg.add_fragment("learner", "weights = learn()")
     fdg.add_fragment("actor", "action = act(weights)", rate="step")
-    with pytest.raises(FDGError, match=r"actor's step cell reads 'weights', which learner writes only "
-                                       r"every iteration.*first value in learner's --init cell"):
+    with pytest.raises(
+        FDGError,
+        match=r"actor's step cell reads 'weights', which learner writes only "
+        r"every iteration.*first value in learner's --init cell",
+    ):
         fdg.validate()

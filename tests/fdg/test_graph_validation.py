@@ -1,5 +1,6 @@
 """The FDG's validation: the errors a graph of fragments gets for undefined names, conflicting
 writers and cycles, each with what to do."""
+
 from __future__ import annotations
 
 import pytest
@@ -17,9 +18,11 @@ def test_validate_empty_fdg():
 
 def test_undefined_name(ppo_fdg, notebook_ns):
     del notebook_ns["train"]
-    with pytest.raises(UndefinedNameError,
-                       match=r"fragment 'learner' \(iteration cell\) reads 'train' \(cell line 1\), but no "
-                             r"fragment writes it and the notebook does not define it\.") as info:
+    with pytest.raises(
+        UndefinedNameError,
+        match=r"fragment 'learner' \(iteration cell\) reads 'train' \(cell line 1\), but no "
+        r"fragment writes it and the notebook does not define it\.",
+    ) as info:
         ppo_fdg.validate(notebook_ns)
     err = info.value
     assert (err.fragment, err.rate, err.name, err.line) == ("learner", "iteration", "train", 1)
@@ -45,9 +48,11 @@ def test_undefined_name_suggests_a_fragment_written_name():
     fdg = Graph()
     fdg.add_fragment("env", "observation = reset()", rate="init")
     fdg.add_fragment("actor", "x = 1\naction = pick(observatio)", rate="step")
-    with pytest.raises(UndefinedNameError,
-                       match=r"fragment 'actor' \(step cell\) reads 'observatio' \(cell line 2\).*"
-                             r"Did you mean 'observation'\?") as info:
+    with pytest.raises(
+        UndefinedNameError,
+        match=r"fragment 'actor' \(step cell\) reads 'observatio' \(cell line 2\).*"
+        r"Did you mean 'observation'\?",
+    ) as info:
         fdg.validate({"reset": 1, "pick": 1})
     assert info.value.line == 2
 
@@ -63,9 +68,11 @@ def test_conflicting_writers_with_a_reader():
     fdg = Graph()
     fdg.add_fragment("a", "t = 1", rate="step")
     fdg.add_fragment("b", "t = 2", rate="step")
-    with pytest.raises(ConflictingWritersError,
-                       match=r"'t' is written by fragments 'a', 'b' and read by 'c': an interface has "
-                             r"exactly one writer\. Rename the name in all but one") as info:
+    with pytest.raises(
+        ConflictingWritersError,
+        match=r"'t' is written by fragments 'a', 'b' and read by 'c': an interface has "
+        r"exactly one writer\. Rename the name in all but one",
+    ) as info:
         fdg.add_fragment("c", "z = t", rate="iteration")
     assert (info.value.name, info.value.writers, info.value.readers) == ("t", ["a", "b"], ["c"])
     assert "c" not in fdg
@@ -95,8 +102,10 @@ def test_step_cycle_without_init_value():
     fdg = Graph()
     fdg.add_fragment("actor", "action = pick(obs)", rate="step")
     fdg.add_fragment("env", "obs = advance(action)", rate="step")
-    message = (r"step cells form a cycle that no loop carries: actor --action--> env --obs--> actor\. "
-               r".*Give one of 'action', 'obs' a first value in its writer's --init cell")
+    message = (
+        r"step cells form a cycle that no loop carries: actor --action--> env --obs--> actor\. "
+        r".*Give one of 'action', 'obs' a first value in its writer's --init cell"
+    )
     with pytest.raises(StepCycleError, match=message) as info:
         fdg.validate()
     assert info.value.cycle == [("actor", "action", "env"), ("env", "obs", "actor")]
@@ -108,7 +117,7 @@ def test_step_cycle_without_init_value():
 def test_step_ring_is_allowed_when_the_producer_init_writes_the_name(env_first):
     fdg = Graph()
     cells = [("actor", "step", "action = pick(obs)"), ("env", "step", "obs = advance(action)")]
-    for name, rate, code in (reversed(cells) if env_first else cells):
+    for name, rate, code in reversed(cells) if env_first else cells:
         fdg.add_fragment(name, code, rate=rate)
     fdg.add_fragment("env", "obs = reset()", rate="init")
     schedule = fdg.validate({"pick": 1, "advance": 1, "reset": 1})
@@ -145,10 +154,12 @@ def test_init_cell_reading_a_name_its_producer_writes_only_every_iteration():
     fdg = Graph()
     fdg.add_fragment("learner", "weights = learn()")
     fdg.add_fragment("actor", "policy = load(weights)", rate="init")
-    with pytest.raises(FDGError,
-                       match=r"fragment actor's init cell reads 'weights', which learner writes only "
-                             r"every iteration; init cells run before any step\. Write 'weights' in "
-                             r"learner's --init cell too"):
+    with pytest.raises(
+        FDGError,
+        match=r"fragment actor's init cell reads 'weights', which learner writes only "
+        r"every iteration; init cells run before any step\. Write 'weights' in "
+        r"learner's --init cell too",
+    ):
         fdg.validate()
 
 

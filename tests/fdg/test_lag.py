@@ -2,6 +2,7 @@
 each iteration ``lag`` iterations late — and nothing else changes. Checked on the wiring
 (which emission each task reads), on the routes that lag (only a learner's per-iteration
 values to groups with step cells), and on the policy as plain data."""
+
 from __future__ import annotations
 
 import pytest
@@ -13,9 +14,13 @@ from workbench.fdg.plan import make_plan
 from workbench.fdg.policy import Async, Group, Pipelined, Policy, SingleLearnerCoarse, resolve_policy
 from workbench.fdg.wiring import wire
 
-CELLS = [("env", "obs = 0", "init"), ("learner", "w = 0\nconst = 1", "init"),
-         ("actor", "act = obs + w + const", "step"), ("env", "obs = act", "step"),
-         ("learner", "w = obs.sum()", "iteration")]
+CELLS = [
+    ("env", "obs = 0", "init"),
+    ("learner", "w = 0\nconst = 1", "init"),
+    ("actor", "act = obs + w + const", "step"),
+    ("env", "obs = act", "step"),
+    ("learner", "w = obs.sum()", "iteration"),
+]
 
 
 def loop(cells=CELLS) -> Graph:
@@ -33,9 +38,13 @@ def read_by_actor(fdg, policy, iterations=5) -> list[tuple[int, int | None]]:
     """(actor task's iteration, the iteration of the learner task whose w it reads)."""
     tasks = wire(make_plan(fdg, policy), iterations)
     by_index = {t.index: t for t in tasks}
-    return [(t.iteration, by_index[i.producer_task].iteration) for t in tasks
-            if t.spec.group == "actor+env" and t.iteration is not None
-            for i in t.inputs if i.key == "learner.w"]
+    return [
+        (t.iteration, by_index[i.producer_task].iteration)
+        for t in tasks
+        if t.spec.group == "actor+env" and t.iteration is not None
+        for i in t.inputs
+        if i.key == "learner.w"
+    ]
 
 
 @pytest.mark.parametrize("lag", [0, 1, 2, 3])
@@ -52,28 +61,44 @@ def test_only_the_learners_per_iteration_values_to_actors_lag():
     # the learner's w lags; what the actors send the learner (stacked steps) and what the
     # learner wrote only at init (const) do not
     assert routes == {"learner.w": 2, "stacked:env.obs": 0, "learner.const": 0}
+
     # the learner's own reads are the same tasks with or without a lag
     def learner_inputs(lag):
-        return [[i.producer_task for i in t.inputs] for t in wire(make_plan(fdg, split(lag)), 4)
-                if t.spec.group == "learner"]
+        return [
+            [i.producer_task for i in t.inputs]
+            for t in wire(make_plan(fdg, split(lag)), 4)
+            if t.spec.group == "learner"
+        ]
+
     assert learner_inputs(0) == learner_inputs(2)
 
 
 def test_groups_with_steps_on_both_sides_do_not_lag():
     """Per-step values between an env group and an actor group are the loop itself."""
     fdg = loop()
-    policy = Policy("p", (Group(("actor",), 1, ("w0",)), Group(("env",), 1, ("w1",)),
-                          Group(("learner",), 1, ("w1",))), lag=1)
+    policy = Policy(
+        "p", (Group(("actor",), 1, ("w0",)), Group(("env",), 1, ("w1",)), Group(("learner",), 1, ("w1",))), lag=1
+    )
     lags = {r.key: r.lag for r in make_plan(fdg, policy).routes}
     assert lags["step:actor.act"] == 0 and lags["step:env.obs"] == 0 and lags["learner.w"] == 1
 
 
 def test_a_lagged_value_with_no_init_value_is_a_clear_error():
-    fdg = loop([("env", "obs = 0", "init"), ("actor", "act = obs", "step"), ("env", "obs = act", "step"),
-                ("learner", "w = obs.sum()", "iteration"), ("actor", "seen = w", "iteration")])
+    fdg = loop(
+        [
+            ("env", "obs = 0", "init"),
+            ("actor", "act = obs", "step"),
+            ("env", "obs = act", "step"),
+            ("learner", "w = obs.sum()", "iteration"),
+            ("actor", "seen = w", "iteration"),
+        ]
+    )
     wire(make_plan(fdg, split(0)), 3)  # reads w after the learner wrote it in the same iteration: fine
-    with pytest.raises(PlacementError, match=r"with lag 1 \(p\), 'actor' reads 'w' 1 iteration\(s\) late.*"
-                                             r"first value in the --init cell of 'learner'"):
+    with pytest.raises(
+        PlacementError,
+        match=r"with lag 1 \(p\), 'actor' reads 'w' 1 iteration\(s\) late.*"
+        r"first value in the --init cell of 'learner'",
+    ):
         make_plan(fdg, split(1))
 
 
@@ -105,8 +130,10 @@ def inventory(count: int) -> Inventory:
     return Inventory(tuple(WorkerInfo(f"tcp://h:{i}", f"w{i}") for i in range(count)))
 
 
-@pytest.mark.parametrize("workers, actors, expected", [
-    (1, None, ("w0",)), (2, None, ("w1",)), (4, None, ("w1", "w2", "w3")), (3, 4, ("w1", "w2", "w0", "w1"))])
+@pytest.mark.parametrize(
+    "workers, actors, expected",
+    [(1, None, ("w0",)), (2, None, ("w1",)), (4, None, ("w1", "w2", "w3")), (3, 4, ("w1", "w2", "w0", "w1"))],
+)
 def test_pipelined_keeps_the_learners_worker_for_the_learner(workers, actors, expected):
     policy = resolve_policy(Pipelined(actors=actors), loop(), inventory(workers))
     acting, learning = policy.groups

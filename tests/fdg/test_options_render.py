@@ -1,4 +1,5 @@
 """The %%fragment / %fdg run option parsers and the SVG drawing of an FDG."""
+
 from __future__ import annotations
 
 import re
@@ -16,15 +17,18 @@ SVG_NS = "http://www.w3.org/2000/svg"
 
 
 # ----------------------------------------------------------------------------- %%fragment
-@pytest.mark.parametrize("line, expected", [
-    ("actor", {"name": "actor", "rate": None, "replicas": None, "device": None, "reads": [], "writes": []}),
-    (" env --init", {"name": "env", "rate": "init"}),
-    ("actor --every iteration", {"name": "actor", "rate": "iteration"}),
-    ("actor --every step --replicas 2 --device gpu", {"rate": "step", "replicas": 2, "device": "gpu"}),
-    ("env --reads a b --writes c", {"reads": ["a", "b"], "writes": ["c"]}),
-    ("env --writes c --init", {"writes": ["c"], "rate": "init"}),
-    ("--init env", {"name": "env", "rate": "init"}),
-])
+@pytest.mark.parametrize(
+    "line, expected",
+    [
+        ("actor", {"name": "actor", "rate": None, "replicas": None, "device": None, "reads": [], "writes": []}),
+        (" env --init", {"name": "env", "rate": "init"}),
+        ("actor --every iteration", {"name": "actor", "rate": "iteration"}),
+        ("actor --every step --replicas 2 --device gpu", {"rate": "step", "replicas": 2, "device": "gpu"}),
+        ("env --reads a b --writes c", {"reads": ["a", "b"], "writes": ["c"]}),
+        ("env --writes c --init", {"writes": ["c"], "rate": "init"}),
+        ("--init env", {"name": "env", "rate": "init"}),
+    ],
+)
 def test_parse_fragment_line(line, expected):
     parsed = parse_fragment_line(line)
     assert set(parsed) == {"name", "rate", "replicas", "device", "reads", "writes"}
@@ -33,7 +37,13 @@ def test_parse_fragment_line(line, expected):
 
 def test_parse_fragment_line_docstring_example():
     assert parse_fragment_line("actor --replicas 2") == {
-        "name": "actor", "rate": None, "replicas": 2, "device": None, "reads": [], "writes": []}
+        "name": "actor",
+        "rate": None,
+        "replicas": 2,
+        "device": None,
+        "reads": [],
+        "writes": [],
+    }
 
 
 def test_parsed_fragment_line_feeds_add_fragment():
@@ -42,17 +52,20 @@ def test_parsed_fragment_line_feeds_add_fragment():
     assert fdg["env"].rates == ("init",) and fdg["env"].replicas == 3
 
 
-@pytest.mark.parametrize("line, message", [
-    ("env --fast", r"%%fragment: unrecognized arguments: --fast\. Usage: %%fragment \[--init \| --every"),
-    ("env --init --every step", r"argument --every: not allowed with argument --init\. Usage:"),
-    ("env --every epoch", r"argument --every: invalid choice: 'epoch'"),
-    ("env --device tpu", r"argument --device: invalid choice: 'tpu'"),
-    ("env --replicas two", r"argument --replicas: invalid int value: 'two'"),
-    ("env --rep 2", r"unrecognized arguments: --rep 2"),  # no abbreviations
-    ("env actor", r"unrecognized arguments: actor"),
-    ("", r"the following arguments are required: name"),
-    ("--init", r"the following arguments are required: name"),
-])
+@pytest.mark.parametrize(
+    "line, message",
+    [
+        ("env --fast", r"%%fragment: unrecognized arguments: --fast\. Usage: %%fragment \[--init \| --every"),
+        ("env --init --every step", r"argument --every: not allowed with argument --init\. Usage:"),
+        ("env --every epoch", r"argument --every: invalid choice: 'epoch'"),
+        ("env --device tpu", r"argument --device: invalid choice: 'tpu'"),
+        ("env --replicas two", r"argument --replicas: invalid int value: 'two'"),
+        ("env --rep 2", r"unrecognized arguments: --rep 2"),  # no abbreviations
+        ("env actor", r"unrecognized arguments: actor"),
+        ("", r"the following arguments are required: name"),
+        ("--init", r"the following arguments are required: name"),
+    ],
+)
 def test_parse_fragment_line_errors_carry_usage(line, message):
     with pytest.raises(FragmentOptionError, match=message) as info:
         parse_fragment_line(line)
@@ -91,26 +104,32 @@ def test_parse_run_line_full():
     ) == {"iterations": 60, "steps": 32, "policy": "coarse", "cluster": "tcp://x:8786", "target_return": 475.0}
 
 
-@pytest.mark.parametrize("line, expected", [
-    ("run --iterations 60 --steps 32", {"iterations": 60, "steps": 32}),
-    ("--iterations 3", {"iterations": 3}),
-    ("run", {}),
-    ("", {}),
-    ("run --policy 'my policy.json'", {"policy": "my policy.json"}),
-    ("run --target-return 1e3", {"target_return": 1000.0}),
-])
+@pytest.mark.parametrize(
+    "line, expected",
+    [
+        ("run --iterations 60 --steps 32", {"iterations": 60, "steps": 32}),
+        ("--iterations 3", {"iterations": 3}),
+        ("run", {}),
+        ("", {}),
+        ("run --policy 'my policy.json'", {"policy": "my policy.json"}),
+        ("run --target-return 1e3", {"target_return": 1000.0}),
+    ],
+)
 def test_parse_run_line(line, expected):
     assert parse_run_line(line) == expected
 
 
-@pytest.mark.parametrize("line, message", [
-    ("run --fast", r"%fdg run: unrecognized arguments: --fast\. Usage: %fdg run \[--iterations N\]"),
-    ("run --iterations ten", r"argument --iterations: invalid int value: 'ten'"),
-    ("run --target-return high", r"argument --target-return: invalid float value: 'high'"),
-    ("run extra", r"unrecognized arguments: extra"),
-    ("run --iter 3", r"unrecognized arguments: --iter 3"),
-    ("run --policy 'x", r"cannot read the options \"run --policy 'x\": No closing quotation\."),
-])
+@pytest.mark.parametrize(
+    "line, message",
+    [
+        ("run --fast", r"%fdg run: unrecognized arguments: --fast\. Usage: %fdg run \[--iterations N\]"),
+        ("run --iterations ten", r"argument --iterations: invalid int value: 'ten'"),
+        ("run --target-return high", r"argument --target-return: invalid float value: 'high'"),
+        ("run extra", r"unrecognized arguments: extra"),
+        ("run --iter 3", r"unrecognized arguments: --iter 3"),
+        ("run --policy 'x", r"cannot read the options \"run --policy 'x\": No closing quotation\."),
+    ],
+)
 def test_parse_run_line_errors(line, message):
     with pytest.raises(RunConfigError, match=message):
         parse_run_line(line)

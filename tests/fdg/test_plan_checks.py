@@ -1,4 +1,5 @@
 """Placements that would silently mean something else are refused or warned about at plan time."""
+
 from __future__ import annotations
 
 import json
@@ -95,10 +96,13 @@ def test_an_allreduce_reached_through_the_notebooks_functions_counts_and_a_missi
     quiet = wb.FDG(namespace={"update": _update})
     loud = wb.FDG(namespace={"update": _update_alone})
     for fdg in (quiet, loud):
-        for (name, rate), code in {("env", "init"): "obs = 0", ("actor", "step"): "action = obs + 1",
-                                   ("env", "step"): "obs = action\nreward = obs",
-                                   ("learner", "init"): "w = 0.0",
-                                   ("learner", "iteration"): "w = update(w, reward.mean())"}.items():
+        for (name, rate), code in {
+            ("env", "init"): "obs = 0",
+            ("actor", "step"): "action = obs + 1",
+            ("env", "step"): "obs = action\nreward = obs",
+            ("learner", "init"): "w = 0.0",
+            ("learner", "iteration"): "w = update(w, reward.mean())",
+        }.items():
             fdg.add_fragment(name, code, rate=rate)
     with warnings.catch_warnings():
         warnings.simplefilter("error", IndependentLearnersWarning)
@@ -113,8 +117,14 @@ def test_an_evaluator_of_the_learners_weights_is_no_learner_to_warn_about():
     a buffer fragment with step cells is still warned."""
     g = _graph("w = w - wb.allreduce(reward.mean())")
     g.add_fragment("evaluator", "score = 2 * w", rate="iteration")
-    policy = Policy("p", (Group(("env", "actor"), 2, ("0", "1")), Group(("learner",), 2, ("0", "1")),
-                          Group(("evaluator",), 2, ("0", "1"))))
+    policy = Policy(
+        "p",
+        (
+            Group(("env", "actor"), 2, ("0", "1")),
+            Group(("learner",), 2, ("0", "1")),
+            Group(("evaluator",), 2, ("0", "1")),
+        ),
+    )
     with warnings.catch_warnings():
         warnings.simplefilter("error", IndependentLearnersWarning)
         assert make_plan(g, policy).warnings == []

@@ -1,4 +1,5 @@
 """Distribution policies, the plans made from them, their checks and sizes (all pure data)."""
+
 from __future__ import annotations
 
 import json
@@ -55,10 +56,13 @@ def test_inline_places_everything_in_process(ppo_fdg):
 def test_single_learner_coarse_on_cpu_workers(ppo_fdg, n):
     policy = coarse(ppo_fdg, n)
     workers = tuple(f"w{i}" for i in range(n))
-    assert policy == Policy("SingleLearnerCoarse", (
-        Group(ACTING, n, workers, "cpu"),
-        Group(("learner",), 1, ("w0",), "cpu"),
-    ))
+    assert policy == Policy(
+        "SingleLearnerCoarse",
+        (
+            Group(ACTING, n, workers, "cpu"),
+            Group(("learner",), 1, ("w0",), "cpu"),
+        ),
+    )
     assert not policy.in_process
     policy.check(ppo_fdg, make_inventory(n))
 
@@ -102,8 +106,11 @@ def test_single_learner_coarse_rejects_bad_actor_counts(actors, preset):
 def test_single_learner_coarse_needs_step_fragments():
     fdg = Graph()
     fdg.add_fragment("learner", "w = 1")
-    with pytest.raises(PlacementError, match=r"replicates the fragments that have step cells, and this FDG "
-                                             r"has none; use the inline policy\."):
+    with pytest.raises(
+        PlacementError,
+        match=r"replicates the fragments that have step cells, and this FDG "
+        r"has none; use the inline policy\.",
+    ):
         coarse(fdg, 2)
 
 
@@ -120,7 +127,8 @@ def test_policy_docstring_example():
     fdg.add_fragment("learner", "w = learn(obs, action)", rate="iteration")
     inv = Inventory((WorkerInfo("tcp://a:1", "w0"), WorkerInfo("tcp://b:1", "w1")))
     assert repr(SingleLearnerCoarse().place(fdg, inv)) == (
-        "Policy('SingleLearnerCoarse', actor+env ×2 on w0, w1 | learner ×1 on w0)")
+        "Policy('SingleLearnerCoarse', actor+env ×2 on w0, w1 | learner ×1 on w0)"
+    )
 
 
 # ----------------------------------------------------------------------------- resolve_policy
@@ -132,14 +140,29 @@ def test_resolve_policy_by_name_preset_and_object(ppo_fdg):
     assert resolve_policy(SingleLearnerCoarse(actors=3), ppo_fdg, inv) == coarse(ppo_fdg, 2, actors=3)
     p = coarse(ppo_fdg, 2)
     assert resolve_policy(p, ppo_fdg, inv) is p
-    assert set(PRESETS) == {"inline", "coarse", "SingleLearnerCoarse", "fine", "SingleLearnerFine",
-                            "multilearner", "MultiLearner", "gpuonly", "GPUOnly", "async", "Async", "pipelined",
-                            "Pipelined"}
+    assert set(PRESETS) == {
+        "inline",
+        "coarse",
+        "SingleLearnerCoarse",
+        "fine",
+        "SingleLearnerFine",
+        "multilearner",
+        "MultiLearner",
+        "gpuonly",
+        "GPUOnly",
+        "async",
+        "Async",
+        "pipelined",
+        "Pipelined",
+    }
 
 
 def test_resolve_policy_unknown_name(ppo_fdg):
-    with pytest.raises(PlacementError, match=r"unknown policy 'sideways'; choose one of inline, coarse, "
-                                             r"SingleLearnerCoarse, fine"):
+    with pytest.raises(
+        PlacementError,
+        match=r"unknown policy 'sideways'; choose one of inline, coarse, "
+        r"SingleLearnerCoarse, fine",
+    ):
         resolve_policy("sideways", ppo_fdg, None)
 
 
@@ -180,8 +203,11 @@ def test_check_unplaced_fragment(ppo_fdg):
 
 def test_check_unknown_fragment(ppo_fdg):
     policy = Policy("p", (Group(ACTING, 2), Group(("learner", "critic"), 1)))
-    with pytest.raises(PlacementError, match=r"policy 'p' places fragment 'critic', which the FDG does not have "
-                                             r"\(fragments: env, learner, actor\)\."):
+    with pytest.raises(
+        PlacementError,
+        match=r"policy 'p' places fragment 'critic', which the FDG does not have "
+        r"\(fragments: env, learner, actor\)\.",
+    ):
         policy.check(ppo_fdg)
 
 
@@ -194,8 +220,11 @@ def test_check_fragment_in_two_groups(ppo_fdg):
 def test_check_unknown_worker(ppo_fdg):
     policy = Policy("p", (Group(ACTING, 2, ("w0", "w9")), Group(("learner",), 1, (IN_PROCESS,))))
     policy.check(ppo_fdg)  # no inventory: workers are not checked
-    with pytest.raises(PlacementError, match=r"policy 'p' puts 'actor\+env' on worker 'w9', which is not in "
-                                             r"the cluster .*\(workers now: w0, w1\)\."):
+    with pytest.raises(
+        PlacementError,
+        match=r"policy 'p' puts 'actor\+env' on worker 'w9', which is not in "
+        r"the cluster .*\(workers now: w0, w1\)\.",
+    ):
         policy.check(ppo_fdg, make_inventory(2))
     with pytest.raises(PlacementError, match=r"\(workers now: none\)"):
         policy.check(ppo_fdg, make_inventory(0))
@@ -220,8 +249,11 @@ def test_group_rejects_bad_replica_counts(replicas):
 
 
 def test_group_worker_count_must_match_replicas():
-    with pytest.raises(PlacementError, match=r"group 'actor\+env': 3 replicas but 2 workers \(w0, w1\); "
-                                             r"give one worker per replica\."):
+    with pytest.raises(
+        PlacementError,
+        match=r"group 'actor\+env': 3 replicas but 2 workers \(w0, w1\); "
+        r"give one worker per replica\.",
+    ):
         Group(ACTING, 3, ("w0", "w1"))
     assert Group(ACTING, 3).workers == ()  # no workers: unplaced is fine
 
@@ -229,18 +261,20 @@ def test_group_worker_count_must_match_replicas():
 def test_group_name_and_dict():
     g = Group(ACTING, 2, ("w0", "w1"), "gpu")
     assert g.name == "actor+env"
-    assert g.to_dict() == {"fragments": ["actor", "env"], "replicas": 2, "workers": ["w0", "w1"],
-                           "device": "gpu"}
+    assert g.to_dict() == {"fragments": ["actor", "env"], "replicas": 2, "workers": ["w0", "w1"], "device": "gpu"}
 
 
 # ----------------------------------------------------------------------------- JSON
-@pytest.mark.parametrize("make", [
-    lambda fdg: Inline().place(fdg),
-    lambda fdg: coarse(fdg, 3),
-    lambda fdg: SingleLearnerCoarse(actors=4).place(fdg, make_inventory(2, gpu_at=1)),
-    lambda fdg: Policy("custom", (Group(("actor", "env", "learner"), 2),)),
-    lambda fdg: Policy("empty"),
-])
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda fdg: Inline().place(fdg),
+        lambda fdg: coarse(fdg, 3),
+        lambda fdg: SingleLearnerCoarse(actors=4).place(fdg, make_inventory(2, gpu_at=1)),
+        lambda fdg: Policy("custom", (Group(("actor", "env", "learner"), 2),)),
+        lambda fdg: Policy("empty"),
+    ],
+)
 def test_policy_json_round_trip(ppo_fdg, make):
     policy = make(ppo_fdg)
     text = policy.to_json()
@@ -253,16 +287,19 @@ def test_policy_from_minimal_json():
     assert policy == Policy("custom", (Group(ACTING, 1, (), "cpu"),))
 
 
-@pytest.mark.parametrize("text", [
-    "not json",
-    "{",
-    "{}",
-    '{"groups": null}',
-    "[1, 2]",
-    '{"groups": [{"replicas": 2}]}',
-    '{"groups": [{"fragments": ["a"], "replicas": "two"}]}',
-    '{"groups": [{"fragments": ["a"], "replicas": null}]}',
-])
+@pytest.mark.parametrize(
+    "text",
+    [
+        "not json",
+        "{",
+        "{}",
+        '{"groups": null}',
+        "[1, 2]",
+        '{"groups": [{"replicas": 2}]}',
+        '{"groups": [{"fragments": ["a"], "replicas": "two"}]}',
+        '{"groups": [{"fragments": ["a"], "replicas": null}]}',
+    ],
+)
 def test_policy_from_malformed_json(text):
     with pytest.raises(PlacementError, match=r"policy JSON is malformed \(.*\); expected \{\"name\": …"):
         Policy.from_json(text)
@@ -294,8 +331,19 @@ def test_inline_plan_has_no_routes(ppo_fdg):
 def test_coarse_plan_routes(ppo_fdg):
     plan = make_plan(ppo_fdg, coarse(ppo_fdg, 2))
     assert plan.schedule == ppo_fdg.schedule()
-    got = {(r.interface.producer, r.interface.name, r.interface.consumer_rate, r.spatial, r.key, r.batch_axis,
-            r.producer_group, r.consumer_group) for r in plan.routes}
+    got = {
+        (
+            r.interface.producer,
+            r.interface.name,
+            r.interface.consumer_rate,
+            r.spatial,
+            r.key,
+            r.batch_axis,
+            r.producer_group,
+            r.consumer_group,
+        )
+        for r in plan.routes
+    }
     expected = {(p, n, "iteration", "gather", f"stacked:{p}.{n}", 1, "actor+env", "learner") for p, n in STACKED}
     expected |= {
         ("learner", "weights", "init", "broadcast", "learner.weights", 0, "learner", "actor+env"),
@@ -349,9 +397,12 @@ def test_per_step_edges_across_groups_scatter_and_gather(ppo_fdg):
 
 def test_incompatible_replica_counts_are_rejected(ppo_fdg):
     policy = Policy("p", (Group(ACTING, 2), Group(("learner",), 3)))
-    with pytest.raises(PlacementError, match=r"actor → learner: state \(stacked \[T, …\] each iteration\): 2 "
-                                             r"replicas of 'actor' cannot feed 3 replicas of 'learner'; use equal "
-                                             r"counts or 1 on one side\."):
+    with pytest.raises(
+        PlacementError,
+        match=r"actor → learner: state \(stacked \[T, …\] each iteration\): 2 "
+        r"replicas of 'actor' cannot feed 3 replicas of 'learner'; use equal "
+        r"counts or 1 on one side\.",
+    ):
         make_plan(ppo_fdg, policy)
 
 
@@ -395,8 +446,17 @@ def test_bytes_per_iteration_for_each_preset_without_a_cluster(ppo_fdg):
     """What crosses the wire each iteration, from value sizes (bytes for the whole batch)."""
     from workbench.fdg.policy import GPUOnly, MultiLearner
 
-    sizes = {"state": 512, "action": 256, "logp": 128, "value": 128, "starts": 32, "reward": 128,
-             "obs": 512, "done": 32, "weights": 10_000}
+    sizes = {
+        "state": 512,
+        "action": 256,
+        "logp": 128,
+        "value": 128,
+        "starts": 32,
+        "reward": 128,
+        "obs": 512,
+        "done": 32,
+        "weights": 10_000,
+    }
     inv, T = make_inventory(2), 32
     stacked = T * (512 + 256 + 128 + 128 + 32 + 128 + 512 + 32)
     coarse_plan = make_plan(ppo_fdg, coarse(ppo_fdg, 2))
@@ -445,8 +505,16 @@ def test_cell_options_a_policy_does_not_give_are_reported_not_dropped():
 def test_a_value_first_written_after_warm_up_is_not_shown_as_0_bytes(ppo_fdg):
     """A learner that sends weights only after a warm-up has none in the one-iteration
     probe: its size is unknown, and the plan says so instead of '0 B/iteration'."""
-    sizes = {"state": 512, "action": 256, "logp": 128, "value": 128, "starts": 32, "reward": 128,
-             "obs": 512, "done": 32}  # no "weights": not written in the first iteration
+    sizes = {
+        "state": 512,
+        "action": 256,
+        "logp": 128,
+        "value": 128,
+        "starts": 32,
+        "reward": 128,
+        "obs": 512,
+        "done": 32,
+    }  # no "weights": not written in the first iteration
     text = make_plan(ppo_fdg, coarse(ppo_fdg, 2)).explain(sizes, 32)
     assert "weights (every iteration) [broadcast, size not measured: not written in the first iteration]" in text
     assert "on the wire per iteration: at least" in text and "(plus weights, written only after" in text
@@ -497,11 +565,18 @@ def test_counts_computed_with_numpy_are_whole_numbers_and_bools_are_not():
     from workbench.fdg.fragment import Fragment
     from workbench.fdg.policy import Group, MultiLearner, Policy, SingleLearnerCoarse, SingleLearnerFine
 
-    made = [SingleLearnerCoarse(actors=np.int64(3), lag=np.int32(1)).actors, SingleLearnerFine(envs=np.int64(2)).envs,
-            MultiLearner(learners=np.int16(2)).learners, Group(("actor",), np.int64(2)).replicas,
-            Policy("p", (Group(("actor",), 1),), lag=np.int64(1)).lag, Fragment("env", replicas=np.int64(2)).replicas]
+    made = [
+        SingleLearnerCoarse(actors=np.int64(3), lag=np.int32(1)).actors,
+        SingleLearnerFine(envs=np.int64(2)).envs,
+        MultiLearner(learners=np.int16(2)).learners,
+        Group(("actor",), np.int64(2)).replicas,
+        Policy("p", (Group(("actor",), 1),), lag=np.int64(1)).lag,
+        Fragment("env", replicas=np.int64(2)).replicas,
+    ]
     assert made == [3, 2, 2, 2, 1, 2] and all(type(n) is int for n in made)
-    assert json.loads(json.dumps(Policy("p", (Group(("actor",), np.int64(2)),)).to_dict()))["groups"][0]["replicas"] == 2
+    assert (
+        json.loads(json.dumps(Policy("p", (Group(("actor",), np.int64(2)),)).to_dict()))["groups"][0]["replicas"] == 2
+    )
     for bad in (True, np.bool_(True), 2.0, "2"):
         with pytest.raises(PlacementError, match="must be a whole number"):
             SingleLearnerCoarse(actors=bad)

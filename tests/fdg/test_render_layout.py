@@ -1,5 +1,6 @@
 """The FDG drawing's layout, from its own geometry (the browser test measures the page):
 no arc through a label, labels apart, every box as wide as its texts."""
+
 from __future__ import annotations
 
 import pytest

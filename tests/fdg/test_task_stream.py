@@ -1,4 +1,5 @@
 """The task stream a plan yields and its wiring: which messages each task sends and waits for (all pure data)."""
+
 from __future__ import annotations
 
 import pytest
@@ -32,11 +33,14 @@ def test_inline_tasks(ppo_fdg):
         f"{g}: steps actor, env · iteration learner, actor (iteration 2)",
     ]
     first = next(iter(plan.tasks(1)))
-    assert first == TaskSpec(g, (
-        Item("init", ("env", "learner", "actor"), None),
-        Item("step", ("actor", "env"), 0),
-        Item("iteration", ("learner", "actor"), 0),
-    ))
+    assert first == TaskSpec(
+        g,
+        (
+            Item("init", ("env", "learner", "actor"), None),
+            Item("step", ("actor", "env"), 0),
+            Item("iteration", ("learner", "actor"), 0),
+        ),
+    )
     assert first.iteration == 0
 
 
@@ -74,8 +78,11 @@ def test_tasks_without_init_and_from_a_start_iteration(ppo_fdg):
 
 def test_tasks_with_zero_iterations_still_yield_the_init_tasks(ppo_fdg):
     plan = make_plan(ppo_fdg, coarse(ppo_fdg, 2))
-    assert describe(plan, 0) == ["actor+env: init env (init)", "learner: init learner (init)",
-                                 "actor+env: init actor (init)"]
+    assert describe(plan, 0) == [
+        "actor+env: init env (init)",
+        "learner: init learner (init)",
+        "actor+env: init actor (init)",
+    ]
 
 
 @pytest.mark.parametrize("policy", ["inline", "coarse1", "coarse3"])
@@ -84,8 +91,11 @@ def test_never_two_step_blocks_in_one_task(ppo_fdg, policy):
     tasks = list(make_plan(ppo_fdg, p).tasks(5))
     for task in tasks:
         assert sum(item.rate == "step" for item in task.items) <= 1
-        assert all(f in p.group_of(f).fragments and p.group_of(f).name == task.group
-                   for item in task.items for f in item.fragments)
+        assert all(
+            f in p.group_of(f).fragments and p.group_of(f).name == task.group
+            for item in task.items
+            for f in item.fragments
+        )
     steps = [item.iteration for t in tasks for item in t.items if item.rate == "step"]
     assert steps == [0, 1, 2, 3, 4]
 
@@ -94,8 +104,14 @@ def test_never_two_step_blocks_in_one_task(ppo_fdg, policy):
 def test_wire_coarse(ppo_fdg):
     tasks = wire(make_plan(ppo_fdg, coarse(ppo_fdg, 2)), iterations=2)
     assert [(t.index, t.spec.group, t.iteration) for t in tasks] == [
-        (0, "actor+env", None), (1, "learner", None), (2, "actor+env", 0), (3, "learner", 0),
-        (4, "actor+env", 1), (5, "learner", 1), (6, "actor+env", 1)]
+        (0, "actor+env", None),
+        (1, "learner", None),
+        (2, "actor+env", 0),
+        (3, "learner", 0),
+        (4, "actor+env", 1),
+        (5, "learner", 1),
+        (6, "actor+env", 1),
+    ]
     stacked_keys = {f"stacked:{p}.{n}" for p, n in STACKED}
     weights_in = lambda producer: (WiredInput("learner.weights", "learner", producer, "broadcast", 0),)
     weights_out = (WiredEmit("learner.weights", "actor+env", "broadcast"),)
@@ -109,7 +125,8 @@ def test_wire_coarse(ppo_fdg):
         assert {(e.consumer_group, e.spatial) for e in tasks[acting].emits} == {("learner", "gather")}
         assert {i.key for i in tasks[learning].inputs} == stacked_keys
         assert {(i.producer_group, i.producer_task, i.spatial, i.axis) for i in tasks[learning].inputs} == {
-            ("actor+env", acting, "gather", 1)}
+            ("actor+env", acting, "gather", 1)
+        }
         assert tasks[learning].emits == weights_out
     assert tasks[4].inputs == weights_in(3)
     assert tasks[6].inputs == weights_in(5) and tasks[6].emits == ()
@@ -153,7 +170,9 @@ def test_wire_docstring_example():
     policy = Policy("p", (Group(("actor", "env"), 2), Group(("learner",), 1)))
     tasks = wire(make_plan(fdg, policy), iterations=1)
     assert [(t.index, t.spec.group, [i.producer_task for i in t.inputs]) for t in tasks] == [
-        (0, "actor+env", []), (1, "learner", [0])]
+        (0, "actor+env", []),
+        (1, "learner", [0]),
+    ]
 
 
 def test_wire_rejects_a_read_before_the_first_value():
@@ -161,9 +180,12 @@ def test_wire_rejects_a_read_before_the_first_value():
     fdg.add_fragment("learner", "w = learn(obs)")
     fdg.add_fragment("actor", "obs = pick(w)", rate="step")
     plan = make_plan(fdg, Policy("p", (Group(("actor",), 2), Group(("learner",), 1))))
-    with pytest.raises(PlacementError, match=r"learner → actor: w \(latest value, fixed per iteration\): 'actor' "
-                                             r"needs 'w' before 'learner' has produced it\. Give it a first value "
-                                             r"in 'learner''s --init cell\."):
+    with pytest.raises(
+        PlacementError,
+        match=r"learner → actor: w \(latest value, fixed per iteration\): 'actor' "
+        r"needs 'w' before 'learner' has produced it\. Give it a first value "
+        r"in 'learner''s --init cell\.",
+    ):
         wire(plan, 1)
 
 
@@ -172,7 +194,10 @@ def test_wire_a_later_chunk_without_init(ppo_fdg):
     previous iteration's end), the learner reads this chunk's steps, indices restart at 0."""
     tasks = wire(make_plan(ppo_fdg, coarse(ppo_fdg, 2)), 1, start=3, with_init=False)
     assert [(t.index, t.spec.group, t.iteration) for t in tasks] == [
-        (0, "actor+env", 3), (1, "learner", 3), (2, "actor+env", 3)]
+        (0, "actor+env", 3),
+        (1, "learner", 3),
+        (2, "actor+env", 3),
+    ]
     assert tasks[0].inputs == ()
     assert {i.producer_task for i in tasks[1].inputs} == {0}
     assert [i.producer_task for i in tasks[2].inputs] == [1]
@@ -185,23 +210,29 @@ def test_wire_stream_is_lazy(ppo_fdg):
     assert first == wire(make_plan(ppo_fdg, coarse(ppo_fdg, 2)), iterations=1)[:4]
 
 
-@pytest.mark.parametrize("spatial, consumer, producers, expected", [
-    ("gather", 0, 3, [0, 1, 2]),
-    ("one-to-one", 1, 2, [1]),
-    ("broadcast", 2, 1, [0]),
-    ("scatter", 2, 1, [0]),
-])
+@pytest.mark.parametrize(
+    "spatial, consumer, producers, expected",
+    [
+        ("gather", 0, 3, [0, 1, 2]),
+        ("one-to-one", 1, 2, [1]),
+        ("broadcast", 2, 1, [0]),
+        ("scatter", 2, 1, [0]),
+    ],
+)
 def test_senders_for(spatial, consumer, producers, expected):
     assert senders_for(spatial, consumer, producers) == expected
 
 
-@pytest.mark.parametrize("spatial, producer, consumers, expected", [
-    ("gather", 2, 1, [0]),
-    ("one-to-one", 1, 2, [1]),
-    ("broadcast", 0, 3, [0, 1, 2]),
-    ("broadcast", 1, 3, []),
-    ("scatter", 0, 2, [0, 1]),
-])
+@pytest.mark.parametrize(
+    "spatial, producer, consumers, expected",
+    [
+        ("gather", 2, 1, [0]),
+        ("one-to-one", 1, 2, [1]),
+        ("broadcast", 0, 3, [0, 1, 2]),
+        ("broadcast", 1, 3, []),
+        ("scatter", 0, 2, [0, 1]),
+    ],
+)
 def test_receivers_for(spatial, producer, consumers, expected):
     assert receivers_for(spatial, producer, consumers) == expected
 

@@ -1,6 +1,7 @@
 """GPU tests and their CPU twins. ``ON_GPU`` marks a module's tests as needing a usable CUDA
 GPU with CuPy and torch (``pytestmark = ON_GPU``; ``ON_TORCH_GPU``: torch alone): they carry
 the ``gpu`` marker and skip, saying why, where there is none — which is every CI run."""
+
 from __future__ import annotations
 
 import pytest

@@ -1,6 +1,7 @@
 """The capture that every algorithm's CUDA graphs go through (``workbench.kernels.cuda_graphs``),
 on a real GPU (skipped without CUDA): a function that cannot be captured falls back to its
 eager call with one warning and leaves the thread's stream as it was."""
+
 from __future__ import annotations
 
 import pytest

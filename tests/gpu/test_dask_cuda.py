@@ -11,6 +11,7 @@ the user's, and runs one after another reuse it.
 
 Self-contained: ``pytest -m gpu tests/gpu/test_dask_cuda.py -rs`` on a host with CUDA.
 """
+
 from __future__ import annotations
 
 import importlib.util
@@ -36,8 +37,9 @@ def _cuda_with_cupy() -> bool:
 def needs_dask_cuda(test):
     """gpu-marked; skipped without dask-cuda, CUDA, CuPy or torch."""
     test = pytest.mark.skipif(not _cuda_with_cupy(), reason="needs CUDA with CuPy and torch")(test)
-    test = pytest.mark.skipif(importlib.util.find_spec("dask_cuda") is None,
-                              reason="needs dask-cuda (pip install dask-cuda)")(test)
+    test = pytest.mark.skipif(
+        importlib.util.find_spec("dask_cuda") is None, reason="needs dask-cuda (pip install dask-cuda)"
+    )(test)
     return pytest.mark.gpu(test)
 
 
@@ -60,8 +62,9 @@ def _ppo_logging_where_it_learns():
 def cuda_cluster():
     from dask_cuda import LocalCUDACluster
 
-    with LocalCUDACluster(host="127.0.0.1", dashboard_address="127.0.0.1:0", threads_per_worker=2,
-                          silence_logs=logging.ERROR) as cluster:
+    with LocalCUDACluster(
+        host="127.0.0.1", dashboard_address="127.0.0.1:0", threads_per_worker=2, silence_logs=logging.ERROR
+    ) as cluster:
         yield cluster
 
 
@@ -78,8 +81,9 @@ def test_gpuonly_ppo_trains_on_a_local_cuda_cluster(as_client, cuda_cluster):
         # one worker per GPU, each a GPU worker with one GPU (its own, device 0 in its process)
         assert len(workers) == torch.cuda.device_count()
         assert [w.gpus for w in workers] == [1] * len(workers)
-        run = _ppo_logging_where_it_learns().run(iterations=3, steps=16, policy="gpuonly",
-                                                 cluster=client if as_client else cuda_cluster, progress=False)
+        run = _ppo_logging_where_it_learns().run(
+            iterations=3, steps=16, policy="gpuonly", cluster=client if as_client else cuda_cluster, progress=False
+        )
     assert run.status == "finished", run.error
     assert run.policy.groups[0].device == "gpu"
     assert run.metrics["test/learner_on_cuda"].tolist() == [1.0] * 3
@@ -91,10 +95,10 @@ def test_multilearner_averages_over_nccl_by_default_on_two_gpus_or_more(cuda_clu
     import torch
 
     if torch.cuda.device_count() < 2:
-        pytest.skip("NCCL between learners needs a GPU each (NCCL refuses two ranks on one GPU): "
-                    "this host has one")
-    run = _ppo_logging_where_it_learns().run(iterations=3, steps=16, policy=wb.MultiLearner(learners=2),
-                                             cluster=cuda_cluster, progress=False)  # allreduce="auto"
+        pytest.skip("NCCL between learners needs a GPU each (NCCL refuses two ranks on one GPU): this host has one")
+    run = _ppo_logging_where_it_learns().run(
+        iterations=3, steps=16, policy=wb.MultiLearner(learners=2), cluster=cuda_cluster, progress=False
+    )  # allreduce="auto"
     assert run.status == "finished", run.error
     assert (run.metrics["test/nccl_groups"] == 1.0).all(), "the learners did not average over NCCL"
     first, second = (r["agent"].state_dict() for r in run.state.fragments["learner"])
@@ -107,12 +111,14 @@ def test_a_dask_cluster_object_is_accepted_as_the_cluster_and_stays_the_users():
 
     from workbench.algorithms import ppo
 
-    with LocalCluster(n_workers=2, threads_per_worker=1, host="127.0.0.1", dashboard_address="127.0.0.1:0",
-                      silence_logs=logging.ERROR) as cluster:
+    with LocalCluster(
+        n_workers=2, threads_per_worker=1, host="127.0.0.1", dashboard_address="127.0.0.1:0", silence_logs=logging.ERROR
+    ) as cluster:
         for _ in range(2):  # the first run's client closes; the cluster stays up for the next
             cfg = ppo.PPOConfig()
-            run = ppo.build_fdg({**vars(ppo), "cfg": cfg}).run(iterations=2, steps=16, policy="multilearner",
-                                                                 cluster=cluster, progress=False)
+            run = ppo.build_fdg({**vars(ppo), "cfg": cfg}).run(
+                iterations=2, steps=16, policy="multilearner", cluster=cluster, progress=False
+            )
             assert run.status == "finished", run.error
             assert len(run.state.fragments["learner"]) == 2
         assert cluster.status.name == "running"

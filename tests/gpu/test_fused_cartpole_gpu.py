@@ -1,6 +1,7 @@
 """The fused CartPole kernel on a real GPU against its NumPy twin, device-side episode
 stats through wb.log, and PPO with env, actor and learner on the GPU end to end (skipped
 without CUDA + CuPy; the twin's own tests are tests/envs/test_fused_cartpole.py)."""
+
 from __future__ import annotations
 
 import copy
@@ -89,9 +90,13 @@ def test_device_episode_stats_reach_the_run_once_per_iteration():
     fdg = wb.FDG(namespace={"wb": wb, "np": np, "cupy": cupy, "FusedCartPole": FusedCartPole})
     fdg.add_fragment("env", "envs = FusedCartPole(256, seed=1, xp=cupy)\nobs = envs.reset()", rate="init")
     fdg.add_fragment("actor", "action = (obs[:, 2] > 0).astype(cupy.int64)", rate="step")
-    fdg.add_fragment("env", "obs, reward, terminated, truncated, info = envs.step(action)\n"
-                            "wb.log('charts/episodic_return', info['episode_return'])\n"
-                            "wb.log('device/reward_sum', reward.sum())", rate="step")
+    fdg.add_fragment(
+        "env",
+        "obs, reward, terminated, truncated, info = envs.step(action)\n"
+        "wb.log('charts/episodic_return', info['episode_return'])\n"
+        "wb.log('device/reward_sum', reward.sum())",
+        rate="step",
+    )
     fdg.add_fragment("learner", "total = float(reward.sum())", rate="iteration")
     run = fdg.run(iterations=20, steps=50, progress=False)
     assert run.status == "finished"
@@ -109,17 +114,28 @@ def test_ppo_with_env_and_learner_on_the_gpu():
     class Watched(ppo.ActorCritic):
         def act(self, obs):
             action, logp, value = super().act(obs)
-            wb.log("test/actor_in_and_out_on_device",
-                   float(isinstance(obs, cupy.ndarray) and isinstance(action, cupy.ndarray)))
+            wb.log(
+                "test/actor_in_and_out_on_device",
+                float(isinstance(obs, cupy.ndarray) and isinstance(action, cupy.ndarray)),
+            )
             return action, logp, value
 
     cfg = ppo.PPOConfig(num_envs=1024)
     namespace = dict(vars(ppo), ActorCritic=Watched, cfg=cfg)
-    with LocalCluster(n_workers=1, threads_per_worker=2, processes=True, host="127.0.0.1",
-                      dashboard_address="127.0.0.1:0", silence_logs=logging.ERROR) as cluster, \
-            Client(cluster, set_as_default=False) as client:
-        run = ppo.build_fdg(namespace).run(iterations=6, steps=cfg.num_steps, policy="gpuonly", cluster=client,
-                                          progress=False)
+    with (
+        LocalCluster(
+            n_workers=1,
+            threads_per_worker=2,
+            processes=True,
+            host="127.0.0.1",
+            dashboard_address="127.0.0.1:0",
+            silence_logs=logging.ERROR,
+        ) as cluster,
+        Client(cluster, set_as_default=False) as client,
+    ):
+        run = ppo.build_fdg(namespace).run(
+            iterations=6, steps=cfg.num_steps, policy="gpuonly", cluster=client, progress=False
+        )
     assert run.metrics["test/actor_in_and_out_on_device"].tolist() == [1.0] * 6
     assert np.isfinite(run.metrics["losses/value_loss"]).all()
     assert run.env_steps == 6 * 1024 * cfg.num_steps

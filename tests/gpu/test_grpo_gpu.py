@@ -3,6 +3,7 @@ model on CUDA; sampling and scoring take CPU prompts to the model's device; afte
 sync the generate replica's model equals the learner's bit for bit. Their CPU twins:
 tests/llm/test_grpo.py and tests/llm/test_grpo_policies.py (the same cells on the CPU,
 ``test_gpuonly_falls_back_to_the_cpu_twin_without_a_gpu``)."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -26,8 +27,15 @@ def test_sampling_and_scoring_run_where_the_model_is():
 
     model = grpo.make_model(grpo.GRPOConfig(), grpo.tokenizer).to("cuda:0")
     ids, mask = encode_prompts(grpo.tokenizer, grpo.task.train[:8], grpo.task.prompt_width)  # on the CPU
-    out = sample(model, ids, mask, max_new_tokens=4, eos_id=grpo.tokenizer.eos_token_id,
-                 pad_id=grpo.tokenizer.pad_token_id, seed=0)
+    out = sample(
+        model,
+        ids,
+        mask,
+        max_new_tokens=4,
+        eos_id=grpo.tokenizer.eos_token_id,
+        pad_id=grpo.tokenizer.pad_token_id,
+        seed=0,
+    )
     assert out.tokens.is_cuda and out.logp.is_cuda
     with torch.no_grad():
         again = sequence_logp(model, ids, mask, out.tokens, out.completion_mask)
@@ -53,11 +61,18 @@ def test_gpuonly_grpo_trains_on_cuda_and_syncs_the_generate_replica():
 
     cfg = dataclasses.replace(grpo.GRPOConfig(), prompts_per_step=8, group_size=4, learning_rate=1e-3)
     namespace = dict(vars(grpo), cfg=cfg, grpo_update=grpo_update_on, reward_fn=spread_reward)
-    with LocalCluster(n_workers=1, threads_per_worker=2, processes=True, host="127.0.0.1",
-                      dashboard_address="127.0.0.1:0", silence_logs=logging.ERROR) as cluster, \
-            Client(cluster, set_as_default=False) as client:
-        run = grpo.build_fdg(namespace).run(iterations=3, steps=1, policy="gpuonly", cluster=client,
-                                            progress=False)
+    with (
+        LocalCluster(
+            n_workers=1,
+            threads_per_worker=2,
+            processes=True,
+            host="127.0.0.1",
+            dashboard_address="127.0.0.1:0",
+            silence_logs=logging.ERROR,
+        ) as cluster,
+        Client(cluster, set_as_default=False) as client,
+    ):
+        run = grpo.build_fdg(namespace).run(iterations=3, steps=1, policy="gpuonly", cluster=client, progress=False)
     assert run.status == "finished" and run.policy.groups[0].device == "gpu"
     assert run.metrics["test/learner_on_cuda"].tolist() == [1.0] * 3
     assert np.isfinite(run.metrics["losses/loss"]).all()
@@ -78,8 +93,7 @@ def test_inline_on_the_gpu_trains_in_this_process_with_the_graphs():
     import workbench as wb
     from workbench.algorithms import grpo
 
-    cfg = dataclasses.replace(grpo.GRPOConfig(), prompts_per_step=8, group_size=4, learning_rate=1e-3,
-                              eval_every=1)
+    cfg = dataclasses.replace(grpo.GRPOConfig(), prompts_per_step=8, group_size=4, learning_rate=1e-3, eval_every=1)
     start = grpo.make_model(cfg, grpo.tokenizer).to("cuda:0")
     cfg.model = start
     namespace = dict(vars(grpo), cfg=cfg, reward_fn=lambda p, c: float(sum(map(ord, c)) % 5))
@@ -89,7 +103,10 @@ def test_inline_on_the_gpu_trains_in_this_process_with_the_graphs():
     assert next(learner.parameters()).is_cuda
     # the learner's copy of the reference's starting weights: a small model's on its GPU
     # (weights_copy's DEVICE_COPY_SHARE), equal to the reference's own
-    kept, reference = run.state.fragments["learner"][0]["reference_weights"], run.state.fragments["reference"][0]["reference"]
+    kept, reference = (
+        run.state.fragments["learner"][0]["reference_weights"],
+        run.state.fragments["reference"][0]["reference"],
+    )
     assert all(t.is_cuda for t in kept.values())
     assert all(torch.equal(kept[name], t) for name, t in reference.state_dict().items())
     assert run.metrics["perf/update_cuda_graph"].tolist() == [1.0] * 4

@@ -5,6 +5,7 @@ eager calls compute, each distinct prompt's forward once where prompts repeat (G
 groups); training and held-out batch shapes keep a graph each. Their CPU twins:
 tests/llm/test_static_sampling.py (the static path against the eager loop, no graphs) and
 tests/llm/test_prefix_sharing.py (the padded distinct prompts against the full forward)."""
+
 from __future__ import annotations
 
 import copy
@@ -37,8 +38,16 @@ def _sample(model, ids, mask, seed, **kw):
     from workbench.algorithms import grpo
     from workbench.llm.generation import sample
 
-    return sample(model, ids, mask, max_new_tokens=4, eos_id=grpo.tokenizer.eos_token_id,
-                  pad_id=grpo.tokenizer.pad_token_id, seed=seed, **kw)
+    return sample(
+        model,
+        ids,
+        mask,
+        max_new_tokens=4,
+        eos_id=grpo.tokenizer.eos_token_id,
+        pad_id=grpo.tokenizer.pad_token_id,
+        seed=seed,
+        **kw,
+    )
 
 
 def _slots(model):
@@ -141,8 +150,10 @@ def test_a_replayed_grpo_update_makes_the_eager_updates_weights(group):
     for seed in range(4):
         out = _sample(model, ids, mask, seed)
         rewards = (out.tokens[:, 0] % 3).float().cpu().numpy()  # differ within groups: a gradient
-        batches.append(tuple(x[None] for x in (ids, mask, out.tokens, out.completion_mask, out.logp,
-                                                out.logp - 0.01)) + (rewards[None],))
+        batches.append(
+            tuple(x[None] for x in (ids, mask, out.tokens, out.completion_mask, out.logp, out.logp - 0.01))
+            + (rewards[None],)
+        )
     results = {}
     for graphs in (False, True):
         learner = copy.deepcopy(model)

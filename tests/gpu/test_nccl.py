@@ -14,6 +14,7 @@ tests/runtime/test_collectives_torch.py and tests/runtime/test_collectives_clust
 
 Self-contained: ``pytest -m gpu tests/gpu/test_nccl.py -rs`` on a host with CUDA.
 """
+
 from __future__ import annotations
 
 import threading
@@ -50,8 +51,17 @@ def _nccl_groups(count: int):
 
     def form(r: int) -> None:
         try:
-            groups[r] = TorchGroup.form("nccl", r, count, "127.0.0.1", "127.0.0.1", port, "gpu-test",
-                                        device=torch.device("cuda", r), store=store if r == 0 else None)
+            groups[r] = TorchGroup.form(
+                "nccl",
+                r,
+                count,
+                "127.0.0.1",
+                "127.0.0.1",
+                port,
+                "gpu-test",
+                device=torch.device("cuda", r),
+                store=store if r == 0 else None,
+            )
         except BaseException as exc:  # handed to the test
             errors.append(exc)
 
@@ -77,8 +87,13 @@ def _channels_mean(values):
 
     def work(r: int) -> None:
         out[r] = collectives.allreduce(
-            values[r].cpu(), r, count, 0, lambda to, tag, v: post.send(to, "g", tag, r, v),
-            lambda sender, tag: boxes[r].take("g", tag, sender, lambda: False))
+            values[r].cpu(),
+            r,
+            count,
+            0,
+            lambda to, tag, v: post.send(to, "g", tag, r, v),
+            lambda sender, tag: boxes[r].take("g", tag, sender, lambda: False),
+        )
 
     threads = [threading.Thread(target=work, args=(r,)) for r in range(count)]
     for t in threads:
@@ -97,15 +112,22 @@ def test_world_size_1_runs_the_real_nccl_path_and_returns_the_value_bit_for_bit(
     (group,) = _nccl_groups(1)
     try:
         assert group.kind == "nccl" and process_group.open_groups("nccl") == 1
-        for shape, dtype in [((), torch.float32), ((3,), torch.float32), ((PPO_GRADIENT,), torch.float32),
-                             ((2, 5), torch.float64), ((7,), torch.int64), ((301, 17), torch.float16)]:
+        for shape, dtype in [
+            ((), torch.float32),
+            ((3,), torch.float32),
+            ((PPO_GRADIENT,), torch.float32),
+            ((2, 5), torch.float64),
+            ((7,), torch.int64),
+            ((301, 17), torch.float16),
+        ]:
             value = (torch.randn(shape, device="cuda:0") * 100).to(dtype)
             result = group.allreduce(value, stopped=lambda: False)
             assert result.device == value.device and result.shape == value.shape
             assert torch.equal(result.cpu(), _channels_mean([value]))
             # the chunked shape of the algorithm too (an all-to-all, then an all-gather)
-            chunked = collectives.torch_allreduce(value, 0, 1, group.backend, lambda w: w.wait(),
-                                                  chunked_min_bytes=0, chunked_min_replicas=1)
+            chunked = collectives.torch_allreduce(
+                value, 0, 1, group.backend, lambda w: w.wait(), chunked_min_bytes=0, chunked_min_replicas=1
+            )
             assert torch.equal(chunked, result)
     finally:
         group.close()
@@ -153,8 +175,10 @@ def test_the_replicas_reducer_chooses_nccl_for_cuda_tensors_by_itself():
         del peers
 
 
-@pytest.mark.skipif(not _nccl() or __import__("torch").cuda.device_count() < 2,
-                    reason="two NCCL ranks need two GPUs (NCCL refuses two ranks on one GPU)")
+@pytest.mark.skipif(
+    not _nccl() or __import__("torch").cuda.device_count() < 2,
+    reason="two NCCL ranks need two GPUs (NCCL refuses two ranks on one GPU)",
+)
 def test_two_gpus_give_the_channels_bits():
     import torch
 
@@ -162,8 +186,10 @@ def test_two_gpus_give_the_channels_bits():
     groups = _nccl_groups(count)
     try:
         for size in (5, PPO_GRADIENT, 262144):
-            values = [torch.from_numpy(np.random.default_rng(r).standard_normal(size).astype(np.float32)).to(f"cuda:{r}")
-                      for r in range(count)]
+            values = [
+                torch.from_numpy(np.random.default_rng(r).standard_normal(size).astype(np.float32)).to(f"cuda:{r}")
+                for r in range(count)
+            ]
             out: list = [None] * count
 
             def work(r: int) -> None:

@@ -2,6 +2,7 @@
 trains on CUDA, the CuPy CartPole over many episodes, and a CuPy env's snapshot/resume.
 Their CPU twins: tests/gpu/test_placement_cpu.py, tests/envs/test_device_state.py,
 tests/runtime/test_wire_devices.py."""
+
 from __future__ import annotations
 
 import copy
@@ -32,14 +33,21 @@ def test_gpuonly_ppo_trains_on_cuda():
         return ppo.ppo_update(agent, *args, **kwargs)
 
     namespace = dict(vars(ppo), ppo_update=ppo_update_on)
-    with LocalCluster(n_workers=1, threads_per_worker=2, processes=True, host="127.0.0.1",
-                      dashboard_address="127.0.0.1:0", silence_logs=logging.ERROR) as cluster, \
-            Client(cluster, set_as_default=False) as client:
+    with (
+        LocalCluster(
+            n_workers=1,
+            threads_per_worker=2,
+            processes=True,
+            host="127.0.0.1",
+            dashboard_address="127.0.0.1:0",
+            silence_logs=logging.ERROR,
+        ) as cluster,
+        Client(cluster, set_as_default=False) as client,
+    ):
         from workbench.cluster.connect import inventory_of
 
         assert inventory_of(client).gpu_workers(), "the worker did not report its GPU"
-        run = ppo.build_fdg(namespace).run(iterations=4, steps=16, policy="gpuonly", cluster=client,
-                                          progress=False)
+        run = ppo.build_fdg(namespace).run(iterations=4, steps=16, policy="gpuonly", cluster=client, progress=False)
     assert run.metrics["test/learner_on_cuda"].tolist() == [1.0] * 4
     assert np.isfinite(run.metrics["losses/value_loss"]).all()
 
@@ -78,8 +86,11 @@ def test_cupy_env_snapshot_and_resume():
 
     for env in (CartPole(32, seed=5, xp=cupy), SimpleSpread(16, seed=5, xp=cupy)):
         env.reset()
-        act = (lambda t: cupy.arange(32) % 2) if isinstance(env, CartPole) else (
-            lambda t: (cupy.arange(16 * 3).reshape(16, 3) + t) % 5)
+        act = (
+            (lambda t: cupy.arange(32) % 2)
+            if isinstance(env, CartPole)
+            else (lambda t: (cupy.arange(16 * 3).reshape(16, 3) + t) % 5)
+        )
         for t in range(10):
             env.step(act(t))
         snapshot = pickle.loads(dumps_state(env))
@@ -119,9 +130,17 @@ def test_detection_and_the_inventory_find_this_hosts_gpus():
 
     count = torch.cuda.device_count()
     assert detect_worker_gpus({}, {}) == count
-    with LocalCluster(n_workers=1, threads_per_worker=1, processes=True, host="127.0.0.1",
-                      dashboard_address="127.0.0.1:0", silence_logs=logging.ERROR) as cluster, \
-            Client(cluster, set_as_default=False) as client:
+    with (
+        LocalCluster(
+            n_workers=1,
+            threads_per_worker=1,
+            processes=True,
+            host="127.0.0.1",
+            dashboard_address="127.0.0.1:0",
+            silence_logs=logging.ERROR,
+        ) as cluster,
+        Client(cluster, set_as_default=False) as client,
+    ):
         assert [w.gpus for w in inventory_of(client).workers] == [count]
 
 
@@ -138,7 +157,8 @@ def test_simple_spread_resets_on_the_device_as_its_numpy_twin(monkeypatch):
     episodes = (envs % 7).astype(np.uint32)
     cupy.testing.assert_array_equal(
         counter_rng.uniforms(key, cupy.asarray(envs), cupy.asarray(episodes), 12, cupy),
-        counter_rng.uniforms(key, envs, episodes, 12))
+        counter_rng.uniforms(key, envs, episodes, 12),
+    )
 
     def host_read(*args):
         raise AssertionError("a CuPy step read which envs ended back to the host")
@@ -155,7 +175,6 @@ def test_simple_spread_resets_on_the_device_as_its_numpy_twin(monkeypatch):
         obs_np, reward_np, _, _, info_np = twin.step(actions.get())
         assert isinstance(info["episode_return"], EndedEpisodes) and not info["episode_return"].on_host
         np.testing.assert_allclose(obs.get(), obs_np, rtol=1e-5, atol=1e-4)  # CUDA's sqrt, exp
-        np.testing.assert_allclose(np.asarray(info["episode_return"]),
-                                   np.asarray(info_np["episode_return"]), rtol=1e-4)
+        np.testing.assert_allclose(np.asarray(info["episode_return"]), np.asarray(info_np["episode_return"]), rtol=1e-4)
         ended += len(info["episode_return"])
     assert ended == 2 * 64

@@ -1,6 +1,7 @@
 """GPU detection and placement, pinned on the CPU: a worker plugin reports GPUs (pretend
 ones here), the inventory counts them without ``--resources GPU=N``, and presets put the
 learner / the GPUOnly loop there."""
+
 from __future__ import annotations
 
 import logging
@@ -77,9 +78,12 @@ def host_gpus() -> int:
 
 # These two check real detection where the answer is "none"; on a GPU host that answer is
 # wrong by design, and tests/gpu/test_on_gpu.py checks that detection finds the GPUs there.
-cpu_host_only = pytest.mark.skipif(host_gpus() > 0, reason="this host has a GPU: "
-                                   "test_on_gpu.py::test_detection_and_the_inventory_find_this_hosts_gpus "
-                                   "checks real detection here")
+cpu_host_only = pytest.mark.skipif(
+    host_gpus() > 0,
+    reason="this host has a GPU: "
+    "test_on_gpu.py::test_detection_and_the_inventory_find_this_hosts_gpus "
+    "checks real detection here",
+)
 
 
 @cpu_host_only
@@ -91,8 +95,14 @@ def test_detection_on_this_cpu_host_finds_none():
 def cluster():
     from distributed import LocalCluster
 
-    with LocalCluster(n_workers=1, threads_per_worker=1, processes=True, host="127.0.0.1",
-                      dashboard_address="127.0.0.1:0", silence_logs=logging.ERROR) as c:
+    with LocalCluster(
+        n_workers=1,
+        threads_per_worker=1,
+        processes=True,
+        host="127.0.0.1",
+        dashboard_address="127.0.0.1:0",
+        silence_logs=logging.ERROR,
+    ) as c:
         yield c
 
 
@@ -121,9 +131,18 @@ def test_a_declared_gpu_resource_wins():
 
     from workbench.cluster.connect import inventory_of
 
-    with LocalCluster(n_workers=1, threads_per_worker=1, processes=True, host="127.0.0.1",
-                      dashboard_address="127.0.0.1:0", silence_logs=logging.ERROR,
-                      resources={"GPU": 1}) as c, Client(c, set_as_default=False) as client:
+    with (
+        LocalCluster(
+            n_workers=1,
+            threads_per_worker=1,
+            processes=True,
+            host="127.0.0.1",
+            dashboard_address="127.0.0.1:0",
+            silence_logs=logging.ERROR,
+            resources={"GPU": 1},
+        ) as c,
+        Client(c, set_as_default=False) as client,
+    ):
         register_gpu_detection(client, count=3, force=True)
         assert [w.gpus for w in inventory_of(client).workers] == [1]
 

@@ -2,6 +2,7 @@
 weights as the eager one from the same batch and permutations; a replayed actor step draws
 fresh random actions each time; a change of the update's constants captures again; a
 schedule's learning rate reaches the replayed Adam step."""
+
 from __future__ import annotations
 
 import copy
@@ -52,8 +53,9 @@ def _updates(graphs: bool, cfg, batches, seed=0):
     torch.cuda.manual_seed(123)
     losses = []
     for update, ((state, starts, action, logp, value, reward), obs, done) in enumerate(batches):
-        losses.append(ppo.ppo_update(agent, optimizer, cfg, update, state, action, logp, value, reward, starts,
-                                     obs, done))
+        losses.append(
+            ppo.ppo_update(agent, optimizer, cfg, update, state, action, logp, value, reward, starts, obs, done)
+        )
     return agent, losses
 
 

@@ -1,6 +1,7 @@
 """RLHF's reward model on a real GPU (skipped without CUDA): it scores on the GPU as on the
 CPU, trains there, and under GPUOnly the reward fragment's copy is on CUDA and scores the
 completions GRPO learns from. The CPU twins: tests/llm/test_reward_model.py."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -43,8 +44,9 @@ def test_gpuonly_rlhf_scores_with_a_reward_model_on_cuda():
     from workbench.llm import tiny_causal_lm
     from workbench.llm.reward_model import RewardModel, reward_model_from
 
-    scorer = reward_model_from(tiny_causal_lm(rlhf.tokenizer, hidden=32, layers=2, heads=4, context=16, seed=1),
-                               rlhf.tokenizer)
+    scorer = reward_model_from(
+        tiny_causal_lm(rlhf.tokenizer, hidden=32, layers=2, heads=4, context=16, seed=1), rlhf.tokenizer
+    )
 
     def score_on(reward_model, prompts, completions):
         rlhf.wb.log("test/reward_model_on_cuda", float(next(reward_model.model.parameters()).is_cuda))
@@ -52,9 +54,17 @@ def test_gpuonly_rlhf_scores_with_a_reward_model_on_cuda():
 
     cfg = dataclasses.replace(rlhf.cfg, prompts_per_step=8, group_size=4, hidden=32)
     namespace = dict(vars(rlhf), cfg=cfg, reward_model=scorer, score_completions=score_on)
-    with LocalCluster(n_workers=1, threads_per_worker=2, processes=True, host="127.0.0.1",
-                      dashboard_address="127.0.0.1:0", silence_logs=logging.ERROR) as cluster, \
-            Client(cluster, set_as_default=False) as client:
+    with (
+        LocalCluster(
+            n_workers=1,
+            threads_per_worker=2,
+            processes=True,
+            host="127.0.0.1",
+            dashboard_address="127.0.0.1:0",
+            silence_logs=logging.ERROR,
+        ) as cluster,
+        Client(cluster, set_as_default=False) as client,
+    ):
         run = rlhf.build_fdg(namespace).run(iterations=2, steps=1, policy="gpuonly", cluster=client, progress=False)
     assert run.status == "finished", run.error
     assert run.metrics["test/reward_model_on_cuda"].tolist() == [1.0, 1.0]

@@ -2,6 +2,7 @@
 ``dask scheduler`` in the first, one ``dask worker --nthreads 1`` in each of the others,
 started from the command line as a user would. Skipped, with the reason, where namespaces
 cannot be made (not root, no iproute2, a container without CAP_SYS_ADMIN)."""
+
 from __future__ import annotations
 
 import json
@@ -39,12 +40,32 @@ class HostCluster:
         self.address = f"tcp://{net.addresses[0]}:{SCHEDULER_PORT}"
         self.dashboard = f"http://{net.addresses[0]}:{DASHBOARD_PORT}"
         self.log_dir = log_dir
-        self.procs = [net.popen(0, ["dask", "scheduler", "--host", net.addresses[0], "--port", str(SCHEDULER_PORT),
-                                    "--dashboard-address", f"{net.addresses[0]}:{DASHBOARD_PORT}",
-                                    "--preload", "workbench.cluster.dashboard"], log=self._log("scheduler"))]
+        self.procs = [
+            net.popen(
+                0,
+                [
+                    "dask",
+                    "scheduler",
+                    "--host",
+                    net.addresses[0],
+                    "--port",
+                    str(SCHEDULER_PORT),
+                    "--dashboard-address",
+                    f"{net.addresses[0]}:{DASHBOARD_PORT}",
+                    "--preload",
+                    "workbench.cluster.dashboard",
+                ],
+                log=self._log("scheduler"),
+            )
+        ]
         for i in range(1, len(net.names)):
-            self.procs.append(net.popen(i, ["dask", "worker", self.address, "--nthreads", "1", "--name", f"w{i}",
-                                            "--no-dashboard"], log=self._log(f"worker{i}")))
+            self.procs.append(
+                net.popen(
+                    i,
+                    ["dask", "worker", self.address, "--nthreads", "1", "--name", f"w{i}", "--no-dashboard"],
+                    log=self._log(f"worker{i}"),
+                )
+            )
 
     def _log(self, name: str):
         return open(self.log_dir / f"{name}.log", "w")
@@ -52,16 +73,25 @@ class HostCluster:
     def drive(self, timeout: float = 240.0, **spec) -> dict:
         """Run ``drive_run.py`` on host 0 with ``spec``; its result (or a failure that shows
         the processes' logs)."""
-        spec = {"scheduler": self.address, "workers": len(self.procs) - 1, "iterations": 12,
-                "hosts": self.net.addresses, "names": self.net.names, "switch": self.net.switch, **spec}
+        spec = {
+            "scheduler": self.address,
+            "workers": len(self.procs) - 1,
+            "iterations": 12,
+            "hosts": self.net.addresses,
+            "names": self.net.names,
+            "switch": self.net.switch,
+            **spec,
+        }
         try:
             done = self.net.run(0, [sys.executable, str(DRIVER), json.dumps(spec)], timeout=timeout)
         except subprocess.TimeoutExpired as exc:
             pytest.fail(f"the run did not end within {timeout:g} s\n{exc.stdout}\n{self.logs()}")
         line = next((l for l in done.stdout.splitlines() if l.startswith("RESULT ")), None)
         if line is None:
-            pytest.fail(f"the run failed (exit {done.returncode}):\n{done.stdout[-3000:]}\n{done.stderr[-5000:]}\n{self.logs()}")
-        return {**json.loads(line[len("RESULT "):]), "rc": done.returncode, "stdout": done.stdout}
+            pytest.fail(
+                f"the run failed (exit {done.returncode}):\n{done.stdout[-3000:]}\n{done.stderr[-5000:]}\n{self.logs()}"
+            )
+        return {**json.loads(line[len("RESULT ") :]), "rc": done.returncode, "stdout": done.stdout}
 
     def logs(self) -> str:
         return "\n".join(f"--- {p.name}\n{p.read_text()[-2000:]}" for p in sorted(self.log_dir.glob("*.log")))

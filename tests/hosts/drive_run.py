@@ -6,6 +6,7 @@ take its host's link down; ``blink``: the same, plugged back in once the run has
 without it; ``pause``: SIGSTOP it for ``pause_s`` then SIGCONT, a hiccup
 shorter than the liveness probe's limit; ``throttle``: make its host's link slow, to
 ``rate``) and prints one JSON line with what happened."""
+
 from __future__ import annotations
 
 import json
@@ -38,17 +39,28 @@ def main(spec: dict) -> dict:
     else:
         fdg = toy_fdg(time=time)
         # the counters' env step, taking some time (iterations of some length)
-        fdg.add_fragment("env", "time.sleep(0.01)\nobs = obs + 1\nreward = action.copy()\nseen += 1\n"
-                                "wb.log('charts/episodic_return', float(reward.sum()))", rate="step")
+        fdg.add_fragment(
+            "env",
+            "time.sleep(0.01)\nobs = obs + 1\nreward = action.copy()\nseen += 1\n"
+            "wb.log('charts/episodic_return', float(reward.sum()))",
+            rate="step",
+        )
     fault: dict = {}
 
     class Inject:
         def log(self, row: dict) -> None:
-            if spec["fault"] == "blink" and fault and "restored" not in fault and any(
-                    e.kind == "worker lost" for e in fdg.last_run.events):
+            if (
+                spec["fault"] == "blink"
+                and fault
+                and "restored" not in fault
+                and any(e.kind == "worker lost" for e in fdg.last_run.events)
+            ):
                 # the run has moved on without the host: plug its cable back in
-                subprocess.run(["ip", "netns", "exec", spec["switch"], "ip", "link", "set",
-                                f"port{fault['host']}", "up"], check=True, timeout=10)
+                subprocess.run(
+                    ["ip", "netns", "exec", spec["switch"], "ip", "link", "set", f"port{fault['host']}", "up"],
+                    check=True,
+                    timeout=10,
+                )
                 fault["restored"] = row["iteration"]
             if row["iteration"] != spec.get("at") or fault:
                 return
@@ -61,8 +73,12 @@ def main(spec: dict) -> dict:
             else:  # the worker holding that fragment
                 name = run.policy.group_of(spec["target"]).workers[0]
             address = names[name]
-            fault.update(worker=name, address=address, at=time.time(),
-                         placement={g.name: list(g.workers) for g in run.policy.groups})
+            fault.update(
+                worker=name,
+                address=address,
+                at=time.time(),
+                placement={g.name: list(g.workers) for g in run.policy.groups},
+            )
             if spec["fault"] == "kill":
                 os.kill(pids[address], signal.SIGKILL)
             elif spec["fault"] == "stop":
@@ -74,8 +90,11 @@ def main(spec: dict) -> dict:
             elif spec["fault"] in ("cut", "blink", "throttle"):
                 host = fault["host"] = spec["hosts"].index(address.split("://")[1].rsplit(":", 1)[0])
                 if spec["fault"] in ("cut", "blink"):
-                    subprocess.run(["ip", "netns", "exec", spec["switch"], "ip", "link", "set", f"port{host}",
-                                    "down"], check=True, timeout=10)
+                    subprocess.run(
+                        ["ip", "netns", "exec", spec["switch"], "ip", "link", "set", f"port{host}", "down"],
+                        check=True,
+                        timeout=10,
+                    )
                 else:
                     throttle(spec["switch"], spec["names"][host], host, spec["rate"])
 
@@ -91,20 +110,32 @@ def main(spec: dict) -> dict:
             loggers.append(TensorBoardLogger(os.path.join(spec["log_dir"], "tb")))
     topics_before = set(client.run_on_scheduler(_workbench_topics))
     options = {"lost_after": spec["lost_after"]} if "lost_after" in spec else {}
-    run = fdg.run(iterations=spec["iterations"], steps=4, policy=policy, cluster=client,
-                  progress=False, loggers=loggers, **options)
+    run = fdg.run(
+        iterations=spec["iterations"],
+        steps=4,
+        policy=policy,
+        cluster=client,
+        progress=False,
+        loggers=loggers,
+        **options,
+    )
     lost = [e for e in run.events if e.kind == "worker lost"]
     result = {
-        "status": run.status, "completed": run.completed_iterations, "wall_s": run.wall_time,
-        "iterations": [r["iteration"] for r in run.rows], "lost_iterations": run.lost_iterations,
-        "events": [e.message for e in lost], "fault": fault,
+        "status": run.status,
+        "completed": run.completed_iterations,
+        "wall_s": run.wall_time,
+        "iterations": [r["iteration"] for r in run.rows],
+        "lost_iterations": run.lost_iterations,
+        "events": [e.message for e in lost],
+        "fault": fault,
         "detected_after": lost[0].time - fault["at"] if lost and fault else None,
         "workers_after": sorted(workers_info(client)),
         "placed_on": sorted({w for g in run.policy.groups for w in g.workers}),
         "scale": run.state.fragments["learner"][0]["scale"] if run.state is not None else None,
         "total": run.state.fragments["learner"][0].get("total") if run.state is not None else None,
-        "silent_seconds": [float(m.group(1)) for e in lost
-                           if (m := re.search(r"not heard from for ([\d.]+) s", e.message))],
+        "silent_seconds": [
+            float(m.group(1)) for e in lost if (m := re.search(r"not heard from for ([\d.]+) s", e.message))
+        ],
     }
     if spec.get("log_dir"):
         result["report"] = run.report(os.path.join(spec["log_dir"], "report.html"))
@@ -137,12 +168,17 @@ def five_kinds_fdg():
     fdg.add_fragment("actor", "gain = scale", rate="init")
     fdg.add_fragment("buffer", "kept = 0", rate="init")
     fdg.add_fragment("actor", "action = obs * gain", rate="step")
-    fdg.add_fragment("env", "time.sleep(0.01)\nobs = obs + 1\nsignal = action.copy()\n"
-                            "wb.log('charts/episodic_return', float(signal.sum()))", rate="step")
+    fdg.add_fragment(
+        "env",
+        "time.sleep(0.01)\nobs = obs + 1\nsignal = action.copy()\n"
+        "wb.log('charts/episodic_return', float(signal.sum()))",
+        rate="step",
+    )
     fdg.add_fragment("reward", "reward = signal * 2.0", rate="step")
     fdg.add_fragment("buffer", "stored = reward + 0.0\nkept += 1", rate="step")
-    fdg.add_fragment("learner", "total += float(stored.sum())\nwb.log('learner/total', total)\n"
-                                "scale = scale * 0.5", rate="iteration")
+    fdg.add_fragment(
+        "learner", "total += float(stored.sum())\nwb.log('learner/total', total)\nscale = scale * 0.5", rate="iteration"
+    )
     fdg.add_fragment("actor", "gain = scale", rate="iteration")
     return fdg
 

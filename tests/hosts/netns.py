@@ -7,6 +7,7 @@ start inside a host with :meth:`Hosts.popen`; :meth:`Hosts.link` takes a host's 
 of the switch and puts it back. :meth:`Hosts.close` kills every process started and deletes
 the namespaces (their links and the bridge go with them), whatever state they are in.
 """
+
 from __future__ import annotations
 
 import os
@@ -42,12 +43,34 @@ def throttle(switch: str, host_ns: str, index: int, rate: str | None) -> None:
     delay); None makes it fast again. Namespaces are reused between tests: whoever
     throttles unthrottles."""
     for ns, dev in ((switch, f"port{index}"), (host_ns, "eth0")):
-        subprocess.run(["ip", "netns", "exec", ns, "tc", "qdisc", "del", "dev", dev, "root"],
-                       capture_output=True, timeout=20)  # none there: fine
+        subprocess.run(
+            ["ip", "netns", "exec", ns, "tc", "qdisc", "del", "dev", dev, "root"], capture_output=True, timeout=20
+        )  # none there: fine
         if rate is not None:
-            subprocess.run(["ip", "netns", "exec", ns, "tc", "qdisc", "add", "dev", dev, "root", "tbf",
-                            "rate", rate, "burst", "16kbit", "latency", "1s"],
-                           check=True, capture_output=True, timeout=20)
+            subprocess.run(
+                [
+                    "ip",
+                    "netns",
+                    "exec",
+                    ns,
+                    "tc",
+                    "qdisc",
+                    "add",
+                    "dev",
+                    dev,
+                    "root",
+                    "tbf",
+                    "rate",
+                    rate,
+                    "burst",
+                    "16kbit",
+                    "latency",
+                    "1s",
+                ],
+                check=True,
+                capture_output=True,
+                timeout=20,
+            )
 
 
 class Hosts:
@@ -85,16 +108,21 @@ class Hosts:
 
     def popen(self, host: int, args: list[str], log=None, **kwargs) -> subprocess.Popen:
         """Start ``args`` inside host ``host`` (its own process group, for cleanup)."""
-        proc = subprocess.Popen(["ip", "netns", "exec", self.names[host], *args], start_new_session=True,
-                                stdout=log or subprocess.DEVNULL, stderr=subprocess.STDOUT if log else subprocess.DEVNULL,
-                                **kwargs)
+        proc = subprocess.Popen(
+            ["ip", "netns", "exec", self.names[host], *args],
+            start_new_session=True,
+            stdout=log or subprocess.DEVNULL,
+            stderr=subprocess.STDOUT if log else subprocess.DEVNULL,
+            **kwargs,
+        )
         self.procs.append(proc)
         return proc
 
     def run(self, host: int, args: list[str], timeout: float, **kwargs) -> subprocess.CompletedProcess:
         """Run ``args`` inside host ``host`` to completion."""
-        return subprocess.run(["ip", "netns", "exec", self.names[host], *args], timeout=timeout,
-                              capture_output=True, text=True, **kwargs)
+        return subprocess.run(
+            ["ip", "netns", "exec", self.names[host], *args], timeout=timeout, capture_output=True, text=True, **kwargs
+        )
 
     def link(self, host: int, up: bool) -> None:
         """Plug host ``host``'s cable out of the switch (its processes live on) or back in."""

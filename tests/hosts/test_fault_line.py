@@ -3,6 +3,7 @@ first iterations (not during deploy), and the run says so in ONE line — which 
 happened to it, which fragments were re-placed where, how many finished iterations ran
 again — printed, in the CSV's events file and TensorBoard, on the dashboard's topic, and in
 the run report; the run still finishes every iteration."""
+
 from __future__ import annotations
 
 import csv
@@ -25,7 +26,7 @@ def test_a_cut_off_host_is_said_once_everywhere_with_where_its_fragments_went(ho
 
     printed = [line for line in result["stdout"].splitlines() if line.startswith("workbench: ") and worker in line]
     assert len(printed) == 1, result["stdout"]
-    line = printed[0][len("workbench: "):]
+    line = printed[0][len("workbench: ") :]
     assert result["events"] == [line], result  # the line is the run's event, word for word
     assert line.startswith(f"worker {worker} stopped answering mid-run"), line
     # where it went: the learner, off the lost worker onto the one left

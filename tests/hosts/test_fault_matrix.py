@@ -7,6 +7,7 @@ A freeze or a cut is decided within the run's ``lost_after`` (here 6 s), not Das
 
 The FDG (``drive_run.five_kinds_fdg``) gives each kind a group of its own; the kind under
 test sits alone on worker w2, every other on w1, so the fault hits that kind's worker."""
+
 from __future__ import annotations
 
 import re
@@ -28,8 +29,9 @@ FAULTS = {"kill": "left the cluster", "cut": "stopped answering", "stop": "stopp
 @pytest.mark.parametrize("fault", sorted(FAULTS))
 @pytest.mark.parametrize("kind", KINDS)
 def test_a_lost_worker_of_any_kind_is_said_once_and_the_run_goes_on(host_cluster, kind, fault):
-    result = host_cluster.drive(fdg="five kinds", fault=fault, target=kind, at=AT, iterations=ITERATIONS,
-                                lost_after=LOST_AFTER)
+    result = host_cluster.drive(
+        fdg="five kinds", fault=fault, target=kind, at=AT, iterations=ITERATIONS, lost_after=LOST_AFTER
+    )
     worker = result["fault"]["worker"]
     assert worker == "w2" and result["fault"]["placement"][kind] == ["w2"], result["fault"]
     assert result["rc"] == 0 and result["status"] == "finished", result
@@ -37,7 +39,7 @@ def test_a_lost_worker_of_any_kind_is_said_once_and_the_run_goes_on(host_cluster
 
     printed = [line for line in result["stdout"].splitlines() if line.startswith(f"workbench: worker {worker} ")]
     assert len(printed) == 1, result["stdout"]
-    line = printed[0][len("workbench: "):]
+    line = printed[0][len("workbench: ") :]
     assert result["events"] == [line], result  # the line is the run's event, word for word
     assert line.startswith(f"worker {worker} {FAULTS[fault]} mid-run"), line
     # what it held, and where it went: w1, or — a killed process's nanny starts a new one
@@ -50,7 +52,7 @@ def test_a_lost_worker_of_any_kind_is_said_once_and_the_run_goes_on(host_cluster
     assert redone, line
     assert int(redone.group(1).replace("no", "0")) == result["lost_iterations"] <= 1, (line, result)
     # the learner went on from its snapshot: every iteration halved its scale exactly once
-    assert result["scale"] == 0.5 ** ITERATIONS, result
+    assert result["scale"] == 0.5**ITERATIONS, result
     assert "w1" in result["placed_on"] and set(result["placed_on"]) <= {"w1", worker}, result
     if fault != "kill":  # decided by workbench, within the bound, not by Dask's timeouts
         assert result["silent_seconds"] and result["silent_seconds"][0] <= LOST_AFTER + SLACK_S, line

@@ -2,6 +2,7 @@
 network namespaces (tests/hosts/conftest.py). A run under SingleLearnerCoarse finishes,
 and survives a worker host killed, frozen or cut off mid-run with at most the iteration in
 flight run again; the /workbench dashboard page is served from the scheduler's host."""
+
 from __future__ import annotations
 
 import pytest
@@ -18,14 +19,18 @@ def test_a_run_across_hosts_finishes(host_cluster, policy):
     result = host_cluster.drive(fault="none", policy=policy)
     assert result["status"] == "finished" and result["iterations"] == list(range(ITERATIONS)), result
     assert result["events"] == []
-    assert result["scale"] == 0.5 ** ITERATIONS
+    assert result["scale"] == 0.5**ITERATIONS
 
 
-@pytest.mark.parametrize(("fault", "target", "says"), [
-    ("kill", "other", "left the cluster"),
-    ("stop", "learner", "stopped answering"),
-    ("cut", "learner", "stopped answering"),
-], ids=["SIGKILL of a worker", "SIGSTOP of the learner's worker", "the learner's host's link down"])
+@pytest.mark.parametrize(
+    ("fault", "target", "says"),
+    [
+        ("kill", "other", "left the cluster"),
+        ("stop", "learner", "stopped answering"),
+        ("cut", "learner", "stopped answering"),
+    ],
+    ids=["SIGKILL of a worker", "SIGSTOP of the learner's worker", "the learner's host's link down"],
+)
 def test_a_lost_host_costs_at_most_the_iteration_in_flight(host_cluster, fault, target, says):
     result = host_cluster.drive(fault=fault, target=target, at=4)
     assert result["fault"], result
@@ -36,7 +41,7 @@ def test_a_lost_host_costs_at_most_the_iteration_in_flight(host_cluster, fault, 
     # retired from the scheduler (killed, or removed as unreachable): not part of the run
     assert result["fault"]["address"] not in result["workers_after"], result
     # the learner was restored from its snapshot: every iteration halved its scale once
-    assert result["scale"] == 0.5 ** ITERATIONS, result
+    assert result["scale"] == 0.5**ITERATIONS, result
 
 
 def test_a_host_whose_link_comes_back_does_not_rejoin_the_run_half_way(host_cluster):
@@ -49,13 +54,17 @@ def test_a_host_whose_link_comes_back_does_not_rejoin_the_run_half_way(host_clus
     assert len(result["events"]) == 1 and "stopped answering" in result["events"][0], result
     assert result["lost_iterations"] <= 1, result
     assert result["fault"]["worker"] not in result["placed_on"], result
-    assert result["scale"] == 0.5 ** 16, result
+    assert result["scale"] == 0.5**16, result
 
 
-@pytest.mark.parametrize(("fault", "spec"), [
-    ("pause", {"pause_s": 1.5}),
-    ("throttle", {"rate": "32kbit"}),
-], ids=["the learner's worker frozen for 1.5 s", "the learner's host's link slowed to 32 kbit/s"])
+@pytest.mark.parametrize(
+    ("fault", "spec"),
+    [
+        ("pause", {"pause_s": 1.5}),
+        ("throttle", {"rate": "32kbit"}),
+    ],
+    ids=["the learner's worker frozen for 1.5 s", "the learner's host's link slowed to 32 kbit/s"],
+)
 def test_a_slow_or_hiccuping_host_is_not_taken_for_a_lost_one(host_cluster, fault, spec):
     """Alive but slow is not lost: the liveness probe waits for an answer, so a short
     freeze (a long GC pause, a swapping host) or a slow link costs time, not the worker."""
@@ -64,15 +73,17 @@ def test_a_slow_or_hiccuping_host_is_not_taken_for_a_lost_one(host_cluster, faul
     assert result["status"] == "finished" and result["iterations"] == list(range(ITERATIONS)), result
     assert result["events"] == [] and result["lost_iterations"] == 0, result
     assert result["fault"]["address"] in result["workers_after"], result
-    assert result["scale"] == 0.5 ** ITERATIONS, result
+    assert result["scale"] == 0.5**ITERATIONS, result
 
 
 def test_the_dashboard_page_is_served_from_the_schedulers_host(host_cluster):
     import time
 
-    script = ("import sys, urllib.request\n"
-              f"body = urllib.request.urlopen('{host_cluster.dashboard}/workbench', timeout=10).read()\n"
-              "sys.stdout.write(str(len(body)) + ' ' + str(b'bokeh' in body.lower()))\n")
+    script = (
+        "import sys, urllib.request\n"
+        f"body = urllib.request.urlopen('{host_cluster.dashboard}/workbench', timeout=10).read()\n"
+        "sys.stdout.write(str(len(body)) + ' ' + str(b'bokeh' in body.lower()))\n"
+    )
     deadline = time.monotonic() + 30
     while True:  # the scheduler starts its dashboard a moment after the process starts
         done = host_cluster.net.run(0, ["python", "-c", script], timeout=20)

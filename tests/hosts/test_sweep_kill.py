@@ -8,6 +8,7 @@ whole (its nanny with it: nothing comes back). Every trial still solves; a trial
 on w2 goes on on w1 from its newest checkpoint — none starts over from iteration 0 — and
 the table says where it resumed.
 """
+
 from __future__ import annotations
 
 import json
@@ -22,13 +23,19 @@ KILL_AFTER = 12
 
 
 def test_a_sweep_loses_no_trial_when_a_worker_host_is_killed(host_cluster, tmp_path):
-    spec = {"scheduler": host_cluster.address, "checkpoint_dir": str(tmp_path / "sweep"),
-            "victim": "w2", "pgid": host_cluster.procs[2].pid, "seeds": SEEDS}
-    done = host_cluster.net.run(0, [sys.executable, "-m", "tests.hosts.test_sweep_kill", json.dumps(spec)],
-                                timeout=900, cwd=str(ROOT))
+    spec = {
+        "scheduler": host_cluster.address,
+        "checkpoint_dir": str(tmp_path / "sweep"),
+        "victim": "w2",
+        "pgid": host_cluster.procs[2].pid,
+        "seeds": SEEDS,
+    }
+    done = host_cluster.net.run(
+        0, [sys.executable, "-m", "tests.hosts.test_sweep_kill", json.dumps(spec)], timeout=900, cwd=str(ROOT)
+    )
     line = next((l for l in done.stdout.splitlines() if l.startswith("RESULT ")), None)
     assert line is not None, f"{done.stdout[-4000:]}\n{done.stderr[-4000:]}\n{host_cluster.logs()}"
-    result = json.loads(line[len("RESULT "):])
+    result = json.loads(line[len("RESULT ") :])
     print(result["table"])  # the kill run's table, for the record (pytest -s)
     assert result["killed"], result
     assert result["statuses"] == ["solved"] * SEEDS, result["table"]
@@ -64,13 +71,25 @@ def drive(spec: dict) -> dict:
     client = Client(spec["scheduler"], timeout=120, set_as_default=False)
     client.wait_for_workers(2, timeout=180)  # both hosts' workers, as a user waits for them
     fdg, options = load_notebook(ROOT / "notebooks" / "quickstart.ipynb")
-    result = sweep(fdg, seeds=spec["seeds"], cluster=client, checkpoint_dir=spec["checkpoint_dir"],
-                   checkpoint_every=5, progress=KillMidSweep, **options)
+    result = sweep(
+        fdg,
+        seeds=spec["seeds"],
+        cluster=client,
+        checkpoint_dir=spec["checkpoint_dir"],
+        checkpoint_every=5,
+        progress=KillMidSweep,
+        **options,
+    )
     client.close()
     rows = result.trials.rows
-    return {"killed": killed, "statuses": [r.status for r in rows], "table": result.trials.text(),
-            "resumed_from": {r.trial.index: r.resumed_from for r in rows},
-            "workers": {r.trial.index: r.worker for r in rows}, "summary": result.summary()}
+    return {
+        "killed": killed,
+        "statuses": [r.status for r in rows],
+        "table": result.trials.text(),
+        "resumed_from": {r.trial.index: r.resumed_from for r in rows},
+        "workers": {r.trial.index: r.worker for r in rows},
+        "summary": result.summary(),
+    }
 
 
 if __name__ == "__main__":

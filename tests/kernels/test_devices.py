@@ -1,13 +1,13 @@
 """Device strings: one parser, ``replica.device`` always ``"cpu"`` or ``"cuda:K"``, and
 ``get_xp("cuda:K")`` never silently on GPU 0. Pinned on the CPU (GPUs are faked by count)."""
+
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
 from workbench.context import ReplicaInfo
-from workbench.devices import (DeviceError, claim_gpus, cuda_index, normalize_device, parse_device,
-                               replica_device)
+from workbench.devices import DeviceError, claim_gpus, cuda_index, normalize_device, parse_device, replica_device
 from workbench.kernels import get_xp, gpu_available
 
 
@@ -18,10 +18,18 @@ def gpus(monkeypatch):
     return claim_gpus
 
 
-@pytest.mark.parametrize("text, parsed", [
-    ("cpu", ("cpu", None)), ("CPU", ("cpu", None)), ("cuda", ("cuda", 0)), ("gpu", ("cuda", 0)),
-    ("cuda:0", ("cuda", 0)), ("cuda:3", ("cuda", 3)), (" cuda:12 ", ("cuda", 12)),
-])
+@pytest.mark.parametrize(
+    "text, parsed",
+    [
+        ("cpu", ("cpu", None)),
+        ("CPU", ("cpu", None)),
+        ("cuda", ("cuda", 0)),
+        ("gpu", ("cuda", 0)),
+        ("cuda:0", ("cuda", 0)),
+        ("cuda:3", ("cuda", 3)),
+        (" cuda:12 ", ("cuda", 12)),
+    ],
+)
 def test_parse(text, parsed):
     assert parse_device(text) == parsed
 
@@ -45,7 +53,11 @@ def test_normalized_strings_are_what_torch_accepts():
 def test_a_gpu_placement_becomes_cuda_k_spread_over_the_workers_gpus(gpus):
     gpus(2)
     assert [ReplicaInfo("learner", i, 4, "w0", "gpu").device for i in range(4)] == [
-        "cuda:0", "cuda:1", "cuda:0", "cuda:1"]
+        "cuda:0",
+        "cuda:1",
+        "cuda:0",
+        "cuda:1",
+    ]
     assert ReplicaInfo("learner", 0, 1, "w0", "cuda:1").device == "cuda:1"
     assert ReplicaInfo("learner", 0, 1, "w0", "cpu").device == "cpu"
     assert replica_device("gpu", 5, gpus=4) == "cuda:1"

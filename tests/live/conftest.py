@@ -1,4 +1,5 @@
 """The live tests' shared fixture: a real ipykernel per test module (tests/live/kernel.py)."""
+
 from __future__ import annotations
 
 import pytest

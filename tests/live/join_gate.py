@@ -13,6 +13,7 @@ Example (the tests' cluster)::
 
     PatientLocalCluster(..., env={GATE_ENV: str(folder)}, preload=["tests.live.join_gate"])
 """
+
 from __future__ import annotations
 
 import asyncio

@@ -5,6 +5,7 @@ what they printed and displayed from the iopub channel, and interrupts the kerne
 Kernel ▸ Interrupt does (SIGINT to the kernel's process group). The quickstart's cells are
 read from ``notebooks/quickstart.ipynb``, so the tests run what users run.
 """
+
 from __future__ import annotations
 
 import ast
@@ -119,13 +120,21 @@ class Kernel:
         printed text: a background run printing at the same moment can carry a cell's
         stdout off under another parent message (seen once in CI on a busy machine).
         """
-        msg_id = self.client.execute("", silent=True, store_history=False,
-                                     user_expressions={"v": f"__import__('json').dumps({expression})"})
-        msg = next(self._replies(self.client.get_shell_msg, msg_id, timeout,
-                                 lambda: f"no reply to evaluating {expression!r} within {timeout:g} s"))
+        msg_id = self.client.execute(
+            "", silent=True, store_history=False, user_expressions={"v": f"__import__('json').dumps({expression})"}
+        )
+        msg = next(
+            self._replies(
+                self.client.get_shell_msg,
+                msg_id,
+                timeout,
+                lambda: f"no reply to evaluating {expression!r} within {timeout:g} s",
+            )
+        )
         result = msg["content"]["user_expressions"]["v"]
-        assert result["status"] == "ok", (f"evaluating {expression!r} failed: "
-                                          f"{result.get('ename')}: {result.get('evalue')}")
+        assert result["status"] == "ok", (
+            f"evaluating {expression!r} failed: {result.get('ename')}: {result.get('evalue')}"
+        )
         return json.loads(ast.literal_eval(result["data"]["text/plain"]))
 
     def wait_for(self, expression: str, what: str, timeout: float = 300.0, every: float = 0.5) -> None:

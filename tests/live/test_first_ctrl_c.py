@@ -6,6 +6,7 @@ does for a background run (``workbench.runtime.process.interrupts.first_interrup
 Before 2026-12-01 it interrupted at once: the cell's result had no state and the
 checkpoint directory held only the every-N ones (none at all before the first N).
 """
+
 from __future__ import annotations
 
 import time
@@ -30,8 +31,10 @@ def test_the_first_interrupt_stops_at_a_boundary_keeping_the_state_and_the_final
         kernel.ok(cell)
     kernel.ok(SMALL)
     ckpt, logs = tmp_path / "ckpt", tmp_path / "logs"
-    running = kernel.send(f"r = %fdg run --iterations 100000 --policy {policy} --checkpoint-dir {ckpt} "
-                          f"--checkpoint-every 100000 --log-dir {logs} --no-progress")
+    running = kernel.send(
+        f"r = %fdg run --iterations 100000 --policy {policy} --checkpoint-dir {ckpt} "
+        f"--checkpoint-every 100000 --log-dir {logs} --no-progress"
+    )
     deadline = time.monotonic() + 300  # the embedded cluster may take a while to start
     while _rows(logs) < 3:
         assert time.monotonic() < deadline, "the run logged no 3 iterations within 300 s"
@@ -41,8 +44,8 @@ def test_the_first_interrupt_stops_at_a_boundary_keeping_the_state_and_the_final
     assert reply.status == "ok", reply.text[-3000:]  # the cell returns the run, no traceback
     assert "stopping at the end of this iteration" in reply.text and "Traceback" not in reply.text
     status, iterations, has_state, latest = kernel.value(
-        f"[r.status, r.completed_iterations, r.state is not None, "
-        f"open({str(ckpt / 'LATEST')!r}).read().strip()]")
+        f"[r.status, r.completed_iterations, r.state is not None, open({str(ckpt / 'LATEST')!r}).read().strip()]"
+    )
     assert status == "interrupted" and iterations >= 3 and has_state
     assert latest == f"iteration-{iterations:06d}"  # the final checkpoint, at the boundary it stopped at
     saved = tmp_path / "saved"

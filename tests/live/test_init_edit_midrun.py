@@ -4,6 +4,7 @@ state is laid back over what it built — the names it adds get their first valu
 every name the fragment had keeps its trained value — the same under inline and on a
 cluster. Before, inline never ran it (a cell reading the new name failed with NameError)
 and coarse died with a raw ``KeyError`` where a new interface's value was sent."""
+
 from __future__ import annotations
 
 import re
@@ -50,15 +51,18 @@ def test_a_name_an_edited_init_cell_adds_is_there_for_its_own_step_cell(policy, 
         fdg.add_fragment("env", ENV_INIT + "\nmarker = 7.0", rate="init")
         fdg.add_fragment("env", ENV_STEP + "\nwb.log('env/marker', marker)", rate="step")
 
-    run = fdg.run(iterations=ITERATIONS, steps=3, policy=policy, cluster=client, progress=False,
-                  loggers=[At(EDIT_AT, edit)])
+    run = fdg.run(
+        iterations=ITERATIONS, steps=3, policy=policy, cluster=client, progress=False, loggers=[At(EDIT_AT, edit)]
+    )
     landed = _edited(run)
     assert len(landed) == 2 and landed[0] == landed[1] and EDIT_AT < landed[0] < ITERATIONS, run.events
     _check_landed(run, "env/marker", 7.0, landed[0])
     assert all(r["marker"] == 7.0 for r in run.state.fragments["env"])
     out = capsys.readouterr().out
-    assert ("env: new init cell (it runs there in each replica of env to give marker a first value; "
-            "rng, obs, seen keep their trained values), applies from iteration") in out
+    assert (
+        "env: new init cell (it runs there in each replica of env to give marker a first value; "
+        "rng, obs, seen keep their trained values), applies from iteration"
+    ) in out
     assert _announced(out, "env: new init cell") <= landed[0]
 
 
@@ -72,8 +76,9 @@ def test_a_new_interface_from_an_edited_init_cell_reaches_another_fragment(polic
         fdg.add_fragment("learner", LEARNER_INIT + "\nbaseline = 5.0", rate="init")
         fdg.add_fragment("env", ENV_STEP + "\nwb.log('env/baseline', baseline)", rate="step")
 
-    run = fdg.run(iterations=ITERATIONS, steps=3, policy=policy, cluster=client, progress=False,
-                  loggers=[At(EDIT_AT, edit)])
+    run = fdg.run(
+        iterations=ITERATIONS, steps=3, policy=policy, cluster=client, progress=False, loggers=[At(EDIT_AT, edit)]
+    )
     landed = _edited(run)
     assert len(landed) == 2 and landed[0] == landed[1], run.events
     _check_landed(run, "env/baseline", 5.0, landed[0])
@@ -83,14 +88,15 @@ def test_a_new_interface_from_an_edited_init_cell_reaches_another_fragment(polic
 def test_an_init_edit_that_adds_no_name_says_it_changes_nothing_in_this_run(capsys):
     """Its names keep their trained values (the fragment keeps its state): said, not silent."""
     fdg = counting_fdg()
-    edit = At(EDIT_AT, lambda: fdg.add_fragment("learner", "updates = 100\ntotal = 0.0\ngain = 1.0",
-                                                rate="init"))
+    edit = At(EDIT_AT, lambda: fdg.add_fragment("learner", "updates = 100\ntotal = 0.0\ngain = 1.0", rate="init"))
     run = fdg.run(iterations=ITERATIONS, steps=3, progress=False, loggers=[edit])
     assert run.status == "finished" and len(_edited(run)) == 1
     assert run.state.fragments["learner"][0]["updates"] == ITERATIONS  # not reset to 100
     out = capsys.readouterr().out
-    assert ("learner: new init cell (it adds no name, so it changes nothing in this run: updates, "
-            "total, gain keep their trained values") in out
+    assert (
+        "learner: new init cell (it adds no name, so it changes nothing in this run: updates, "
+        "total, gain keep their trained values"
+    ) in out
     assert "It is the init cell of the next run" in out
 
 
@@ -115,18 +121,22 @@ def test_init_cell_re_run_from_the_magics_while_a_background_run_trains(ip, caps
     """The outside tester's notebook: %%fragment env --init re-run mid-run, then the step
     cell edited to read the init cell's new name; inline, through IPython."""
     fdg = ip.magics_manager.registry["WorkbenchMagics"].fdg
-    for cell in ("import time", "%%fragment env --init\nobs = np.zeros(2)\n",
-                 "%%fragment actor\naction = obs + 1\n",
-                 "%%fragment env\nobs = action * 0.5\nreward = action.copy()\n",
-                 "%%fragment learner\ntime.sleep(0.01)\nwb.log('T', reward.shape[0])\n"):
+    for cell in (
+        "import time",
+        "%%fragment env --init\nobs = np.zeros(2)\n",
+        "%%fragment actor\naction = obs + 1\n",
+        "%%fragment env\nobs = action * 0.5\nreward = action.copy()\n",
+        "%%fragment learner\ntime.sleep(0.01)\nwb.log('T', reward.shape[0])\n",
+    ):
         assert ip.run_cell(cell).success
     ip.run_line_magic("fdg", "run --background --iterations 100000 --steps 2 --no-progress")
     try:
         _wait("a first iteration", lambda: fdg.last_run is not None and fdg.last_run.completed_iterations)
         assert ip.run_cell("%%fragment env --init\nobs = np.zeros(2)\nmarker = 7.0\n").success
         _wait("the init edit to land", lambda: len(_edited(fdg.last_run)) == 1)
-        assert ip.run_cell("%%fragment env\nobs = action * 0.5\nreward = action.copy()\n"
-                           "wb.log('env/marker', marker)\n").success
+        assert ip.run_cell(
+            "%%fragment env\nobs = action * 0.5\nreward = action.copy()\nwb.log('env/marker', marker)\n"
+        ).success
         _wait("the step edit to land", lambda: len(_edited(fdg.last_run)) == 2)
         step_at = _edited(fdg.last_run)[1]
         _wait("an iteration with the step edit", lambda: fdg.last_run.completed_iterations > step_at + 1)
@@ -165,13 +175,14 @@ def test_the_envs_an_edited_init_cell_builds_for_names_it_keeps_are_closed():
     fdg = wb.FDG(namespace={"np": np, "Tracked": _Tracked, "wb": wb, "time": time})
     fdg.add_fragment("env", "envs = Tracked()\nobs = envs.reset()", rate="init")
     fdg.add_fragment("actor", "action = np.zeros(len(obs), np.int64)", rate="step")
-    fdg.add_fragment("env", "time.sleep(0.005)  # time for the edit to land\n"
-                            "obs, reward, terminated, truncated, info = envs.step(action)", rate="step")
+    fdg.add_fragment(
+        "env",
+        "time.sleep(0.005)  # time for the edit to land\nobs, reward, terminated, truncated, info = envs.step(action)",
+        rate="step",
+    )
     fdg.add_fragment("learner", "total = float(reward.sum())", rate="iteration")
-    edit = At(EDIT_AT, lambda: fdg.add_fragment("env", "envs = Tracked()\nobs = envs.reset()\nmarker = 1",
-                                                rate="init"))
-    run = fdg.run(iterations=ITERATIONS, steps=3, policy="inline", progress=False, loggers=[edit],
-                  keep_state=True)
+    edit = At(EDIT_AT, lambda: fdg.add_fragment("env", "envs = Tracked()\nobs = envs.reset()\nmarker = 1", rate="init"))
+    run = fdg.run(iterations=ITERATIONS, steps=3, policy="inline", progress=False, loggers=[edit], keep_state=True)
     assert _edited(run) and run.status == "finished", run.events
     assert run.state.fragments["env"][0]["marker"] == 1
     first, fresh = _Tracked.built  # the run's, and the one the edited init cell built

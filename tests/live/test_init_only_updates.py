@@ -5,6 +5,7 @@ nothing more is said (docs/live_changes.md).
 
 Each case runs a real training and changes the value while iteration ``AT`` is recorded.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -46,14 +47,14 @@ def learner_fdg(init: str, iteration: str, **names) -> wb.FDG:
 def run_with_update(fdg: wb.FDG, change, policy="inline", cluster=None):
     """Train ``fdg``; at iteration ``AT`` apply ``change(cfg)`` to the notebook's config
     in place (as ``cfg.hidden = 8`` in a cell) and send it with ``fdg.update``."""
+
     def update():
         cfg = fdg.namespace["cfg"]
         change(cfg)
         return fdg.update(cfg=cfg)
 
     at = At(AT, update)
-    run = fdg.run(iterations=ITERATIONS, steps=2, policy=policy, cluster=cluster, progress=False,
-                  loggers=[at])
+    run = fdg.run(iterations=ITERATIONS, steps=2, policy=policy, cluster=cluster, progress=False, loggers=[at])
     assert run.status == "finished" and at.result is not None
     assert [e.kind for e in run.events] == ["updated"], run.events  # it landed, inside the run
     return run
@@ -74,21 +75,26 @@ LEARN = "weights = weights + cfg.lr\nwb.log('size', float(weights.size))\nwb.log
 @pytest.mark.parametrize("policy", ["inline", "coarse"])
 def test_a_field_only_an_init_cell_reads_is_said_to_take_effect_at_the_next_run(policy, client, capsys):
     fdg = learner_fdg(BUILD, LEARN)
-    run = run_with_update(fdg, lambda cfg: setattr(cfg, "hidden", 8), policy,
-                          None if policy == "inline" else client)
+    run = run_with_update(fdg, lambda cfg: setattr(cfg, "hidden", 8), policy, None if policy == "inline" else client)
     line = _said(capsys)
     assert "new value of cfg, applies from iteration" in line  # cfg.lr still applies there
-    assert f"cfg.hidden is read only by the init cell of learner, which does not run again in this run: it {NEXT_RUN}" in line
+    assert (
+        f"cfg.hidden is read only by the init cell of learner, which does not run again in this run: it {NEXT_RUN}"
+        in line
+    )
     assert "re-running that cell now keeps what it built" in line
     # …and it is the truth: the network keeps the size its init cell built it with
     assert (run.metrics["size"] == 4.0).all()
     assert next(e.message for e in run.events if e.kind == "updated").startswith(
-        "new value of cfg (cfg.hidden read only by init cells: from the next run): applies from iteration")
+        "new value of cfg (cfg.hidden read only by init cells: from the next run): applies from iteration"
+    )
 
 
 #: how a field is read at init, for a config object and for a dict
-READS = {"object": ("cfg.model", "cfg.model.upper()", "f'{cfg.model}'", "cfg.model[0]", "(cfg.model, 1)"),
-         "dict": ("cfg['model']", "cfg['model'].upper()", "[c for c in cfg['model']]")}
+READS = {
+    "object": ("cfg.model", "cfg.model.upper()", "f'{cfg.model}'", "cfg.model[0]", "(cfg.model, 1)"),
+    "dict": ("cfg['model']", "cfg['model'].upper()", "[c for c in cfg['model']]"),
+}
 
 
 @pytest.mark.parametrize("kind, read", [(k, r) for k, reads in READS.items() for r in reads])
@@ -100,7 +106,10 @@ def test_every_way_of_reading_a_field_at_init_is_seen(kind, read, capsys):
         fdg = learner_fdg(f"name = {read}\nweights = np.zeros(cfg['hidden'])", "weights = weights + cfg['lr']")
         fdg.namespace["cfg"] = dataclasses.asdict(Config())
     run_with_update(fdg, lambda cfg: cfg.update(model="big") if kind == "dict" else setattr(cfg, "model", "big"))
-    assert f"cfg.model is read only by the init cell of learner, which does not run again in this run: it {NEXT_RUN}" in _said(capsys)
+    assert (
+        f"cfg.model is read only by the init cell of learner, which does not run again in this run: it {NEXT_RUN}"
+        in _said(capsys)
+    )
 
 
 def test_each_changed_init_part_is_named_with_every_init_cell_that_reads_it(capsys):
@@ -112,8 +121,10 @@ def test_each_changed_init_part_is_named_with_every_init_cell_that_reads_it(caps
 
     run_with_update(fdg, change)
     line = _said(capsys)
-    assert ("cfg.hidden (init cell of learner), cfg.model (init cells of env, learner) are read only "
-            f"by init cells, which do not run again in this run: they {NEXT_RUN.replace('takes', 'take')}") in line
+    assert (
+        "cfg.hidden (init cell of learner), cfg.model (init cells of env, learner) are read only "
+        f"by init cells, which do not run again in this run: they {NEXT_RUN.replace('takes', 'take')}"
+    ) in line
 
 
 def test_a_notebook_value_only_init_cells_read_applies_from_no_iteration(capsys):
@@ -152,9 +163,11 @@ def test_a_field_other_cells_may_read_is_not_claimed(case, capsys):
 def test_code_an_init_cell_defines_to_run_later_counts_as_a_step_read(capsys):
     """A function (or lambda, or generator) built at init and called every iteration reads
     the value then, so the field is not init-only."""
-    for build in ("scale = lambda w: w * cfg.hidden",
-                  "def scale(w):\n    return w * cfg.hidden",
-                  "scale = lambda w: w * sum(cfg.hidden for _ in range(1))"):
+    for build in (
+        "scale = lambda w: w * cfg.hidden",
+        "def scale(w):\n    return w * cfg.hidden",
+        "scale = lambda w: w * sum(cfg.hidden for _ in range(1))",
+    ):
         fdg = learner_fdg(f"{BUILD}\n{build}", "weights = scale(weights) + cfg.lr")
         run_with_update(fdg, lambda cfg: setattr(cfg, "hidden", 8))
         line = _said(capsys)
@@ -206,8 +219,9 @@ def test_a_run_whose_init_cells_may_run_again_claims_nothing(again):
 
     fdg = learner_fdg(BUILD, LEARN)
     run = SimpleNamespace(rows=[{}], events=[], auto_table=None)
-    trainer = SimpleNamespace(fdg=fdg, namespace=fdg.namespace, run_record=run, _pending=None,
-                              init_values=_init_values(fdg, fdg.namespace))
+    trainer = SimpleNamespace(
+        fdg=fdg, namespace=fdg.namespace, run_record=run, _pending=None, init_values=_init_values(fdg, fdg.namespace)
+    )
     changed = {"cfg": Config(hidden=8)}
     assert init_only_changes(fdg, trainer, changed) == [("cfg.hidden", ("learner",))]
     if again == "pending":

@@ -1,5 +1,6 @@
 """Changing a running training: a re-run cell or a changed notebook value applies at the
 next iteration boundary, under every policy, with every fragment's state kept."""
+
 from __future__ import annotations
 
 import time
@@ -21,12 +22,12 @@ def counting_fdg() -> wb.FDG:
     replica runs more than an iteration ahead, as with real weights); the learner sums
     rewards and counts its own updates."""
     fdg = wb.FDG(namespace={"np": np, "wb": wb, "scale": 1.0, "time": time})
-    fdg.add_fragment("env", "rng = np.random.default_rng(replica.index)\nobs = np.zeros(2)\nseen = 0",
-                     rate="init")
+    fdg.add_fragment("env", "rng = np.random.default_rng(replica.index)\nobs = np.zeros(2)\nseen = 0", rate="init")
     # a few ms a step, as a real env takes: the driver hears of each iteration while the
     # replicas are at most one ahead (a loop of microseconds would be done before it hears)
-    fdg.add_fragment("env", "time.sleep(0.005)\nseen += 1\nobs = obs + rng.random(2)\n"
-                            "reward = obs * scale * gain", rate="step")
+    fdg.add_fragment(
+        "env", "time.sleep(0.005)\nseen += 1\nobs = obs + rng.random(2)\nreward = obs * scale * gain", rate="step"
+    )
     fdg.add_fragment("learner", "updates = 0\ntotal = 0.0\ngain = 1.0", rate="init")
     fdg.add_fragment("learner", LEARNER, rate="iteration")
     return fdg
@@ -57,8 +58,7 @@ def test_a_re_run_cell_applies_from_the_next_boundary_with_state_kept(policy, cl
     fdg = counting_fdg()
     edited = LEARNER + "\nwb.log('edited', 1.0)"
     edit = At(EDIT_AT, lambda: fdg.add_fragment("learner", edited, rate="iteration"))
-    run = fdg.run(iterations=ITERATIONS, steps=3, policy=policy, cluster=client, progress=False,
-                  loggers=[edit])
+    run = fdg.run(iterations=ITERATIONS, steps=3, policy=policy, cluster=client, progress=False, loggers=[edit])
     assert run.status == "finished" and run.completed_iterations == ITERATIONS
     landed = _landed(run, "edited")
     assert EDIT_AT < landed < ITERATIONS  # the iterations begun finished with the old cell
@@ -77,8 +77,7 @@ def test_a_re_run_cell_applies_from_the_next_boundary_with_state_kept(policy, cl
 def test_an_updated_value_reaches_the_replicas_at_the_next_boundary(policy, client):
     fdg = counting_fdg()
     update = At(EDIT_AT, lambda: fdg.update(scale=2.0))
-    run = fdg.run(iterations=ITERATIONS, steps=3, policy=policy, cluster=client, progress=False,
-                  loggers=[update])
+    run = fdg.run(iterations=ITERATIONS, steps=3, policy=policy, cluster=client, progress=False, loggers=[update])
     landed = _landed(run, "updated")
     scale = run.metrics["learner/scale"]
     assert (scale.loc[: landed - 1] == 1.0).all() and (scale.loc[landed:] == 2.0).all()
@@ -90,12 +89,10 @@ def test_an_edit_at_a_boundary_gives_the_same_result_as_no_edit(policy, client):
     """The boundary is exact: re-running a cell unchanged mid-run ends a stretch and starts
     the next from its state; every value comes out bit for bit as without it."""
     cluster = None if policy == "inline" else client  # inline would say the cluster is not used
-    plain = counting_fdg().run(iterations=ITERATIONS, steps=3, policy=policy, cluster=cluster,
-                               progress=False)
+    plain = counting_fdg().run(iterations=ITERATIONS, steps=3, policy=policy, cluster=cluster, progress=False)
     fdg = counting_fdg()
     rerun = At(EDIT_AT, lambda: fdg.add_fragment("learner", LEARNER, rate="iteration"))
-    edited = fdg.run(iterations=ITERATIONS, steps=3, policy=policy, cluster=cluster, progress=False,
-                     loggers=[rerun])
+    edited = fdg.run(iterations=ITERATIONS, steps=3, policy=policy, cluster=cluster, progress=False, loggers=[rerun])
     assert [e.kind for e in edited.events] == ["edited"]
     assert edited.state.fragments["learner"][0]["total"] == plain.state.fragments["learner"][0]["total"]
     for a, b in zip(plain.state.fragments["env"], edited.state.fragments["env"]):

@@ -15,6 +15,7 @@ it); a background ``%fdg run`` trains, then
 Both under ``inline`` (in the kernel's process) and ``coarse`` (the embedded cluster the
 kernel starts, as a notebook does). Small iterations: nothing here depends on learning.
 """
+
 from __future__ import annotations
 
 import math
@@ -57,17 +58,23 @@ def test_edit_and_update_a_background_run_from_a_real_kernel(kernel, policy):
     edit = kernel.ok(learner_cell().rstrip("\n") + '\nwb.log("edited", 1.0)\n')
     assert edit.stderr == "", edit.stderr
     edit_from = applies_from(edit.stdout, "learner: new iteration cell")
-    kernel.wait_for(f"any(e.kind == 'edited' for e in fdg.last_run.events) and {ROWS} >= "
-                    f"max(e.iteration for e in fdg.last_run.events if e.kind == 'edited') + {PAST}",
-                    "the edit's landing", timeout=300)
+    kernel.wait_for(
+        f"any(e.kind == 'edited' for e in fdg.last_run.events) and {ROWS} >= "
+        f"max(e.iteration for e in fdg.last_run.events if e.kind == 'edited') + {PAST}",
+        "the edit's landing",
+        timeout=300,
+    )
 
     # change the learning rate the documented way
     update = kernel.ok(f"cfg.learning_rate = {NEW_LR}\n%fdg update cfg")
     assert update.stderr == "", update.stderr
     update_from = applies_from(update.stdout, "new value of cfg")
-    kernel.wait_for(f"any(e.kind == 'updated' for e in fdg.last_run.events) and {ROWS} >= "
-                    f"max(e.iteration for e in fdg.last_run.events if e.kind == 'updated') + {PAST}",
-                    "the update's landing", timeout=300)
+    kernel.wait_for(
+        f"any(e.kind == 'updated' for e in fdg.last_run.events) and {ROWS} >= "
+        f"max(e.iteration for e in fdg.last_run.events if e.kind == 'updated') + {PAST}",
+        "the update's landing",
+        timeout=300,
+    )
 
     stop = kernel.ok("run = %fdg stop\nprint('STATUS', run.status)", timeout=300)
     assert "STATUS stopped" in stop.stdout, stop.text
@@ -77,7 +84,8 @@ def test_edit_and_update_a_background_run_from_a_real_kernel(kernel, policy):
         " 'edited': [None if v != v else v for v in run.metrics['edited']],"
         " 'lr': list(run.metrics['charts/learning_rate']),"
         " 'loss': list(run.metrics['losses/value_loss']),"
-        " 'horizon': cfg.iterations}")
+        " 'horizon': cfg.iterations}"
+    )
     iterations = record["iteration"]
     assert iterations == list(range(len(iterations))), "every iteration recorded once, in order"
 

@@ -4,6 +4,7 @@ inline and on a cluster, from the Python API and from ``%fdg stop`` right after
 ``%fdg run --background``. Before, such a stop was dropped and the run trained all its
 iterations (``%fdg stop`` waited for all of them). And a change asked for after a
 boundary was decided lands there, as its notice says, never before it."""
+
 from __future__ import annotations
 
 import re
@@ -52,8 +53,9 @@ def test_a_stop_while_the_run_is_being_checked_is_honoured_before_deploying(poli
 
     monkeypatch.setattr(Trainer, "prepare", prepare)
     deployed = _deploys(monkeypatch)
-    run = fdg.run(iterations=ITERATIONS, steps=3, policy=policy, progress=False,
-                  cluster=None if policy == "inline" else client)
+    run = fdg.run(
+        iterations=ITERATIONS, steps=3, policy=policy, progress=False, cluster=None if policy == "inline" else client
+    )
     _stopped_before_anything(run, deployed)
     assert fdg.last_run is run and not fdg.running
 
@@ -84,10 +86,13 @@ def test_a_stop_with_nothing_running_stops_nothing_later():
 def test_fdg_stop_right_after_a_background_run_is_started(ip, monkeypatch):
     """``%fdg stop`` before the background thread has even called ``fdg.run``: the stop is
     asked again until the run takes it; the run ends stopped, far short of its iterations."""
-    for cell in ("import time", "%%fragment env --init\nobs = np.zeros(2)\n",
-                 "%%fragment actor\naction = obs + 1\n",
-                 "%%fragment env\nobs = action * 0.5\nreward = action.copy()\n",
-                 "%%fragment learner\ntime.sleep(0.01)\nwb.log('T', reward.shape[0])\n"):
+    for cell in (
+        "import time",
+        "%%fragment env --init\nobs = np.zeros(2)\n",
+        "%%fragment actor\naction = obs + 1\n",
+        "%%fragment env\nobs = action * 0.5\nreward = action.copy()\n",
+        "%%fragment learner\ntime.sleep(0.01)\nwb.log('T', reward.shape[0])\n",
+    ):
         assert ip.run_cell(cell).success
     fdg = ip.magics_manager.registry["WorkbenchMagics"].fdg
     gate, asked = threading.Event(), []
@@ -123,12 +128,17 @@ def test_a_change_made_once_the_boundary_is_decided_lands_there_as_announced(cap
     run = fdg.run(iterations=12, steps=3, progress=False, loggers=[update, edit], target_return=1e9)
     assert run.status == "finished", run.error
     out = capsys.readouterr().out
-    announced = {what: int(at) for what, at in
-                 re.findall(r"workbench: (new value of scale|learner: new iteration cell), applies from "
-                            r"iteration (\d+) at the earliest", out)}
+    announced = {
+        what: int(at)
+        for what, at in re.findall(
+            r"workbench: (new value of scale|learner: new iteration cell), applies from "
+            r"iteration (\d+) at the earliest",
+            out,
+        )
+    }
     landed = {e.kind: e.iteration for e in run.events}
     assert update.result == announced["new value of scale"] <= landed["updated"]
     assert announced["learner: new iteration cell"] <= landed["edited"]
     metrics = run.metrics
     assert metrics.loc[: landed["edited"] - 1, "edited"].isna().all()
-    assert (metrics.loc[landed["edited"]:, "edited"] == 1.0).all()
+    assert (metrics.loc[landed["edited"] :, "edited"] == 1.0).all()

@@ -8,6 +8,7 @@ returned before the restarted workers joined the scheduler (its ``add-worker`` e
 gate (``tests/live/join_gate.py``) holds a restarted worker until the stop returned, so a
 busy machine cannot flip that order. Wall-clock bounds here are hang guards only.
 """
+
 from __future__ import annotations
 
 import _thread
@@ -40,8 +41,7 @@ STUCK_WITHIN_S = 120
 
 
 def sticky_fdg(release: str, marker: str) -> wb.FDG:
-    fdg = wb.FDG(namespace={"np": np, "time": time, "os": os, "stuck": True, "release": release,
-                            "marker": marker})
+    fdg = wb.FDG(namespace={"np": np, "time": time, "os": os, "stuck": True, "release": release, "marker": marker})
     fdg.add_fragment("env", "obs = np.zeros(2)\nseen = 0", rate="init")
     fdg.add_fragment("env", STUCK_STEP, rate="step")
     fdg.add_fragment("learner", "total = 0.0", rate="init")
@@ -168,8 +168,9 @@ def test_a_plan_right_after_a_stuck_cells_stop_waits_for_the_restarted_worker(cl
     (saying so), so the plan places on both workers, as the next run would."""
     release, marker = paths
     fdg = sticky_fdg(release, marker)
-    thread = threading.Thread(target=lambda: fdg.run(iterations=1000, steps=3, policy="coarse",
-                                                     cluster=client, progress=False), daemon=True)
+    thread = threading.Thread(
+        target=lambda: fdg.run(iterations=1000, steps=3, policy="coarse", cluster=client, progress=False), daemon=True
+    )
     thread.start()
     assert _wait_for(marker), "the env's step cell never got stuck"
     fdg.stop()
@@ -190,11 +191,18 @@ def test_reset_during_a_stuck_background_run_is_refused_at_once_and_stop_ends_it
 
     release, marker = paths
     ip.user_ns.update(os=os, time=time, stuck=True, release=release, marker=marker)
-    for line, code in (("env --init", "obs = np.zeros(2)\nseen = 0"), ("env", STUCK_STEP),
-                       ("learner --init", "total = 0.0"), ("learner", "total += float(reward.sum())")):
+    for line, code in (
+        ("env --init", "obs = np.zeros(2)\nseen = 0"),
+        ("env", STUCK_STEP),
+        ("learner --init", "total = 0.0"),
+        ("learner", "total += float(reward.sum())"),
+    ):
         ip.run_cell_magic("fragment", line, code)
-    ip.run_line_magic("fdg", f"run --background --policy coarse --cluster {client.scheduler.address} "
-                             "--iterations 1000 --steps 3 --no-progress")
+    ip.run_line_magic(
+        "fdg",
+        f"run --background --policy coarse --cluster {client.scheduler.address} "
+        "--iterations 1000 --steps 3 --no-progress",
+    )
     assert _wait_for(marker), "the env's step cell never got stuck"
     gate.arm()
     asked, asked_wall = time.monotonic(), time.time()
@@ -223,13 +231,26 @@ def test_a_worker_without_a_nanny_is_named_with_what_to_do(capsys, paths):
     from distributed import Client, LocalCluster
 
     release, marker = paths
-    with LocalCluster(n_workers=2, threads_per_worker=1, processes=False, protocol="tcp://", host="127.0.0.1",
-                      dashboard_address="127.0.0.1:0", silence_logs=logging.ERROR) as cluster, \
-            Client(cluster, set_as_default=False) as bare:
+    with (
+        LocalCluster(
+            n_workers=2,
+            threads_per_worker=1,
+            processes=False,
+            protocol="tcp://",
+            host="127.0.0.1",
+            dashboard_address="127.0.0.1:0",
+            silence_logs=logging.ERROR,
+        ) as cluster,
+        Client(cluster, set_as_default=False) as bare,
+    ):
         fdg = sticky_fdg(release, marker)
         result = {}
-        thread = threading.Thread(target=lambda: result.update(run=fdg.run(
-            iterations=1000, steps=3, policy="coarse", cluster=bare, progress=False)), daemon=True)
+        thread = threading.Thread(
+            target=lambda: result.update(
+                run=fdg.run(iterations=1000, steps=3, policy="coarse", cluster=bare, progress=False)
+            ),
+            daemon=True,
+        )
         thread.start()
         assert _wait_for(marker), "the env's step cell never got stuck"
         asked = time.monotonic()
@@ -258,7 +279,8 @@ def _assert_returned_before_the_restart(client, asked_wall: float, returned_wall
     joined = _joins(client, asked_wall)
     assert not [t for t in joined if t <= returned_wall], (
         f"workers joined {[round(t - asked_wall, 1) for t in joined]} s after the stop, which returned "
-        f"{returned_wall - asked_wall:.1f} s after it: the stop waited for the restart")
+        f"{returned_wall - asked_wall:.1f} s after it: the stop waited for the restart"
+    )
     _wait_until_restarted(client)
     assert [t for t in _joins(client, asked_wall) if t > returned_wall], "no worker was restarted"
 
@@ -288,8 +310,11 @@ def _wait_until_restarted(client, workers: int = 2) -> None:
 
 def _joins(client, since: float) -> list[float]:
     """When workers joined the scheduler (its add-worker events) since ``since``."""
-    return sorted(t for t, msg in client.get_events("all")
-                  if isinstance(msg, dict) and msg.get("action") == "add-worker" and t >= since)
+    return sorted(
+        t
+        for t, msg in client.get_events("all")
+        if isinstance(msg, dict) and msg.get("action") == "add-worker" and t >= since
+    )
 
 
 def _task_count(dask_scheduler=None) -> int:

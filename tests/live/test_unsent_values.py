@@ -6,6 +6,7 @@ Before, each stretch read the notebook as it was then, so ``cfg.lr = 9.0`` typed
 reached the learner at the boundary of any other change — an update of another name, a
 re-run cell — and the run's events named only that change.
 """
+
 from __future__ import annotations
 
 import time
@@ -42,9 +43,11 @@ def _logged(run, name: str) -> list[float]:
 
 def _unsent_then(fdg: wb.FDG, send):
     """At iteration AT: change ``cfg.lr`` in place without sending it, then ``send()``."""
+
     def change():
         fdg.namespace["cfg"].lr = 9.0
         return send()
+
     return At(AT, change)
 
 
@@ -59,8 +62,14 @@ OTHER_CHANGES = {
 def test_a_value_changed_but_not_sent_stays_as_given_across_another_change(policy, other, client):
     fdg = _fdg()
     at = _unsent_then(fdg, lambda: OTHER_CHANGES[other](fdg))
-    run = fdg.run(iterations=ITERATIONS, steps=2, policy=policy, cluster=client if policy != "inline" else None,
-                  progress=False, loggers=[at])
+    run = fdg.run(
+        iterations=ITERATIONS,
+        steps=2,
+        policy=policy,
+        cluster=client if policy != "inline" else None,
+        progress=False,
+        loggers=[at],
+    )
     assert run.status == "finished" and at.result is not None, run.error
     assert [e.kind for e in run.events] in (["updated"], ["edited"]), run.events  # the other change landed
     assert set(_logged(run, "lr")) == {0.5}  # the unsent one never did
@@ -90,8 +99,9 @@ def test_sending_the_value_later_applies_it_from_where_it_lands(client):
     fdg = _fdg()
     first = _unsent_then(fdg, lambda: fdg.update(scale=2.0))
     later = _OnceLanded(fdg, lambda: fdg.update(cfg=fdg.namespace["cfg"]))
-    run = fdg.run(iterations=2 * ITERATIONS, steps=2, policy="coarse", cluster=client, progress=False,
-                  loggers=[first, later])
+    run = fdg.run(
+        iterations=2 * ITERATIONS, steps=2, policy="coarse", cluster=client, progress=False, loggers=[first, later]
+    )
     assert run.status == "finished" and later.result is not None, run.error
     assert [e.kind for e in run.events] == ["updated", "updated"], run.events
     landed = run.events[1].iteration

@@ -6,6 +6,7 @@ runs eagerly, slower). Every op they dispatch is watched while torch reports a c
 progress, as it does on a GPU, so that the libraries' capture-aware branches (transformers'
 mask code skips its checks then) take the path they take there. The capture itself needs a
 GPU: tests/gpu/test_grpo_graphs.py."""
+
 from __future__ import annotations
 
 import pytest
@@ -20,9 +21,17 @@ from workbench.llm.models import tiny_causal_lm  # noqa: E402
 from workbench.llm.tasks import encode_prompts  # noqa: E402
 
 #: ops that make the host wait for the device's answer (their result's value or size)
-HOST_READS = ("aten._local_scalar_dense", "aten.is_nonzero", "aten.nonzero", "aten.equal",
-              "aten.masked_select", "aten._unique", "aten.unique", "aten.repeat_interleave.Tensor",
-              "aten.allclose")
+HOST_READS = (
+    "aten._local_scalar_dense",
+    "aten.is_nonzero",
+    "aten.nonzero",
+    "aten.equal",
+    "aten.masked_select",
+    "aten._unique",
+    "aten.unique",
+    "aten.repeat_interleave.Tensor",
+    "aten.allclose",
+)
 
 
 class HostReads(TorchDispatchMode):
@@ -64,8 +73,10 @@ def fused(request, monkeypatch):
     monkeypatch.setattr(llama_fast, "FUSED", request.param)
 
 
-@pytest.mark.parametrize("kind,attention", [("llama", "eager"), ("llama", "sdpa"), ("llama-gqa", "eager"),
-                                            ("qwen2", "eager"), ("qwen2", "sdpa")])
+@pytest.mark.parametrize(
+    "kind,attention",
+    [("llama", "eager"), ("llama", "sdpa"), ("llama-gqa", "eager"), ("qwen2", "eager"), ("qwen2", "sdpa")],
+)
 def test_sampling_forwards_read_nothing_on_the_host(capturing, monkeypatch, fused, kind, attention):
     """A plain Llama samples through llama_fast's static keys and values (each distinct
     prompt prefilled once; grouped-query heads too), another model through transformers'
@@ -86,8 +97,16 @@ def test_sampling_forwards_read_nothing_on_the_host(capturing, monkeypatch, fuse
 
     monkeypatch.setattr(generation, "graphed_call", check_each)
     ids, mask = encode_prompts(grpo.tokenizer, ["1+2=", "13+14=", "0+0=", "1+2="], 7)  # a repeat: shared prefill
-    generation.sample_static(model, ids, mask, max_new_tokens=4, eos_id=grpo.tokenizer.eos_token_id,
-                             pad_id=grpo.tokenizer.pad_token_id, seed=0, graphs=True)
+    generation.sample_static(
+        model,
+        ids,
+        mask,
+        max_new_tokens=4,
+        eos_id=grpo.tokenizer.eos_token_id,
+        pad_id=grpo.tokenizer.pad_token_id,
+        seed=0,
+        graphs=True,
+    )
     assert set(found) == {"prefill", "decode"} and found == {"prefill": [], "decode": []}
 
 
@@ -104,8 +123,9 @@ def test_the_reference_scoring_and_the_updates_backward_read_nothing_on_the_host
     def forward_backward():
         (logp,) = generation.scorer(model)(ids, mask, tokens, completion)
         advantages = grpo.group_advantages(torch.tensor([1.0, 0.0, 0.5, 0.0]), 2)
-        loss, clip_fraction, kl = grpo._loss_terms(logp, logp.detach() - 0.1, ref, advantages, completion,
-                                                   clip_coef=cfg.clip_coef, kl_coef=cfg.kl_coef)
+        loss, clip_fraction, kl = grpo._loss_terms(
+            logp, logp.detach() - 0.1, ref, advantages, completion, clip_coef=cfg.clip_coef, kl_coef=cfg.kl_coef
+        )
         loss.backward()
         grpo._clip_gradients([p for p in model.parameters() if p.requires_grad], cfg.max_grad_norm)
         return loss, clip_fraction, kl
@@ -124,8 +144,7 @@ def test_the_shared_prompt_scoring_and_update_read_nothing_on_the_host(capturing
     tokens = torch.randint(0, 12, (12, 4))
     completion = (torch.rand(12, 4) > 0.3).float()
     with torch.no_grad():
-        ref, reads = _watched(lambda: generation._shared_prompt_logp(model, 1.0, shared, ids, mask, tokens,
-                                                                      completion))
+        ref, reads = _watched(lambda: generation._shared_prompt_logp(model, 1.0, shared, ids, mask, tokens, completion))
     assert reads == []
 
     def forward_backward():

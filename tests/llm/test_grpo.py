@@ -1,5 +1,6 @@
 """GRPO's mechanisms: advantages and the loss's gradient against hand computations, masking,
 weight sync bit for bit, lr 0 vs lr > 0, and the same seed under inline and coarse."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -76,12 +77,13 @@ def test_prompt_padding_and_tokens_after_eos_carry_no_loss():
 
     def loss_of(ids, tokens):
         logp = sequence_logp(model, ids, mask, tokens, completion_mask)
-        return grpo.grpo_loss(logp, logp.detach(), logp.detach(), torch.tensor([1.0, -1.0]), completion_mask,
-                              clip_coef=0.2, kl_coef=0.0)[0]
+        return grpo.grpo_loss(
+            logp, logp.detach(), logp.detach(), torch.tensor([1.0, -1.0]), completion_mask, clip_coef=0.2, kl_coef=0.0
+        )[0]
 
     garbage_ids, garbage_tokens = ids.clone(), tokens.clone()
-    garbage_ids[0, :2] = 9            # other token ids under the prompt's padding
-    garbage_tokens[:, 3] = 12         # and after <eos>
+    garbage_ids[0, :2] = 9  # other token ids under the prompt's padding
+    garbage_tokens[:, 3] = 12  # and after <eos>
     garbage_tokens[0, 2] = 4
     assert loss_of(ids, tokens).item() == loss_of(garbage_ids, garbage_tokens).item()
 
@@ -98,7 +100,7 @@ def test_sampling_records_the_log_probs_a_full_forward_gives():
     for row in range(3):
         if ended[row].any():
             stop = int(ended[row].nonzero()[0])
-            assert out.completion_mask[row, stop + 1:].sum() == 0 and (out.tokens[row, stop + 1:] == 0).all()
+            assert out.completion_mask[row, stop + 1 :].sum() == 0 and (out.tokens[row, stop + 1 :] == 0).all()
 
 
 def _weights_equal(a, b) -> bool:
@@ -108,8 +110,7 @@ def _weights_equal(a, b) -> bool:
 @pytest.mark.parametrize("policy", ["inline", "coarse"])
 def test_after_a_weight_sync_generate_logits_equal_the_learners_bit_for_bit(policy, client):
     fdg, _ = small_fdg(learning_rate=1e-3)
-    run = fdg.run(iterations=2, steps=1, policy=policy, cluster=None if policy == "inline" else client,
-                  progress=False)
+    run = fdg.run(iterations=2, steps=1, policy=policy, cluster=None if policy == "inline" else client, progress=False)
     assert run.status == "finished", run.error
     learner, policies = learner_and_generate(run)
     ids, mask = encode_prompts(grpo.tokenizer, grpo.task.heldout[:8], grpo.task.prompt_width)
@@ -142,11 +143,13 @@ def test_one_update_with_lr_above_zero_raises_the_likelihood_of_rewarded_complet
     tok, task = grpo.tokenizer, grpo.task
     model = grpo.make_model(cfg, tok)
     from workbench.llm.tasks import warm_start
+
     warm_start(model, tok, task, steps=60, seed=0)  # some groups then have mixed rewards
     prompts = grpo.prompt_batch(task, np.random.default_rng(0), cfg)
     ids, mask = encode_prompts(tok, prompts, task.prompt_width)
     out = sample(model, ids, mask, max_new_tokens=cfg.max_new_tokens, eos_id=1, pad_id=0, seed=0)
     from workbench.llm.tasks import decode_completions, score_completions
+
     rewards = score_completions(grpo.reward_fn, prompts, decode_completions(tok, out.tokens))
     adv = grpo.group_advantages(torch.as_tensor(rewards), cfg.group_size)
     assert adv.abs().sum() > 0, "no group with mixed rewards: the warm start did not give signal"
@@ -166,8 +169,7 @@ def test_one_update_with_lr_above_zero_raises_the_likelihood_of_rewarded_complet
 def test_same_seed_same_weights_inline_and_coarse_with_one_generate_replica(client):
     fdg, _ = small_fdg(learning_rate=1e-3)
     inline = fdg.run(iterations=2, steps=2, progress=False)
-    coarse = fdg.run(iterations=2, steps=2, policy=wb.SingleLearnerCoarse(actors=1), cluster=client,
-                     progress=False)
+    coarse = fdg.run(iterations=2, steps=2, policy=wb.SingleLearnerCoarse(actors=1), cluster=client, progress=False)
     assert _weights_equal(learner_and_generate(inline)[0]["model"], learner_and_generate(coarse)[0]["model"])
     assert inline.metrics["charts/reward_mean"].tolist() == coarse.metrics["charts/reward_mean"].tolist()
 

@@ -1,4 +1,5 @@
 """Bad input to GRPO's fragments: a clear error naming the fragment and the prompt."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -37,12 +38,15 @@ def one_short(prompts, completions):
     return [1.0] * (len(prompts) - 1)
 
 
-@pytest.mark.parametrize("reward_fn, message", [
-    (raises, "the reward function raises raised KeyError: 'no such answer' for prompt '"),
-    (says_yes, "the reward function says_yes returned 'yes' (a str) for prompt '"),
-    (not_a_number, "the reward function not_a_number returned nan for prompt '"),
-    (one_short, "the reward function one_short returned 3 rewards for 4 completions (first prompt '"),
-])
+@pytest.mark.parametrize(
+    "reward_fn, message",
+    [
+        (raises, "the reward function raises raised KeyError: 'no such answer' for prompt '"),
+        (says_yes, "the reward function says_yes returned 'yes' (a str) for prompt '"),
+        (not_a_number, "the reward function not_a_number returned nan for prompt '"),
+        (one_short, "the reward function one_short returned 3 rewards for 4 completions (first prompt '"),
+    ],
+)
 def test_a_bad_reward_function_names_the_reward_fragment_and_the_prompt(reward_fn, message):
     with pytest.raises(FragmentRuntimeError) as info:
         run_with(reward_fn=reward_fn)

@@ -2,6 +2,7 @@
 model's own (the handed copy is freed, through the runtime, under inline and on a cluster),
 clipping scales the gradients where they are, and an eager update frees its gradients.
 (``weights_copy`` keeping the reference's weights in host memory is its doctest.)"""
+
 from __future__ import annotations
 
 import dataclasses
@@ -129,8 +130,9 @@ def _loads_and_keeps(target, weights):
 
 
 def _run(loader, policy, client=None):
-    cfg = dataclasses.replace(grpo.GRPOConfig(), prompts_per_step=2, group_size=4, hidden=32, context=16,
-                              eval_every=10**6)
+    cfg = dataclasses.replace(
+        grpo.GRPOConfig(), prompts_per_step=2, group_size=4, hidden=32, context=16, eval_every=10**6
+    )
     fdg = grpo.build_fdg(dict(vars(grpo), cfg=cfg, load_weights=loader))
     return fdg.run(iterations=3, steps=1, policy=policy, cluster=client, progress=False)
 

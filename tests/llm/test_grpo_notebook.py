@@ -1,5 +1,6 @@
 """notebooks/grpo.ipynb and notebooks/rlhf.ipynb: each its module's cells byte for byte, and each runs
 top to bottom at CI size."""
+
 from __future__ import annotations
 
 import json
@@ -16,8 +17,10 @@ NOTEBOOK = ROOT / "notebooks" / "grpo.ipynb"
 #: each notebook (and its module, workbench.algorithms.NAME) and the cuts that run it at CI size (knob → cut)
 NOTEBOOKS = {
     "grpo": {"GRPOConfig()": "GRPOConfig(iterations=3, warm_start_steps=10, eval_every=1)"},
-    "rlhf": {"GRPOConfig(kl_coef=0.2)": "GRPOConfig(kl_coef=0.2, iterations=3, warm_start_steps=10, eval_every=1)",
-             "preference_pairs, reward_model_steps = 4096, 800": "preference_pairs, reward_model_steps = 64, 5"},
+    "rlhf": {
+        "GRPOConfig(kl_coef=0.2)": "GRPOConfig(kl_coef=0.2, iterations=3, warm_start_steps=10, eval_every=1)",
+        "preference_pairs, reward_model_steps = 4096, 800": "preference_pairs, reward_model_steps = 64, 5",
+    },
 }
 
 

@@ -1,5 +1,6 @@
 """GRPO's cells unchanged under the other policies, changed while running, and resumed from a
 checkpoint under another policy."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -71,11 +72,12 @@ def test_auto_tries_pipelined_when_a_lag_is_allowed_and_its_trial_learns_one_upd
     """``--auto-lag 1`` adds Pipelined to what auto measures (last); during its trial the
     learner learns from batches one update old, during the synchronous ones from fresh ones."""
     fdg, _ = small()
-    run = fdg.run(iterations=21, steps=1, policy="auto", auto_lag=1, cluster=client, progress=False,
-                  unit="completions")
+    run = fdg.run(iterations=21, steps=1, policy="auto", auto_lag=1, cluster=client, progress=False, unit="completions")
     assert run.status == "finished", run.error
     tried = [row["policy"] for row in run.auto_table]
-    assert {row["unit"] for row in run.auto_table} == {"completions/s"} and all(row["rate"] > 0 for row in run.auto_table)
+    assert {row["unit"] for row in run.auto_table} == {"completions/s"} and all(
+        row["rate"] > 0 for row in run.auto_table
+    )
     # coarse, multilearner, gpuonly (fine needs env fragments), then Pipelined
     assert tried == ["SingleLearnerCoarse", "MultiLearner", "GPUOnly", "Pipelined"]
     staleness = run.metrics["charts/staleness"].tolist()
@@ -124,8 +126,9 @@ def test_an_updated_cfg_changes_lr_temperature_and_kl_from_the_next_iteration():
 
 def test_a_checkpoint_holds_model_optimiser_and_reference_and_resumes_under_another_policy(tmp_path, client):
     fdg, _ = small()
-    first = fdg.run(iterations=2, steps=1, policy="coarse", cluster=client, progress=False,
-                    checkpoint_dir=str(tmp_path))
+    first = fdg.run(
+        iterations=2, steps=1, policy="coarse", cluster=client, progress=False, checkpoint_dir=str(tmp_path)
+    )
     learner = first.state.fragments["learner"][0]
     resumed = fdg.run(iterations=2, steps=1, policy="inline", progress=False, resume=str(tmp_path))
     again = resumed.state.fragments["learner"][0]

@@ -3,6 +3,7 @@
 reshape error, temperature 0 or -1 a run that never learned and said nothing); and the
 learner's forward runs without dropout unless asked (a GPT-2 config's 0.1 made the ratio
 ≠ 1 before any update, and inline ≠ coarse)."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -31,14 +32,20 @@ BAD = [
 ]
 
 
-@pytest.mark.parametrize("change, message", BAD, ids=[next(iter(c)) + "=" + str(next(iter(c.values()))) for c, _ in BAD])
+@pytest.mark.parametrize(
+    "change, message", BAD, ids=[next(iter(c)) + "=" + str(next(iter(c.values()))) for c, _ in BAD]
+)
 def test_a_setting_grpo_cannot_learn_with_says_why(change, message):
     with pytest.raises(LLMInputError, match="GRPO needs " + message.replace("(", r"\(").replace(")", r"\)")):
         grpo.check_config(dataclasses.replace(grpo.GRPOConfig(), **change))
 
 
 def test_the_defaults_and_the_edges_are_taken():
-    for change in ({}, {"group_size": 2, "top_p": 1.0, "kl_coef": 0.0, "learning_rate": 0.0}, {"group_size": np.int64(4)}):
+    for change in (
+        {},
+        {"group_size": 2, "top_p": 1.0, "kl_coef": 0.0, "learning_rate": 0.0},
+        {"group_size": np.int64(4)},
+    ):
         grpo.check_config(dataclasses.replace(grpo.GRPOConfig(), **change))
 
 
@@ -55,9 +62,20 @@ def _gpt2_with_dropout(tokenizer):
     from transformers import GPT2Config, GPT2LMHeadModel
 
     torch.manual_seed(0)
-    return GPT2LMHeadModel(GPT2Config(vocab_size=len(tokenizer), n_positions=16, n_embd=32, n_layer=1, n_head=2,
-                                      bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id,
-                                      resid_pdrop=0.1, embd_pdrop=0.1, attn_pdrop=0.1))
+    return GPT2LMHeadModel(
+        GPT2Config(
+            vocab_size=len(tokenizer),
+            n_positions=16,
+            n_embd=32,
+            n_layer=1,
+            n_head=2,
+            bos_token_id=tokenizer.bos_token_id,
+            eos_token_id=tokenizer.eos_token_id,
+            resid_pdrop=0.1,
+            embd_pdrop=0.1,
+            attn_pdrop=0.1,
+        )
+    )
 
 
 @pytest.mark.parametrize("dropout", [False, True])
@@ -66,13 +84,21 @@ def test_the_first_update_scores_with_the_sampling_weights_unless_dropout_is_ask
     is 1 up to rounding (no token off by 0.1 %, the KL to itself ~0); with it, each forward
     draws its own masks."""
     tok, task = grpo.tokenizer, grpo.task
-    cfg = dataclasses.replace(grpo.GRPOConfig(), model=_gpt2_with_dropout(tok), group_size=4, prompts_per_step=4,
-                              dropout=dropout, clip_coef=1e-3, learning_rate=0.0)
+    cfg = dataclasses.replace(
+        grpo.GRPOConfig(),
+        model=_gpt2_with_dropout(tok),
+        group_size=4,
+        prompts_per_step=4,
+        dropout=dropout,
+        clip_coef=1e-3,
+        learning_rate=0.0,
+    )
     model = grpo.make_model(cfg, tok)
     prompts = grpo.prompt_batch(task, np.random.default_rng(0), cfg)
     ids, mask = encode_prompts(tok, prompts, task.prompt_width)
-    out = sample(model, ids, mask, max_new_tokens=cfg.max_new_tokens, eos_id=tok.eos_token_id,
-                 pad_id=tok.pad_token_id, seed=0)
+    out = sample(
+        model, ids, mask, max_new_tokens=cfg.max_new_tokens, eos_id=tok.eos_token_id, pad_id=tok.pad_token_id, seed=0
+    )
     optimizer = torch.optim.Adam(model.parameters(), lr=cfg.learning_rate)
     batch = [x[None] for x in (ids, mask, out.tokens, out.completion_mask, out.logp, out.logp)]
     rewards = np.arange(len(prompts), dtype=np.float32)[None]

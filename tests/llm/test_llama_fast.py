@@ -4,6 +4,7 @@ logits (grouped-query attention, scaled rotary embeddings, left padding, a KV ca
 gradients and the same sampled tokens, be the path actually taken, and step aside for any
 model it does not compute (other architectures, biases, LoRA, hooks it would skip, gradient
 checkpointing, switched off)."""
+
 from __future__ import annotations
 
 import pytest
@@ -26,10 +27,21 @@ def llama(**changes):
     moved off their initialisation (norm weights of 1 would hide a missing norm)."""
     import transformers as T
 
-    fields = dict(vocab_size=len(TOK), hidden_size=48, intermediate_size=80, num_hidden_layers=3,
-                  num_attention_heads=6, num_key_value_heads=2, max_position_embeddings=32, rope_theta=500.0,
-                  pad_token_id=TOK.pad_token_id, eos_token_id=TOK.eos_token_id, bos_token_id=None,
-                  tie_word_embeddings=False, attn_implementation="eager")
+    fields = dict(
+        vocab_size=len(TOK),
+        hidden_size=48,
+        intermediate_size=80,
+        num_hidden_layers=3,
+        num_attention_heads=6,
+        num_key_value_heads=2,
+        max_position_embeddings=32,
+        rope_theta=500.0,
+        pad_token_id=TOK.pad_token_id,
+        eos_token_id=TOK.eos_token_id,
+        bos_token_id=None,
+        tie_word_embeddings=False,
+        attn_implementation="eager",
+    )
     fields.update(changes)
     torch.manual_seed(5)
     model = T.LlamaForCausalLM(T.LlamaConfig(**fields)).eval()
@@ -51,9 +63,16 @@ def attention_form(request, monkeypatch):
     return request.param
 
 
-@pytest.mark.parametrize("changes", [{}, {"attn_implementation": "sdpa"}, {"tie_word_embeddings": True},
-                                     {"rope_scaling": {"rope_type": "linear", "factor": 2.0}}],
-                         ids=["gqa", "sdpa", "tied", "scaled-rope"])
+@pytest.mark.parametrize(
+    "changes",
+    [
+        {},
+        {"attn_implementation": "sdpa"},
+        {"tie_word_embeddings": True},
+        {"rope_scaling": {"rope_type": "linear", "factor": 2.0}},
+    ],
+    ids=["gqa", "sdpa", "tied", "scaled-rope"],
+)
 def test_logits_and_gradients_are_transformers_own(changes, attention_form):
     model = llama(**changes)
     ids, mask = encode_prompts(TOK, PROMPTS, 8)  # left padding on most rows
@@ -65,8 +84,10 @@ def test_logits_and_gradients_are_transformers_own(changes, attention_form):
 
     weights = torch.linspace(-1, 1, ours[real].numel()).reshape(ours[real].shape)
     grads = []
-    for logits in (lambda: llama_fast.forward(model, ids, positions(mask), real)[0],
-                   lambda: transformers_logits(model, ids, mask)):
+    for logits in (
+        lambda: llama_fast.forward(model, ids, positions(mask), real)[0],
+        lambda: transformers_logits(model, ids, mask),
+    ):
         model.zero_grad()
         (logits()[real] * weights).sum().backward()
         grads.append([p.grad.clone() for p in model.parameters()])
@@ -84,7 +105,7 @@ def test_a_kv_cache_continues_the_full_forward(attention_form):
     logits, kv = llama_fast.forward(model, ids[:, :5], pos[:, :5], real[:, :5])
     steps = [logits[:, -1]]
     for t in range(5, 8):
-        logits, kv = llama_fast.forward(model, ids[:, t:t + 1], pos[:, t:t + 1], real[:, :t + 1], past=kv)
+        logits, kv = llama_fast.forward(model, ids[:, t : t + 1], pos[:, t : t + 1], real[:, : t + 1], past=kv)
         steps.append(logits[:, -1])
     assert kv[0][0].shape[2] == 8
     real = real[:, 4:]  # a padding position's output is nobody's input: read the real ones
@@ -112,7 +133,7 @@ def test_static_keys_and_values_continue_the_full_forward(attention_form):
     key_mask = torch.cat([real, torch.ones(ids.shape[0], 2, dtype=torch.bool)], 1)  # 10 slots
     steps = [logits[:, -1][rows]]
     for t in range(5, 8):
-        steps.append(llama_fast.decode_step(model, ids[:, t:t + 1], pos[:, t:t + 1], key_mask, kv)[:, -1])
+        steps.append(llama_fast.decode_step(model, ids[:, t : t + 1], pos[:, t : t + 1], key_mask, kv)[:, -1])
     assert int(kv.filled) == 8
     real = real[:, 4:]
     torch.testing.assert_close(torch.stack(steps, 1)[real], full[:, 4:][real], rtol=1e-5, atol=1e-5)
@@ -160,8 +181,7 @@ def _checkpointed_llama():
     return model
 
 
-@pytest.mark.parametrize("kind", ["qwen2", "mistral", "gemma", "gpt2", "llama-bias", "lora", "hooked",
-                                  "checkpointed"])
+@pytest.mark.parametrize("kind", ["qwen2", "mistral", "gemma", "gpt2", "llama-bias", "lora", "hooked", "checkpointed"])
 def test_models_it_does_not_compute_run_transformers_forward(kind, monkeypatch):
     if kind == "lora":
         pytest.importorskip("peft")
@@ -169,8 +189,11 @@ def test_models_it_does_not_compute_run_transformers_forward(kind, monkeypatch):
 
         model = with_lora(llama(), rank=4)
     elif kind in ("hooked", "checkpointed", "llama-bias"):
-        model = {"hooked": _hooked_llama, "checkpointed": _checkpointed_llama,
-                 "llama-bias": lambda: llama(attention_bias=True)}[kind]()
+        model = {
+            "hooked": _hooked_llama,
+            "checkpointed": _checkpointed_llama,
+            "llama-bias": lambda: llama(attention_bias=True),
+        }[kind]()
     else:
         model = _from_config(kind)
     assert not llama_fast.supports(model)

@@ -2,6 +2,7 @@
 (it merges characters, adds a BOS token and pads on the right, as most tokenizers do), a
 :class:`PromptTask` of plain prompt/answer lists. Nothing in the repository's character
 tokenizer may be what makes the GRPO cells work."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -17,7 +18,9 @@ from workbench.llm import LLMInputError, PromptTask, heldout_accuracy, tiny_caus
 from workbench.llm.tasks import answer_targets, encode_prompts  # noqa: E402
 
 # sums of two and of three operands: prompts of several token lengths, so batches are padded
-TERMS = [(a, b) for a in range(5, 15) for b in range(5, 15)] + [(a, b, c) for a in (1, 2, 3) for b in (4, 5) for c in (6, 7)]
+TERMS = [(a, b) for a in range(5, 15) for b in range(5, 15)] + [
+    (a, b, c) for a in (1, 2, 3) for b in (4, 5) for c in (6, 7)
+]
 PROMPTS = ["+".join(map(str, t)) + "=" for t in TERMS]
 ANSWERS = [str(sum(t)) for t in TERMS]
 
@@ -31,25 +34,39 @@ def bpe_tokenizer(*, pad: bool = True, eos: bool = True, side: str = "right"):
     core = Tokenizer(models.BPE(unk_token="<unk>"))
     core.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     core.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(vocab_size=320, special_tokens=["<pad>", "<s>", "</s>", "<unk>"],
-                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    trainer = trainers.BpeTrainer(
+        vocab_size=320,
+        special_tokens=["<pad>", "<s>", "</s>", "<unk>"],
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+    )
     core.train_from_iterator([f"{a}+{b}={a + b}" for a in range(60) for b in range(60)], trainer)
     core.post_processor = processors.TemplateProcessing(single="<s> $A", special_tokens=[("<s>", 1)])
-    return PreTrainedTokenizerFast(tokenizer_object=core, bos_token="<s>", unk_token="<unk>", padding_side=side,
-                                   **({"pad_token": "<pad>"} if pad else {}), **({"eos_token": "</s>"} if eos else {}))
+    return PreTrainedTokenizerFast(
+        tokenizer_object=core,
+        bos_token="<s>",
+        unk_token="<unk>",
+        padding_side=side,
+        **({"pad_token": "<pad>"} if pad else {}),
+        **({"eos_token": "</s>"} if eos else {}),
+    )
 
 
 def test_prompts_are_left_padded_whatever_side_the_tokenizer_pads():
     prompts = ["13+14=", "1+2=", "13+14="]
-    right, left = encode_prompts(bpe_tokenizer(side="right"), prompts, 8), encode_prompts(bpe_tokenizer(side="left"), prompts, 8)
+    right, left = (
+        encode_prompts(bpe_tokenizer(side="right"), prompts, 8),
+        encode_prompts(bpe_tokenizer(side="left"), prompts, 8),
+    )
     assert torch.equal(right[0], left[0]) and torch.equal(right[1], left[1])
     ids, mask = right
     assert mask[:, -1].all() and not mask[1, 0]  # every prompt ends at the last column: generation continues it
     assert (ids[mask.bool()] != bpe_tokenizer().pad_token_id).all()
 
 
-@pytest.mark.parametrize("pad, eos, missing", [(False, True, "no pad_token"), (True, False, "no eos_token"),
-                                               (False, False, "no pad_token and no eos_token")])
+@pytest.mark.parametrize(
+    "pad, eos, missing",
+    [(False, True, "no pad_token"), (True, False, "no eos_token"), (False, False, "no pad_token and no eos_token")],
+)
 def test_a_tokenizer_without_pad_or_eos_is_told_what_to_set(pad, eos, missing):
     tok = bpe_tokenizer(pad=pad, eos=eos)
     for build in (lambda: encode_prompts(tok, ["1+2="], 8), lambda: PromptTask(PROMPTS, ANSWERS, tokenizer=tok)):
@@ -71,14 +88,17 @@ def test_a_prompt_tasks_widths_are_in_the_tokenizers_tokens():
     assert tok.batch_decode(targets["input_ids"], skip_special_tokens=True) == ANSWERS
 
 
-@pytest.mark.parametrize("prompts, answers, extra, message", [
-    ("2+2=", None, {}, "a list of non-empty prompt strings"),
-    (["2+2=", ""], None, {}, "a list of non-empty prompt strings"),
-    (["2+2=", "3+3="], ["4"], {}, "one answer string per prompt: 2 prompts, 1 answers"),
-    (["2+2=", "2+2="], ["4", "5"], {}, "given two answers, '4' and '5'"),
-    (["2+2="], ["4"], {"heldout_fraction": 0.6}, "leave none to train on"),
-    (["2+2=", "3+3="], None, {"heldout_fraction": 1.0}, r"heldout_fraction must be in \[0, 1\)"),
-])
+@pytest.mark.parametrize(
+    "prompts, answers, extra, message",
+    [
+        ("2+2=", None, {}, "a list of non-empty prompt strings"),
+        (["2+2=", ""], None, {}, "a list of non-empty prompt strings"),
+        (["2+2=", "3+3="], ["4"], {}, "one answer string per prompt: 2 prompts, 1 answers"),
+        (["2+2=", "2+2="], ["4", "5"], {}, "given two answers, '4' and '5'"),
+        (["2+2="], ["4"], {"heldout_fraction": 0.6}, "leave none to train on"),
+        (["2+2=", "3+3="], None, {"heldout_fraction": 1.0}, r"heldout_fraction must be in \[0, 1\)"),
+    ],
+)
 def test_a_prompt_task_refuses_what_cannot_make_a_task(prompts, answers, extra, message):
     with pytest.raises(LLMInputError, match=message):
         PromptTask(prompts, answers, tokenizer=bpe_tokenizer(), **extra)
@@ -94,10 +114,16 @@ def test_a_prompt_task_without_answers_trains_but_says_why_it_cannot_be_graded()
 
 
 def _grpo_run(tok, task, model, iterations=3):
-    cfg = dataclasses.replace(grpo.GRPOConfig(), model=model, max_new_tokens=task.answer_width, eval_every=2,
-                              prompts_per_step=8, group_size=4)
-    namespace = dict(vars(grpo), cfg=cfg, task=task, tokenizer=tok,
-                     reward_fn=lambda prompt, completion: float(completion.strip() == task.answer(prompt)))
+    cfg = dataclasses.replace(
+        grpo.GRPOConfig(), model=model, max_new_tokens=task.answer_width, eval_every=2, prompts_per_step=8, group_size=4
+    )
+    namespace = dict(
+        vars(grpo),
+        cfg=cfg,
+        task=task,
+        tokenizer=tok,
+        reward_fn=lambda prompt, completion: float(completion.strip() == task.answer(prompt)),
+    )
     return grpo.build_fdg(namespace).run(iterations=iterations, steps=1, policy="inline", progress=False)
 
 

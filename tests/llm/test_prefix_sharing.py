@@ -2,6 +2,7 @@
 distinct prompt once and copy its KV cache to the rows that repeat it. The numbers must be
 the ones a forward over every row gives — log-probabilities, their gradients, the sampled
 tokens — for any causal LM, any left padding, with rows in any order."""
+
 from __future__ import annotations
 
 import pytest
@@ -10,8 +11,14 @@ import torch
 pytest.importorskip("transformers")
 
 from tests.llm.test_static_sampling import _from_config  # noqa: E402
-from workbench.llm.generation import (distinct_prompts, graphable_prompts, sample, sample_static, scorer,  # noqa: E402
-                                      sequence_logp)
+from workbench.llm.generation import (
+    distinct_prompts,
+    graphable_prompts,
+    sample,
+    sample_static,
+    scorer,  # noqa: E402
+    sequence_logp,
+)
 from workbench.llm.models import tiny_causal_lm  # noqa: E402
 from workbench.llm.tasks import encode_prompts  # noqa: E402
 from workbench.llm.tokenizers import char_tokenizer  # noqa: E402
@@ -86,7 +93,9 @@ def test_a_one_token_completion_is_scored_from_the_prompts_forward_alone():
     tokens = torch.full((len(PROMPTS), 1), TOK.eos_token_id)
     ones = torch.ones_like(tokens, dtype=torch.float32)
     with torch.no_grad():
-        torch.testing.assert_close(sequence_logp(model, ids, mask, tokens, ones), scorer(model)(ids, mask, tokens, ones)[0])
+        torch.testing.assert_close(
+            sequence_logp(model, ids, mask, tokens, ones), scorer(model)(ids, mask, tokens, ones)[0]
+        )
 
 
 def test_lora_adapters_get_the_full_forwards_gradients_through_the_shared_cache():
@@ -117,8 +126,11 @@ def test_rows_whose_hashes_collide_stay_apart(monkeypatch):
     ids, mask = batch()
     real_unique = torch.unique
     # every row to key 0: all rows "collide", and the answer must still be the true one
-    monkeypatch.setattr(generation.torch, "unique", lambda x, **kw: (
-        real_unique(torch.zeros_like(x), **kw) if x.dim() == 1 else real_unique(x, **kw)))
+    monkeypatch.setattr(
+        generation.torch,
+        "unique",
+        lambda x, **kw: real_unique(torch.zeros_like(x), **kw) if x.dim() == 1 else real_unique(x, **kw),
+    )
     rows, row_mask, inverse = distinct_prompts(ids, mask)
     assert rows.shape[0] == 4
     assert torch.equal(rows[inverse], ids) and torch.equal(row_mask[inverse].long(), mask.long())
@@ -141,8 +153,11 @@ def test_padded_distinct_prompts_given_before_a_capture_score_as_the_full_forwar
     results = []
     for given in (shared, None):
         model.zero_grad()
-        logp = (sequence_logp(model, ids, mask, out.tokens, out.completion_mask, shared=given) if given
-                else scorer(model)(ids, mask, out.tokens, out.completion_mask)[0])
+        logp = (
+            sequence_logp(model, ids, mask, out.tokens, out.completion_mask, shared=given)
+            if given
+            else scorer(model)(ids, mask, out.tokens, out.completion_mask)[0]
+        )
         (logp * weights).sum().backward()
         results.append((logp.detach(), [p.grad.clone() for p in model.parameters()]))
     (shared_logp, shared_grads), (full_logp, full_grads) = results
@@ -176,8 +191,9 @@ def test_the_static_path_with_a_shared_prefill_records_a_full_forwards_log_probs
     model = model_of("tiny-llama")
     ids, mask = encode_prompts(TOK, prompts, 7)
     for seed in range(3):
-        out = sample_static(model, ids, mask, max_new_tokens=4, eos_id=TOK.eos_token_id, pad_id=TOK.pad_token_id,
-                            seed=seed)
+        out = sample_static(
+            model, ids, mask, max_new_tokens=4, eos_id=TOK.eos_token_id, pad_id=TOK.pad_token_id, seed=seed
+        )
         with torch.no_grad():
             full = scorer(model)(ids, mask, out.tokens, out.completion_mask)[0]
         live = out.completion_mask.bool()

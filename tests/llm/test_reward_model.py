@@ -2,6 +2,7 @@
 text the same whatever shares its batch, learns from preference pairs by the Bradley–Terry
 loss (lr 0 learns nothing), refuses what it cannot score with errors that say why, and, as
 the reward fragment's state, scores the completions GRPO learns from under any policy."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -15,8 +16,13 @@ pytest.importorskip("transformers")
 import workbench as wb  # noqa: E402
 from workbench.algorithms import grpo, rlhf  # noqa: E402
 from workbench.llm import AdditionTask, LLMInputError, RewardError, char_tokenizer, tiny_causal_lm  # noqa: E402
-from workbench.llm.reward_model import (RewardModel, policy_preferences, preference_accuracy,  # noqa: E402
-                                        reward_model_from, train_reward_model)
+from workbench.llm.reward_model import (
+    RewardModel,
+    policy_preferences,
+    preference_accuracy,  # noqa: E402
+    reward_model_from,
+    train_reward_model,
+)
 from workbench.llm.tasks import score_completions  # noqa: E402
 
 TOK = char_tokenizer()
@@ -48,8 +54,17 @@ def gpt2_policy():
     from transformers import GPT2Config, GPT2LMHeadModel
 
     torch.manual_seed(0)
-    return GPT2LMHeadModel(GPT2Config(vocab_size=len(TOK), n_positions=16, n_embd=32, n_layer=2, n_head=4,
-                                      pad_token_id=TOK.pad_token_id, eos_token_id=TOK.eos_token_id))
+    return GPT2LMHeadModel(
+        GPT2Config(
+            vocab_size=len(TOK),
+            n_positions=16,
+            n_embd=32,
+            n_layer=2,
+            n_head=4,
+            pad_token_id=TOK.pad_token_id,
+            eos_token_id=TOK.eos_token_id,
+        )
+    )
 
 
 @pytest.mark.parametrize("make", [policy, gpt2_policy], ids=["llama", "gpt2"])
@@ -74,7 +89,9 @@ def test_bradley_terry_training_ranks_the_chosen_higher_and_lr_zero_learns_nothi
     first_batch = np.random.default_rng(3).integers(0, len(prompts), 8)
     expected = -torch.nn.functional.logsigmoid(
         torch.tensor(scorer([prompts[i] for i in first_batch], [chosen[i] for i in first_batch]))
-        - torch.tensor(scorer([prompts[i] for i in first_batch], [rejected[i] for i in first_batch]))).mean()
+        - torch.tensor(scorer([prompts[i] for i in first_batch], [rejected[i] for i in first_batch]))
+    ).mean()
+
     def margin() -> float:  # how much higher the chosen score, over all the pairs
         return float(np.mean(np.subtract(scorer(prompts, chosen), scorer(prompts, rejected))))
 
@@ -107,8 +124,16 @@ def test_policy_preferences_pair_the_answer_with_the_policys_own_wrong_sample():
 def test_what_a_reward_model_cannot_score_is_refused_with_what_to_do():
     from transformers import LlamaConfig, LlamaForSequenceClassification
 
-    config = LlamaConfig(vocab_size=len(TOK), hidden_size=16, intermediate_size=32, num_hidden_layers=1,
-                         num_attention_heads=2, max_position_embeddings=8, num_labels=2, pad_token_id=0)
+    config = LlamaConfig(
+        vocab_size=len(TOK),
+        hidden_size=16,
+        intermediate_size=32,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        max_position_embeddings=8,
+        num_labels=2,
+        pad_token_id=0,
+    )
     with pytest.raises(LLMInputError, match="2 labels.*num_labels=1"):
         RewardModel(LlamaForSequenceClassification(config), TOK)
     config.num_labels, config.pad_token_id = 1, None
@@ -124,12 +149,16 @@ def test_what_a_reward_model_cannot_score_is_refused_with_what_to_do():
         train_reward_model(scorer, ["3+4="], ["7"], [])
     with torch.no_grad():
         scorer.model.score.weight.fill_(float("nan"))
-    with pytest.raises(RewardError, match=r"RewardModel\(LlamaForSequenceClassification\) returned nan for prompt '3\+4='"):
+    with pytest.raises(
+        RewardError, match=r"RewardModel\(LlamaForSequenceClassification\) returned nan for prompt '3\+4='"
+    ):
         score_completions(scorer, ["3+4="], ["7"])
 
 
 def test_a_run_without_a_trained_reward_model_says_how_to_make_one():
-    with pytest.raises(wb.FragmentRuntimeError, match=r"fragment 'reward' \(init cell\)(.|\n)*no reward model.*reward_model_from"):
+    with pytest.raises(
+        wb.FragmentRuntimeError, match=r"fragment 'reward' \(init cell\)(.|\n)*no reward model.*reward_model_from"
+    ):
         rlhf.build_fdg().run(iterations=1, steps=1, progress=False)
 
 
@@ -171,10 +200,13 @@ def test_a_checkpoint_holds_the_reward_model_a_resume_goes_on_with(tmp_path, cli
 
     used = reward_model_from(tiny_causal_lm(TOK, hidden=32, layers=2, heads=4, context=16, seed=1), TOK)
     other = reward_model_from(tiny_causal_lm(TOK, hidden=32, layers=2, heads=4, context=16, seed=2), TOK)
-    namespace = dict(vars(rlhf), cfg=dataclasses.replace(rlhf.cfg, prompts_per_step=4, group_size=4, hidden=32),
-                     reward_model=used)
+    namespace = dict(
+        vars(rlhf), cfg=dataclasses.replace(rlhf.cfg, prompts_per_step=4, group_size=4, hidden=32), reward_model=used
+    )
     fdg = rlhf.build_fdg(namespace)
-    first = fdg.run(iterations=2, steps=1, policy="coarse", cluster=client, progress=False, checkpoint_dir=str(tmp_path))
+    first = fdg.run(
+        iterations=2, steps=1, policy="coarse", cluster=client, progress=False, checkpoint_dir=str(tmp_path)
+    )
     assert first.status == "finished", first.error
     manifest = json.loads(next(tmp_path.glob("iteration-*/manifest.json")).read_text())
     reward = manifest["fragments"]["reward"]
@@ -195,8 +227,11 @@ def test_the_reward_cell_scores_the_completions_it_is_given():
 
     scorer = reward_model_from(tiny_causal_lm(TOK, hidden=32, layers=2, heads=4, context=16, seed=1), TOK)
     run = _rlhf_fdg(scorer).run(iterations=1, steps=1, progress=False)
-    state = {**run.state.fragments["prompts"][0], **run.state.fragments["generate"][0],
-             **run.state.fragments["reward"][0]}
+    state = {
+        **run.state.fragments["prompts"][0],
+        **run.state.fragments["generate"][0],
+        **run.state.fragments["reward"][0],
+    }
     expected = scorer(state["prompt_texts"], decode_completions(TOK, state["tokens"]))
     assert np.asarray(state["rewards"]).tolist() == pytest.approx(expected, abs=1e-6)
 

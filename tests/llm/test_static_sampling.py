@@ -3,6 +3,7 @@ and completion, one attention mask for the whole generation, the cache reset by 
 It must draw what the eager loop with a growing cache draws, call after call, for every
 batch shape, every left padding, greedy or nucleus; the graphs on top are tested on a GPU
 (tests/gpu/test_grpo_graphs.py)."""
+
 from __future__ import annotations
 
 import pytest
@@ -24,8 +25,9 @@ def _both(model, prompts, seed, width=7, max_new_tokens=5, **kw):
     return sample(model, ids, mask, **args), sample_static(model, ids, mask, **args), (ids, mask)
 
 
-@pytest.mark.parametrize("kw", [{}, {"temperature": 0}, {"temperature": 0.7, "top_p": 0.8}],
-                         ids=["sampled", "greedy", "nucleus"])
+@pytest.mark.parametrize(
+    "kw", [{}, {"temperature": 0}, {"temperature": 0.7, "top_p": 0.8}], ids=["sampled", "greedy", "nucleus"]
+)
 def test_the_static_path_draws_the_eager_loops_tokens_and_log_probs(kw):
     model = tiny_causal_lm(TOK, hidden=32, layers=2, context=16, seed=3)
     # prompts of 3 to 7 tokens: rows with no padding and rows mostly padding in one batch
@@ -74,17 +76,33 @@ def test_rows_stop_at_eos_and_the_batch_stops_when_all_have():
 def _from_config(kind: str):
     import transformers as T
 
-    common = dict(vocab_size=len(TOK), pad_token_id=TOK.pad_token_id, eos_token_id=TOK.eos_token_id,
-                  bos_token_id=None, max_position_embeddings=32)
-    decoder = dict(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
-                   num_key_value_heads=2, **common)
+    common = dict(
+        vocab_size=len(TOK),
+        pad_token_id=TOK.pad_token_id,
+        eos_token_id=TOK.eos_token_id,
+        bos_token_id=None,
+        max_position_embeddings=32,
+    )
+    decoder = dict(
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        **common,
+    )
     configs = {
         "llama-sdpa": lambda: T.LlamaConfig(attn_implementation="sdpa", **decoder),
         "qwen2": lambda: T.Qwen2Config(**decoder),
         "mistral": lambda: T.MistralConfig(sliding_window=None, **decoder),
         "gemma": lambda: T.GemmaConfig(head_dim=8, **decoder),
-        "gpt2": lambda: T.GPT2Config(n_embd=32, n_layer=2, n_head=4, n_positions=32,
-                                     **{k: v for k, v in common.items() if k != "max_position_embeddings"}),
+        "gpt2": lambda: T.GPT2Config(
+            n_embd=32,
+            n_layer=2,
+            n_head=4,
+            n_positions=32,
+            **{k: v for k, v in common.items() if k != "max_position_embeddings"},
+        ),
     }
     torch.manual_seed(0)
     return T.AutoModelForCausalLM.from_config(configs[kind]()).eval()
@@ -121,9 +139,18 @@ def test_a_sliding_window_model_samples_over_a_static_cache_but_never_through_a_
     from workbench.kernels.cuda_graphs import _CALLS
     from workbench.llm.generation import graph_safe
 
-    common = dict(vocab_size=len(TOK), pad_token_id=TOK.pad_token_id, eos_token_id=TOK.eos_token_id,
-                  bos_token_id=None, max_position_embeddings=32, hidden_size=32, intermediate_size=64,
-                  num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2)
+    common = dict(
+        vocab_size=len(TOK),
+        pad_token_id=TOK.pad_token_id,
+        eos_token_id=TOK.eos_token_id,
+        bos_token_id=None,
+        max_position_embeddings=32,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+    )
     torch.manual_seed(0)
     windowed = T.AutoModelForCausalLM.from_config(T.MistralConfig(sliding_window=4, **common)).eval()
     plain = tiny_causal_lm(TOK, hidden=32, layers=2, context=16, seed=3)
@@ -133,7 +160,8 @@ def test_a_sliding_window_model_samples_over_a_static_cache_but_never_through_a_
         torch.testing.assert_close(eager.logp, static.logp, rtol=1e-5, atol=1e-5)
     ids, mask = encode_prompts(TOK, ["1+2="], 7)
     for model, safe in ((windowed, False), (plain, True)):  # one call: below the warm-up, nothing captured
-        sample_static(model, ids, mask, max_new_tokens=2, eos_id=TOK.eos_token_id, pad_id=TOK.pad_token_id,
-                      seed=0, graphs=True)
+        sample_static(
+            model, ids, mask, max_new_tokens=2, eos_id=TOK.eos_token_id, pad_id=TOK.pad_token_id, seed=0, graphs=True
+        )
         assert graph_safe(_CACHES[model][1, 9]) is safe
         assert sorted(_CALLS.get(model, {})) == ([] if not safe else ["decode[1x7+2]/1", "prefill[1x7+2]/1"])

@@ -1,5 +1,6 @@
 """The supervised warm start's stopping rule: ``until`` stops at the first check whose greedy
 accuracy on the fixed probe of training prompts reaches it, and never before."""
+
 from __future__ import annotations
 
 import numpy as np

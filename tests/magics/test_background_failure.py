@@ -1,5 +1,6 @@
 """A background run that failed, seen from the cells after it: the next edit, update or run
 says so once, and ``%fdg stop`` answers for the background run whatever ran after it."""
+
 from __future__ import annotations
 
 import pytest

@@ -2,6 +2,7 @@
 (``%%fragment actor   # every step (the default)``, ``%fdg   # draw the FDG``): a cell
 copied from a page runs as it reads. Before, argparse refused the comment's words
 (``unrecognized arguments: # every step``) and ``%fdg`` took ``#`` for a command."""
+
 from __future__ import annotations
 
 import workbench as wb

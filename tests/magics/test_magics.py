@@ -1,4 +1,5 @@
 """The magics through a real IPython InteractiveShell."""
+
 from __future__ import annotations
 
 import pytest
@@ -73,13 +74,16 @@ def test_fdg_run_expands_notebook_variables(ip):
     assert run.metrics["T"].tolist() == [6, 6]
 
 
-@pytest.mark.parametrize("line, message", [
-    ("run --iterations 0", "--iterations must be a whole number ≥ 1"),
-    ("run --iterations -2", "--iterations must be a whole number ≥ 1"),
-    ("run --policy nowhere", "unknown policy 'nowhere'"),
-    ("run --bogus", "unrecognized arguments: --bogus"),
-    ("fly", "unknown %fdg command 'fly'"),
-])
+@pytest.mark.parametrize(
+    "line, message",
+    [
+        ("run --iterations 0", "--iterations must be a whole number ≥ 1"),
+        ("run --iterations -2", "--iterations must be a whole number ≥ 1"),
+        ("run --policy nowhere", "unknown policy 'nowhere'"),
+        ("run --bogus", "unrecognized arguments: --bogus"),
+        ("fly", "unknown %fdg command 'fly'"),
+    ],
+)
 def test_bad_fdg_lines_are_usage_errors(ip, line, message):
     _cells(ip, *LOOP_CELLS)
     from IPython.core.error import UsageError
@@ -101,8 +105,9 @@ def test_background_run_and_stop(ip):
     import time
 
     deadline = time.monotonic() + 60  # an iteration done first, however busy the machine
-    while not (_fdg(ip).last_run is not None and _fdg(ip).last_run.completed_iterations) \
-            and time.monotonic() < deadline:
+    while (
+        not (_fdg(ip).last_run is not None and _fdg(ip).last_run.completed_iterations) and time.monotonic() < deadline
+    ):
         time.sleep(0.02)
     run = ip.run_line_magic("fdg", "stop")
     assert run.status == "stopped" and 0 < run.completed_iterations < 100000

@@ -1,5 +1,6 @@
 """``%fdg place`` and ``%fdg run`` using the board's placement, through a real InteractiveShell
 and the 2-worker LocalCluster fixture."""
+
 from __future__ import annotations
 
 import pytest
@@ -55,11 +56,14 @@ def test_reset_forgets_the_placement(ip, client):
     assert _fdg(ip).placement is None
 
 
-@pytest.mark.parametrize("line, message", [
-    ("place", "no fragments yet"),
-    ("place --steps 0", "--steps must be a whole number ≥ 1"),
-    ("place --policy coarse", "unrecognized arguments: --policy coarse"),
-])
+@pytest.mark.parametrize(
+    "line, message",
+    [
+        ("place", "no fragments yet"),
+        ("place --steps 0", "--steps must be a whole number ≥ 1"),
+        ("place --policy coarse", "unrecognized arguments: --policy coarse"),
+    ],
+)
 def test_bad_place_lines_are_usage_errors(ip, line, message):
     if "steps" in line or "policy" in line:
         _cells(ip, *LOOP_CELLS)

@@ -7,6 +7,7 @@ measured time with another one or with the machine's speed. What holds on any ma
 sleep is never measured shorter than it slept; a replica's phases never add up to more than
 the run's wall time (nothing is counted twice: the replicas' tasks all happen inside the
 run); waiting is where the dataflow makes it (a learner cannot start before its rollouts)."""
+
 from __future__ import annotations
 
 import time
@@ -15,8 +16,8 @@ import numpy as np
 
 import workbench as wb
 
-ENV_STEP_S = 0.002   # each env step sleeps this long
-LEARNER_S = 0.04     # each learner update sleeps this long
+ENV_STEP_S = 0.002  # each env step sleeps this long
+LEARNER_S = 0.04  # each learner update sleeps this long
 STEPS = 20
 ITERATIONS = 10
 
@@ -28,10 +29,17 @@ def sleepy_fdg() -> wb.FDG:
     fdg.add_fragment("learner", "scale = 1.0\ntotal = 0.0", rate="init")
     fdg.add_fragment("actor", "gain = scale", rate="init")
     fdg.add_fragment("actor", "action = obs * gain", rate="step")
-    fdg.add_fragment("env", f"time.sleep({ENV_STEP_S})\nobs = obs + 1\nreward = action.copy()\n"
-                            "seen += 1\nwb.log('charts/episodic_return', float(reward.sum()))", rate="step")
-    fdg.add_fragment("learner", f"time.sleep({LEARNER_S})\ntotal += float(reward.sum())\n"
-                                "wb.log('learner/total', total)\nscale = scale * 0.5", rate="iteration")
+    fdg.add_fragment(
+        "env",
+        f"time.sleep({ENV_STEP_S})\nobs = obs + 1\nreward = action.copy()\n"
+        "seen += 1\nwb.log('charts/episodic_return', float(reward.sum()))",
+        rate="step",
+    )
+    fdg.add_fragment(
+        "learner",
+        f"time.sleep({LEARNER_S})\ntotal += float(reward.sum())\nwb.log('learner/total', total)\nscale = scale * 0.5",
+        rate="iteration",
+    )
     fdg.add_fragment("actor", "gain = scale", rate="iteration")
     return fdg
 
@@ -69,8 +77,7 @@ def test_inline_accounting():
 
 
 def test_coarse_accounting(client):
-    run = sleepy_fdg().run(iterations=ITERATIONS, steps=STEPS, policy="coarse", cluster=client,
-                           progress=False)
+    run = sleepy_fdg().run(iterations=ITERATIONS, steps=STEPS, policy="coarse", cluster=client, progress=False)
     _check(run, {"actor+env[0]", "actor+env[1]", "learner[0]"})
     _check_compute(run, 2)
     prof = run.profile(skip=2)
@@ -90,8 +97,7 @@ def test_profile_of_empty_run():
 
 def test_fine_accounting(client):
     """Per-step channels: the waiting inside the steps counts as wait, not as nothing."""
-    run = sleepy_fdg().run(iterations=ITERATIONS, steps=STEPS, policy="fine", cluster=client,
-                           progress=False)
+    run = sleepy_fdg().run(iterations=ITERATIONS, steps=STEPS, policy="fine", cluster=client, progress=False)
     replicas = set(run.profile_by_iteration().index.get_level_values("replica"))
     _check(run, replicas)
     _check_compute(run, sum(1 for name in replicas if "env" in name))

@@ -1,4 +1,5 @@
 """The HTML report is self-contained; the loggers write what the run recorded."""
+
 from __future__ import annotations
 
 import html

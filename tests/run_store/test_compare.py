@@ -1,4 +1,5 @@
 """wb.compare on real runs: the Bokeh figure's glyphs and data, the numbers, the errors."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -75,10 +76,14 @@ def test_runs_in_memory_and_other_axes(store):
 
 
 def test_comparing_runs_without_the_metric_says_what_they_logged(grid_store):
-    with pytest.raises(wb.MetricError, match=r"none of the 4 runs logged 'charts/loss': nothing to compare. They logged: .*charts/episodic_return"):
+    with pytest.raises(
+        wb.MetricError,
+        match=r"none of the 4 runs logged 'charts/loss': nothing to compare. They logged: .*charts/episodic_return",
+    ):
         wb.compare(store=grid_store, metric="charts/loss")
-    quiet = toy_fdg(step="t += 1\nwb.count_env_steps(1)\n").run(iterations=2, steps=3, progress=False,
-                                                                 run_store=grid_store)
+    quiet = toy_fdg(step="t += 1\nwb.count_env_steps(1)\n").run(
+        iterations=2, steps=3, progress=False, run_store=grid_store
+    )
     assert quiet.status == "finished"
     with pytest.raises(wb.MetricError, match=r"1 of the 5 runs \(.*-fdg-.*\) did not log 'charts/episodic_return'"):
         wb.compare(store=grid_store)

@@ -1,4 +1,5 @@
 """The dashboard's /workbench-runs page, built as a browser session builds it (no browser)."""
+
 from __future__ import annotations
 
 from bokeh.models import GlyphRenderer, Line, VArea

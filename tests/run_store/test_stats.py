@@ -1,5 +1,6 @@
 """IQM and the stratified bootstrap: hand-computed cases, scipy's trimmed mean, and the
 properties that make them what Agarwal et al. (2021) describe."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -9,15 +10,18 @@ from scipy import stats as scipy_stats
 from workbench.run_store import iqm, stratified_bootstrap_ci
 
 
-@pytest.mark.parametrize("scores, expected", [
-    ([1, 2, 3, 4, 5, 6, 7, 8], 4.5),        # 2 cut from each end: 3, 4, 5, 6
-    ([8, 1, 7, 2, 6, 3, 5, 4], 4.5),        # order does not matter
-    ([1, 2, 3, 1000], 2.5),                 # 1 cut from each end: 2, 3
-    ([0, 1, 2, 3, 4], 2.0),                 # int(1.25) = 1 cut: 1, 2, 3
-    ([1, 2, 3], 2.0),                       # int(0.75) = 0 cut: the mean
-    ([7.5], 7.5),
-    (list(range(10)), 4.5),                 # 2 cut: 2..7
-])
+@pytest.mark.parametrize(
+    "scores, expected",
+    [
+        ([1, 2, 3, 4, 5, 6, 7, 8], 4.5),  # 2 cut from each end: 3, 4, 5, 6
+        ([8, 1, 7, 2, 6, 3, 5, 4], 4.5),  # order does not matter
+        ([1, 2, 3, 1000], 2.5),  # 1 cut from each end: 2, 3
+        ([0, 1, 2, 3, 4], 2.0),  # int(1.25) = 1 cut: 1, 2, 3
+        ([1, 2, 3], 2.0),  # int(0.75) = 0 cut: the mean
+        ([7.5], 7.5),
+        (list(range(10)), 4.5),  # 2 cut: 2..7
+    ],
+)
 def test_iqm_by_hand(scores, expected):
     assert iqm(scores) == pytest.approx(expected)
 

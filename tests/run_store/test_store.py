@@ -1,4 +1,5 @@
 """The run store with real runs: what a run leaves, listing, loading, resuming, and the errors."""
+
 from __future__ import annotations
 
 import json
@@ -28,11 +29,22 @@ def test_a_run_leaves_its_whole_record_and_reads_back_as_a_run(store):
     folder = _only_folder(store)
     assert (store / MARKER).is_file()
     assert sorted(p.name for p in folder.iterdir()) == [
-        "cells.json", "checkpoint", "config.json", "events.jsonl", "metrics.jsonl", "returns.json", "summary.json"]
+        "cells.json",
+        "checkpoint",
+        "config.json",
+        "events.jsonl",
+        "metrics.jsonl",
+        "returns.json",
+        "summary.json",
+    ]
     summary = json.loads((folder / "summary.json").read_text())
     assert summary["id"] == folder.name and folder.name.split("-")[2] == "toy"
-    assert (summary["status"], summary["solved"], summary["iterations"], summary["env_steps"]) == \
-        ("finished", False, 4, run.env_steps)
+    assert (summary["status"], summary["solved"], summary["iterations"], summary["env_steps"]) == (
+        "finished",
+        False,
+        4,
+        run.env_steps,
+    )
     assert (summary["seed"], summary["policy"], summary["name"]) == (3, "inline", "toy")
     assert summary["final_return"] == pytest.approx(run.mean_return())
     config = json.loads((folder / "config.json").read_text())
@@ -67,8 +79,20 @@ def test_the_listing_has_a_row_per_run_with_the_notebook_settings(store):
     for lr, seed in ((0.1, 0), (0.5, 1), (0.5, 2)):
         toy_fdg(lr, seed).run(iterations=2, steps=6, progress=False, run_store=store, run_name="grid")
     table = wb.runs(store)
-    assert list(table.columns[:12]) == ["id", "started", "name", "policy", "seed", "status", "solved", "iterations",
-                                        "env_steps", "final_return", "best_return", "wall_s"]
+    assert list(table.columns[:12]) == [
+        "id",
+        "started",
+        "name",
+        "policy",
+        "seed",
+        "status",
+        "solved",
+        "iterations",
+        "env_steps",
+        "final_return",
+        "best_return",
+        "wall_s",
+    ]
     assert list(table["cfg.lr"]) == [0.1, 0.5, 0.5] and list(table["seed"]) == [0, 1, 2]  # oldest first
     assert set(table["name"]) == {"grid"} and set(table["status"]) == {"finished"}
     assert str(table["started"].dtype).startswith("datetime64")
@@ -155,12 +179,31 @@ def test_workbench_run_keeps_the_run_under_the_notebooks_name(tmp_path, capsys):
     from workbench.cli import main
 
     notebook = tmp_path / "tiny-loop.ipynb"
-    nbformat.write(nbformat.v4.new_notebook(cells=[
-        nbformat.v4.new_code_cell("import workbench as wb"),
-        nbformat.v4.new_code_cell("%%fragment env --init\nt = 0"),
-        nbformat.v4.new_code_cell("%%fragment env\nt += 1\nwb.count_env_steps(1)"),
-    ]), notebook)
-    assert main(["run", str(notebook), "--iterations", "2", "--steps", "3", "--no-progress",
-                 "--run-store", str(tmp_path / "store")]) == 0
+    nbformat.write(
+        nbformat.v4.new_notebook(
+            cells=[
+                nbformat.v4.new_code_cell("import workbench as wb"),
+                nbformat.v4.new_code_cell("%%fragment env --init\nt = 0"),
+                nbformat.v4.new_code_cell("%%fragment env\nt += 1\nwb.count_env_steps(1)"),
+            ]
+        ),
+        notebook,
+    )
+    assert (
+        main(
+            [
+                "run",
+                str(notebook),
+                "--iterations",
+                "2",
+                "--steps",
+                "3",
+                "--no-progress",
+                "--run-store",
+                str(tmp_path / "store"),
+            ]
+        )
+        == 0
+    )
     row = wb.runs(tmp_path / "store").iloc[0]
     assert (row["name"], row["iterations"], row["env_steps"], row["status"]) == ("tiny-loop", 2, 6, "finished")

@@ -1,5 +1,6 @@
 """The optional trackers through the metric-logger interface, on real runs; skipped where
 MLflow or W&B is not installed (pip install "workbench-rl[trackers]")."""
+
 from __future__ import annotations
 
 import pytest
@@ -20,8 +21,9 @@ def test_mlflow_keeps_every_iteration_in_its_local_store(tmp_path):
     assert kept.info.status == "FINISHED" and kept.info.run_name == "lr-0.5"
     assert kept.data.params == {"cfg.lr": "0.5"}
     history = client.get_metric_history(kept.info.run_id, "charts/episodic_return")
-    assert [(m.step, m.value) for m in history] == [(row["env_steps"], row["charts/episodic_return"])
-                                                    for row in run.rows if "charts/episodic_return" in row]
+    assert [(m.step, m.value) for m in history] == [
+        (row["env_steps"], row["charts/episodic_return"]) for row in run.rows if "charts/episodic_return" in row
+    ]
     assert "time/env_0_ compute_s" in kept.data.metrics  # a name MLflow refuses, made one it takes
 
 

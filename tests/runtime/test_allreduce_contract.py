@@ -2,6 +2,7 @@
 tensor or number; integers averaged as floats) is checked before anything is reduced, and
 replicas that call it a different number of times in an iteration are an error at the
 first reduction that would mix iterations — over the channels and over gloo alike."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -36,8 +37,10 @@ def test_replicas_that_reduce_a_different_number_of_times_are_stopped_before_ite
     # (whichever of the two replicas that meet the mismatch reports first: each says it)
     assert info.value.fragment == "learner" and info.value.iteration in (0, 1), text
     assert "called wb.allreduce a different number of times in an iteration" in text
-    assert "is in iteration 1 but replica 0 sent its value for the same reduction from iteration 0" in text or \
-           "is in iteration 0 but replica 1 sent its value for the same reduction from iteration 1" in text, text
+    assert (
+        "is in iteration 1 but replica 0 sent its value for the same reduction from iteration 0" in text
+        or "is in iteration 0 but replica 1 sent its value for the same reduction from iteration 1" in text
+    ), text
 
 
 @pytest.mark.parametrize("policy", ["inline", "multilearner"])
@@ -47,10 +50,12 @@ whole = wb.allreduce(np.arange(3))
 tensor = wb.allreduce(torch.ones(2, dtype=torch.int64))
 seen.append((whole.dtype.name, str(tensor.dtype), type(wb.allreduce(2)).__name__))
 """
-    run = _learners(cell).run(iterations=1, steps=2, policy=policy, cluster=client, progress=False,
-                              keep_state=True)
+    run = _learners(cell).run(iterations=1, steps=2, policy=policy, cluster=client, progress=False, keep_state=True)
     assert run.state.fragments["learner"][0]["seen"] == [("float64", "torch.float32", "float")]
-    with pytest.raises(FragmentRuntimeError, match="wb.allreduce averages one array, tensor or number; it was "
-                                                   "given a list. Join several gradients into one"):
-        _learners("wb.allreduce([np.ones(2), np.ones(3)])").run(iterations=1, steps=2, policy=policy,
-                                                                 cluster=client, progress=False)
+    with pytest.raises(
+        FragmentRuntimeError,
+        match="wb.allreduce averages one array, tensor or number; it was given a list. Join several gradients into one",
+    ):
+        _learners("wb.allreduce([np.ones(2), np.ones(3)])").run(
+            iterations=1, steps=2, policy=policy, cluster=client, progress=False
+        )

@@ -2,6 +2,7 @@
 method it declares abstract, the driver calls declared methods and never probes a backend
 for what it has, a backend that leaves one out cannot be made, one without a fence runs on
 the defaults, and the one replica loop both backends run hands errors and exits as told."""
+
 from __future__ import annotations
 
 import ast
@@ -52,9 +53,14 @@ def _backend_uses(path: pathlib.Path) -> tuple[set[str], list[str]]:
     for node in ast.walk(ast.parse(path.read_text())):
         if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "backend":
             used.add(node.attr)
-        if (isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
-                and node.func.id in ("getattr", "hasattr") and node.args
-                and isinstance(node.args[0], ast.Name) and node.args[0].id == "backend"):
+        if (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Name)
+            and node.func.id in ("getattr", "hasattr")
+            and node.args
+            and isinstance(node.args[0], ast.Name)
+            and node.args[0].id == "backend"
+        ):
             probes.append(ast.unparse(node))
     return used, probes
 
@@ -80,15 +86,25 @@ class _Complete(Backend):
     def start(self, plan, stream, events): ...
     def stop(self): ...
     def check(self): ...
-    def failure(self, exc): return exc
-    def export(self): return {}
+    def failure(self, exc):
+        return exc
+
+    def export(self):
+        return {}
+
     def teardown(self): ...
 
 
 def test_a_backend_missing_a_required_method_cannot_be_made():
     class NoCheck(Backend):
-        deploy, start, stop, failure, export, teardown = (_Complete.deploy, _Complete.start, _Complete.stop,
-                                                         _Complete.failure, _Complete.export, _Complete.teardown)
+        deploy, start, stop, failure, export, teardown = (
+            _Complete.deploy,
+            _Complete.start,
+            _Complete.stop,
+            _Complete.failure,
+            _Complete.export,
+            _Complete.teardown,
+        )
 
     with pytest.raises(TypeError, match="abstract.*check"):
         NoCheck()
@@ -131,7 +147,7 @@ def _one_replica(step: str):
     plan, programs = _counter_plan(step)
     backend = InlineBackend()
     backend.deploy(plan, programs, {"wb": wb}, None)
-    (key, replica), = backend.replicas.items()
+    ((key, replica),) = backend.replicas.items()
     boxes = {key: Mailbox(replica.program.arrival_keys)}
     return backend, plan, replica, boxes[key], LocalPostman(boxes), {key[0]: 1}
 
@@ -140,9 +156,19 @@ def test_run_replica_runs_the_loop_and_says_it_ended():
     backend, plan, replica, box, postman, counts = _one_replica("n += 1")
     said = []
     try:
-        ran = run_replica(replica, plan, StreamSpec(3), box, postman, counts, lambda task, report: said.append(task),
-                          stopping=lambda: False, stop=lambda: said.append("stop"), fence=None,
-                          on_exit=lambda: said.append("exit"))
+        ran = run_replica(
+            replica,
+            plan,
+            StreamSpec(3),
+            box,
+            postman,
+            counts,
+            lambda task, report: said.append(task),
+            stopping=lambda: False,
+            stop=lambda: said.append("stop"),
+            fence=None,
+            on_exit=lambda: said.append("exit"),
+        )
     finally:
         backend.teardown()
     assert ran == len(said) - 1 and said[-1] == "exit" and "stop" not in said
@@ -157,10 +183,22 @@ def test_run_replica_stops_the_run_and_hands_its_error_on_as_told(told):
     if told == "passes":
         options["passes"] = (error,)
     try:
+
         def run():
-            return run_replica(replica, plan, StreamSpec(3), box, postman, counts, lambda task, report: None,
-                               stopping=lambda: False, stop=lambda: said.append("stop"), fence=None,
-                               on_exit=lambda: said.append("exit"), **options)
+            return run_replica(
+                replica,
+                plan,
+                StreamSpec(3),
+                box,
+                postman,
+                counts,
+                lambda task, report: None,
+                stopping=lambda: False,
+                stop=lambda: said.append("stop"),
+                fence=None,
+                on_exit=lambda: said.append("exit"),
+                **options,
+            )
 
         if told == "on_error":
             assert run() is None

@@ -9,6 +9,7 @@ and the learner on w0. Its task stream, per iteration ``i``: the actors' task (t
 ``i`` is complete once both actors reported ``2i + 2``, the learner ``2i + 3``, and both
 actors ``2i + 4`` (which opens with iteration ``i``'s cells) — unless in lockstep.
 """
+
 from __future__ import annotations
 
 import pytest
@@ -47,8 +48,13 @@ def _plan(policy=SingleLearnerCoarse) -> Plan:
 def _report(plan: Plan, group: str, replica: int, iterations: list[int], **metrics: float) -> TaskReport:
     """A report as replica ``replica`` of ``group`` sends it: each metric logged once in
     each iteration the task ran items of."""
-    return TaskReport(group, replica, plan.groups[group].workers[replica], iterations=list(iterations),
-                      metrics={i: {name: [value] for name, value in metrics.items()} for i in iterations})
+    return TaskReport(
+        group,
+        replica,
+        plan.groups[group].workers[replica],
+        iterations=list(iterations),
+        metrics={i: {name: [value] for name, value in metrics.items()} for i in iterations},
+    )
 
 
 def _task(book: Bookkeeping, task: int, group: str, iterations: list[int], replicas=None, **metrics) -> list:
@@ -99,10 +105,15 @@ def test_reports_arriving_late_and_out_of_order_across_iterations():
     _init(book)
     # iteration 1's reports come before iteration 0's last one (actor 1 lags), and a
     # report of task 6 walks the stream ahead to it
-    actions = (_task(book, 2, ACT, [0], replicas=[0], r=1.0) + _task(book, 4, ACT, [0, 1], replicas=[0], r=2.0)
-               + _task(book, 6, ACT, [1, 2], replicas=[0], r=4.0) + _task(book, 2, ACT, [0], replicas=[1], r=3.0)
-               + _task(book, 5, LEARN, [1], loss=6.0) + _task(book, 3, LEARN, [0], loss=5.0)
-               + _task(book, 6, ACT, [1, 2], replicas=[1], r=7.0))
+    actions = (
+        _task(book, 2, ACT, [0], replicas=[0], r=1.0)
+        + _task(book, 4, ACT, [0, 1], replicas=[0], r=2.0)
+        + _task(book, 6, ACT, [1, 2], replicas=[0], r=4.0)
+        + _task(book, 2, ACT, [0], replicas=[1], r=3.0)
+        + _task(book, 5, LEARN, [1], loss=6.0)
+        + _task(book, 3, LEARN, [0], loss=5.0)
+        + _task(book, 6, ACT, [1, 2], replicas=[1], r=7.0)
+    )
     assert actions == []  # iteration 0 still waits for actor 1's task 4
     actions = _task(book, 4, ACT, [0, 1], replicas=[1], r=8.0)
     assert _recorded(actions) == [0]
@@ -191,9 +202,14 @@ def test_a_stop_inside_the_window_drops_the_tasks_past_its_boundary_and_records_
     book = Bookkeeping(plan, StreamSpec(20), window=8)
     _init(book)
     # the replicas ran ahead: actor 0 in iteration 2, the learner done with 1
-    actions = (_task(book, 2, ACT, [0]) + _task(book, 3, LEARN, [0]) + _task(book, 4, ACT, [0, 1], replicas=[0])
-               + _task(book, 5, LEARN, [1]) + _task(book, 6, ACT, [1, 2], replicas=[0])
-               + _task(book, 4, ACT, [0, 1], replicas=[1]))
+    actions = (
+        _task(book, 2, ACT, [0])
+        + _task(book, 3, LEARN, [0])
+        + _task(book, 4, ACT, [0, 1], replicas=[0])
+        + _task(book, 5, LEARN, [1])
+        + _task(book, 6, ACT, [1, 2], replicas=[0])
+        + _task(book, 4, ACT, [0, 1], replicas=[1])
+    )
     assert _recorded(actions) == [0]
     assert book.handle(RecordAnswered(stop=True)) == [Fence(1)]
     # the fence: the replicas had begun iteration 2, so they stop before 3

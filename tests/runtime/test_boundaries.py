@@ -8,6 +8,7 @@ share, by design).
 
 Before, coarse turned ``obs_dim = 4`` into ``[4, 4]``, ``None`` into ``[None, None]`` and a
 bool into a list (``if [False, False]:`` is true)."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -35,43 +36,59 @@ seen = []
 
 def battery_fdg() -> wb.FDG:
     fdg = wb.FDG(namespace={"np": np, "torch": torch, "wb": wb, "N": N})
-    fdg.add_fragment("env", (
-        "n = N // replica.count\n"
-        "rows = np.arange(replica.index * n, (replica.index + 1) * n)\n"
-        "obs_dim = 4\n"                 # the same on every replica: passed on as it is
-        "flag = False\n"
-        "nothing = None\n"
-        "label = 'cartpole'\n"
-        "half = np.array(0.5)\n"
-        "batch = rows.astype(np.float32)\n"   # each replica's share of the batch: joined
-        "tbatch = torch.as_tensor(rows)\n"
-        "pair = (rows * 2, 3)\n"
-        "info = {'rows': rows, 'k': 7, 'none': None}\n"
-        "obs = rows.astype(float)\n"
-        "t = 0\n"
-    ), rate="init")
+    fdg.add_fragment(
+        "env",
+        (
+            "n = N // replica.count\n"
+            "rows = np.arange(replica.index * n, (replica.index + 1) * n)\n"
+            "obs_dim = 4\n"  # the same on every replica: passed on as it is
+            "flag = False\n"
+            "nothing = None\n"
+            "label = 'cartpole'\n"
+            "half = np.array(0.5)\n"
+            "batch = rows.astype(np.float32)\n"  # each replica's share of the batch: joined
+            "tbatch = torch.as_tensor(rows)\n"
+            "pair = (rows * 2, 3)\n"
+            "info = {'rows': rows, 'k': 7, 'none': None}\n"
+            "obs = rows.astype(float)\n"
+            "t = 0\n"
+        ),
+        rate="init",
+    )
     fdg.add_fragment("actor", SIGNATURE, rate="init")
-    fdg.add_fragment("actor", (
-        "seen.append(repr(sig(('step', obs, flag, obs_dim))))\n"
-        "action = np.zeros(obs.shape[0])\n"
-        "go = True\n"    # per step to every env replica (scattered under fine): whole
-        "note = None\n"
-    ), rate="step")
-    fdg.add_fragment("env", (
-        "t += 1\n"
-        "obs = rows + t + action + (0 if go is True and note is None else 1000)\n"
-        "reward = np.ones(n)\n"
-        "done_all = False\n"
-        "step_no = t\n"
-        "stats = {'obs': obs, 't': t}\n"
-    ), rate="step")
+    fdg.add_fragment(
+        "actor",
+        (
+            "seen.append(repr(sig(('step', obs, flag, obs_dim))))\n"
+            "action = np.zeros(obs.shape[0])\n"
+            "go = True\n"  # per step to every env replica (scattered under fine): whole
+            "note = None\n"
+        ),
+        rate="step",
+    )
+    fdg.add_fragment(
+        "env",
+        (
+            "t += 1\n"
+            "obs = rows + t + action + (0 if go is True and note is None else 1000)\n"
+            "reward = np.ones(n)\n"
+            "done_all = False\n"
+            "step_no = t\n"
+            "stats = {'obs': obs, 't': t}\n"
+        ),
+        rate="step",
+    )
     fdg.add_fragment("env", "it_batch = rows * 10\nit_scalar = 1.5\nit_none = None", rate="iteration")
     fdg.add_fragment("learner", SIGNATURE, rate="init")
-    fdg.add_fragment("learner", (
-        "seen.append(repr(sig(('init', obs_dim, flag, nothing, label, half, batch, tbatch, pair, info))))\n"
-        "seen.append(repr(sig(('stacked', obs, reward, done_all, step_no, stats))))\n"
-        "seen.append(repr(sig(('iteration', it_batch, it_scalar, it_none))))\n"
-    ), rate="iteration")
+    fdg.add_fragment(
+        "learner",
+        (
+            "seen.append(repr(sig(('init', obs_dim, flag, nothing, label, half, batch, tbatch, pair, info))))\n"
+            "seen.append(repr(sig(('stacked', obs, reward, done_all, step_no, stats))))\n"
+            "seen.append(repr(sig(('iteration', it_batch, it_scalar, it_none))))\n"
+        ),
+        rate="iteration",
+    )
     return fdg
 
 
@@ -79,8 +96,9 @@ def saw(policy, client, build=None, steps: int = T) -> dict[str, list[list[str]]
     """What the learner and actor replicas of ``build()`` (the battery here) recorded in
     ``seen`` over two iterations under ``policy``."""
     kwargs = {} if policy == "inline" else {"cluster": client}
-    run = (build or battery_fdg)().run(iterations=2, steps=steps, policy=policy, progress=False, keep_state=True,
-                                       **kwargs)
+    run = (build or battery_fdg)().run(
+        iterations=2, steps=steps, policy=policy, progress=False, keep_state=True, **kwargs
+    )
     return {frag: [replica["seen"] for replica in run.state.fragments[frag]] for frag in ("learner", "actor")}
 
 
@@ -152,8 +170,13 @@ def _share(inline: object, got: object, replica: int, count: int) -> bool:
     """``got`` is what inline read, cut to env replica ``replica``'s rows of ``count``: an
     array equal to inline's along every axis but the batch axis, where it holds that
     replica's slice; everything without a batch axis identical."""
-    if isinstance(inline, tuple) and len(inline) == 4 and inline[0] in ("ndarray", "Tensor") \
-            and isinstance(got, tuple) and len(got) == 4:
+    if (
+        isinstance(inline, tuple)
+        and len(inline) == 4
+        and inline[0] in ("ndarray", "Tensor")
+        and isinstance(got, tuple)
+        and len(got) == 4
+    ):
         if got[:2] != inline[:2] or len(got[2]) != len(inline[2]):
             return False
         if got[2] == inline[2]:
@@ -165,8 +188,11 @@ def _share(inline: object, got: object, replica: int, count: int) -> bool:
         whole = np.asarray(inline[3])
         return np.take(whole, range(replica * n, (replica + 1) * n), axis=axes[0]).tolist() == got[3]
     if isinstance(inline, (tuple, list)) and isinstance(got, (tuple, list)):
-        return type(inline) is type(got) and len(inline) == len(got) and \
-            all(_share(i, g, replica, count) for i, g in zip(inline, got))
+        return (
+            type(inline) is type(got)
+            and len(inline) == len(got)
+            and all(_share(i, g, replica, count) for i, g in zip(inline, got))
+        )
     if isinstance(inline, dict) and isinstance(got, dict):
         return inline.keys() == got.keys() and all(_share(inline[k], got[k], replica, count) for k in inline)
     return inline == got

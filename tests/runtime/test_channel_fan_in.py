@@ -5,6 +5,7 @@ With multiprocessing's backlog of 1 and the HMAC handshake done inside ``accept`
 of connections overflowed the accept queue; a connection the kernel dropped left its
 sender waiting for a challenge forever (Fine at 8 workers stalled at iteration 0).
 """
+
 from __future__ import annotations
 
 import secrets
@@ -79,6 +80,7 @@ def assert_still_serves(server: SocketServer, box: Mailbox, key: bytes, tls=None
 
 def assert_dropped(server: SocketServer, timeout: float = 10) -> None:
     """The server kept no connection and no reader thread (waiting ``timeout`` for them to go)."""
+
     def readers() -> list:
         return [t for t in server._threads if t.name == "workbench-channel-read" and t.is_alive()]
 

@@ -1,4 +1,5 @@
 """Checkpoints: weights-only files, atomic writes, resume under any policy and worker count."""
+
 from __future__ import annotations
 
 import json
@@ -30,19 +31,25 @@ def weights_fdg() -> wb.FDG:
     each update: resuming must continue from exactly the saved weights. The env keeps a
     NumPy generator, whose stream must continue too."""
     fdg = wb.FDG(namespace={"np": np, "torch": torch, "wb": wb})
-    fdg.add_fragment("env", "rng = np.random.default_rng(replica.index)\nobs = rng.normal(size=(4, 3))",
-                     rate="init")
+    fdg.add_fragment("env", "rng = np.random.default_rng(replica.index)\nobs = rng.normal(size=(4, 3))", rate="init")
     fdg.add_fragment("env", "obs = rng.normal(size=(4, 3)).astype(np.float32)", rate="step")
-    fdg.add_fragment("learner", "torch.manual_seed(0)\nnet = torch.nn.Linear(3, 1)\n"
-                                "opt = torch.optim.Adam(net.parameters(), lr=0.01)\nupdates = 0",
-                     rate="init")
-    fdg.add_fragment("learner", textwrap.dedent("""\
+    fdg.add_fragment(
+        "learner",
+        "torch.manual_seed(0)\nnet = torch.nn.Linear(3, 1)\n"
+        "opt = torch.optim.Adam(net.parameters(), lr=0.01)\nupdates = 0",
+        rate="init",
+    )
+    fdg.add_fragment(
+        "learner",
+        textwrap.dedent("""\
         wb.log("learner/w_before", float(sum(p.detach().sum() for p in net.parameters())))
         loss = net(torch.as_tensor(obs).reshape(-1, 3)).pow(2).mean()
         opt.zero_grad(); loss.backward(); opt.step()
         updates += 1
         wb.log("learner/updates", updates)
-        """), rate="iteration")
+        """),
+        rate="iteration",
+    )
     return fdg
 
 
@@ -63,9 +70,17 @@ def test_portable_state_round_trips_networks_optimisers_arrays_and_generators():
     opt.step()
     rng = np.random.default_rng(7)
     rng.normal(size=3)
-    values = {"net": net, "opt": opt, "rng": rng, "obs": np.arange(6, dtype=np.int16).reshape(2, 3),
-              "t": torch.arange(3.0), "n": 5, "hist": [1.5, (2, "x")], "cfg": {"a": None},
-              "fn": lambda x: x}
+    values = {
+        "net": net,
+        "opt": opt,
+        "rng": rng,
+        "obs": np.arange(6, dtype=np.int16).reshape(2, 3),
+        "t": torch.arange(3.0),
+        "n": 5,
+        "hist": [1.5, (2, "x")],
+        "cfg": {"a": None},
+        "fn": lambda x: x,
+    }
     saved, skipped = encode_state(values)
     assert skipped == ["fn"]
 
@@ -103,8 +118,11 @@ def test_a_checkpoint_with_a_pickled_payload_is_refused_without_running_it(tmp_p
         def __reduce__(self):
             return (os.system, (f"touch {marker}",))
 
-    torch.save({"format": "workbench-checkpoint", "version": 1, "fragments": {"x": Evil()}},
-               path / "state.pt", pickle_module=pickle)
+    torch.save(
+        {"format": "workbench-checkpoint", "version": 1, "fragments": {"x": Evil()}},
+        path / "state.pt",
+        pickle_module=pickle,
+    )
     with pytest.raises(CheckpointError, match="cannot be read"):
         load_checkpoint(path)
     assert not marker.exists()
@@ -122,7 +140,8 @@ def test_resume_continues_from_the_saved_iteration_with_the_saved_weights(tmp_pa
     # the same numbers as a run that never stopped: weights, Adam and the env's generator
     straight = weights_fdg().run(iterations=6, steps=2, progress=False)
     assert resumed.metrics["learner/w_before"].tolist() == pytest.approx(
-        straight.metrics["learner/w_before"].tolist()[4:], abs=1e-6)
+        straight.metrics["learner/w_before"].tolist()[4:], abs=1e-6
+    )
 
 
 def test_a_resumed_run_s_rate_counts_only_its_own_env_steps(tmp_path):
@@ -141,8 +160,14 @@ def test_a_resumed_run_s_rate_counts_only_its_own_env_steps(tmp_path):
 def one_worker():
     from distributed import Client, LocalCluster
 
-    with LocalCluster(n_workers=1, threads_per_worker=1, processes=True, host="127.0.0.1",
-                      dashboard_address="127.0.0.1:0", silence_logs=logging.ERROR) as cluster:
+    with LocalCluster(
+        n_workers=1,
+        threads_per_worker=1,
+        processes=True,
+        host="127.0.0.1",
+        dashboard_address="127.0.0.1:0",
+        silence_logs=logging.ERROR,
+    ) as cluster:
         with Client(cluster, set_as_default=False) as c:
             yield c
 
@@ -162,8 +187,7 @@ def test_checkpoint_under_one_policy_resumes_under_another_on_other_workers(dire
     written = load_checkpoint(tmp_path)
     assert len(written.policy.groups[0].workers) + len(written.policy.groups[-1].workers) >= 2
 
-    resumed = fdg.run(iterations=2, steps=2, policy=read_policy, cluster=read_on, progress=False,
-                      resume=str(tmp_path))
+    resumed = fdg.run(iterations=2, steps=2, policy=read_policy, cluster=read_on, progress=False, resume=str(tmp_path))
     assert resumed.status == "finished"
     assert resumed.rows[0]["iteration"] == 3
     assert resumed.rows[0]["learner/w_before"] == pytest.approx(saved_weight_sum(tmp_path), abs=1e-6)
@@ -187,8 +211,15 @@ def test_ppo_keeps_what_it_learned_across_a_checkpoint(tmp_path, client):
     saved = {k: v.clone() for k, v in agent.named_parameters()}
     seen = float(agent.obs_norm.count)
     frozen = dict(fdg.namespace, cfg=dataclasses.replace(fdg.namespace["cfg"], learning_rate=0.0))
-    resumed = fdg.run(iterations=3, steps=options["steps"], policy="coarse", cluster=client,
-                      progress=False, resume=str(tmp_path), namespace=frozen)
+    resumed = fdg.run(
+        iterations=3,
+        steps=options["steps"],
+        policy="coarse",
+        cluster=client,
+        progress=False,
+        resume=str(tmp_path),
+        namespace=frozen,
+    )
     assert resumed.rows[0]["iteration"] == 6 and resumed.status == "finished"
     learner = resumed.state.fragments["learner"][0]
     assert learner["update"] == 6 + 3
@@ -204,8 +235,15 @@ def test_ppo_keeps_what_it_learned_across_a_checkpoint(tmp_path, client):
 @pytest.mark.parametrize("policy", ["inline", "coarse"])
 def test_checkpoints_every_n_iterations_while_training(policy, client, tmp_path):
     fdg = weights_fdg()
-    run = fdg.run(iterations=7, steps=2, policy=policy, cluster=client, progress=False,
-                  checkpoint_dir=str(tmp_path), checkpoint_every=2)
+    run = fdg.run(
+        iterations=7,
+        steps=2,
+        policy=policy,
+        cluster=client,
+        progress=False,
+        checkpoint_dir=str(tmp_path),
+        checkpoint_every=2,
+    )
     names = [Path(p).name for p in run.checkpoints]
     assert names == ["iteration-000002", "iteration-000004", "iteration-000006", "iteration-000007"]
     kept = sorted(p.name for p in tmp_path.glob("iteration-*"))
@@ -252,8 +290,12 @@ def test_killing_the_process_mid_write_leaves_the_previous_checkpoint_loadable(t
     loaded = load_checkpoint(ckpt)
     assert loaded.iteration == 1 and loaded.state.fragments["learner"][0]["n"] == 1
     # the next write clears the half-written leftovers
-    save_checkpoint(ckpt, RunState(5, loaded.state.fragments, frozenset()),
-                    wb.FDG.from_checkpoint(loaded, namespace={"np": np}), loaded.policy)
+    save_checkpoint(
+        ckpt,
+        RunState(5, loaded.state.fragments, frozenset()),
+        wb.FDG.from_checkpoint(loaded, namespace={"np": np}),
+        loaded.policy,
+    )
     assert not list(ckpt.glob(".tmp-*")) and load_checkpoint(ckpt).iteration == 5
 
 
@@ -298,8 +340,11 @@ def test_after_a_fragment_error_the_fixed_cell_resumes_from_the_last_checkpoint(
     """A learner that raises mid-run: the run stops with the fragment named, the periodic
     checkpoints stay, and after fixing the cell training resumes from the newest one."""
     fdg = weights_fdg()
-    fdg.add_fragment("learner", "if updates == 5:\n    raise ValueError('boom')\n" + fdg["learner"].cells["iteration"].code,
-                     rate="iteration")
+    fdg.add_fragment(
+        "learner",
+        "if updates == 5:\n    raise ValueError('boom')\n" + fdg["learner"].cells["iteration"].code,
+        rate="iteration",
+    )
     with pytest.raises(wb.FragmentRuntimeError, match=r"fragment 'learner'.*cell line 2") as info:
         fdg.run(iterations=10, steps=2, progress=False, checkpoint_dir=str(tmp_path), checkpoint_every=2)
     assert "ValueError: boom" in str(info.value)
@@ -314,11 +359,15 @@ def test_after_a_fragment_error_the_fixed_cell_resumes_from_the_last_checkpoint(
 def test_an_init_cell_that_builds_other_shapes_cannot_take_the_checkpoint(tmp_path):
     weights_fdg().run(iterations=1, steps=2, progress=False).checkpoint(tmp_path)
     wider = weights_fdg()
-    wider.add_fragment("learner", "net = torch.nn.Linear(3, 2)\nopt = torch.optim.Adam(net.parameters())\n"
-                                  "updates = 0", rate="init")
-    with pytest.raises(wb.FragmentRuntimeError, match=r"(?s)fragment 'learner' \(init cell\).*restoring "
-                                                      r"its checkpointed state failed: ValueError: "
-                                                      r"net.state_dict\(\)\['weight'\] does not fit") as info:
+    wider.add_fragment(
+        "learner", "net = torch.nn.Linear(3, 2)\nopt = torch.optim.Adam(net.parameters())\nupdates = 0", rate="init"
+    )
+    with pytest.raises(
+        wb.FragmentRuntimeError,
+        match=r"(?s)fragment 'learner' \(init cell\).*restoring "
+        r"its checkpointed state failed: ValueError: "
+        r"net.state_dict\(\)\['weight'\] does not fit",
+    ) as info:
         wider.run(iterations=1, steps=2, progress=False, resume=str(tmp_path))
     assert "shape (1, 3)" in str(info.value) and "shape (2, 3)" in str(info.value)
     assert load_checkpoint(tmp_path).iteration == 1

@@ -7,6 +7,7 @@ A 400-iteration quickstart run wrote nothing to its checkpoint directory until i
 pure functions of the iterations' times (given here as ``now``), and the run tests give each
 replica a clock of its own, so nothing here depends on how fast the machine is.
 """
+
 from __future__ import annotations
 
 import threading
@@ -105,8 +106,9 @@ def test_noise_around_a_threshold_never_flips_the_interval():
 
 def test_replicas_whose_clocks_differ_meet_at_the_larger_interval():
     fast, slow = CheckpointPacer(), CheckpointPacer()
-    both = [i for i in range(1, 600)
-            if fast.due(i, now=0.02 * i) & slow.due(i, now=0.05 * i)]  # & : both are told each iteration
+    both = [
+        i for i in range(1, 600) if fast.due(i, now=0.02 * i) & slow.due(i, now=0.05 * i)
+    ]  # & : both are told each iteration
     assert (fast.every, slow.every) == (256, 128)
     assert both == [256, 512]
 
@@ -118,16 +120,16 @@ def test_the_planned_length_plays_no_part():
 
     assert "iterations" not in inspect.signature(CheckpointPacer).parameters
     assert CheckpointWriter(None, "ckpt", None).every == PACED  # a directory alone: paced
-    assert CheckpointWriter(None, "ckpt", 20).every == 20       # as given
-    assert CheckpointWriter(None, None, None).every == 0        # none without a directory
+    assert CheckpointWriter(None, "ckpt", 20).every == 20  # as given
+    assert CheckpointWriter(None, None, None).every == 0  # none without a directory
 
 
 # -- the driver writes a checkpoint only from full snapshots of every replica -----------------
 def test_the_book_says_whether_every_snapshot_of_an_iteration_was_full():
     seen = []
     book = SnapshotBook({"env": 1, "learner": 1}, on_complete=lambda i, s: seen.append((i, s.full)))
-    book.put(snapshot_key("env", full=True), 8, 0, b"e")      # env: every 8th
-    book.put(snapshot_key("learner"), 8, 0, b"l")             # learner: its light one
+    book.put(snapshot_key("env", full=True), 8, 0, b"e")  # env: every 8th
+    book.put(snapshot_key("learner"), 8, 0, b"l")  # learner: its light one
     book.put(snapshot_key("learner", full=True), 16, 0, b"L")
     book.put(snapshot_key("env", full=True), 16, 0, b"E")
     book.put(snapshot_key("env"), 17, 0, b"e")
@@ -192,7 +194,8 @@ def seconds_per_iteration(monkeypatch):
 
 @pytest.mark.parametrize("planned", [41, 100_000])
 def test_a_run_given_only_a_directory_checkpoints_every_period_whatever_its_planned_length(
-        planned, tmp_path, seconds_per_iteration):
+    planned, tmp_path, seconds_per_iteration
+):
     # iterations of 1 s: a checkpoint every 8 (8 s), the first at 8 — in a run planned for
     # 41 iterations as in one planned for 100,000 and stopped at 40 (it wrote only its final
     # checkpoint, at the end, before checkpoints were paced)
@@ -212,8 +215,14 @@ def test_replicas_pacing_apart_checkpoint_where_both_sent_their_whole_state(tmp_
     # checkpoint is written from those (it would hold no env state)
     seconds_per_iteration(lambda thread: 1.0 if "-env-" in thread else 0.5)
     fdg = _fdg()
-    run = fdg.run(iterations=100_000, steps=2, policy=APART, progress=False, checkpoint_dir=str(tmp_path),
-                  loggers=[_StopAt(fdg, 40)])
+    run = fdg.run(
+        iterations=100_000,
+        steps=2,
+        policy=APART,
+        progress=False,
+        checkpoint_dir=str(tmp_path),
+        loggers=[_StopAt(fdg, 40)],
+    )
     *periodic, _final = _iterations(run)
     assert periodic[:2] == [16, 32] and all(i % 16 == 0 for i in periodic)
     ckpt = load_checkpoint(tmp_path / "iteration-000032")

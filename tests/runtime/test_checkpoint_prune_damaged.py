@@ -1,5 +1,6 @@
 """Pruning counts only checkpoints that load: a damaged newer one never costs a good older
 one its place, and the error for a damaged one names the file inside that is damaged."""
+
 from __future__ import annotations
 
 import shutil
@@ -39,8 +40,14 @@ def test_a_damaged_newer_checkpoint_does_not_cost_a_good_older_one_its_place(tmp
     # the reported layout: 5, 10, 12 with 12's state.pt truncated; resume from 10, write 11
     write_at(tmp_path, [5, 10, 12])
     truncate(tmp_path / "iteration-000012" / "state.pt")
-    run = counter_fdg().run(iterations=1, steps=1, progress=False, resume=str(tmp_path / "iteration-000010"),
-                            checkpoint_dir=str(tmp_path), checkpoint_every=1)
+    run = counter_fdg().run(
+        iterations=1,
+        steps=1,
+        progress=False,
+        resume=str(tmp_path / "iteration-000010"),
+        checkpoint_dir=str(tmp_path),
+        checkpoint_every=1,
+    )
     assert run.state.iteration == 11
     got = names(tmp_path)
     assert {"iteration-000005", "iteration-000010", "iteration-000011"} <= set(got), got

@@ -12,6 +12,7 @@ update catches every exception: a stop now ends a cell that comes back to Python
 into its thread (``workbench.runtime.engine.inline.reclaim``), and one that swallows that is what
 is left behind computing.
 """
+
 from __future__ import annotations
 
 import subprocess

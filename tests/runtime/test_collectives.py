@@ -5,6 +5,7 @@ in-process ``LocalPostman`` for the arithmetic, and ``SocketPostman`` over local
 sockets for the bytes each replica sends — the acceptance check of issue 15: in chunks,
 the bytes per replica per reduction stay flat from 2 to 8 replicas.
 """
+
 from __future__ import annotations
 
 import secrets
@@ -50,8 +51,14 @@ def _in_threads(count: int, work, failed: threading.Event | None = None) -> list
     return out
 
 
-def _reduce(values: list, algorithm: str = "scatter", reduction: int = 0, stopped=lambda: False,
-            failed: threading.Event | None = None, **thresholds) -> list:
+def _reduce(
+    values: list,
+    algorithm: str = "scatter",
+    reduction: int = 0,
+    stopped=lambda: False,
+    failed: threading.Event | None = None,
+    **thresholds,
+) -> list:
     """Reduce ``values`` (one per replica) with ``collectives.allreduce`` over mailboxes;
     by default every array goes in chunks by ``algorithm``, however small, on however few
     replicas."""
@@ -106,8 +113,9 @@ def test_chunks_give_the_mean_with_the_same_bits_on_every_replica(count, size, d
 @pytest.mark.parametrize("algorithm", collectives.ALGORITHMS)
 def test_chunks_keep_shape_dtype_and_drop_autograd_history(algorithm):
     count = 3
-    grads = [torch.arange(2 * 3 * 5, dtype=torch.float32).reshape(2, 3, 5).transpose(0, 2) * (r + 1)
-             for r in range(count)]  # non-contiguous, as a transposed view is
+    grads = [
+        torch.arange(2 * 3 * 5, dtype=torch.float32).reshape(2, 3, 5).transpose(0, 2) * (r + 1) for r in range(count)
+    ]  # non-contiguous, as a transposed view is
     values = [g.clone().requires_grad_() for g in grads]
     out = _reduce(values, algorithm)
     expected = sum(grads) / count
@@ -137,10 +145,16 @@ def test_mismatched_shapes_say_which_replica_and_what_to_do(algorithm):
     values = [np.zeros(12), np.zeros(12), np.zeros(15)]
     options = {"chunked_min_bytes": 1 << 40} if algorithm == "direct" else {"algorithm": algorithm}
     failed = threading.Event()  # as in a run: one replica's error stops the others' waits
-    sent = (r"one of shape \(\d+,\)" if algorithm == "direct"
-            else r"a chunk of \d elements where this replica's chunk has \d")
-    with pytest.raises(ValueError, match=rf"replica \d holds a value of shape \(1[25],\) but replica \d sent "
-                                         rf"{sent}\. Every replica .* same shape and dtype"):
+    sent = (
+        r"one of shape \(\d+,\)"
+        if algorithm == "direct"
+        else r"a chunk of \d elements where this replica's chunk has \d"
+    )
+    with pytest.raises(
+        ValueError,
+        match=rf"replica \d holds a value of shape \(1[25],\) but replica \d sent "
+        rf"{sent}\. Every replica .* same shape and dtype",
+    ):
         _reduce(values, stopped=failed.is_set, failed=failed, **options)
 
 
@@ -152,8 +166,7 @@ def test_an_unknown_algorithm_is_refused():
 # ------------------------------------------------------------------ through Peers (wb.allreduce)
 def _peers(count: int, postman_for, stopped=lambda: False) -> list[Peers]:
     boxes = [Mailbox() for _ in range(count)]
-    return [Peers("learner", r, boxes[r], postman_for(r, boxes), {"learner": count}, stopped)
-            for r in range(count)]
+    return [Peers("learner", r, boxes[r], postman_for(r, boxes), {"learner": count}, stopped) for r in range(count)]
 
 
 def _local_peers(count: int, stopped=lambda: False) -> list[Peers]:
@@ -179,7 +192,7 @@ def test_consecutive_reductions_of_both_kinds_do_not_mix_their_messages():
     mean_r = (count - 1) / 2
     for out in results:
         for i in range(6):
-            scalar, chunked, small = out[3 * i: 3 * i + 3]
+            scalar, chunked, small = out[3 * i : 3 * i + 3]
             assert scalar == mean_r + i
             assert chunked.shape == (big,) and np.all(chunked == mean_r + i)
             assert torch.equal(small, torch.full((3,), mean_r * i))
@@ -213,12 +226,12 @@ def _bytes_per_reduction(count: int, size: int, chunked_min_bytes: int, reductio
     servers = [SocketServer(box, "127.0.0.1", key) for box in boxes]
     addresses = {("learner", r): s.address for r, s in enumerate(servers)}
     postmen = [SocketPostman(addresses, key) for _ in range(count)]
-    peers = [Peers("learner", r, boxes[r], postmen[r], {"learner": count}, lambda: False)
-             for r in range(count)]
+    peers = [Peers("learner", r, boxes[r], postmen[r], {"learner": count}, lambda: False) for r in range(count)]
     for p in peers:
         p.chunked_min_bytes = chunked_min_bytes
     gradients = [np.random.default_rng(r).standard_normal(size).astype(np.float32) for r in range(count)]
     try:
+
         def work(r: int):
             return [peers[r].allreduce(torch.from_numpy(gradients[r])) for _ in range(reductions)]
 

@@ -4,6 +4,7 @@ two of them sharing a worker), MultiLearner PPO's learners stay identical weight
 and equal to the channels' run, and a group is torn down at the run's end, on a stop, on a
 re-placement and on a lost worker, so the next stretch forms a new one. A group that cannot
 form fails the run with the replicas, their workers and the fix, and loses nothing."""
+
 from __future__ import annotations
 
 import filecmp
@@ -22,18 +23,27 @@ from workbench.runtime.transport import process_group
 
 #: (shape, dtype) of the values each learner reduces every iteration: small ones (one
 #: all-gather) and big ones (all-to-all + all-gather on 3 replicas), floats and integers
-CASES = [((), torch.float32), ((3,), torch.float32), ((2, 5), torch.float64), ((7,), torch.int64),
-         ((9155,), torch.float32), ((301, 17), torch.float32)]
+CASES = [
+    ((), torch.float32),
+    ((3,), torch.float32),
+    ((2, 5), torch.float64),
+    ((7,), torch.int64),
+    ((9155,), torch.float32),
+    ((301, 17), torch.float32),
+]
 
 REDUCE_CELLS = [
     ("%%fragment learner --init", "update = 0\nresults = []\n"),
-    ("%%fragment learner", """\
+    (
+        "%%fragment learner",
+        """\
 draws = torch.Generator().manual_seed(1000 * update + replica.index)
 for shape, dtype in CASES:
     results.append(wb.allreduce((torch.randn(shape, generator=draws) * 100).to(dtype)))
 wb.log("test/groups_open_here", open_groups())
 update += 1
-"""),
+""",
+    ),
 ]
 
 
@@ -55,8 +65,15 @@ def _no_group_left(client, timeout: float = 10.0) -> None:
 def _ppo(iterations: int, learners: int, client, allreduce: str, **options):
     cfg = ppo.PPOConfig()
     fdg = ppo.build_fdg({**vars(ppo), "cfg": cfg})
-    return fdg, fdg.run(iterations=iterations, steps=cfg.num_steps, policy=wb.MultiLearner(learners=learners),
-                        cluster=client, progress=False, allreduce=allreduce, **options)
+    return fdg, fdg.run(
+        iterations=iterations,
+        steps=cfg.num_steps,
+        policy=wb.MultiLearner(learners=learners),
+        cluster=client,
+        progress=False,
+        allreduce=allreduce,
+        **options,
+    )
 
 
 def _same_weights(*agents) -> bool:
@@ -68,8 +85,14 @@ def _same_weights(*agents) -> bool:
 def test_gloo_and_the_channels_give_identical_numbers(learners, client):
     results = {}
     for how in ("channels", "torch"):
-        run = _reduce_fdg().run(iterations=3, steps=1, policy=wb.MultiLearner(learners=learners), cluster=client,
-                                progress=False, allreduce=how)
+        run = _reduce_fdg().run(
+            iterations=3,
+            steps=1,
+            policy=wb.MultiLearner(learners=learners),
+            cluster=client,
+            progress=False,
+            allreduce=how,
+        )
         assert run.status == "finished", run.error
         replicas = run.state.fragments["learner"]
         assert len(replicas) == learners
@@ -115,8 +138,15 @@ def test_a_stop_and_a_replacement_tear_the_group_down_and_the_next_stretch_forms
     fdg_ref.append(fdg)
     # 2 learners, then 3 (one worker holding two ranks): a new group at the boundary
     grow = At(fdg_ref, 1, lambda f: f.replace(wb.MultiLearner(learners=3)))
-    run = fdg.run(iterations=4, steps=cfg.num_steps, policy=wb.MultiLearner(learners=2), cluster=client,
-                  progress=False, allreduce="torch", loggers=[grow])
+    run = fdg.run(
+        iterations=4,
+        steps=cfg.num_steps,
+        policy=wb.MultiLearner(learners=2),
+        cluster=client,
+        progress=False,
+        allreduce="torch",
+        loggers=[grow],
+    )
     assert run.status == "finished", run.error
     assert any(e.kind == "replaced" for e in run.events), [e.kind for e in run.events]
     agents = [r["agent"] for r in run.state.fragments["learner"]]
@@ -124,8 +154,15 @@ def test_a_stop_and_a_replacement_tear_the_group_down_and_the_next_stretch_forms
     _no_group_left(client)
 
     stop = At(fdg_ref, 1, lambda f: f.stop())
-    run = fdg.run(iterations=50, steps=cfg.num_steps, policy=wb.MultiLearner(learners=2), cluster=client,
-                  progress=False, allreduce="torch", loggers=[stop])
+    run = fdg.run(
+        iterations=50,
+        steps=cfg.num_steps,
+        policy=wb.MultiLearner(learners=2),
+        cluster=client,
+        progress=False,
+        allreduce="torch",
+        loggers=[stop],
+    )
     assert run.status == "stopped" and len(run.rows) < 50
     _no_group_left(client)
 
@@ -153,8 +190,14 @@ def test_a_group_that_cannot_form_fails_the_run_by_name_and_loses_nothing(client
     client.run(set_timeout, 0.0)
     try:
         with pytest.raises(FragmentRuntimeError) as caught:
-            fdg.run(iterations=2, steps=ppo.PPOConfig().num_steps, policy=policy, cluster=client,
-                    progress=False, allreduce="torch")
+            fdg.run(
+                iterations=2,
+                steps=ppo.PPOConfig().num_steps,
+                policy=policy,
+                cluster=client,
+                progress=False,
+                allreduce="torch",
+            )
     finally:
         client.run(set_timeout, process_group.RENDEZVOUS_TIMEOUT_S)
     text = str(caught.value)
@@ -169,8 +212,15 @@ def test_a_group_that_cannot_form_fails_the_run_by_name_and_loses_nothing(client
     assert policy.learners == 2
     assert sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*") if p.is_file()) == saved
     assert not filecmp.dircmp(tmp_path, copy).diff_files
-    resumed = fdg.run(iterations=2, steps=ppo.PPOConfig().num_steps, policy=policy, cluster=client,
-                      progress=False, resume=str(tmp_path), allreduce="channels")
+    resumed = fdg.run(
+        iterations=2,
+        steps=ppo.PPOConfig().num_steps,
+        policy=policy,
+        cluster=client,
+        progress=False,
+        resume=str(tmp_path),
+        allreduce="channels",
+    )
     assert resumed.status == "finished" and resumed.env_steps > first.env_steps
 
 
@@ -193,8 +243,15 @@ def test_a_lost_learner_breaks_the_group_and_the_run_goes_on_with_a_new_one(doom
     cfg = ppo.PPOConfig()
     fdg = ppo.build_fdg({**vars(ppo), "cfg": cfg})
     fdg_ref.append(fdg)
-    run = fdg.run(iterations=10, steps=cfg.num_steps, policy=wb.MultiLearner(learners=2), cluster=client,
-                  progress=False, allreduce="torch", loggers=[At(fdg_ref, 3, kill)])
+    run = fdg.run(
+        iterations=10,
+        steps=cfg.num_steps,
+        policy=wb.MultiLearner(learners=2),
+        cluster=client,
+        progress=False,
+        allreduce="torch",
+        loggers=[At(fdg_ref, 3, kill)],
+    )
     assert killed and run.status == "finished", (run.error, run.summary())
     lost = [e for e in run.events if e.kind == "worker lost"]
     assert len(lost) == 1 and f"worker {killed[0]} left" in lost[0].message

@@ -3,6 +3,7 @@ gloo process groups and real ``TCPStore``s (the way the inline backend runs repl
 what two learner replicas sharing a worker do): the same bits as the channels, the same
 errors, a stop that interrupts a wait, groups closed when their loop ends. On a real
 cluster: tests/runtime/test_collectives_cluster.py."""
+
 from __future__ import annotations
 
 import threading
@@ -25,8 +26,12 @@ from tests.runtime.test_collectives import PPO_GRADIENT, _in_threads, _reduce
 def _groups(count: int) -> list[TorchGroup]:
     """``count`` gloo ranks of one group, formed in threads."""
     store, port = host_store("127.0.0.1", count)
-    return _in_threads(count, lambda r: TorchGroup.form(
-        "gloo", r, count, "127.0.0.1", "127.0.0.1", port, "test", store=store if r == 0 else None))
+    return _in_threads(
+        count,
+        lambda r: TorchGroup.form(
+            "gloo", r, count, "127.0.0.1", "127.0.0.1", port, "test", store=store if r == 0 else None
+        ),
+    )
 
 
 def _close(groups) -> None:
@@ -35,8 +40,10 @@ def _close(groups) -> None:
 
 
 def _values(count: int, size, dtype=torch.float32) -> list[torch.Tensor]:
-    return [torch.from_numpy(np.asarray(np.random.default_rng(r).standard_normal(size) * 100)).to(dtype)
-            for r in range(count)]
+    return [
+        torch.from_numpy(np.asarray(np.random.default_rng(r).standard_normal(size) * 100)).to(dtype)
+        for r in range(count)
+    ]
 
 
 @pytest.mark.parametrize("count", [2, 3, 4])
@@ -46,8 +53,15 @@ def test_gloo_gives_the_channels_bits_for_every_size_and_dtype(count):
     every replica is the channels' (direct and scatter) to the bit, and alike everywhere."""
     groups = _groups(count)
     try:
-        cases = [((), torch.float32), ((3,), torch.float32), ((2, 5), torch.float64), ((7,), torch.int64),
-                 ((PPO_GRADIENT,), torch.float32), ((count - 1,), torch.float32), ((301, 17), torch.float32)]
+        cases = [
+            ((), torch.float32),
+            ((3,), torch.float32),
+            ((2, 5), torch.float64),
+            ((7,), torch.int64),
+            ((PPO_GRADIENT,), torch.float32),
+            ((count - 1,), torch.float32),
+            ((301, 17), torch.float32),
+        ]
         for shape, dtype in cases:
             values = _values(count, shape, dtype)
             for small in (collectives.CHUNKED_MIN_BYTES, 0):  # the default split, and all chunked
@@ -61,8 +75,9 @@ def test_gloo_gives_the_channels_bits_for_every_size_and_dtype(count):
 
 
 def _torch_mean(group: TorchGroup, value, chunked_min_bytes: int):
-    return collectives.torch_allreduce(value, group.index, group.count, group.backend, lambda w: w.wait(),
-                                       chunked_min_bytes=chunked_min_bytes)
+    return collectives.torch_allreduce(
+        value, group.index, group.count, group.backend, lambda w: w.wait(), chunked_min_bytes=chunked_min_bytes
+    )
 
 
 def test_a_value_of_another_shape_is_the_channels_error_on_every_replica_not_a_crash():
@@ -70,6 +85,7 @@ def test_a_value_of_another_shape_is_the_channels_error_on_every_replica_not_a_c
     turns that into the channels' ValueError, raised by every replica alike."""
     groups = _groups(3)
     try:
+
         def work(r):
             value = torch.ones(4 if r == 1 else 5)
             with pytest.raises(ValueError, match="same shape and dtype") as caught:
@@ -89,6 +105,7 @@ def test_a_stop_while_a_replica_waits_for_an_absent_one_raises_stopped():
     groups = _groups(3)
     stop = threading.Event()
     try:
+
         def work(r):
             if r == 2:  # never reaches the sync point; the run is stopped instead
                 time.sleep(0.3)

@@ -1,5 +1,6 @@
 """Env steps counted where envs step, ``wb.env_steps()``/``replica.iteration`` for schedules,
 and "solved" that luck cannot reach — the same under every policy, across resume."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -50,8 +51,9 @@ def plain_env_fdg(reward: str) -> wb.FDG:
 @pytest.mark.parametrize("reward", ["1.0", "np.float64(1.0)", "np.array(1.0)"])
 @pytest.mark.parametrize("policy", ["inline", "coarse"])
 def test_a_plain_env_with_a_scalar_reward_counts_one_env_per_step(reward, policy, client):
-    run = plain_env_fdg(reward).run(iterations=2, steps=5, policy=policy, progress=False,
-                                    cluster=client if policy != "inline" else None)
+    run = plain_env_fdg(reward).run(
+        iterations=2, steps=5, policy=policy, progress=False, cluster=client if policy != "inline" else None
+    )
     replicas = len(run.replica_env_steps)
     assert run.env_steps == 2 * 5 * replicas  # not the observation's length (3) per step
     assert run.envs_per_step == replicas
@@ -60,8 +62,9 @@ def test_a_plain_env_with_a_scalar_reward_counts_one_env_per_step(reward, policy
 @pytest.mark.parametrize("make", [buffer_fdg, silent_learner_fdg])
 @pytest.mark.parametrize("policy", ["inline", "coarse"])
 def test_env_steps_are_iterations_by_steps_by_envs(make, policy, client):
-    run = make().run(iterations=3, steps=5, policy=policy, cluster=client if policy != "inline" else None,
-                     progress=False)
+    run = make().run(
+        iterations=3, steps=5, policy=policy, cluster=client if policy != "inline" else None, progress=False
+    )
     assert run.env_steps == 3 * 5 * N
     assert sum(run.replica_env_steps.values()) == 3 * 5 * N
     assert all(n == 3 * 5 * N // len(run.replica_env_steps) for n in run.replica_env_steps.values())
@@ -77,8 +80,9 @@ def test_count_env_steps_by_hand_overrides_the_rule():
 def test_env_steps_continue_across_resume_and_a_new_replica_count(client, tmp_path):
     fdg = buffer_fdg()
     first = fdg.run(iterations=3, steps=5, progress=False, keep_state=True)
-    second = fdg.run(iterations=2, steps=5, policy="coarse", cluster=client, progress=False,
-                     resume=first.state, keep_state=True)  # env: 1 replica → 2
+    second = fdg.run(
+        iterations=2, steps=5, policy="coarse", cluster=client, progress=False, resume=first.state, keep_state=True
+    )  # env: 1 replica → 2
     assert second.env_steps == 5 * 5 * N and second.env_steps_base == 3 * 5 * N
     path = second.checkpoint(str(tmp_path))
     third = fdg.run(iterations=1, steps=5, progress=False, resume=path)
@@ -86,8 +90,7 @@ def test_env_steps_continue_across_resume_and_a_new_replica_count(client, tmp_pa
 
 
 SCHEDULE_CELLS = {  # what a schedule reads, logged from a step cell and an iteration cell
-    ("actor", "step"): "action = obs + 1\nwb.log('at/step', wb.env_steps())\n"
-                       "wb.log('at/iteration', replica.iteration)",
+    ("actor", "step"): "action = obs + 1\nwb.log('at/step', wb.env_steps())\nwb.log('at/iteration', replica.iteration)",
     ("learner", "iteration"): "seen = size\nwb.log('at/learner', wb.env_steps())",
 }
 
@@ -104,8 +107,7 @@ def test_env_steps_and_iteration_are_the_same_under_every_policy(policy, client)
     T = 3
     kwargs = {} if policy == "inline" else {"cluster": client}
     first = schedule_fdg().run(iterations=2, steps=T, policy=policy, progress=False, keep_state=True, **kwargs)
-    resumed = schedule_fdg().run(iterations=2, steps=T, policy=policy, progress=False, resume=first.state,
-                                 **kwargs)
+    resumed = schedule_fdg().run(iterations=2, steps=T, policy=policy, progress=False, resume=first.state, **kwargs)
     rows = first.rows + resumed.rows
     assert [r["at/iteration"] for r in rows] == [0, 1, 2, 3]
     # the learner: env steps before its iteration; a step cell: before its step (mean over steps)
@@ -120,6 +122,7 @@ def test_outside_a_run_schedules_read_zero_and_none():
 
 
 # -- "solved" that cannot be luck ---------------------------------------------------------
+
 
 class GoalEnv:
     """A goal-reaching task, vectorised: each step an episode reaches the goal (return 1,
@@ -141,13 +144,25 @@ class GoalEnv:
 
 
 def goal_fdg(lr: float, envs: int = 256, options_for=None) -> wb.FDG:
-    fdg = wb.FDG(namespace={"np": np, "wb": wb, "GoalEnv": GoalEnv, "lr": lr, "ENVS": envs,
-                            "options_for": options_for or (lambda index: {})})
-    fdg.add_fragment("env", "envs = GoalEnv(ENVS // replica.count, replica.index, "
-                            "**options_for(replica.index))", rate="init")
+    fdg = wb.FDG(
+        namespace={
+            "np": np,
+            "wb": wb,
+            "GoalEnv": GoalEnv,
+            "lr": lr,
+            "ENVS": envs,
+            "options_for": options_for or (lambda index: {}),
+        }
+    )
+    fdg.add_fragment(
+        "env", "envs = GoalEnv(ENVS // replica.count, replica.index, **options_for(replica.index))", rate="init"
+    )
     fdg.add_fragment("actor", "action = skill", rate="step")
-    fdg.add_fragment("env", "done, returns = envs.step(action)\nreward = done.astype(float)\n"
-                            "wb.log('charts/episodic_return', returns)", rate="step")
+    fdg.add_fragment(
+        "env",
+        "done, returns = envs.step(action)\nreward = done.astype(float)\nwb.log('charts/episodic_return', returns)",
+        rate="step",
+    )
     fdg.add_fragment("learner", "skill = 0.0", rate="init")
     fdg.add_fragment("learner", "skill = min(1.0, skill + lr)\nfinished = reward.sum()", rate="iteration")
     return fdg
@@ -157,8 +172,7 @@ def goal_fdg(lr: float, envs: int = 256, options_for=None) -> wb.FDG:
 @pytest.mark.parametrize("policy", ["inline", "coarse", "fine", "multilearner", "gpuonly", "async"])
 def test_a_control_that_never_learns_is_never_solved(policy, client):
     kwargs = {} if policy == "inline" else {"cluster": client}
-    run = goal_fdg(lr=0.0).run(iterations=30, steps=10, policy=policy, target_return=0.5, progress=False,
-                               **kwargs)
+    run = goal_fdg(lr=0.0).run(iterations=30, steps=10, policy=policy, target_return=0.5, progress=False, **kwargs)
     assert run.solved_at is None and run.status == "finished"
     # the old rule (mean of the last 20 finished ≥ target) was fooled by the lucky first finishers
     # (between the waves of cut-off episodes only successes finish; the last 20 are lucky)
@@ -169,8 +183,7 @@ def test_a_control_that_never_learns_is_never_solved(policy, client):
 @pytest.mark.parametrize("policy", ["inline", "coarse"])
 def test_a_learner_that_learns_is_solved_and_says_on_what(policy, client):
     kwargs = {} if policy == "inline" else {"cluster": client}
-    run = goal_fdg(lr=0.1).run(iterations=40, steps=10, policy=policy, target_return=0.5, progress=False,
-                               **kwargs)
+    run = goal_fdg(lr=0.1).run(iterations=40, steps=10, policy=policy, target_return=0.5, progress=False, **kwargs)
     assert run.status == "solved"
     ev = run.solved_at["evidence"]
     assert ev["window"] == 256 and ev["episodes"] >= 2 * 256
@@ -183,8 +196,13 @@ def test_a_replica_that_finished_too_few_episodes_blocks_the_decision(client):
     # replica 1's episodes never end: replica 0 alone must not decide
     stuck = {"q": 0.0, "gain": 0.0, "limit": 10**9}
     run = goal_fdg(lr=0.1, envs=64, options_for=lambda i: stuck if i == 1 else {}).run(
-        iterations=10, steps=10, policy=wb.SingleLearnerCoarse(actors=2), cluster=client,
-        target_return=0.5, progress=False)
+        iterations=10,
+        steps=10,
+        policy=wb.SingleLearnerCoarse(actors=2),
+        cluster=client,
+        target_return=0.5,
+        progress=False,
+    )
     assert run.solved_at is None
     per_replica = run.evidence()["per_replica"]
     assert sorted(per_replica.values())[0] == 0 and sorted(per_replica.values())[1] > 100

@@ -2,6 +2,7 @@
 the same path on a GPU): kept until the end of the iteration, read in one go, and the
 metric is what logging numbers at once gives — same values, same order — with a NaN still
 an error that names the fragment and the cell line that logged it."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -41,9 +42,13 @@ def test_deferred_values_make_the_metric_immediate_ones_make():
 
 
 def test_order_within_a_metric_is_kept_across_deferred_and_plain_values():
-    values = [1.0, Deferred(np.array([2.0, 3.0]), False, None), 4.0,
-              Deferred(EndedEpisodes(np.array([5.0, 0.0, 6.0]), np.array([True, False, True])), False, None),
-              Deferred(EndedEpisodes(np.array([7.0]), np.array([True])), False, None)]
+    values = [
+        1.0,
+        Deferred(np.array([2.0, 3.0]), False, None),
+        4.0,
+        Deferred(EndedEpisodes(np.array([5.0, 0.0, 6.0]), np.array([True, False, True])), False, None),
+        Deferred(EndedEpisodes(np.array([7.0]), np.array([True])), False, None),
+    ]
     assert read_metric("m", values) == [1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0]
 
 
@@ -59,9 +64,11 @@ def test_allow_nan_keeps_the_nan():
     fdg = wb.FDG(namespace={"wb": wb, "np": np, "EndedEpisodes": EndedEpisodes})
     fdg.add_fragment("env", "obs = np.zeros((2, 2))", rate="init")
     fdg.add_fragment("actor", "action = obs[:, 0]", rate="step")
-    fdg.add_fragment("env", "reward = np.ones(2)\n"
-                            "wb.log('x', EndedEpisodes(np.array([np.nan, 1.0]), np.ones(2, bool)), allow_nan=True)",
-                     rate="step")
+    fdg.add_fragment(
+        "env",
+        "reward = np.ones(2)\nwb.log('x', EndedEpisodes(np.array([np.nan, 1.0]), np.ones(2, bool)), allow_nan=True)",
+        rate="step",
+    )
     fdg.add_fragment("learner", "total = float(reward.sum())", rate="iteration")
     run = fdg.run(iterations=1, steps=2, progress=False)
     assert np.isnan(run.metrics["x"][0])

@@ -1,6 +1,7 @@
 """Replicas that wrote different values with no batch axis: the error's two descriptions
 always differ, whatever the values (issue 30: two 0-d arrays read "replica 0 wrote a
 float64 array of shape (), replica 1 a float64 array of shape ()")."""
+
 from __future__ import annotations
 
 import numpy as np

@@ -7,6 +7,7 @@ own, and W threads queued for the GIL in the actor's process; on a 16-core host 
 tests hold the mechanism (one thread files every connection's frames), and that frames of
 every size, split anyhow by the network, arrive whole and in order.
 """
+
 from __future__ import annotations
 
 import secrets
@@ -106,8 +107,8 @@ def test_a_connection_that_ends_or_is_refused_goes_and_the_others_keep_being_rea
     for _, theirs in pairs:
         reader.add(theirs)
     try:
-        pairs[0][0].close()                   # the peer hangs up
-        pairs[1][0].send_bytes(b"poison")     # a frame the owner will not take
+        pairs[0][0].close()  # the peer hangs up
+        pairs[1][0].send_bytes(b"poison")  # a frame the owner will not take
         _wait_for(lambda: len(ended) == 2)
         assert set(map(id, ended)) == {id(pairs[0][1]), id(pairs[1][1])}
         pairs[2][0].send_bytes(b"still here")

@@ -7,6 +7,7 @@ wake-ups per step, each taking the GIL from the reader threads still filing the 
 Small arrays (a step's action or observation) went through NumPy's own reduction, 7-14 µs
 each on the sending side, where their raw buffer takes ~1 µs.
 """
+
 from __future__ import annotations
 
 import pickle
@@ -72,7 +73,7 @@ def test_a_wait_is_not_woken_by_values_it_does_not_need():
     waiter.start()
     time.sleep(0.05)  # let it wait (if it has not yet, it finds the values in: no wake-up)
     for i in range(W):
-        box.put("obs", 2, i, "old")   # another step's
+        box.put("obs", 2, i, "old")  # another step's
         box.put("reward", 3, i, "no")  # another key's
     for i in range(W - 1):
         box.put("obs", 3, i, i)
@@ -111,10 +112,10 @@ ARRAYS = {
     "empty": np.zeros((0, 4), np.float32),
     "complex": np.ones(3, np.complex64),
     "Fortran order": np.asfortranarray(np.arange(6.0).reshape(2, 3)),  # NumPy's path
-    "strided view": np.arange(10)[::3],                                # NumPy's path
-    "strings": np.array(["a", "bc"]),                                  # NumPy's path
-    "objects": np.array([1, None], dtype=object),                      # NumPy's path
-    "big": np.arange(100_000, dtype=np.float64),                       # NumPy's path
+    "strided view": np.arange(10)[::3],  # NumPy's path
+    "strings": np.array(["a", "bc"]),  # NumPy's path
+    "objects": np.array([1, None], dtype=object),  # NumPy's path
+    "big": np.arange(100_000, dtype=np.float64),  # NumPy's path
 }
 
 

@@ -5,6 +5,7 @@ process (inline, GPUOnly, an actor beside its env under Coarse) as across proces
 Before, in one process the consumer got the producer's object: an actor's ``buf += 1000``
 changed the learner's state inline and under Coarse but not when they sat on two workers,
 and an env that refilled ``obs`` in place made every recorded step the last one."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -34,24 +35,31 @@ def hand_over_fdg() -> wb.FDG:
     fdg.add_fragment("actor", "kept.append(obs)\naction = np.zeros(1)", rate="step")
     # like a simulator that returns its own buffer every step
     fdg.add_fragment("env", "t += 1\nstate[:] = t + action[0]\nobs = state\nreward = np.ones(1)", rate="step")
-    fdg.add_fragment("actor", (
-        "wb.log('actor/distinct', len({float(o[0]) for o in kept}))\n"
-        "kept = []\n"
-        "buf[:] += 1000\n"
-        "params['w'] += 5\n"
-        "params['t'] += 5\n"
-        "params['new'] = 1\n"
-    ), rate="iteration")
-    fdg.add_fragment("learner", (
-        "buf = np.arange(3.0)\n"
-        "params = {'w': np.zeros(2), 't': torch.zeros(2)}\n"
-    ), rate="init")
-    fdg.add_fragment("learner", (
-        "wb.log('learner/distinct', len(set(obs.reshape(obs.shape[0], -1)[:, 0].tolist())))\n"
-        "wb.log('learner/buf', float(buf.sum()))\n"
-        "wb.log('learner/params', float(params['w'].sum() + params['t'].sum().item()))\n"
-        "wb.log('learner/keys', len(params))\n"
-    ), rate="iteration")
+    fdg.add_fragment(
+        "actor",
+        (
+            "wb.log('actor/distinct', len({float(o[0]) for o in kept}))\n"
+            "kept = []\n"
+            "buf[:] += 1000\n"
+            "params['w'] += 5\n"
+            "params['t'] += 5\n"
+            "params['new'] = 1\n"
+        ),
+        rate="iteration",
+    )
+    fdg.add_fragment(
+        "learner", ("buf = np.arange(3.0)\nparams = {'w': np.zeros(2), 't': torch.zeros(2)}\n"), rate="init"
+    )
+    fdg.add_fragment(
+        "learner",
+        (
+            "wb.log('learner/distinct', len(set(obs.reshape(obs.shape[0], -1)[:, 0].tolist())))\n"
+            "wb.log('learner/buf', float(buf.sum()))\n"
+            "wb.log('learner/params', float(params['w'].sum() + params['t'].sum().item()))\n"
+            "wb.log('learner/keys', len(params))\n"
+        ),
+        rate="iteration",
+    )
     return fdg
 
 

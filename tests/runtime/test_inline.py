@@ -1,4 +1,5 @@
 """The inline policy: the whole loop in this process. Checks interface semantics by value."""
+
 from __future__ import annotations
 
 import threading
@@ -32,8 +33,7 @@ def test_inline_run_matches_a_plain_loop():
 
 def test_stacked_values_arrive_as_T_by_batch():
     fdg = toy_fdg()
-    fdg.add_fragment("learner", "batch_shape = reward.shape\nwb.log('shape', list(batch_shape))",
-                     rate="iteration")
+    fdg.add_fragment("learner", "batch_shape = reward.shape\nwb.log('shape', list(batch_shape))", rate="iteration")
     run = fdg.run(iterations=1, steps=5, progress=False)
     assert run.rows[0]["shape"] == pytest.approx((5 + 3) / 2)  # mean of [5, 3]
 
@@ -78,7 +78,9 @@ def test_a_run_keeps_torch_and_blas_on_one_thread_and_gives_them_back():
     before = blas()
     fdg = toy_fdg()
     fdg.namespace.update(torch=torch, blas=blas)
-    fdg.add_fragment("env", "obs = obs + 1\nreward = action.copy()\nthreads = (torch.get_num_threads(), blas())", rate="step")
+    fdg.add_fragment(
+        "env", "obs = obs + 1\nreward = action.copy()\nthreads = (torch.get_num_threads(), blas())", rate="step"
+    )
     run = fdg.run(iterations=1, steps=2, progress=False)
     assert run.state.fragments["env"][0]["threads"] == (1, [1] if before else [])
     assert torch.get_num_threads() == 2 and blas() == before
@@ -91,7 +93,8 @@ def test_an_error_workbench_raises_inside_a_cell_is_not_blamed_on_the_cell():
 
     fdg = toy_fdg()
     fdg.namespace["form_group"] = lambda: (_ for _ in ()).throw(
-        ProcessGroupError("the learners' process group did not form; use allreduce='channels'"))
+        ProcessGroupError("the learners' process group did not form; use allreduce='channels'")
+    )
     fdg.add_fragment("env", "obs = obs + 1\nreward = action.copy()\nform_group()", rate="step")
     with pytest.raises(wb.FragmentRuntimeError) as info:
         fdg.run(iterations=1, steps=1, progress=False)

@@ -7,6 +7,7 @@ Before, inline's teardown closed every env at the end of each stretch: an EnvPoo
 boundary with ``'NoneType' object has no attribute 'send'``, and a gymnasium one was
 stepped after ``close()``.
 """
+
 from __future__ import annotations
 
 import threading
@@ -20,8 +21,10 @@ import workbench as wb
 from tests.live.test_live_changes import At
 
 ITERATIONS = 12
-STEP = ("time.sleep(0.002)  # the driver hears of each iteration while the replicas are one ahead\n"
-        "obs, reward, terminated, truncated, info = envs.step(action)")
+STEP = (
+    "time.sleep(0.002)  # the driver hears of each iteration while the replicas are one ahead\n"
+    "obs, reward, terminated, truncated, info = envs.step(action)"
+)
 
 
 class _Env:
@@ -104,8 +107,9 @@ def test_live_changes_keep_the_envs_open_and_the_run_closes_them_once(env_class,
     envs are still closed when the run ends."""
     fdg = _fdg(env_class)
     changes = _Changes(fdg, env_class)
-    run = fdg.run(iterations=ITERATIONS, steps=3, policy="inline", progress=False, loggers=[changes],
-                  keep_state=keep_state)
+    run = fdg.run(
+        iterations=ITERATIONS, steps=3, policy="inline", progress=False, loggers=[changes], keep_state=keep_state
+    )
     assert run.status == "finished" and run.error is None, run.error
     assert run.completed_iterations == ITERATIONS
     assert sorted(e.kind for e in run.events) == ["edited", "updated"], run.events  # three stretches
@@ -120,8 +124,9 @@ def test_a_stopped_background_run_closes_its_envs_once_after_a_change():
     the notebook's, then ``%fdg stop``."""
     fdg = _fdg(_Unpicklable)
     result = {}
-    thread = threading.Thread(target=lambda: result.update(run=fdg.run(
-        iterations=100_000, steps=3, policy="inline", progress=False)))
+    thread = threading.Thread(
+        target=lambda: result.update(run=fdg.run(iterations=100_000, steps=3, policy="inline", progress=False))
+    )
     thread.start()
     try:
         _wait(lambda: fdg.last_run is not None and fdg.last_run.completed_iterations >= 2)
@@ -143,8 +148,7 @@ def test_an_env_a_re_run_init_cell_builds_is_closed_and_the_kept_one_once_at_the
     """The edited init cell builds a new env, but the fragment keeps its trained one: the
     new one is closed at once, the kept one (carried on) only when the run ends."""
     fdg = _fdg(_Unpicklable)
-    edit = At(2, lambda: fdg.add_fragment("env", "envs = Env()\nobs = envs.reset()\nmarker = 1",
-                                          rate="init"))
+    edit = At(2, lambda: fdg.add_fragment("env", "envs = Env()\nobs = envs.reset()\nmarker = 1", rate="init"))
     run = fdg.run(iterations=ITERATIONS, steps=3, policy="inline", progress=False, loggers=[edit])
     assert run.status == "finished" and run.error is None, run.error
     kept, fresh = _Unpicklable.made

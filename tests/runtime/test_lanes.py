@@ -7,6 +7,7 @@ a worker), a failing or stopped replica leaves its lane siblings free (no hang),
 cell that would wait for another lane of its thread gets a clear error, and the option's
 own checks. EnvPool's env with a continuous PPO is checked in tests/envs/test_envpool_lanes.py.
 """
+
 from __future__ import annotations
 
 import sys
@@ -63,16 +64,20 @@ class HandOffEnv:
 def handoff_fdg(trace: list, lanes_cell: str = "") -> wb.FDG:
     """An actor+env group whose actor draws from torch and NumPy (seeded per replica) and
     whose env hands its steps to a thread; the learner keeps what it received."""
-    fdg = wb.FDG(namespace={"np": np, "torch": torch, "wb": wb, "HandOffEnv": HandOffEnv,
-                            "trace": trace, "SEED": SEED})
+    fdg = wb.FDG(namespace={"np": np, "torch": torch, "wb": wb, "HandOffEnv": HandOffEnv, "trace": trace, "SEED": SEED})
     fdg.add_fragment("env", "envs = HandOffEnv(2, replica.index, trace)\nobs = np.zeros(2)", rate="init")
-    fdg.add_fragment("actor", "torch.manual_seed(SEED + replica.index)\nnp.random.seed(SEED + replica.index)",
-                     rate="init")
-    fdg.add_fragment("actor", (
-        "trace.append(('act', replica.index))\n"
-        "draws = np.array([[float(torch.rand(())), float(np.random.rand())]])\n"
-        "action = obs * 0 + draws[0, 0]\n" + lanes_cell
-    ), rate="step")
+    fdg.add_fragment(
+        "actor", "torch.manual_seed(SEED + replica.index)\nnp.random.seed(SEED + replica.index)", rate="init"
+    )
+    fdg.add_fragment(
+        "actor",
+        (
+            "trace.append(('act', replica.index))\n"
+            "draws = np.array([[float(torch.rand(())), float(np.random.rand())]])\n"
+            "action = obs * 0 + draws[0, 0]\n" + lanes_cell
+        ),
+        rate="step",
+    )
     fdg.add_fragment("env", "obs, reward = envs.step(action)\nran_in = sorted(envs.threads)", rate="step")
     fdg.add_fragment("learner", "seen = []", rate="init")
     fdg.add_fragment("learner", "seen.append((draws.copy(), obs.copy()))", rate="iteration")
@@ -82,8 +87,9 @@ def handoff_fdg(trace: list, lanes_cell: str = "") -> wb.FDG:
 def in_one_process(fdg: wb.FDG) -> Policy:
     acting = fdg.schedule().step_order
     rest = tuple(n for n in fdg.fragments if n not in acting)
-    return Policy("actors in one process", (Group(acting, ACTORS, (IN_PROCESS,) * ACTORS),
-                                             Group(rest, 1, (IN_PROCESS,))))
+    return Policy(
+        "actors in one process", (Group(acting, ACTORS, (IN_PROCESS,) * ACTORS), Group(rest, 1, (IN_PROCESS,)))
+    )
 
 
 def seen(run) -> list:
@@ -95,8 +101,9 @@ def test_lanes_interleave_at_the_hand_off_and_change_no_number():
     runs = {}
     for lanes, trace in ((True, with_lanes), (False, without)):
         fdg = handoff_fdg(trace)
-        runs[lanes] = fdg.run(iterations=ITERATIONS, steps=STEPS, policy=in_one_process(fdg), lanes=lanes,
-                              keep_state=True, progress=False)
+        runs[lanes] = fdg.run(
+            iterations=ITERATIONS, steps=STEPS, policy=in_one_process(fdg), lanes=lanes, keep_state=True, progress=False
+        )
         assert runs[lanes].status == "finished", runs[lanes].error
     assert seen(runs[True]) == seen(runs[False])  # each replica drew its own streams either way
     assert runs[True].env_steps == runs[False].env_steps == ITERATIONS * STEPS * 2 * ACTORS
@@ -130,8 +137,11 @@ def test_a_stop_while_lanes_step_ends_the_run():
     trace = Trace()
     fdg = handoff_fdg(trace)
     result = {}
-    thread = threading.Thread(target=lambda: result.setdefault("run", fdg.run(
-        iterations=10_000, steps=STEPS, policy=in_one_process(fdg), lanes=True, progress=False)))
+    thread = threading.Thread(
+        target=lambda: result.setdefault(
+            "run", fdg.run(iterations=10_000, steps=STEPS, policy=in_one_process(fdg), lanes=True, progress=False)
+        )
+    )
     thread.start()
     deadline = time.monotonic() + 60
     while len(trace) < 60 and time.monotonic() < deadline:  # two iterations and more
@@ -158,8 +168,15 @@ def test_lanes_on_a_cluster_give_what_threads_give(client):
     got, threads = {}, {}
     for lanes in (True, False):
         trace = Trace()
-        run = handoff_fdg(trace).run(iterations=ITERATIONS, steps=STEPS, policy=wb.SingleLearnerCoarse(actors=4),
-                                     cluster=client, lanes=lanes, keep_state=True, progress=False)
+        run = handoff_fdg(trace).run(
+            iterations=ITERATIONS,
+            steps=STEPS,
+            policy=wb.SingleLearnerCoarse(actors=4),
+            cluster=client,
+            lanes=lanes,
+            keep_state=True,
+            progress=False,
+        )
         assert run.status == "finished", run.error
         got[lanes] = seen(run)
         threads[lanes] = [state["ran_in"] for state in run.state.fragments["env"]]
@@ -188,15 +205,22 @@ def test_a_stuck_lane_and_a_stop_return_and_name_the_cell(tmp_path, capsys):
     returns, names the stuck cell, and the next run works."""
     release, marker = tmp_path / "release", tmp_path / "stuck"
     trace = Trace()
-    fdg = handoff_fdg(trace, (
-        "if replica.index == 1 and len(trace) > 20:\n"
-        "    open(MARKER, 'a').close()\n"
-        "    while not os.path.exists(RELEASE):\n"
-        "        time.sleep(0.05)\n"))
+    fdg = handoff_fdg(
+        trace,
+        (
+            "if replica.index == 1 and len(trace) > 20:\n"
+            "    open(MARKER, 'a').close()\n"
+            "    while not os.path.exists(RELEASE):\n"
+            "        time.sleep(0.05)\n"
+        ),
+    )
     fdg.namespace.update(os=__import__("os"), time=time, MARKER=str(marker), RELEASE=str(release))
     result = {}
-    thread = threading.Thread(target=lambda: result.setdefault("run", fdg.run(
-        iterations=50, steps=STEPS, policy=in_one_process(fdg), lanes=True, progress=False)))
+    thread = threading.Thread(
+        target=lambda: result.setdefault(
+            "run", fdg.run(iterations=50, steps=STEPS, policy=in_one_process(fdg), lanes=True, progress=False)
+        )
+    )
     thread.start()
     try:
         deadline = time.monotonic() + 60
@@ -228,9 +252,14 @@ def test_groups_that_receive_every_step_are_not_lanes_and_still_run():
     not applied."""
     trace = Trace()
     fdg = handoff_fdg(trace)
-    policy = Policy("actor and env apart, one process", (
-        Group(("actor",), ACTORS, (IN_PROCESS,) * ACTORS), Group(("env",), ACTORS, (IN_PROCESS,) * ACTORS),
-        Group(("learner",), 1, (IN_PROCESS,))))
+    policy = Policy(
+        "actor and env apart, one process",
+        (
+            Group(("actor",), ACTORS, (IN_PROCESS,) * ACTORS),
+            Group(("env",), ACTORS, (IN_PROCESS,) * ACTORS),
+            Group(("learner",), 1, (IN_PROCESS,)),
+        ),
+    )
     run = fdg.run(iterations=ITERATIONS, steps=STEPS, policy=policy, lanes=True, keep_state=True, progress=False)
     assert run.status == "finished", run.error
     assert run.env_steps == ITERATIONS * STEPS * 2 * ACTORS

@@ -8,6 +8,7 @@ Before, a per-step ``limits = [-1.0, 1.0]`` read once per iteration was stacked 
 inline, ``(3, 4)`` under coarse with 2 actors, ``(3, 8)`` with 4, and a list that differed
 between replicas was joined silently; ``{"x": [np.arange(n)]}`` arrived ``(3, 1, 4)``
 inline and ``(3, 2, 2)`` under coarse."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -22,37 +23,53 @@ from tests.runtime.test_boundaries import SIGNATURE, N, T, saw  # the same batte
 
 def _fdg(limits: str = "[-1.0, 1.0]") -> wb.FDG:
     fdg = wb.FDG(namespace={"np": np, "N": N})
-    fdg.add_fragment("env", (
-        "n = N // replica.count\n"
-        "rows = np.arange(replica.index * n, (replica.index + 1) * n)\n"
-        "obs = rows.astype(float)\n"
-        "names = ['a', 'b']\n"           # at init, read by the learner
-        "it_list = [1, 2.5]\n"
-        "lim = [0.5, 'x', None]\n"       # the first values of what the actor reads every step
-        "held = [rows * 2]\n"
-    ), rate="init")
+    fdg.add_fragment(
+        "env",
+        (
+            "n = N // replica.count\n"
+            "rows = np.arange(replica.index * n, (replica.index + 1) * n)\n"
+            "obs = rows.astype(float)\n"
+            "names = ['a', 'b']\n"  # at init, read by the learner
+            "it_list = [1, 2.5]\n"
+            "lim = [0.5, 'x', None]\n"  # the first values of what the actor reads every step
+            "held = [rows * 2]\n"
+        ),
+        rate="init",
+    )
     fdg.add_fragment("actor", SIGNATURE, rate="init")
-    fdg.add_fragment("actor", (
-        "if not seen:\n"  # the first step's
-        "    seen.append(repr(sig(('step', lim, held))))\n"
-        "action = np.zeros(obs.shape[0])\n"
-    ), rate="step")
-    fdg.add_fragment("env", (
-        "obs = rows + action\n"
-        "reward = np.ones(n)\n"
-        f"limits = {limits}\n"
-        "lim = [0.5, 'x', None]\n"                       # read every step by the actor
-        "held = [rows * 2]\n"                            # a list holding a batch, every step
-        "nested = {'x': [rows], 'y': 'same', 'z': ([1, 2], rows)}\n"
-        "deep = [[rows, rows + 1]]\n"
-    ), rate="step")
+    fdg.add_fragment(
+        "actor",
+        (
+            "if not seen:\n"  # the first step's
+            "    seen.append(repr(sig(('step', lim, held))))\n"
+            "action = np.zeros(obs.shape[0])\n"
+        ),
+        rate="step",
+    )
+    fdg.add_fragment(
+        "env",
+        (
+            "obs = rows + action\n"
+            "reward = np.ones(n)\n"
+            f"limits = {limits}\n"
+            "lim = [0.5, 'x', None]\n"  # read every step by the actor
+            "held = [rows * 2]\n"  # a list holding a batch, every step
+            "nested = {'x': [rows], 'y': 'same', 'z': ([1, 2], rows)}\n"
+            "deep = [[rows, rows + 1]]\n"
+        ),
+        rate="step",
+    )
     fdg.add_fragment("env", "it_list = [1, 2.5]\nit_held = [rows, 'k']", rate="iteration")
     fdg.add_fragment("learner", SIGNATURE, rate="init")
-    fdg.add_fragment("learner", (
-        "seen.append(repr(sig(('init', names))))\n"
-        "seen.append(repr(sig(('stacked', limits, lim, held, nested, deep))))\n"
-        "seen.append(repr(sig(('iteration', it_list, it_held))))\n"
-    ), rate="iteration")
+    fdg.add_fragment(
+        "learner",
+        (
+            "seen.append(repr(sig(('init', names))))\n"
+            "seen.append(repr(sig(('stacked', limits, lim, held, nested, deep))))\n"
+            "seen.append(repr(sig(('iteration', it_list, it_held))))\n"
+        ),
+        rate="iteration",
+    )
     return fdg
 
 
@@ -68,7 +85,7 @@ def inline_saw():
 def test_inline_sees_the_lists_as_stacked_arrays(inline_saw):
     learner = inline_saw["learner"][0]
     stacked = eval(learner[1], {"__builtins__": {}})[1]
-    assert stacked[1][:3] == ("ndarray", "float64", (T, 2))   # limits [T, 2]
+    assert stacked[1][:3] == ("ndarray", "float64", (T, 2))  # limits [T, 2]
     assert stacked[3][:3] == ("ndarray", "int64", (T, 1, N))  # held: the batch inside, all N rows
     assert stacked[4]["x"][:3] == ("ndarray", "int64", (T, 1, N))
     assert stacked[5][:3] == ("ndarray", "int64", (T, 1, 2, N))
@@ -79,8 +96,11 @@ def test_inline_sees_the_lists_as_stacked_arrays(inline_saw):
 FINE = wb.SingleLearnerFine(envs=2)
 
 
-@pytest.mark.parametrize("policy", ["coarse", wb.SingleLearnerCoarse(actors=4), FINE, "gpuonly"],
-                         ids=["coarse", "coarse4", "fine", "gpuonly"])
+@pytest.mark.parametrize(
+    "policy",
+    ["coarse", wb.SingleLearnerCoarse(actors=4), FINE, "gpuonly"],
+    ids=["coarse", "coarse4", "fine", "gpuonly"],
+)
 def test_the_learner_sees_the_lists_as_inline_does(client, inline_saw, policy):
     assert _saw(policy, client)["learner"] == inline_saw["learner"]
 
@@ -89,15 +109,23 @@ def test_an_actor_reading_lists_every_step_from_two_env_replicas_sees_them_as_in
     assert _saw(FINE, client)["actor"] == inline_saw["actor"]
 
 
-@pytest.mark.parametrize("policy", ["inline", "coarse", wb.SingleLearnerCoarse(actors=4)], ids=["inline", "coarse", "coarse4"])
+@pytest.mark.parametrize(
+    "policy", ["inline", "coarse", wb.SingleLearnerCoarse(actors=4)], ids=["inline", "coarse", "coarse4"]
+)
 def test_a_per_step_list_read_once_per_iteration_is_t_by_its_length(client, policy):
     """The outside tester's case: (3, 2) inline, and not (3, 4) or (3, 8) with 2 or 4 actors."""
     fdg = wb.FDG(namespace={"np": np})
     fdg.add_fragment("env", "n = 4 // replica.count", rate="init")
     fdg.add_fragment("env", "reward = np.ones(n, np.float32)\nlimits = [-1.0, 1.0]", rate="step")
     fdg.add_fragment("learner", "shape = np.shape(limits)\nkind = type(limits).__name__", rate="iteration")
-    run = fdg.run(iterations=1, steps=T, policy=policy, progress=False, keep_state=True,
-                  **({} if policy == "inline" else {"cluster": client}))
+    run = fdg.run(
+        iterations=1,
+        steps=T,
+        policy=policy,
+        progress=False,
+        keep_state=True,
+        **({} if policy == "inline" else {"cluster": client}),
+    )
     learner = run.state.fragments["learner"][0]
     assert (learner["shape"], learner["kind"]) == ((T, 2), "ndarray")
 

@@ -1,5 +1,6 @@
 """A module another thread is still importing counts as not imported (`loaded`), so a
 replica's random streams are saved and set while the checkpoint writer imports torch."""
+
 import subprocess
 import sys
 import textwrap
@@ -11,7 +12,8 @@ from workbench.loaded_modules import loaded
 def test_a_module_counts_as_loaded_only_once_its_import_has_finished(tmp_path, monkeypatch):
     (tmp_path / "held_gate.py").write_text("import threading\nOPEN = threading.Event()\nSTARTED = threading.Event()\n")
     (tmp_path / "held_import.py").write_text(
-        "import held_gate\nheld_gate.STARTED.set()\nheld_gate.OPEN.wait(30)\nVALUE = 1\n")
+        "import held_gate\nheld_gate.STARTED.set()\nheld_gate.OPEN.wait(30)\nVALUE = 1\n"
+    )
     monkeypatch.syspath_prepend(str(tmp_path))
     import held_gate
 

@@ -1,6 +1,7 @@
 """The malloc tuning inline runs and workers apply: the learner's temporaries, freed and
 made again every minibatch, come from the heap without page faults (glibc maps blocks over
 its threshold afresh, and each fresh page faults on first touch)."""
+
 from __future__ import annotations
 
 import subprocess
@@ -72,7 +73,7 @@ def test_memory_a_run_freed_goes_back_to_the_os_when_it_ends():
     out = subprocess.run([sys.executable, "-c", RELEASE], capture_output=True, text=True, check=True)
     grown, kept, released, after = out.stdout.split()
     assert released == "True"
-    assert int(kept) > int(grown) - 50   # freeing alone returned (almost) nothing
+    assert int(kept) > int(grown) - 50  # freeing alone returned (almost) nothing
     assert int(kept) - int(after) > 250  # the trim gave the 300 MiB back
 
 

@@ -1,6 +1,7 @@
 """A replica with no envs is an error, not a run that finishes counting nothing (issue 30):
 ``num_envs // replica.count`` is 0 for a replica when there are fewer envs than replicas,
 and every env step that replica takes is an empty batch."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -25,8 +26,11 @@ TWO_ENV_REPLICAS = Policy("two", (Group(("env", "actor"), 2, ("local", "local"))
 
 def test_fewer_envs_than_replicas_is_an_error_naming_the_replica():
     # 1 // 2 is 0 for both replicas: whichever steps first raises, naming itself
-    with pytest.raises(wb.FragmentRuntimeError, match=r"(?s)fragment 'env' \(step cell\), replica (\d) .*empty batch.*"
-                                                      r"replica \1 of 2 has no envs to step.*give at least 2 envs"):
+    with pytest.raises(
+        wb.FragmentRuntimeError,
+        match=r"(?s)fragment 'env' \(step cell\), replica (\d) .*empty batch.*"
+        r"replica \1 of 2 has no envs to step.*give at least 2 envs",
+    ):
         _fdg(num_envs=1).run(iterations=1, steps=2, policy=TWO_ENV_REPLICAS, progress=False)
 
 

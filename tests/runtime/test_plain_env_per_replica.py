@@ -8,6 +8,7 @@ values have no batch axis, so across replicas they follow the rule for values wi
 (docs/boundaries.md): the one value when every replica wrote the same, else an error that
 names the value and the fix. The gather cannot see that from the arrays alone ((4,) is
 also four envs' rewards), so the producing replica says it (runtime.arrays.Unbatched)."""
+
 from __future__ import annotations
 
 import gymnasium as gym
@@ -24,8 +25,12 @@ def _fdg() -> wb.FDG:
     fdg = wb.FDG(namespace={"np": np, "gym": gym, "wb": wb})
     fdg.add_fragment("env", "env = gym.make('CartPole-v1')\nobs, _ = env.reset(seed=replica.index)", rate="init")
     fdg.add_fragment("actor", "wb.log('seen/actor_obs_size', float(np.size(obs)))\naction = 1", rate="step")
-    fdg.add_fragment("env", "obs, reward, terminated, truncated, info = env.step(action)\n"
-                            "if terminated or truncated:\n    obs, _ = env.reset()", rate="step")
+    fdg.add_fragment(
+        "env",
+        "obs, reward, terminated, truncated, info = env.step(action)\n"
+        "if terminated or truncated:\n    obs, _ = env.reset()",
+        rate="step",
+    )
     fdg.add_fragment("learner", "wb.log('seen/learner_obs_last_axis', float(obs.shape[-1]))", rate="iteration")
     return fdg
 

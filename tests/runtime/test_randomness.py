@@ -5,6 +5,7 @@ on every run and under every placement (DESIGN.md, contract 1).
 The oracle is computed here, not by the runtime: replica k seeded with ``SEED + k`` draws
 exactly what a fresh generator seeded with ``SEED + k`` draws, step after step.
 """
+
 from __future__ import annotations
 
 import random
@@ -222,22 +223,31 @@ def drawing_fdg() -> wb.FDG:
     """Actors draw one number of each kind per step (seeded by replica in their init cell);
     the learner keeps what it received."""
     fdg = wb.FDG(namespace={"np": np, "torch": torch, "random": random, "SEED": SEED})
-    fdg.add_fragment("actor", (
-        "torch.manual_seed(SEED + replica.index)\n"
-        "np.random.seed(SEED + replica.index)\n"
-        "random.seed(SEED + replica.index)\n"
-    ), rate="init")
-    fdg.add_fragment("actor", (
-        "draws = np.array([[float(torch.rand(())), float(np.random.rand()), random.random()]])\n"
-        "reward = np.zeros(1)\n"
-    ), rate="step")
+    fdg.add_fragment(
+        "actor",
+        (
+            "torch.manual_seed(SEED + replica.index)\n"
+            "np.random.seed(SEED + replica.index)\n"
+            "random.seed(SEED + replica.index)\n"
+        ),
+        rate="init",
+    )
+    fdg.add_fragment(
+        "actor",
+        (
+            "draws = np.array([[float(torch.rand(())), float(np.random.rand()), random.random()]])\n"
+            "reward = np.zeros(1)\n"
+        ),
+        rate="step",
+    )
     fdg.add_fragment("learner", "seen = []", rate="init")
     fdg.add_fragment("learner", "seen.append(draws.copy())", rate="iteration")
     return fdg
 
 
-IN_PROCESS_ACTORS = Policy("actors in one process", (
-    Group(("actor",), ACTORS, (IN_PROCESS,) * ACTORS), Group(("learner",), 1, (IN_PROCESS,))))
+IN_PROCESS_ACTORS = Policy(
+    "actors in one process", (Group(("actor",), ACTORS, (IN_PROCESS,) * ACTORS), Group(("learner",), 1, (IN_PROCESS,)))
+)
 
 
 @pytest.mark.parametrize("placement", ["in one process", "two per worker", "beside the learner"])
@@ -245,12 +255,20 @@ def test_every_replica_draws_what_its_seed_gives_under_every_placement(placement
     policy, kwargs = {
         "in one process": (IN_PROCESS_ACTORS, {}),
         "two per worker": (wb.SingleLearnerCoarse(actors=ACTORS), {"cluster": client}),
-        "beside the learner": (Policy("custom", (  # every actor on the learner's worker
-            Group(("actor",), ACTORS, (client_worker(client),) * ACTORS),
-            Group(("learner",), 1, (client_worker(client),)))), {"cluster": client}),
+        "beside the learner": (
+            Policy(
+                "custom",
+                (  # every actor on the learner's worker
+                    Group(("actor",), ACTORS, (client_worker(client),) * ACTORS),
+                    Group(("learner",), 1, (client_worker(client),)),
+                ),
+            ),
+            {"cluster": client},
+        ),
     }[placement]
-    run = drawing_fdg().run(iterations=ITERATIONS, steps=STEPS, policy=policy, progress=False,
-                            keep_state=True, **kwargs)
+    run = drawing_fdg().run(
+        iterations=ITERATIONS, steps=STEPS, policy=policy, progress=False, keep_state=True, **kwargs
+    )
     assert run.status == "finished", run.error
     seen = run.state.fragments["learner"][0]["seen"]  # per iteration: [steps, actors, 3]
     got = np.concatenate(seen)  # [iterations × steps, actors, 3]
@@ -259,14 +277,16 @@ def test_every_replica_draws_what_its_seed_gives_under_every_placement(placement
     # replicas (randomness.py says so)
     for k in range(ACTORS):
         assert got[:, k, :2].tolist() == [list(d[:2]) for d in expected_draws(SEED + k, ITERATIONS * STEPS)], (
-            f"replica {k} under {placement!r} drew from another replica's stream")
+            f"replica {k} under {placement!r} drew from another replica's stream"
+        )
 
 
 def unseeded_fdg() -> wb.FDG:
     """Actors that draw without seeding anything (NumPy's global generator and ``random``)."""
     fdg = wb.FDG(namespace={"np": np, "random": random})
-    fdg.add_fragment("actor", "draws = np.array([[float(np.random.rand()), random.random()]])\nreward = np.zeros(1)",
-                     rate="step")
+    fdg.add_fragment(
+        "actor", "draws = np.array([[float(np.random.rand()), random.random()]])\nreward = np.zeros(1)", rate="step"
+    )
     fdg.add_fragment("learner", "seen = []", rate="init")
     fdg.add_fragment("learner", "seen.append(draws.copy())", rate="iteration")
     return fdg
@@ -277,8 +297,10 @@ def test_replicas_that_do_not_seed_draw_apart_wherever_they_share_a_process(plac
     """Four actor replicas of one process once drew the same np.random numbers (and so
     collected the same episodes four times); replicas in fresh processes never did, since
     each seeds those generators from the OS."""
-    policy, kwargs = {"in one process": (IN_PROCESS_ACTORS, {}),
-                      "two per worker": (wb.SingleLearnerCoarse(actors=ACTORS), {"cluster": client})}[placement]
+    policy, kwargs = {
+        "in one process": (IN_PROCESS_ACTORS, {}),
+        "two per worker": (wb.SingleLearnerCoarse(actors=ACTORS), {"cluster": client}),
+    }[placement]
     run = unseeded_fdg().run(iterations=1, steps=STEPS, policy=policy, progress=False, keep_state=True, **kwargs)
     assert run.status == "finished", run.error
     got = np.concatenate(run.state.fragments["learner"][0]["seen"])  # [steps, actors, 2]
@@ -295,8 +317,7 @@ def test_a_seeded_process_gives_unseeded_replicas_the_same_streams_on_every_run(
     runs = []
     for _ in range(2):
         np.random.seed(7), random.seed(7)
-        run = unseeded_fdg().run(iterations=1, steps=STEPS, policy=IN_PROCESS_ACTORS, progress=False,
-                                 keep_state=True)
+        run = unseeded_fdg().run(iterations=1, steps=STEPS, policy=IN_PROCESS_ACTORS, progress=False, keep_state=True)
         runs.append(np.concatenate(run.state.fragments["learner"][0]["seen"]).tolist())
     assert runs[0] == runs[1]
 
@@ -314,13 +335,18 @@ def test_in_process_learners_that_allreduce_inside_their_cell_draw_their_own_str
     fdg = wb.FDG(namespace={"np": np, "torch": torch, "wb": wb, "SEED": SEED})
     fdg.add_fragment("actor", "reward = np.zeros(1)", rate="step")
     fdg.add_fragment("learner", "torch.manual_seed(SEED + replica.index)\nseen = []", rate="init")
-    fdg.add_fragment("learner", (
-        "before = float(torch.rand(()))\n"
-        "mean = float(wb.allreduce(torch.tensor(before)))\n"
-        "seen.append((before, mean, float(torch.rand(()))))\n"
-    ), rate="iteration")
-    policy = Policy("two learners here", (Group(("actor",), 2, (IN_PROCESS,) * 2),
-                                          Group(("learner",), 2, (IN_PROCESS,) * 2)))
+    fdg.add_fragment(
+        "learner",
+        (
+            "before = float(torch.rand(()))\n"
+            "mean = float(wb.allreduce(torch.tensor(before)))\n"
+            "seen.append((before, mean, float(torch.rand(()))))\n"
+        ),
+        rate="iteration",
+    )
+    policy = Policy(
+        "two learners here", (Group(("actor",), 2, (IN_PROCESS,) * 2), Group(("learner",), 2, (IN_PROCESS,) * 2))
+    )
     run = fdg.run(iterations=2, steps=1, policy=policy, progress=False, keep_state=True)
     assert run.status == "finished", run.error
     mine = {}
@@ -369,12 +395,17 @@ def test_a_cell_that_computes_past_the_patience_keeps_the_turn_and_the_draws_sta
     (the gate test above is the other side: a holder that waits is run beside after 1 s)."""
     fdg = wb.FDG(namespace={"np": np, "time": time, "PATIENCE_S": PATIENCE_S})
     fdg.add_fragment("actor", "np.random.seed(7 + replica.index)\ndrawn = []", rate="init")
-    fdg.add_fragment("actor", (
-        "started = time.thread_time()\n"
-        "while time.thread_time() - started < 1.5 * PATIENCE_S:   # computing, not waiting\n"
-        "    np.ones((64, 64)) @ np.ones((64, 64))\n"
-        "drawn.append(float(np.random.rand()))\n"
-        "reward = np.zeros(1)"), rate="step")
+    fdg.add_fragment(
+        "actor",
+        (
+            "started = time.thread_time()\n"
+            "while time.thread_time() - started < 1.5 * PATIENCE_S:   # computing, not waiting\n"
+            "    np.ones((64, 64)) @ np.ones((64, 64))\n"
+            "drawn.append(float(np.random.rand()))\n"
+            "reward = np.zeros(1)"
+        ),
+        rate="step",
+    )
     fdg.add_fragment("learner", "total = float(reward.sum())", rate="iteration")
     policy = Policy("actors here", (Group(("actor",), 2, (IN_PROCESS,) * 2), Group(("learner",), 1, (IN_PROCESS,))))
     run = fdg.run(iterations=1, steps=2, policy=policy, progress=False, keep_state=True)
@@ -404,11 +435,19 @@ def test_a_resumed_run_draws_what_the_uninterrupted_run_draws(how, request, tmp_
     if how == "two per worker":
         policy, kwargs = wb.SingleLearnerCoarse(actors=ACTORS), {"cluster": request.getfixturevalue("client")}
     straight = drawing_fdg().run(iterations=4, steps=STEPS, policy=policy, progress=False, keep_state=True, **kwargs)
-    first = drawing_fdg().run(iterations=2, steps=STEPS, policy=policy, progress=False, keep_state=True,
-                              checkpoint_dir=str(tmp_path) if how == "from a checkpoint file" else None, **kwargs)
+    first = drawing_fdg().run(
+        iterations=2,
+        steps=STEPS,
+        policy=policy,
+        progress=False,
+        keep_state=True,
+        checkpoint_dir=str(tmp_path) if how == "from a checkpoint file" else None,
+        **kwargs,
+    )
     resume = str(tmp_path) if how == "from a checkpoint file" else first.state
-    second = drawing_fdg().run(iterations=2, steps=STEPS, policy=policy, progress=False, keep_state=True,
-                               resume=resume, **kwargs)
+    second = drawing_fdg().run(
+        iterations=2, steps=STEPS, policy=policy, progress=False, keep_state=True, resume=resume, **kwargs
+    )
     assert second.status == "finished", second.error
     whole = np.concatenate(straight.state.fragments["learner"][0]["seen"])[:, :, :2]  # torch, NumPy
     halves = np.concatenate(second.state.fragments["learner"][0]["seen"])[:, :, :2]
@@ -421,8 +460,9 @@ def test_a_resume_in_another_layout_starts_the_streams_afresh():
     run again (the count changed) and seed them, as a fresh run does."""
     two = Policy("two actors here", (Group(("actor",), 2, (IN_PROCESS,) * 2), Group(("learner",), 1, (IN_PROCESS,))))
     first = drawing_fdg().run(iterations=1, steps=STEPS, policy=IN_PROCESS_ACTORS, progress=False, keep_state=True)
-    second = drawing_fdg().run(iterations=1, steps=STEPS, policy=two, progress=False, keep_state=True,
-                               resume=first.state)
+    second = drawing_fdg().run(
+        iterations=1, steps=STEPS, policy=two, progress=False, keep_state=True, resume=first.state
+    )
     assert second.status == "finished", second.error
     drawn = second.state.fragments["learner"][0]["seen"][-1]  # [steps, 2 actors, 3]
     for k in range(2):
@@ -448,15 +488,22 @@ def test_a_cell_edited_mid_run_leaves_every_replicas_draws_as_they_were(placemen
         fdg.namespace["time"] = time
         fdg.add_fragment("learner", "seen = []\nscale = 1.0", rate="init")
         fdg.add_fragment("learner", learner, rate="iteration")
-        fdg.add_fragment("actor", (
-            "draws = np.array([[float(torch.rand(())), float(np.random.rand()), random.random()]]) * scale\n"
-            "reward = np.zeros(1)\n"), rate="step")
+        fdg.add_fragment(
+            "actor",
+            (
+                "draws = np.array([[float(torch.rand(())), float(np.random.rand()), random.random()]]) * scale\n"
+                "reward = np.zeros(1)\n"
+            ),
+            rate="step",
+        )
         return fdg
 
     straight = slow_fdg().run(iterations=8, steps=STEPS, policy=policy, progress=False, keep_state=True, **kwargs)
     fdg = slow_fdg()
     edit = At(0, lambda: fdg.add_fragment("learner", learner + "  # edited", rate="iteration"))
-    edited = fdg.run(iterations=8, steps=STEPS, policy=policy, progress=False, keep_state=True, loggers=[edit], **kwargs)
+    edited = fdg.run(
+        iterations=8, steps=STEPS, policy=policy, progress=False, keep_state=True, loggers=[edit], **kwargs
+    )
     assert edited.status == "finished" and [e.kind for e in edited.events].count("edited") == 1, edited.events
     whole = np.concatenate(straight.state.fragments["learner"][0]["seen"])[:, :, :2]
     got = np.concatenate(edited.state.fragments["learner"][0]["seen"])[:, :, :2]

@@ -1,6 +1,7 @@
 """Big byte strings (snapshots, exported states) cross a channel as a frame of their own
 (workbench.runtime.transport.raw_frames), in order with the messages around them, plain and over TLS;
 the driver's ExportBox hands a final state to the export or says it never came."""
+
 from __future__ import annotations
 
 import secrets

@@ -1,6 +1,7 @@
 """An iteration's metrics come out in replica order, whatever order the replicas' reports
 arrived in: two runs with one seed give the same episode lists (and so the same "mean of
 the last 20 episodes"), which arrival order had made differ under coarse."""
+
 from __future__ import annotations
 
 import itertools
@@ -11,13 +12,22 @@ from workbench.runtime.state.run import IterationRecord, Run
 
 
 def _report(group: str, replica: int, returns: list[float], loss: float) -> TaskReport:
-    return TaskReport(group, replica, f"w{replica}", iterations=[4],
-                      metrics={4: {"charts/episodic_return": returns, "losses/loss": [loss]}},
-                      env_steps={4: 8})
+    return TaskReport(
+        group,
+        replica,
+        f"w{replica}",
+        iterations=[4],
+        metrics={4: {"charts/episodic_return": returns, "losses/loss": [loss]}},
+        env_steps={4: 8},
+    )
 
 
-REPORTS = [_report("actor+env", 1, [30.0, 31.0], 0.1), _report("actor+env", 0, [10.0], 0.2),
-           _report("learner", 0, [], 0.3), _report("actor+env", 2, [20.0], 0.4)]
+REPORTS = [
+    _report("actor+env", 1, [30.0, 31.0], 0.1),
+    _report("actor+env", 0, [10.0], 0.2),
+    _report("learner", 0, [], 0.3),
+    _report("actor+env", 2, [20.0], 0.4),
+]
 
 
 def test_every_arrival_order_gives_the_same_lists_in_replica_order():
@@ -30,7 +40,10 @@ def test_every_arrival_order_gives_the_same_lists_in_replica_order():
         seen.add(tuple((k, tuple(v)) for k, v in sorted(record.metrics.items())))
         assert record.metrics["charts/episodic_return"] == [10.0, 30.0, 31.0, 20.0]
         assert record.env_steps == 32 and record.replica_episodes == {
-            "actor+env[1]": 2, "actor+env[0]": 1, "actor+env[2]": 1}
+            "actor+env[1]": 2,
+            "actor+env[0]": 1,
+            "actor+env[2]": 1,
+        }
     assert len(seen) == 1
 
 

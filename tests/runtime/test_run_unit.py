@@ -2,6 +2,7 @@
 Every place that says it — the progress text, the summary, the live view's rate plot, the
 HTML report, the dashboard page fed by a real cluster run's events — says the run's unit,
 and the default reads as before; a bad name is refused before anything runs."""
+
 from __future__ import annotations
 
 import pytest
@@ -44,8 +45,12 @@ def test_the_run_line_takes_it():
 def test_the_live_view_and_the_report_name_the_rate_after_the_unit(tmp_path):
     live = pytest.importorskip("workbench.widgets.live")
     views = []
-    run = logging_loop().run(iterations=3, steps=2, unit="completions",
-                             progress=lambda total, label: views.append(live.LiveView(total, label)) or views[-1])
+    run = logging_loop().run(
+        iterations=3,
+        steps=2,
+        unit="completions",
+        progress=lambda total, label: views.append(live.LiveView(total, label)) or views[-1],
+    )
     assert views[0].rate_plot.title.text == "completions/s"
     assert "completions/s" in views[0].label.value
     html = open(run.report(str(tmp_path / "profile.html"))).read()
@@ -59,8 +64,7 @@ def test_the_dashboard_page_names_the_steps_from_the_runs_events(client):
     from workbench.cluster.dashboard import RunState, WorkbenchPage
 
     before = _workbench_topics(client)
-    run = logging_loop().run(iterations=3, steps=2, policy="coarse", cluster=client, unit="completions",
-                             progress=False)
+    run = logging_loop().run(iterations=3, steps=2, policy="coarse", cluster=client, unit="completions", progress=False)
     (topic,) = _workbench_topics(client) - before
     state = RunState(topic)
     state.absorb(_topic_events(client, topic))
@@ -70,13 +74,14 @@ def test_the_dashboard_page_names_the_steps_from_the_runs_events(client):
     page._refresh(state)
     assert f"<b>{run.env_steps:,}</b> completions" in page.header.text
     assert "completions/s (mean)" in page.header.text
-    assert page.rate_fig.yaxis.axis_label == "completions/s" and page.rate_fig.title.text.startswith("Completions per second")
+    assert page.rate_fig.yaxis.axis_label == "completions/s" and page.rate_fig.title.text.startswith(
+        "Completions per second"
+    )
     assert page._steps_column.title == "completions"
 
 
 def test_auto_names_its_measured_rates_after_the_unit(client, capsys):
-    run = logging_loop().run(iterations=9, steps=2, policy="auto", cluster=client, unit="completions",
-                             progress=False)
+    run = logging_loop().run(iterations=9, steps=2, policy="auto", cluster=client, unit="completions", progress=False)
     assert run.completed_iterations == 9, run.error
     printed = capsys.readouterr().out
     assert "policy auto measured (completions/s," in printed and "env-steps" not in printed

@@ -1,6 +1,7 @@
 """A resume never starts past the first iteration the driver has not recorded: a worker
 lost mid-iteration can take its report of iteration i with it after every replica's
 snapshot of i + 1 arrived (found by the SIGSTOP test: the record skipped an iteration)."""
+
 from __future__ import annotations
 
 from workbench.runtime.state.snapshots import SnapshotBook, snapshot_key

@@ -2,6 +2,7 @@
 learner state is snapshotted at multiples of a power of two, a small one every iteration, and
 an explicit ``snapshot_every`` is kept as given. Driven through the real driver and the
 in-process backend (their snapshots are the cluster's: the same loop sends them)."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -33,8 +34,14 @@ def _snapshotted(floats: int, iterations: int = 24, **snapshots) -> list[int]:
     backend.deploy(plan, programs, dict(fdg.namespace), None)
     seen: list[int] = []
     try:
-        drive(plan, backend, iterations, lambda record: False,
-              on_snapshot=lambda iteration, pickled: seen.append(iteration), **snapshots)
+        drive(
+            plan,
+            backend,
+            iterations,
+            lambda record: False,
+            on_snapshot=lambda iteration, pickled: seen.append(iteration),
+            **snapshots,
+        )
     finally:
         backend.teardown()
     return seen
@@ -106,9 +113,18 @@ def test_an_explicit_interval_is_kept_whatever_the_cost():
     assert _snapshotted(8_000_000, iterations=12, snapshot_every=2) == list(range(2, 12, 2))
 
 
-@pytest.mark.parametrize("cost, iteration, every", [(0.019, 0.01, 1), (0.05, 1.0, 1), (0.06, 1.0, 2),
-                                                     (0.2, 1.0, 4), (0.3, 1.0, 8), (100.0, 1.0, 2048),
-                                                     (1000.0, 1.0, MOST)])
+@pytest.mark.parametrize(
+    "cost, iteration, every",
+    [
+        (0.019, 0.01, 1),
+        (0.05, 1.0, 1),
+        (0.06, 1.0, 2),
+        (0.2, 1.0, 4),
+        (0.3, 1.0, 8),
+        (100.0, 1.0, 2048),
+        (1000.0, 1.0, MOST),
+    ],
+)
 def test_the_interval_is_the_smallest_power_of_two_within_the_budget(cost, iteration, every):
     pacer = SnapshotPacer(budget=0.05)
     pacer.due(1, now=0.0)
@@ -127,7 +143,7 @@ def test_replicas_with_different_intervals_share_the_largest_ones_iterations():
 def test_a_costed_state_waits_for_a_timed_iteration_then_takes_its_measured_cost():
     pacer = SnapshotPacer(budget=0.05, estimate=lambda: 200 * 2**20)  # ~0.21 s at the assumed rate
     assert not pacer.due(1, now=0.0) and pacer.every == MOST  # no iteration timed yet
-    assert not pacer.due(2, now=1.0) and pacer.every == 8     # 1 s iterations: 0.21 ≤ 0.05 × 8
+    assert not pacer.due(2, now=1.0) and pacer.every == 8  # 1 s iterations: 0.21 ≤ 0.05 × 8
     assert [i for i in range(3, 17) if pacer.due(i, now=float(i - 1))] == [8, 16]
     pacer.took(0.9, size=200 * 2**20)  # slower than assumed: the measurement decides
     assert not pacer.due(17, now=16.9) and pacer.every == 32
@@ -160,8 +176,15 @@ def test_the_size_estimate_is_what_the_snapshot_pickles():
     from workbench.runtime.state.state_size import state_nbytes
 
     model = torch.nn.Sequential(torch.nn.Linear(300, 400), torch.nn.Linear(400, 5))
-    state = {"learner": {"model": model, "optimizer": torch.optim.Adam(model.parameters()),
-                         "buffer": np.zeros((200, 50)), "note": "x" * 1000, "count": 3}}
+    state = {
+        "learner": {
+            "model": model,
+            "optimizer": torch.optim.Adam(model.parameters()),
+            "buffer": np.zeros((200, 50)),
+            "note": "x" * 1000,
+            "count": 3,
+        }
+    }
     state["learner"]["optimizer"].zero_grad()
     model(torch.ones(2, 300)).sum().backward()
     state["learner"]["optimizer"].step()

@@ -6,6 +6,7 @@ every replica), each with a handshake thread and a timer on the receiving side, 
 worker starved for tens of seconds (CI). Now every replica of a process is reached through
 one of its servers, route frames saying which mailbox the messages after them are for.
 These tests use real sockets and servers."""
+
 from __future__ import annotations
 
 import secrets
@@ -59,7 +60,7 @@ def test_every_replica_of_a_process_is_reached_over_one_connection(process):
     postman = SocketPostman(addresses, key)
     try:
         for round_ in range(3):  # interleaved targets: each message lands in its own mailbox
-            for (group, index) in boxes:
+            for group, index in boxes:
                 postman.send((group, index), "obs", round_, 7, np.full(3, index * 10 + round_))
         assert postman.connections == 1
         for (group, index), box in boxes.items():

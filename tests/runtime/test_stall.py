@@ -6,6 +6,7 @@ computing in one long cell — finishes, inline and on a LocalCluster; a cell th
 what never comes is reported as a stall naming it, as before. Durations here are the
 FDGs' own (the deadline is a mechanism's parameter); wall-clock bounds are hang guards.
 """
+
 from __future__ import annotations
 
 import os
@@ -75,7 +76,8 @@ def test_a_cell_computing_longer_than_the_deadline_finishes(policy, client, shor
     # its progress; the second is shorter than the deadline that grew with the first
     seconds = 4 * DEADLINE_S
     run = _fdg("obs = obs + 1\nreward = np.ones(2)", LONG_UPDATE, seconds=seconds).run(
-        iterations=2, steps=2, **_kwargs(policy, client))
+        iterations=2, steps=2, **_kwargs(policy, client)
+    )
     assert run.status == "finished" and run.completed_iterations == 2
 
 

@@ -8,6 +8,7 @@
   make it saved; an object of plain data is saved by its attributes;
 - a resume whose init cell now builds other shapes or dtypes is refused, naming the value.
 """
+
 from __future__ import annotations
 
 import json
@@ -47,16 +48,20 @@ UNPICKLABLE = {
 
 
 def _fdg(obs_dim: int = 2, keep: tuple[str, ...] = tuple(UNPICKLABLE)) -> wb.FDG:
-    fdg = wb.FDG(namespace={"np": np, "threading": threading, "socket": socket, "Ring": Ring,
-                            "Guarded": Guarded, "OBS": obs_dim})
+    fdg = wb.FDG(
+        namespace={"np": np, "threading": threading, "socket": socket, "Ring": Ring, "Guarded": Guarded, "OBS": obs_dim}
+    )
     fdg.add_fragment("env", "obs = np.zeros((3, OBS), np.float32)", rate="init")
     fdg.add_fragment("env", "obs = obs + 1\nreward = np.ones(3)", rate="step")
     init = "\n".join(f"{name} = {UNPICKLABLE[name]}" for name in keep)
     fdg.add_fragment("learner", f"{init}\nring = Ring()\ntotal = 0.0\nupdates = 0", rate="init")
-    fdg.add_fragment("learner", "total += float(reward.sum())\n"
-                                "ring.data[ring.count % 8] = obs[-1, 0, :2]\n"
-                                "ring.count += 1\nupdates += 1" +
-                     ("\nwith lock:\n    pass" if "lock" in keep else ""), rate="iteration")
+    fdg.add_fragment(
+        "learner",
+        "total += float(reward.sum())\n"
+        "ring.data[ring.count % 8] = obs[-1, 0, :2]\n"
+        "ring.count += 1\nupdates += 1" + ("\nwith lock:\n    pass" if "lock" in keep else ""),
+        rate="iteration",
+    )
     return fdg
 
 
@@ -67,8 +72,15 @@ def _left_out(run) -> list[str]:
 @pytest.mark.parametrize("policy", ["inline", "coarse"])
 def test_state_that_cannot_be_pickled_never_fails_a_run_and_is_named_once(policy, client, tmp_path, capsys):
     cluster = client if policy != "inline" else None
-    run = _fdg().run(iterations=6, steps=2, policy=policy, cluster=cluster, progress=False,
-                     checkpoint_dir=str(tmp_path), checkpoint_every=2)
+    run = _fdg().run(
+        iterations=6,
+        steps=2,
+        policy=policy,
+        cluster=cluster,
+        progress=False,
+        checkpoint_dir=str(tmp_path),
+        checkpoint_every=2,
+    )
     assert run.status == "finished", run.error
     said = _left_out(run)
     # one message per name, however many snapshots left it out
@@ -90,8 +102,7 @@ def test_a_restore_from_a_state_that_left_values_out_builds_them_again(client):
     learner = first.state.fragments["learner"][0]
     assert "lock" not in learner and learner["updates"] == 4
     # the init cell runs again (building the lock, the socket…), the rest is laid over it
-    second = _fdg().run(iterations=3, steps=2, policy="coarse", cluster=client, progress=False,
-                        resume=first.state)
+    second = _fdg().run(iterations=3, steps=2, policy="coarse", cluster=client, progress=False, resume=first.state)
     assert second.status == "finished", second.error
     learner = second.state.fragments["learner"][0]
     assert learner["updates"] == 7 and learner["ring"].count == 7
@@ -100,8 +111,9 @@ def test_a_restore_from_a_state_that_left_values_out_builds_them_again(client):
 
 
 def test_the_first_checkpoint_names_the_data_it_does_not_save_and_plain_objects_are_saved(tmp_path):
-    run = _fdg(keep=("guarded",)).run(iterations=4, steps=2, progress=False,
-                                      checkpoint_dir=str(tmp_path), checkpoint_every=2)
+    run = _fdg(keep=("guarded",)).run(
+        iterations=4, steps=2, progress=False, checkpoint_dir=str(tmp_path), checkpoint_every=2
+    )
     not_saved = [e.message for e in run.events if e.kind == "state not saved"]
     assert len(not_saved) == 1, not_saved  # at the first checkpoint, once per run
     assert not_saved[0].startswith("checkpoints do not save learner.guarded (a ")
@@ -126,8 +138,10 @@ def test_a_resume_whose_init_cell_builds_other_shapes_is_refused_naming_the_valu
         _fdg(obs_dim=3, keep=()).run(iterations=1, steps=2, progress=False, resume=str(tmp_path))
     text = str(info.value)
     assert text.startswith("fragment 'env' (init cell)")
-    assert ("'obs' does not fit what the init cell builds now: the checkpoint holds a float32 array of "
-            "shape (3, 2), the init cell a float32 array of shape (3, 3)") in text
+    assert (
+        "'obs' does not fit what the init cell builds now: the checkpoint holds a float32 array of "
+        "shape (3, 2), the init cell a float32 array of shape (3, 3)"
+    ) in text
     assert "wb.FDG.from_checkpoint" in text
 
 
@@ -136,17 +150,22 @@ def test_a_network_whose_shape_changed_is_refused_naming_the_weight(tmp_path):
 
     def fdg(width: int) -> wb.FDG:
         f = wb.FDG(namespace={"torch": torch, "W": width})
-        f.add_fragment("learner", "net = torch.nn.Linear(2, W)\nopt = torch.optim.Adam(net.parameters())",
-                       rate="init")
-        f.add_fragment("learner", "loss = net(torch.ones(1, 2)).sum()\nopt.zero_grad()\nloss.backward()\n"
-                                  "opt.step()", rate="iteration")
+        f.add_fragment("learner", "net = torch.nn.Linear(2, W)\nopt = torch.optim.Adam(net.parameters())", rate="init")
+        f.add_fragment(
+            "learner",
+            "loss = net(torch.ones(1, 2)).sum()\nopt.zero_grad()\nloss.backward()\nopt.step()",
+            rate="iteration",
+        )
         return f
 
     fdg(4).run(iterations=2, steps=1, progress=False, checkpoint_dir=str(tmp_path), checkpoint_every=1)
-    with pytest.raises(wb.FragmentRuntimeError, match=r"net\.state_dict\(\)\['weight'\] does not fit what the "
-                                                      r"init cell builds now: the checkpoint holds a float32 "
-                                                      r"tensor of shape \(4, 2\), the init cell a float32 "
-                                                      r"tensor of shape \(5, 2\)"):
+    with pytest.raises(
+        wb.FragmentRuntimeError,
+        match=r"net\.state_dict\(\)\['weight'\] does not fit what the "
+        r"init cell builds now: the checkpoint holds a float32 "
+        r"tensor of shape \(4, 2\), the init cell a float32 "
+        r"tensor of shape \(5, 2\)",
+    ):
         fdg(5).run(iterations=1, steps=1, progress=False, resume=str(tmp_path))
     fdg(4).run(iterations=1, steps=1, progress=False, resume=str(tmp_path))  # the same cells still resume
 

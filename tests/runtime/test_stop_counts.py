@@ -10,6 +10,7 @@
 Every count is compared with the env replicas' own counts (their counters in the run's
 state, or what the env cell itself counted), never with a wall-clock or learning outcome.
 """
+
 from __future__ import annotations
 
 import os
@@ -60,8 +61,7 @@ def async_fdg() -> wb.FDG:
 
 def test_an_async_stop_counts_every_step_the_envs_took_and_a_resume_goes_on_from_it(client):
     fdg = async_fdg()
-    run = fdg.run(iterations=400, steps=5, policy="async", cluster=client, progress=False,
-                  loggers=[StopAt(fdg, 3)])
+    run = fdg.run(iterations=400, steps=5, policy="async", cluster=client, progress=False, loggers=[StopAt(fdg, 3)])
     assert run.status == "stopped"
     own = own_counts(run)
     assert run.env_steps == sum(own.values())
@@ -86,20 +86,26 @@ def target_fdg(coupled: bool) -> wb.FDG:
     if coupled:
         fdg.add_fragment("learner", "k = 0", rate="init")
         fdg.add_fragment("actor", "action = obs + k", rate="step")
-    fdg.add_fragment("env", ("obs = obs + action\n" if coupled else "obs = obs + 1\n") +
-                     "reward = np.ones_like(obs)\nwb.log('charts/episodic_return', "
-                     "np.full(obs.shape[0], float(replica.iteration >= SOLVED_FROM)))", rate="step")
+    fdg.add_fragment(
+        "env",
+        ("obs = obs + action\n" if coupled else "obs = obs + 1\n")
+        + "reward = np.ones_like(obs)\nwb.log('charts/episodic_return', "
+        "np.full(obs.shape[0], float(replica.iteration >= SOLVED_FROM)))",
+        rate="step",
+    )
     fdg.add_fragment("learner", "seen = reward.shape" + ("\nk += 1" if coupled else ""), rate="iteration")
     return fdg
 
 
-@pytest.mark.parametrize("policy, coupled", [("inline", False), ("inline", True), ("coarse", False),
-                                             ("coarse", True), ("fine", True)])
+@pytest.mark.parametrize(
+    "policy, coupled", [("inline", False), ("inline", True), ("coarse", False), ("coarse", True), ("fine", True)]
+)
 def test_a_target_stops_the_run_at_the_iteration_that_met_it(policy, coupled, client):
     steps = 5
     kwargs = {} if policy == "inline" else {"cluster": client}
-    run = target_fdg(coupled).run(iterations=200, steps=steps, policy=policy, target_return=0.5,
-                                  progress=False, **kwargs)
+    run = target_fdg(coupled).run(
+        iterations=200, steps=steps, policy=policy, target_return=0.5, progress=False, **kwargs
+    )
     assert run.status == "solved" and run.solved_at["iteration"] == SOLVED_FROM
     assert run.rows[-1]["iteration"] == SOLVED_FROM and run.completed_iterations == SOLVED_FROM + 1
     # no replica stepped past it: the envs' own counts are those iterations' steps
@@ -141,15 +147,26 @@ def stuck_paths(tmp_path, monkeypatch):
 @pytest.mark.parametrize("policy", ["inline", "coarse"])
 def test_a_stuck_cell_and_a_stop_count_the_steps_the_envs_took(policy, client, stuck_paths):
     release, marker, counts = stuck_paths
-    fdg = wb.FDG(namespace={"np": np, "os": os, "time": time, "release": release, "marker": marker,
-                            "counts": str(counts)})
+    fdg = wb.FDG(
+        namespace={"np": np, "os": os, "time": time, "release": release, "marker": marker, "counts": str(counts)}
+    )
     fdg.add_fragment("env", "obs = np.zeros(2)\nmine = 0", rate="init")
     fdg.add_fragment("env", COUNTING_ENV, rate="step")
     fdg.add_fragment("learner", "total = 0.0", rate="init")
     fdg.add_fragment("learner", STUCK_LEARNER, rate="iteration")
     result = {}
-    thread = threading.Thread(target=lambda: result.setdefault("run", fdg.run(
-        iterations=3, steps=3, policy=policy, progress=False, **({"cluster": client} if policy != "inline" else {}))))
+    thread = threading.Thread(
+        target=lambda: result.setdefault(
+            "run",
+            fdg.run(
+                iterations=3,
+                steps=3,
+                policy=policy,
+                progress=False,
+                **({"cluster": client} if policy != "inline" else {}),
+            ),
+        )
+    )
     thread.start()
     deadline = time.monotonic() + 120  # a hang guard
     while not os.path.exists(marker) and time.monotonic() < deadline:
@@ -161,5 +178,7 @@ def test_a_stuck_cell_and_a_stop_count_the_steps_the_envs_took(policy, client, s
     own = {f"{p.name}": int(p.read_text()) for p in Path(counts).iterdir()}
     assert own and run.env_steps == sum(own.values()) == run.unfinished_env_steps
     assert sorted(run.replica_env_steps.values()) == sorted(own.values())
-    assert f"{run.env_steps:,} env steps ({run.env_steps:,} of them in iterations the stop left unfinished)" \
+    assert (
+        f"{run.env_steps:,} env steps ({run.env_steps:,} of them in iterations the stop left unfinished)"
         in run.summary()
+    )

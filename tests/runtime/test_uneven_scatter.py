@@ -6,6 +6,7 @@ Before, the lockstep scatter cut the actor's actions into NumPy's near-equal pie
 env replicas stepping 2 and 3 envs, env ids [0, 1] received actions [0, 1, 2] and env ids
 [2, 3, 4] received [3, 4] (a wb.envs CartPole crashed with "check the actor's batch size").
 Acting on arrival split by each replica's rows already."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -29,8 +30,14 @@ class EchoEnvs:
         return self.ids[:, None].astype(np.float32)
 
     def step(self, action, extra):
-        self.got.append([np.asarray(action).tolist(), np.asarray(extra["a"]).tolist(), extra["k"],
-                         np.asarray(extra["l"][0]).tolist()])
+        self.got.append(
+            [
+                np.asarray(action).tolist(),
+                np.asarray(extra["a"]).tolist(),
+                extra["k"],
+                np.asarray(extra["l"][0]).tolist(),
+            ]
+        )
         return self.reset(), np.ones(len(self.ids), np.float32)
 
 
@@ -38,16 +45,20 @@ def _fdg() -> wb.FDG:
     """Env replica r steps 2 + r envs, ids counted on from the replica before; the actor
     answers every env with its id (an array, and a dict of an array, a number and a list)."""
     fdg = wb.FDG(namespace={"np": np, "EchoEnvs": EchoEnvs})
-    fdg.add_fragment("env", (
-        "n = 2 + replica.index\n"
-        "envs = EchoEnvs(first_id=sum(2 + r for r in range(replica.index)), n=n)\n"
-        "obs = envs.reset()\n"
-    ), rate="init")
-    fdg.add_fragment("actor", (
-        "ids = obs[:, 0].astype(np.int64)\n"
-        "action = ids\n"
-        "extra = {'a': ids * 10, 'k': 7, 'l': [ids + 100]}\n"
-    ), rate="step")
+    fdg.add_fragment(
+        "env",
+        (
+            "n = 2 + replica.index\n"
+            "envs = EchoEnvs(first_id=sum(2 + r for r in range(replica.index)), n=n)\n"
+            "obs = envs.reset()\n"
+        ),
+        rate="init",
+    )
+    fdg.add_fragment(
+        "actor",
+        ("ids = obs[:, 0].astype(np.int64)\naction = ids\nextra = {'a': ids * 10, 'k': 7, 'l': [ids + 100]}\n"),
+        rate="step",
+    )
     fdg.add_fragment("env", "obs, reward = envs.step(action, extra)\ngot = envs.got", rate="step")
     fdg.add_fragment("learner", "seen = action.tolist()", rate="iteration")
     return fdg
@@ -55,8 +66,15 @@ def _fdg() -> wb.FDG:
 
 @pytest.mark.parametrize("arrival", [False, True], ids=["lockstep", "on-arrival"])
 def test_each_env_replica_gets_back_its_own_rows(client, arrival):
-    run = _fdg().run(iterations=2, steps=STEPS, policy=wb.SingleLearnerFine(envs=2), cluster=client,
-                     progress=False, keep_state=True, **({"act_on_arrival": True} if arrival else {}))
+    run = _fdg().run(
+        iterations=2,
+        steps=STEPS,
+        policy=wb.SingleLearnerFine(envs=2),
+        cluster=client,
+        progress=False,
+        keep_state=True,
+        **({"act_on_arrival": True} if arrival else {}),
+    )
     envs = run.state.fragments["env"]
     assert len(envs) == 2
     for ids, env in zip(([0, 1], [2, 3, 4]), envs):
@@ -82,7 +100,8 @@ def test_a_scatter_splits_by_the_rows_each_replica_sent_in_its_gather():
     actor = Peers("actor", 0, boxes[("actor", 0)], postman, counts, stopped)
     for r, rows in enumerate([2, 3]):
         Peers("env", r, boxes[("env", r)], postman, counts, stopped).send(
-            "actor", "gather", "step:env.obs", 0, np.full(rows, r))
+            "actor", "gather", "step:env.obs", 0, np.full(rows, r)
+        )
     assert actor.receive("env", "gather", "step:env.obs", 0).tolist() == [0, 0, 1, 1, 1]
     assert actor.rows_sent == {"env": {"step:env.obs": (2, 3)}}
     actor.send("env", "scatter", "step:actor.action", 0, {"a": np.arange(5), "other": np.arange(4), "k": 1})
@@ -109,8 +128,12 @@ def test_an_ambiguous_scatter_is_the_actor_s_error(client):
     fdg = wb.FDG(namespace={"np": np})
     fdg.add_fragment("env", "obs = np.zeros(2 + replica.index)\nmask = np.zeros(3 - replica.index)", rate="init")
     fdg.add_fragment("actor", "action = np.zeros(len(obs) + 0 * len(mask))", rate="step")
-    fdg.add_fragment("env", "obs = np.zeros(2 + replica.index) + action.sum()\nmask = np.zeros(3 - replica.index)\n"
-                            "reward = np.ones(len(obs))", rate="step")
+    fdg.add_fragment(
+        "env",
+        "obs = np.zeros(2 + replica.index) + action.sum()\nmask = np.zeros(3 - replica.index)\n"
+        "reward = np.ones(len(obs))",
+        rate="step",
+    )
     fdg.add_fragment("learner", "pass", rate="iteration")
     with pytest.raises(wb.FragmentRuntimeError) as info:
         fdg.run(iterations=1, steps=STEPS, policy=wb.SingleLearnerFine(envs=2), cluster=client, progress=False)

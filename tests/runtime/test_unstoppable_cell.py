@@ -11,6 +11,7 @@ run in the process says so at its start (a ``cell left running`` event) until th
 ends. The grace is shortened (``STOP_GRACE_S``, a mechanism's parameter); wall-clock
 bounds are hang guards only.
 """
+
 from __future__ import annotations
 
 import queue
@@ -33,9 +34,8 @@ if trap.is_set():
     {stuck}
 """
 SPINS = "while True: pass"  # pure Python: reclaimable
-BLOCKS = "gate.wait()"      # blocked outside Python: an exception raised into it waits for the call
-ADVICE = ('Restart the kernel to end it, or run cells that may not return under a cluster policy '
-          '(policy="coarse")')
+BLOCKS = "gate.wait()"  # blocked outside Python: an exception raised into it waits for the call
+ADVICE = 'Restart the kernel to end it, or run cells that may not return under a cluster policy (policy="coarse")'
 
 
 @pytest.fixture(autouse=True)
@@ -99,8 +99,7 @@ def test_a_stop_ends_a_cell_that_spins_forever_and_later_runs_are_not_told_of_it
     assert "still runs in this kernel" not in capsys.readouterr().out
 
 
-def test_a_cell_blocked_outside_python_is_said_to_be_unstoppable_and_later_runs_say_so_until_it_returns(
-        gate, capsys):
+def test_a_cell_blocked_outside_python_is_said_to_be_unstoppable_and_later_runs_say_so_until_it_returns(gate, capsys):
     fdg, shared = trapped_fdg(BLOCKS, gate)
     run, blocked = stop_a_stuck_run(fdg, shared)
     said = capsys.readouterr().out

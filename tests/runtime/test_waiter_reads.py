@@ -8,6 +8,7 @@ of waiters hands the turn on without a poll's delay, that a local value, a stop 
 failure still ends a wait that is reading, and that the reader's own thread takes over
 when nobody has read for a while.
 """
+
 from __future__ import annotations
 
 import pickle
@@ -90,8 +91,9 @@ def test_a_waiting_replica_files_what_arrives_in_its_own_thread(served, monkeypa
     monkeypatch.setattr(frame_reader, "LEND_S", LONG_POLL)  # the reader's thread stays out of it
     box = boxes[("actor", 0)]
     before = server._frames.pumped_frames
-    thread, out = _in_thread(lambda: box.take_all("obs", 1, range(4), stopped=lambda: False, poll=LONG_POLL),
-                             "actor-replica")
+    thread, out = _in_thread(
+        lambda: box.take_all("obs", 1, range(4), stopped=lambda: False, poll=LONG_POLL), "actor-replica"
+    )
     assert _wait_for(lambda: _reading(server))
     for i in range(4):
         postman.send(("actor", 0), "obs", 1, i, np.full(3, i))
@@ -108,8 +110,10 @@ def test_a_waiting_replica_that_files_its_own_values_sends_itself_no_wake_ups(se
     server, postman, boxes = served
     monkeypatch.setattr(frame_reader, "LEND_S", LONG_POLL)
     box, reader = boxes[("actor", 0)], server._frames
-    takes = [lambda t: box.take_all("obs", t, range(4), stopped=lambda: False, poll=LONG_POLL),
-             lambda t: box.take_ready("obs", dict.fromkeys(range(4), t), stopped=lambda: False, poll=LONG_POLL)]
+    takes = [
+        lambda t: box.take_all("obs", t, range(4), stopped=lambda: False, poll=LONG_POLL),
+        lambda t: box.take_ready("obs", dict.fromkeys(range(4), t), stopped=lambda: False, poll=LONG_POLL),
+    ]
     for task in range(1, 8):  # the first takes the turn from the reader's thread if it holds it
         wakes = reader.wakes
         thread, out = _in_thread(lambda: takes[task % 2](task), "actor-replica")

@@ -1,6 +1,7 @@
 """GPU values on the wire, pinned on the CPU: tensors and device arrays cross processes as
 host buffers with their device recorded, and land on the CPU where that device is missing;
 a value that does not unpickle fails the waiting replica with its own error."""
+
 from __future__ import annotations
 
 import io
@@ -68,14 +69,20 @@ def test_one_view_of_one_storage_travels_once_and_arrives_tied(dump):
     """A tied embedding: two names of one tensor in a state dict (a language model's
     largest matrix) are one host array on the wire and one tensor on arrival."""
     embedding = torch.nn.Embedding(1000, 64)
-    weights = {"embed.weight": embedding.weight.detach(), "head.weight": embedding.weight.detach(),
-               "halves": [embedding.weight.detach()[:500], embedding.weight.detach()[500:]]}
+    weights = {
+        "embed.weight": embedding.weight.detach(),
+        "head.weight": embedding.weight.detach(),
+        "halves": [embedding.weight.detach()[:500], embedding.weight.detach()[500:]],
+    }
     untied = {"embed.weight": embedding.weight.detach().clone(), "head.weight": embedding.weight.detach().clone()}
     back = pickle.loads(dump(weights))
     assert back["embed.weight"].data_ptr() == back["head.weight"].data_ptr()
     assert torch.equal(back["head.weight"], embedding.weight)
     first, second = back["halves"]  # other views of the storage: each its own array, as before
-    assert torch.equal(torch.cat([first, second]), embedding.weight) and first.data_ptr() != back["embed.weight"].data_ptr()
+    assert (
+        torch.equal(torch.cat([first, second]), embedding.weight)
+        and first.data_ptr() != back["embed.weight"].data_ptr()
+    )
     assert len(dump({k: weights[k] for k in untied})) < 0.6 * len(dump(untied))
 
 

@@ -1,5 +1,6 @@
 """``%fdg sweep`` in a real InteractiveShell: in the foreground it returns the result; with
 ``--background`` the notebook stays usable and ``%fdg stop`` stops it, keeping what finished."""
+
 from __future__ import annotations
 
 import time
@@ -19,7 +20,9 @@ def _cells(ip) -> None:
 def test_fdg_sweep_returns_the_result_and_background_sweeps_stop_with_fdg_stop(ip, client):
     _cells(ip)
     address = client.scheduler.address
-    result = ip.run_line_magic("fdg", f"sweep --seeds 2 --set cfg.lr=1.0,2.0 --iterations 3 --steps 1 --cluster {address}")
+    result = ip.run_line_magic(
+        "fdg", f"sweep --seeds 2 --set cfg.lr=1.0,2.0 --iterations 3 --steps 1 --cluster {address}"
+    )
     assert list(result.table["status"]) == ["finished"] * 4
     assert list(result.table["mean_return"]) == pytest.approx([2.0, 4.0, 2.0, 4.0])
 

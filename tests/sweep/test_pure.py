@@ -1,4 +1,5 @@
 """The sweep's pure parts: the trial grid, settings, the median-stopping rule, the table."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -34,15 +35,32 @@ def test_the_grid_is_every_combination_for_every_seed_seed_major():
     assert [t.settings for t in trial_grid({}, 2)] == [{}, {}]
 
 
-@pytest.mark.parametrize("seeds, said", [(0, "≥ 1"), (-2, "≥ 1"), ([], "empty"), ([1, 1], "repeat"),
-                                         ([1.5], "whole numbers"), ("3", "number of seeds"), (True, "number of seeds")])
+@pytest.mark.parametrize(
+    "seeds, said",
+    [
+        (0, "≥ 1"),
+        (-2, "≥ 1"),
+        ([], "empty"),
+        ([1, 1], "repeat"),
+        ([1.5], "whole numbers"),
+        ("3", "number of seeds"),
+        (True, "number of seeds"),
+    ],
+)
 def test_bad_seeds_are_refused_by_name(seeds, said):
     with pytest.raises(RunConfigError, match=said):
         seed_list(seeds)
 
 
-@pytest.mark.parametrize("over, said", [({"cfg.learning_rate": []}, "empty"), ({"cfg.learning_rate": 1e-3}, "list of values"),
-                                        ({"cfg.learning_rate": "1e-3"}, "list of values"), (["cfg.lr"], "dict")])
+@pytest.mark.parametrize(
+    "over, said",
+    [
+        ({"cfg.learning_rate": []}, "empty"),
+        ({"cfg.learning_rate": 1e-3}, "list of values"),
+        ({"cfg.learning_rate": "1e-3"}, "list of values"),
+        (["cfg.lr"], "dict"),
+    ],
+)
 def test_bad_over_is_refused_by_name(over, said):
     with pytest.raises(RunConfigError, match=said):
         trial_grid(over, 1)
@@ -52,9 +70,13 @@ def test_bad_over_is_refused_by_name(over, said):
 def test_settings_are_checked_against_the_notebook_objects():
     ns = {"cfg": Config(), "n": 3, "table": {"lr": 0.1}}
     check_settings(ns, {"cfg.learning_rate": [1e-3, 1], "table.lr": [0.2]})  # an int for a float field is fine
-    for over, said in [({"cfg.learning_rat": [1]}, "did you mean 'learning_rate'"), ({"conf.seed": [1]}, "defines no 'conf'"),
-                       ({"n.real": [1]}, "has no fields"), ({"cfg.num_envs": [8.5]}, "is a int"),
-                       ({"learning_rate": [1]}, "NAME.FIELD")]:
+    for over, said in [
+        ({"cfg.learning_rat": [1]}, "did you mean 'learning_rate'"),
+        ({"conf.seed": [1]}, "defines no 'conf'"),
+        ({"n.real": [1]}, "has no fields"),
+        ({"cfg.num_envs": [8.5]}, "is a int"),
+        ({"learning_rate": [1]}, "NAME.FIELD"),
+    ]:
         with pytest.raises(RunConfigError, match=said):
             check_settings(ns, over)
 
@@ -76,9 +98,9 @@ def _curve(values, start=0):
 def test_a_trial_behind_the_median_is_stopped_only_after_its_grace():
     rule = MedianStopping(grace=3, min_trials=2)
     good = _curve([10, 20, 30, 40])
-    assert not rule.should_stop(_curve([1, 2]), [good, good])          # 2 iterations < grace
+    assert not rule.should_stop(_curve([1, 2]), [good, good])  # 2 iterations < grace
     assert rule.should_stop(_curve([1, 2, 3]), [good, good])
-    assert not rule.should_stop(_curve([1, 2, 3]), [good])             # too few others to judge
+    assert not rule.should_stop(_curve([1, 2, 3]), [good])  # too few others to judge
     # its best so far against their running averages up to its iteration: (10+20+30)/3 = 20
     assert not rule.should_stop(_curve([1, 25, 3]), [good, good])
     assert rule.should_stop(_curve([1, 19, 3]), [good, good])
@@ -86,8 +108,8 @@ def test_a_trial_behind_the_median_is_stopped_only_after_its_grace():
 
 def test_trials_not_yet_at_the_iteration_do_not_count():
     rule = MedianStopping(grace=1, min_trials=1)
-    assert not rule.should_stop(_curve([1, 1, 1, 1, 1]), [_curve([50, 50])])   # the other is behind in iterations
-    assert not rule.should_stop(_curve([1, 1]), [_curve([50, 50], start=5)])   # the other reported only later
+    assert not rule.should_stop(_curve([1, 1, 1, 1, 1]), [_curve([50, 50])])  # the other is behind in iterations
+    assert not rule.should_stop(_curve([1, 1]), [_curve([50, 50], start=5)])  # the other reported only later
     assert rule.should_stop(_curve([1, 1]), [_curve([50, 50, 50])])
 
 

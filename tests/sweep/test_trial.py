@@ -1,5 +1,6 @@
 """A trial where it is called (no cluster): its settings, its stop, its resume from the
 checkpoint an earlier attempt left, and the result's table and plot."""
+
 from __future__ import annotations
 
 import pytest
@@ -31,8 +32,13 @@ def _notebook() -> Notebook:
 
 def test_a_trial_stopped_midway_goes_on_from_its_checkpoint_when_run_again(tmp_path):
     trial = trial_grid({"cfg.lr": [2.0]}, seeds=[4])[0]
-    spec = TrialSpec(options={"iterations": 12, "steps": 1, "run_store": False}, checkpoint_root=str(tmp_path),
-                     checkpoint_every=2, report_every_s=0.0, ask_every_s=0.0)
+    spec = TrialSpec(
+        options={"iterations": 12, "steps": 1, "run_store": False},
+        checkpoint_root=str(tmp_path),
+        checkpoint_every=2,
+        report_every_s=0.0,
+        ask_every_s=0.0,
+    )
     first = run_trial(_notebook(), trial, spec, Recorded(stop_after=5))
     assert first["status"] == "stopped" and 5 <= first["iterations"] < 12, first
     again = Recorded()

@@ -1,4 +1,5 @@
 """The live view that %fdg run shows: its plots receive every iteration."""
+
 from __future__ import annotations
 
 import pytest
@@ -33,9 +34,12 @@ def test_the_magic_uses_the_live_view(capsys):
     magics = ip.magics_manager.registry["WorkbenchMagics"]
     magics.fdg.clear()
     ip.run_cell("import numpy as np\nimport workbench as wb")
-    for cell in ("%%fragment env --init\nobs = np.zeros(2)\n", "%%fragment actor\naction = obs + 1\n",
-                 "%%fragment env\nobs = action * 0.5\nreward = action.sum()\n",
-                 "%%fragment learner\nseen = reward.shape[0]\n"):
+    for cell in (
+        "%%fragment env --init\nobs = np.zeros(2)\n",
+        "%%fragment actor\naction = obs + 1\n",
+        "%%fragment env\nobs = action * 0.5\nreward = action.sum()\n",
+        "%%fragment learner\nseen = reward.shape[0]\n",
+    ):
         assert ip.run_cell(cell).success
     run = ip.run_line_magic("fdg", "run --iterations 2 --steps 2")
     assert run.status == "finished"

@@ -1,5 +1,6 @@
 """The placement board, driven as its front end drives it: the same message dicts
 placement.js sends, and traits set from the page, against a real 2-worker LocalCluster."""
+
 from __future__ import annotations
 
 import os
@@ -98,12 +99,15 @@ def test_drop_moves_a_fragment_and_drops_again_move_it_on(board):
     assert '"env",\n        "learner"' in board.policy_json
 
 
-@pytest.mark.parametrize("content, reason", [
-    ({"fragment": "learner", "worker": "0", "device": "gpu"}, "has no GPU"),
-    ({"fragment": "learner", "worker": "w9", "device": "cpu"}, "not in the cluster"),
-    ({"fragment": "learner", "worker": "1", "device": "tpu"}, "device must be"),
-    ({"fragment": "critic", "worker": "1", "device": "cpu"}, "does not place fragment 'critic'"),
-])
+@pytest.mark.parametrize(
+    "content, reason",
+    [
+        ({"fragment": "learner", "worker": "0", "device": "gpu"}, "has no GPU"),
+        ({"fragment": "learner", "worker": "w9", "device": "cpu"}, "not in the cluster"),
+        ({"fragment": "learner", "worker": "1", "device": "tpu"}, "device must be"),
+        ({"fragment": "critic", "worker": "1", "device": "cpu"}, "does not place fragment 'critic'"),
+    ],
+)
 def test_refused_drops_show_the_reason_and_keep_the_policy(board, content, reason):
     before, placed = board.policy, board.fdg.placement
     send(board, type="drop", **content)
@@ -130,10 +134,17 @@ def test_replica_counts(board):
     assert "cannot feed" in board.message["text"] and board.policy == mid != before
 
 
-@pytest.mark.parametrize("preset, name", [
-    ("coarse", "SingleLearnerCoarse"), ("fine", "SingleLearnerFine"), ("multilearner", "MultiLearner"),
-    ("gpuonly", "GPUOnly"), ("async", "Async"), ("pipelined", "Pipelined"),
-])
+@pytest.mark.parametrize(
+    "preset, name",
+    [
+        ("coarse", "SingleLearnerCoarse"),
+        ("fine", "SingleLearnerFine"),
+        ("multilearner", "MultiLearner"),
+        ("gpuonly", "GPUOnly"),
+        ("async", "Async"),
+        ("pipelined", "Pipelined"),
+    ],
+)
 def test_presets_fill_the_board(board, preset, name):
     send(board, type="replicas", fragment="learner", count=2)  # something to replace
     send(board, type="preset", name=preset)
@@ -151,8 +162,10 @@ def test_auto_is_chosen_at_run_time_or_taken_from_the_last_auto_run(board):
     assert board.message["level"] == "error" and "chosen at run time" in board.message["text"]
     assert "SingleLearnerCoarse" in board.message["text"] and board.policy == before
     last = Run("auto → MultiLearner", 10, 4)
-    last.auto_table = [{"policy": "SingleLearnerCoarse", "rate": 900.0, "unit": "env-steps/s"},
-                       {"policy": "MultiLearner", "rate": 1500.0, "unit": "env-steps/s"}]
+    last.auto_table = [
+        {"policy": "SingleLearnerCoarse", "rate": 900.0, "unit": "env-steps/s"},
+        {"policy": "MultiLearner", "rate": 1500.0, "unit": "env-steps/s"},
+    ]
     board.fdg.last_run = last
     send(board, type="preset", name="auto")
     assert board.policy.name == "MultiLearner" and "fastest" in board.message["text"]
@@ -175,18 +188,27 @@ def test_json_round_trip_and_import(board, client):
         other.close()
 
 
-@pytest.mark.parametrize("text, reason", [
-    ("{nope", "malformed"),
-    ('{"name": "x"}', "malformed"),
-    ('{"name": "x", "groups": [{"fragments": ["actor", "env"], "replicas": 0}]}', "≥ 1"),
-    ('{"name": "x", "groups": [{"fragments": ["actor", "env", "learner"], "workers": ["9"]}]}',
-     "not in the cluster"),
-    ('{"name": "x", "groups": [{"fragments": ["actor", "env"], "workers": ["0"]}]}',
-     "does not place fragment 'learner'"),
-    ('{"name": "x", "groups": [{"fragments": ["actor", "env", "learner"]}]}', "no workers"),
-    ('{"name": "x", "groups": [{"fragments": ["actor", "env", "learner"], "workers": ["local"]}]}',
-     "calling process"),
-])
+@pytest.mark.parametrize(
+    "text, reason",
+    [
+        ("{nope", "malformed"),
+        ('{"name": "x"}', "malformed"),
+        ('{"name": "x", "groups": [{"fragments": ["actor", "env"], "replicas": 0}]}', "≥ 1"),
+        (
+            '{"name": "x", "groups": [{"fragments": ["actor", "env", "learner"], "workers": ["9"]}]}',
+            "not in the cluster",
+        ),
+        (
+            '{"name": "x", "groups": [{"fragments": ["actor", "env"], "workers": ["0"]}]}',
+            "does not place fragment 'learner'",
+        ),
+        ('{"name": "x", "groups": [{"fragments": ["actor", "env", "learner"]}]}', "no workers"),
+        (
+            '{"name": "x", "groups": [{"fragments": ["actor", "env", "learner"], "workers": ["local"]}]}',
+            "calling process",
+        ),
+    ],
+)
 def test_bad_json_is_refused_and_the_policy_stays(board, text, reason):
     before = board.policy
     send(board, type="import", text=text)
@@ -249,11 +271,25 @@ def test_the_board_on_the_ppo_fdg(client):
 
 def _start_worker(address: str, name: str, *extra: str) -> subprocess.Popen:
     exe = shutil.which("dask") or shutil.which("dask-worker")
-    cmd = ([exe, "worker"] if exe and exe.endswith("dask") else [sys.executable, "-m", "distributed.cli.dask_worker"])
+    cmd = [exe, "worker"] if exe and exe.endswith("dask") else [sys.executable, "-m", "distributed.cli.dask_worker"]
     return subprocess.Popen(
-        [*cmd, address, "--name", name, "--nthreads", "1", "--no-nanny", "--no-dashboard",
-         "--host", "127.0.0.1", *extra],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env={**os.environ, "PYTHONWARNINGS": "ignore"})
+        [
+            *cmd,
+            address,
+            "--name",
+            name,
+            "--nthreads",
+            "1",
+            "--no-nanny",
+            "--no-dashboard",
+            "--host",
+            "127.0.0.1",
+            *extra,
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        env={**os.environ, "PYTHONWARNINGS": "ignore"},
+    )
 
 
 def test_workers_that_join_and_leave_show_on_the_board(board, client):
@@ -287,9 +323,17 @@ def test_an_empty_cluster_fills_the_board_when_workers_join():
 
     from distributed import Client, LocalCluster
 
-    with LocalCluster(n_workers=0, processes=False, protocol="tcp", host="127.0.0.1",
-                      dashboard_address="127.0.0.1:0", silence_logs=logging.ERROR) as cluster, \
-            Client(cluster, set_as_default=False) as c:
+    with (
+        LocalCluster(
+            n_workers=0,
+            processes=False,
+            protocol="tcp",
+            host="127.0.0.1",
+            dashboard_address="127.0.0.1:0",
+            silence_logs=logging.ERROR,
+        ) as cluster,
+        Client(cluster, set_as_default=False) as c,
+    ):
         board = PlacementBoard(toy_fdg(), c)
         try:
             assert board.policy is None and board.workers == [] and "no preset fits" in board.message["text"]
@@ -311,19 +355,27 @@ def test_closing_the_board_stops_following_the_cluster(client):
     assert client.status == "running"  # the notebook's client is not the board's to close
 
 
-@pytest.mark.skipif(not hasattr(wb.FDG, "replace") or not hasattr(wb.FDG, "running"),
-                    reason="workbench.FDG.replace(policy) / .running are not there yet (the lead adds them)")
+@pytest.mark.skipif(
+    not hasattr(wb.FDG, "replace") or not hasattr(wb.FDG, "running"),
+    reason="workbench.FDG.replace(policy) / .running are not there yet (the lead adds them)",
+)
 def test_a_change_during_a_run_reaches_it_at_the_next_iteration(client):
     fdg = toy_fdg(time=time)
-    fdg.add_fragment("learner", "total += float(reward.sum())\nbatch = reward.shape\n"
-                                "wb.log('learner/total', total)\nscale = scale * 0.5\ntime.sleep(0.02)",
-                     rate="iteration")
+    fdg.add_fragment(
+        "learner",
+        "total += float(reward.sum())\nbatch = reward.shape\n"
+        "wb.log('learner/total', total)\nscale = scale * 0.5\ntime.sleep(0.02)",
+        rate="iteration",
+    )
     board = PlacementBoard(fdg, client)
     replaced = []
     original = fdg.replace
     fdg.replace = lambda policy: (replaced.append(policy), original(policy))[1]
-    runner = threading.Thread(target=fdg.run, kwargs=dict(
-        iterations=100_000, steps=2, policy=board.policy, cluster=client, progress=False), daemon=True)
+    runner = threading.Thread(
+        target=fdg.run,
+        kwargs=dict(iterations=100_000, steps=2, policy=board.policy, cluster=client, progress=False),
+        daemon=True,
+    )
     runner.start()
     try:
         wait_for(lambda: fdg.running, what="the run to start")
@@ -353,8 +405,7 @@ def test_front_end_files_are_bundled_and_fetch_nothing():
     assert "var(--jp-layout-color0" in css.read_text() and "http" not in css.read_text()
     node = shutil.which("node")
     if node:  # the module parses (as the browser loads it: an ES module)
-        check = subprocess.run([node, "--input-type=module", "--check"], input=js, text=True,
-                               capture_output=True)
+        check = subprocess.run([node, "--input-type=module", "--check"], input=js, text=True, capture_output=True)
         assert check.returncode == 0, check.stderr
 
 

@@ -23,6 +23,7 @@ Example:
     ['actor', 'env', 'learner']
     >>> run = fdg.run(iterations=3, steps=8, progress=False)   # doctest: +SKIP
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -36,8 +37,17 @@ from workbench.algorithms.optim import adam
 from workbench.algorithms.ppo import ActorCritic, device_of, flat_batch, host, like, on_device
 from workbench.kernels import array_module_of, gae, normalize_advantages
 
-__all__ = ["adam", "A3CConfig", "ActorCritic", "stack_steps", "a3c_gradients", "apply_gradients",
-           "FRAGMENT_CELLS", "build_fdg", "cfg"]
+__all__ = [
+    "adam",
+    "A3CConfig",
+    "ActorCritic",
+    "stack_steps",
+    "a3c_gradients",
+    "apply_gradients",
+    "FRAGMENT_CELLS",
+    "build_fdg",
+    "cfg",
+]
 
 
 # ----------------------------------------------------------------------------- hyperparameters
@@ -155,8 +165,10 @@ def apply_gradients(model, optimizer, flat_grads, cfg) -> float:
     flat = torch.as_tensor(np.asarray(flat_grads, dtype=np.float32), device=device_of(model))
     sizes = [p.numel() for p in params]
     if flat.numel() != sum(sizes):
-        raise ValueError(f"the gradient has {flat.numel()} numbers but the model {sum(sizes)} "
-                         "parameters: actor and learner networks differ")
+        raise ValueError(
+            f"the gradient has {flat.numel()} numbers but the model {sum(sizes)} "
+            "parameters: actor and learner networks differ"
+        )
     norm = flat.norm()
     if cfg.max_grad_norm:
         flat = flat * (cfg.max_grad_norm / (norm + 1e-6)).clamp(max=1.0)
@@ -169,49 +181,70 @@ def apply_gradients(model, optimizer, flat_grads, cfg) -> float:
 # ----------------------------------------------------------------------------- the fragments
 # Each entry is one notebook cell: (magic line, body). The notebook holds them verbatim.
 FRAGMENT_CELLS: list[tuple[str, str]] = [
-    ("%%fragment env --init", """\
+    (
+        "%%fragment env --init",
+        """\
 envs = wb.envs.make(cfg.env_id, num_envs=cfg.num_envs // replica.count, seed=cfg.seed + replica.index,
                     device=replica.device)
 obs = envs.reset()
 done = envs.xp.zeros(envs.num_envs, dtype=bool)  # on the env's device, as its steps' dones
-"""),
-    ("%%fragment learner --init", """\
+""",
+    ),
+    (
+        "%%fragment learner --init",
+        """\
 torch.manual_seed(cfg.seed)
 model = ActorCritic(obs_dim=4, n_actions=2, hidden=cfg.hidden).to(replica.device)
 optimizer = adam(model.parameters(), cfg.learning_rate, device=replica.device)
 weights = model.state_dict()
-"""),
-    ("%%fragment actor --init", """\
+""",
+    ),
+    (
+        "%%fragment actor --init",
+        """\
 torch.manual_seed(cfg.seed + 1000 + replica.index)
 policy = ActorCritic(obs_dim=4, n_actions=2, hidden=cfg.hidden).to(replica.device)
 policy.load_state_dict(weights)
 synced = weights
 rollout = []                       # this replica's (state, starts, action) of each step
-"""),
-    ("%%fragment actor", """\
+""",
+    ),
+    (
+        "%%fragment actor",
+        """\
 if weights is not synced:          # fresh weights from the learner: load them once
     policy.load_state_dict(weights)
     synced = weights
 state, starts = obs, done          # what this step acts on, kept for the gradient
 action = policy.act(obs)[0]
 rollout.append((state, starts, action))
-"""),
-    ("%%fragment env", """\
+""",
+    ),
+    (
+        "%%fragment env",
+        """\
 obs, reward, terminated, truncated, info = envs.step(action)
 done = terminated | truncated
 wb.log("charts/episodic_return", info["episode_return"])
-"""),
-    ("%%fragment actor --every iteration", """\
+""",
+    ),
+    (
+        "%%fragment actor --every iteration",
+        """\
 state_T, starts_T, action_T = stack_steps(rollout)   # this iteration's T steps: [T, N, …]
 rollout.clear()
 grads = a3c_gradients(policy, cfg, state_T, action_T, reward, starts_T,
                       last_obs=obs[-1], last_done=done[-1])
-"""),
-    ("%%fragment learner", """\
+""",
+    ),
+    (
+        "%%fragment learner",
+        """\
 grad_norm = apply_gradients(model, optimizer, grads, cfg)
 wb.log("losses/grad_norm", grad_norm)
 weights = model.state_dict()
-"""),
+""",
+    ),
 ]
 
 

@@ -28,6 +28,7 @@ Example:
     >>> batch_rule(4096)
     {'num_steps': 16, 'update_epochs': 2, 'num_minibatches': 8}
 """
+
 from __future__ import annotations
 
 from typing import Any
@@ -75,9 +76,11 @@ def minibatch_slices(size: int, count: int) -> list[slice]:
     if count < 1:
         raise ValueError(f"num_minibatches={count}: at least 1")
     if size < 2 * count and count > 1:
-        raise ValueError(f"num_minibatches={count} splits a batch of {size} samples into minibatches of "
-                         f"{size // count}: each needs at least 2 (advantages are normalised per "
-                         f"minibatch); use num_minibatches ≤ {max(1, size // 2)}, or more envs or steps")
+        raise ValueError(
+            f"num_minibatches={count} splits a batch of {size} samples into minibatches of "
+            f"{size // count}: each needs at least 2 (advantages are normalised per "
+            f"minibatch); use num_minibatches ≤ {max(1, size // 2)}, or more envs or steps"
+        )
     base, larger = divmod(size, count)
     bounds = [0]
     for i in range(count):

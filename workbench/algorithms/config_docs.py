@@ -13,6 +13,7 @@ Example (``PPOConfig`` is ``@documented``):
     >>> fields(PPOConfig)[1].metadata["doc"]
     'seeds torch and the envs (replica ``i`` uses ``seed + i``)'
 """
+
 from __future__ import annotations
 
 import ast
@@ -34,9 +35,13 @@ def field_docs(cls) -> dict[str, str]:
     body = next(n for n in tree.body if isinstance(n, ast.ClassDef)).body
     docs = {}
     for node, after in zip(body, body[1:]):
-        if (isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name)
-                and isinstance(after, ast.Expr) and isinstance(after.value, ast.Constant)
-                and isinstance(after.value.value, str)):
+        if (
+            isinstance(node, ast.AnnAssign)
+            and isinstance(node.target, ast.Name)
+            and isinstance(after, ast.Expr)
+            and isinstance(after.value, ast.Constant)
+            and isinstance(after.value.value, str)
+        ):
             docs[node.target.id] = inspect.cleandoc(after.value.value)
     return docs
 

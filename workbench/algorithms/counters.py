@@ -11,6 +11,7 @@ Example:
     >>> run.metrics["learner/total"].tolist()
     [18.0, 40.5]
 """
+
 from __future__ import annotations
 
 __all__ = ["build_fdg"]
@@ -27,9 +28,15 @@ def build_fdg(**namespace):
     fdg.add_fragment("learner", "scale = 1.0\ntotal = 0.0", rate="init")
     fdg.add_fragment("actor", "gain = scale", rate="init")
     fdg.add_fragment("actor", "action = obs * gain", rate="step")
-    fdg.add_fragment("env", "obs = obs + 1\nreward = action.copy()\nseen += 1\n"
-                            "wb.log('charts/episodic_return', float(reward.sum()))", rate="step")
-    fdg.add_fragment("learner", "total += float(reward.sum())\nbatch = reward.shape\n"
-                                "wb.log('learner/total', total)\nscale = scale * 0.5", rate="iteration")
+    fdg.add_fragment(
+        "env",
+        "obs = obs + 1\nreward = action.copy()\nseen += 1\nwb.log('charts/episodic_return', float(reward.sum()))",
+        rate="step",
+    )
+    fdg.add_fragment(
+        "learner",
+        "total += float(reward.sum())\nbatch = reward.shape\nwb.log('learner/total', total)\nscale = scale * 0.5",
+        rate="iteration",
+    )
     fdg.add_fragment("actor", "gain = scale", rate="iteration")
     return fdg

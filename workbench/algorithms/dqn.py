@@ -22,6 +22,7 @@ Example:
     >>> dqn.linear_schedule(1.0, 0.05, 1000, 500)
     0.525
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -36,8 +37,19 @@ from workbench.algorithms.optim import adam
 from workbench.algorithms.ppo import device_of, like, on_device
 from workbench.kernels import array_module_of, get_xp, to_torch
 
-__all__ = ["adam", "DQNConfig", "QNetwork", "ReplayBuffer", "linear_schedule", "act", "dqn_update",
-           "FRAGMENT_CELLS", "BUFFER_FRAGMENT_CELLS", "build_fdg", "cfg"]
+__all__ = [
+    "adam",
+    "DQNConfig",
+    "QNetwork",
+    "ReplayBuffer",
+    "linear_schedule",
+    "act",
+    "dqn_update",
+    "FRAGMENT_CELLS",
+    "BUFFER_FRAGMENT_CELLS",
+    "build_fdg",
+    "cfg",
+]
 
 
 # ----------------------------------------------------------------------------- hyperparameters
@@ -94,8 +106,9 @@ class QNetwork(nn.Module):
 
     def __init__(self, obs_dim: int, n_actions: int, hidden: int = 64) -> None:
         super().__init__()
-        self.net = nn.Sequential(nn.Linear(obs_dim, hidden), nn.ReLU(), nn.Linear(hidden, hidden), nn.ReLU(),
-                                 nn.Linear(hidden, n_actions))
+        self.net = nn.Sequential(
+            nn.Linear(obs_dim, hidden), nn.ReLU(), nn.Linear(hidden, hidden), nn.ReLU(), nn.Linear(hidden, n_actions)
+        )
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
         return self.net(obs)
@@ -184,11 +197,11 @@ class ReplayBuffer:
         n = len(action)
         keep = min(n, self.capacity)
         start = (self.pos + n - keep) % self.capacity  # where the first kept transition lands
-        first = min(keep, self.capacity - start)        # how many fit before the end
+        first = min(keep, self.capacity - start)  # how many fit before the end
         for name, values in zip(self._ARRAYS, (obs, action, reward, next_obs, terminated)):
-            ring, values = getattr(self, name), _on(self.xp, values)[n - keep:]
-            ring[start:start + first] = values[:first]
-            ring[:keep - first] = values[first:]
+            ring, values = getattr(self, name), _on(self.xp, values)[n - keep :]
+            ring[start : start + first] = values[:first]
+            ring[: keep - first] = values[first:]
         self.pos = (self.pos + n) % self.capacity
         self.size = min(self.size + n, self.capacity)
 
@@ -200,14 +213,26 @@ class ReplayBuffer:
         return {name: to_torch(getattr(self, name)[idx]) for name in self._ARRAYS}
 
     def state_dict(self) -> dict:
-        return {"pos": self.pos, "size": self.size, "obs": self.obs, "next_obs": self.next_obs,
-                "action": self.action, "reward": self.reward, "terminated": self.terminated}
+        return {
+            "pos": self.pos,
+            "size": self.size,
+            "obs": self.obs,
+            "next_obs": self.next_obs,
+            "action": self.action,
+            "reward": self.reward,
+            "terminated": self.terminated,
+        }
 
     def load_state_dict(self, state: dict) -> None:
         xp = self.xp  # the saved arrays go where this buffer is, whichever device saved them
         for name, value in state.items():
-            setattr(self, name, xp.array(_on(xp, value), dtype=getattr(self, name).dtype)
-                    if name not in ("pos", "size") else int(value))
+            setattr(
+                self,
+                name,
+                xp.array(_on(xp, value), dtype=getattr(self, name).dtype)
+                if name not in ("pos", "size")
+                else int(value),
+            )
 
 
 def _on(xp, values):
@@ -242,12 +267,17 @@ def dqn_update(q_network, target_network, optimizer, batches: list[dict], cfg) -
 # ----------------------------------------------------------------------------- the fragments
 # Each entry is one notebook cell: (magic line, body). The notebook holds them verbatim.
 FRAGMENT_CELLS: list[tuple[str, str]] = [
-    ("%%fragment env --init", """\
+    (
+        "%%fragment env --init",
+        """\
 envs = wb.envs.make(cfg.env_id, num_envs=cfg.num_envs // replica.count, seed=cfg.seed + replica.index,
                     device=replica.device)
 obs = envs.reset()
-"""),
-    ("%%fragment learner --init", """\
+""",
+    ),
+    (
+        "%%fragment learner --init",
+        """\
 torch.manual_seed(cfg.seed)
 q_network = QNetwork(obs_dim=4, n_actions=2, hidden=cfg.hidden).to(replica.device)
 optimizer = adam(q_network.parameters(), cfg.learning_rate, eps=1e-8, device=replica.device)
@@ -257,24 +287,36 @@ rb = ReplayBuffer(cfg.buffer_size, obs_dim=4, device=replica.device)  # on the l
 rng = np.random.default_rng(cfg.seed)
 target_syncs = 0
 weights = q_network.state_dict()
-"""),
-    ("%%fragment actor --init", """\
+""",
+    ),
+    (
+        "%%fragment actor --init",
+        """\
 explore = np.random.default_rng(cfg.seed + 1000 + replica.index)
 policy = QNetwork(obs_dim=4, n_actions=2, hidden=cfg.hidden).to(replica.device)
 policy.load_state_dict(weights)
-"""),
-    ("%%fragment actor", """\
+""",
+    ),
+    (
+        "%%fragment actor",
+        """\
 epsilon = linear_schedule(cfg.start_e, cfg.end_e, cfg.exploration_steps, wb.env_steps())
 state = obs                        # what this step acts on, kept for the learner
 action = act(policy, obs, epsilon, explore)
-"""),
-    ("%%fragment env", """\
+""",
+    ),
+    (
+        "%%fragment env",
+        """\
 obs, reward, terminated, truncated, info = envs.step(action)
 # a truncated episode's real next observation (obs already holds the reset one)
 next_obs = envs.xp.where(truncated[:, None], info["final_obs"], obs)
 wb.log("charts/episodic_return", info["episode_return"])
-"""),
-    ("%%fragment learner", """\
+""",
+    ),
+    (
+        "%%fragment learner",
+        """\
 rb.add(state.reshape(-1, 4), action.reshape(-1), reward.reshape(-1), next_obs.reshape(-1, 4),
        terminated.reshape(-1))
 before, after = wb.env_steps(), wb.env_steps() + reward.size
@@ -288,10 +330,14 @@ if after // cfg.target_network_frequency > before // cfg.target_network_frequenc
     target_syncs += 1
 wb.log("charts/epsilon", linear_schedule(cfg.start_e, cfg.end_e, cfg.exploration_steps, after))
 weights = q_network.state_dict()
-"""),
-    ("%%fragment actor --every iteration", """\
+""",
+    ),
+    (
+        "%%fragment actor --every iteration",
+        """\
 policy.load_state_dict(weights)
-"""),
+""",
+    ),
 ]
 
 
@@ -300,18 +346,26 @@ policy.load_state_dict(weights)
 # with no step cell, presets place it beside the learner, and a Policy can give it a worker
 # of its own (docs/off_policy.md compares the traffic). These cells replace the learner's.
 BUFFER_FRAGMENT_CELLS: list[tuple[str, str]] = [
-    ("%%fragment buffer --init", """\
+    (
+        "%%fragment buffer --init",
+        """\
 rb = ReplayBuffer(cfg.buffer_size, obs_dim=4, device=replica.device)
 rng = np.random.default_rng(cfg.seed)
-"""),
-    ("%%fragment buffer --every iteration", """\
+""",
+    ),
+    (
+        "%%fragment buffer --every iteration",
+        """\
 rb.add(state.reshape(-1, 4), action.reshape(-1), reward.reshape(-1), next_obs.reshape(-1, 4),
        terminated.reshape(-1))
 learning = wb.env_steps() + reward.size > cfg.learning_starts
 batches = [rb.sample(cfg.batch_size, rng) for _ in range(reward.size // cfg.train_frequency)] if learning else []
 taken = reward.size
-"""),
-    ("%%fragment learner --init", """\
+""",
+    ),
+    (
+        "%%fragment learner --init",
+        """\
 torch.manual_seed(cfg.seed)
 q_network = QNetwork(obs_dim=4, n_actions=2, hidden=cfg.hidden).to(replica.device)
 optimizer = adam(q_network.parameters(), cfg.learning_rate, eps=1e-8, device=replica.device)
@@ -319,8 +373,11 @@ target_network = QNetwork(obs_dim=4, n_actions=2, hidden=cfg.hidden).to(replica.
 target_network.load_state_dict(q_network.state_dict())
 target_syncs = 0
 weights = q_network.state_dict()
-"""),
-    ("%%fragment learner", """\
+""",
+    ),
+    (
+        "%%fragment learner",
+        """\
 before, after = wb.env_steps(), wb.env_steps() + taken
 losses = dqn_update(q_network, target_network, optimizer, batches, cfg)
 for name, number in losses.items():
@@ -330,7 +387,8 @@ if after // cfg.target_network_frequency > before // cfg.target_network_frequenc
     target_syncs += 1
 wb.log("charts/epsilon", linear_schedule(cfg.start_e, cfg.end_e, cfg.exploration_steps, after))
 weights = q_network.state_dict()
-"""),
+""",
+    ),
 ]
 
 

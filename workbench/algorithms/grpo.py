@@ -20,6 +20,7 @@ Example:
     ['generate', 'learner', 'prompts', 'reference', 'reward']
     >>> run = fdg.run(iterations=10, steps=1, unit="completions", progress=False)   # doctest: +SKIP
 """
+
 from __future__ import annotations
 
 import time
@@ -37,16 +38,45 @@ from workbench.algorithms.optim import adam
 from workbench.algorithms.ppo_graphs import graphed_update, update_captured
 from workbench.llm.generation import graphable_prompts, model_device, sample, sequence_logp
 from workbench.llm.errors import LLMInputError
+
 # the fragment cells read these from this module's globals (build_fdg's default namespace)
-from workbench.llm.models import (context_length, count_parameters, frozen, load_causal_lm, load_weights,  # noqa: F401
-                                  weights_copy)
-from workbench.llm.tasks import (AdditionTask, decode_completions, encode_prompts, exact_answer_reward,  # noqa: F401
-                                 heldout_accuracy, score_completions)
+from workbench.llm.models import (  # noqa: F401
+    context_length,
+    count_parameters,
+    frozen,
+    load_causal_lm,
+    load_weights,
+    weights_copy,
+)
+from workbench.llm.tasks import (  # noqa: F401
+    AdditionTask,
+    decode_completions,
+    encode_prompts,
+    exact_answer_reward,
+    heldout_accuracy,
+    score_completions,
+)
 from workbench.llm.tokenizers import char_tokenizer
 
-__all__ = ["GRPOConfig", "check_config", "group_advantages", "grpo_loss", "grpo_update", "make_model", "adam", "prompt_batch",
-           "generate_completions", "reference_logp", "FRAGMENT_CELLS", "build_fdg", "cfg", "task",
-           "tokenizer", "reward_fn", "load_weights"]
+__all__ = [
+    "GRPOConfig",
+    "check_config",
+    "group_advantages",
+    "grpo_loss",
+    "grpo_update",
+    "make_model",
+    "adam",
+    "prompt_batch",
+    "generate_completions",
+    "reference_logp",
+    "FRAGMENT_CELLS",
+    "build_fdg",
+    "cfg",
+    "task",
+    "tokenizer",
+    "reward_fn",
+    "load_weights",
+]
 
 
 # ----------------------------------------------------------------------------- hyperparameters
@@ -132,8 +162,9 @@ def make_model(cfg: GRPOConfig, tokenizer, weights: dict | None = None):
     cell makes after it (generate's sampling) follow the seed, not what the process drew
     before (a model passed as an object or a directory draws nothing to build)."""
     torch.manual_seed(cfg.seed)
-    model = load_causal_lm(cfg.model, tokenizer, hidden=cfg.hidden, layers=cfg.layers, heads=cfg.heads,
-                           context=cfg.context, seed=cfg.seed)
+    model = load_causal_lm(
+        cfg.model, tokenizer, hidden=cfg.hidden, layers=cfg.layers, heads=cfg.heads, context=cfg.context, seed=cfg.seed
+    )
     if weights is not None:
         model.load_state_dict(weights)
     return model
@@ -150,6 +181,7 @@ def check_config(cfg: GRPOConfig) -> None:
     ...
     workbench.llm.errors.LLMInputError: GRPO needs group_size ≥ 2, got 1: a completion's advantage is its reward against the others sampled for the same prompt, and one completion has none to compare with (its standard deviation is undefined). Sample at least 2 per prompt (8 is usual).
     """
+
     def whole(name: str, least: int) -> None:
         value = getattr(cfg, name)
         if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < least:
@@ -161,13 +193,19 @@ def check_config(cfg: GRPOConfig) -> None:
     if not cfg.temperature > 0:
         raise LLMInputError(
             f"GRPO needs temperature > 0, got {cfg.temperature!r}: "
-            + ("a negative one samples the least likely tokens first. " if cfg.temperature < 0 else
-               "0 is greedy decoding, so the completions of a prompt are all the same, every advantage is 0 "
-               "and nothing is learned (held-out accuracy is measured greedily already). ")
-            + "Sample at a positive temperature (1.0 is the model's own distribution).")
+            + (
+                "a negative one samples the least likely tokens first. "
+                if cfg.temperature < 0
+                else "0 is greedy decoding, so the completions of a prompt are all the same, every advantage is 0 "
+                "and nothing is learned (held-out accuracy is measured greedily already). "
+            )
+            + "Sample at a positive temperature (1.0 is the model's own distribution)."
+        )
     if not 0 < cfg.top_p <= 1:
-        raise LLMInputError(f"GRPO needs 0 < top_p ≤ 1, got {cfg.top_p!r}: it is the probability mass sampled "
-                            "from (1 keeps every token; near 0 is greedy, so every completion of a prompt is the same).")
+        raise LLMInputError(
+            f"GRPO needs 0 < top_p ≤ 1, got {cfg.top_p!r}: it is the probability mass sampled "
+            "from (1 keeps every token; near 0 is greedy, so every completion of a prompt is the same)."
+        )
     for name in ("clip_coef", "max_grad_norm"):
         if not getattr(cfg, name) > 0:
             raise LLMInputError(f"GRPO needs {name} > 0, got {getattr(cfg, name)!r}" + _WHY[name])
@@ -177,9 +215,11 @@ def check_config(cfg: GRPOConfig) -> None:
 
 
 _WHY = {
-    "group_size": (": a completion's advantage is its reward against the others sampled for the same prompt, "
-                   "and one completion has none to compare with (its standard deviation is undefined). Sample "
-                   "at least 2 per prompt (8 is usual)."),
+    "group_size": (
+        ": a completion's advantage is its reward against the others sampled for the same prompt, "
+        "and one completion has none to compare with (its standard deviation is undefined). Sample "
+        "at least 2 per prompt (8 is usual)."
+    ),
     "prompts_per_step": ": each step samples that many distinct prompts.",
     "max_new_tokens": ": a completion needs room for one token at least (its <eos> counts).",
     "clip_coef": ": the ratio is clipped to [1 - clip_coef, 1 + clip_coef] (0.2 is PPO's).",
@@ -202,16 +242,25 @@ def generate_completions(policy, tokenizer, prompt_ids, prompt_mask, cfg: GRPOCo
     check_config(cfg)
     started = time.perf_counter()
     try:
-        out = sample(policy, prompt_ids, prompt_mask, max_new_tokens=cfg.max_new_tokens,
-                     temperature=cfg.temperature, top_p=cfg.top_p, eos_id=tokenizer.eos_token_id,
-                     pad_id=tokenizer.pad_token_id, cuda_graphs=_graphs(cfg))
+        out = sample(
+            policy,
+            prompt_ids,
+            prompt_mask,
+            max_new_tokens=cfg.max_new_tokens,
+            temperature=cfg.temperature,
+            top_p=cfg.top_p,
+            eos_id=tokenizer.eos_token_id,
+            pad_id=tokenizer.pad_token_id,
+            cuda_graphs=_graphs(cfg),
+        )
     except torch.OutOfMemoryError as exc:
         raise LLMInputError(
             f"generate ran out of memory sampling {prompt_ids.shape[0]} completions ({cfg.prompts_per_step} "
             f"prompts × group_size {cfg.group_size}, split over the replicas) of up to "
             f"{prompt_ids.shape[1]} + {cfg.max_new_tokens} tokens with a {count_parameters(policy):,}-"
             "parameter model: lower prompts_per_step, group_size or max_new_tokens, or use more "
-            "generate replicas.") from exc
+            "generate replicas."
+        ) from exc
     generated = float(out.completion_mask.sum())
     if model_device(policy).type == "cuda":  # on a GPU: the graphs replaying (prefill, decode, by shape)
         wb.log("perf/generate_cuda_graphs", captured_graphs(policy))
@@ -226,8 +275,9 @@ def reference_logp(reference, prompt_ids, prompt_mask, tokens, completion_mask, 
     if not cfg.kl_coef:
         return torch.zeros(tokens.shape, dtype=torch.float32, device=tokens.device)
     with torch.no_grad():
-        return sequence_logp(reference, prompt_ids, prompt_mask, tokens, completion_mask, cfg.temperature,
-                             cuda_graphs=_graphs(cfg))
+        return sequence_logp(
+            reference, prompt_ids, prompt_mask, tokens, completion_mask, cfg.temperature, cuda_graphs=_graphs(cfg)
+        )
 
 
 def _graphs(cfg) -> bool:
@@ -252,8 +302,9 @@ def grpo_loss(logp, old_logp, ref_logp, advantages, mask, *, clip_coef: float, k
     sequence's advantage on every token, plus ``kl_coef`` × the k3 estimate of the KL to the
     reference, averaged over the completion tokens of the whole batch (``mask`` 1: prompt and
     padding tokens carry no loss). Returns ``(loss, stats)``."""
-    loss, clip_fraction, kl = _loss_terms(logp, old_logp, ref_logp, advantages, mask,
-                                          clip_coef=clip_coef, kl_coef=kl_coef)
+    loss, clip_fraction, kl = _loss_terms(
+        logp, old_logp, ref_logp, advantages, mask, clip_coef=clip_coef, kl_coef=kl_coef
+    )
     stats = {"losses/clip_fraction": float(clip_fraction)}
     if kl_coef:  # with the reference skipped there is no KL to measure
         stats["losses/kl"] = float(kl)
@@ -283,8 +334,9 @@ def _flat(x) -> torch.Tensor:
     return x.reshape(-1, *x.shape[2:])
 
 
-def grpo_update(model, optimizer, cfg: GRPOConfig, prompt_ids, prompt_mask, tokens, completion_mask,
-                logp, ref_logp, rewards) -> dict[str, float]:
+def grpo_update(
+    model, optimizer, cfg: GRPOConfig, prompt_ids, prompt_mask, tokens, completion_mask, logp, ref_logp, rewards
+) -> dict[str, float]:
     """One GRPO step on a ``[T, N, …]`` batch of completions (groups of ``group_size`` in a
     row); logs and returns the metrics. The learning rate is read from ``cfg`` each time."""
     check_config(cfg)
@@ -308,8 +360,17 @@ def grpo_update(model, optimizer, cfg: GRPOConfig, prompt_ids, prompt_mask, toke
     model.train(getattr(cfg, "dropout", False))  # (a config pickled before the field: off)
     out = None
     if graphed:
-        out = graphed_update(model, optimizer, (cfg.clip_coef, cfg.kl_coef, cfg.max_grad_norm, cfg.temperature),
-                             batch, 1, [slice(0, prompt_ids.shape[0])], step, shuffle=False, what="the GRPO update")
+        out = graphed_update(
+            model,
+            optimizer,
+            (cfg.clip_coef, cfg.kl_coef, cfg.max_grad_norm, cfg.temperature),
+            batch,
+            1,
+            [slice(0, prompt_ids.shape[0])],
+            step,
+            shuffle=False,
+            what="the GRPO update",
+        )
     if out is None:
         loss, clip_fraction, kl = step(None, batch)
         # freed until the next update, as TRL's trainer does: the weights' size less while the
@@ -324,24 +385,31 @@ def grpo_update(model, optimizer, cfg: GRPOConfig, prompt_ids, prompt_mask, toke
     if cfg.kl_coef:  # with the reference skipped there is no KL to measure
         stats["losses/kl"] = float(kl)
     trained = float(mask.sum())
-    stats.update({"losses/loss": float(loss), "charts/reward_mean": rewards.mean().item(),
-                  "charts/reward_std": rewards.std().item() if rewards.numel() > 1 else 0.0,
-                  "charts/completion_length": trained / mask.shape[0],
-                  "charts/learning_rate": cfg.learning_rate,
-                  "perf/trained_tokens_per_s": trained / max(time.perf_counter() - started, 1e-9)})
+    stats.update(
+        {
+            "losses/loss": float(loss),
+            "charts/reward_mean": rewards.mean().item(),
+            "charts/reward_std": rewards.std().item() if rewards.numel() > 1 else 0.0,
+            "charts/completion_length": trained / mask.shape[0],
+            "charts/learning_rate": cfg.learning_rate,
+            "perf/trained_tokens_per_s": trained / max(time.perf_counter() - started, 1e-9),
+        }
+    )
     for name, number in stats.items():
         wb.log(name, number, prog_bar=name == "charts/reward_mean")  # beside held-out accuracy in the bar
     return stats
 
 
-def _grpo_step(model, optimizer, cfg, params, prompt_ids, prompt_mask, tokens, mask, old_logp, ref_logp,
-               advantages, *shared) -> tuple:
+def _grpo_step(
+    model, optimizer, cfg, params, prompt_ids, prompt_mask, tokens, mask, old_logp, ref_logp, advantages, *shared
+) -> tuple:
     """One Adam step of GRPO's loss; returns ``(loss, clip fraction, KL)`` as detached
     tensors, read once after the step (or after its graph's replay). ``shared``: the
     distinct prompts (:func:`~workbench.llm.generation.graphable_prompts`), when found."""
     new_logp = sequence_logp(model, prompt_ids, prompt_mask, tokens, mask, cfg.temperature, shared=shared or None)
-    loss, clip_fraction, kl = _loss_terms(new_logp, old_logp, ref_logp, advantages, mask,
-                                          clip_coef=cfg.clip_coef, kl_coef=cfg.kl_coef)
+    loss, clip_fraction, kl = _loss_terms(
+        new_logp, old_logp, ref_logp, advantages, mask, clip_coef=cfg.clip_coef, kl_coef=cfg.kl_coef
+    )
     optimizer.zero_grad()
     loss.backward()
     _clip_gradients(params, cfg.max_grad_norm)
@@ -367,41 +435,67 @@ def _clip_gradients(params: list[torch.Tensor], max_grad_norm: float | None) -> 
 # ----------------------------------------------------------------------------- the fragments
 # Each entry is one notebook cell: (magic line, body). The notebook holds them verbatim.
 FRAGMENT_CELLS: list[tuple[str, str]] = [
-    ("%%fragment prompts --init", """\
+    (
+        "%%fragment prompts --init",
+        """\
 rng = np.random.default_rng(cfg.seed + replica.index)   # this replica's draws of training prompts
-"""),
-    ("%%fragment learner --init", """\
+""",
+    ),
+    (
+        "%%fragment learner --init",
+        """\
 model = make_model(cfg, tokenizer).to(replica.device)
 optimizer = adam(model.parameters(), cfg.learning_rate, eps=1e-8, device=replica.device)   # CPU: torch's fused kernel
 update, dropped = 0, 0
 weights = model.state_dict()
 reference_weights = weights_copy(model)   # the learner keeps them: checkpoints and re-placements carry them
-"""),
-    ("%%fragment generate --init", """\
+""",
+    ),
+    (
+        "%%fragment generate --init",
+        """\
 policy = make_model(cfg, tokenizer).to(replica.device)
 load_weights(policy, weights)          # the handed weights become the policy's own: in memory once
 policy_version = update                # the learner's update count these weights come from
-"""),
-    ("%%fragment reference --init", """\
+""",
+    ),
+    (
+        "%%fragment reference --init",
+        """\
 reference = frozen(make_model(cfg, tokenizer)).to(replica.device)
 load_weights(reference, reference_weights)   # the starting weights, frozen
-"""),
-    ("%%fragment prompts", """\
+""",
+    ),
+    (
+        "%%fragment prompts",
+        """\
 prompt_texts = prompt_batch(task, rng, cfg, replica.count)
-"""),
-    ("%%fragment generate", """\
+""",
+    ),
+    (
+        "%%fragment generate",
+        """\
 prompt_ids, prompt_mask = encode_prompts(tokenizer, prompt_texts, task.prompt_width,
                                          max_new_tokens=cfg.max_new_tokens, context=context_length(policy))
 tokens, completion_mask, logp = generate_completions(policy, tokenizer, prompt_ids, prompt_mask, cfg)
 sampled_by = np.full(len(prompt_texts), policy_version)
-"""),
-    ("%%fragment reward", """\
+""",
+    ),
+    (
+        "%%fragment reward",
+        """\
 rewards = score_completions(reward_fn, prompt_texts, decode_completions(tokenizer, tokens))
-"""),
-    ("%%fragment reference", """\
+""",
+    ),
+    (
+        "%%fragment reference",
+        """\
 ref_logp = reference_logp(reference, prompt_ids, prompt_mask, tokens, completion_mask, cfg)
-"""),
-    ("%%fragment learner", """\
+""",
+    ),
+    (
+        "%%fragment learner",
+        """\
 staleness = update - sampled_by.min()   # updates since the oldest sampling weights
 if staleness <= cfg.max_staleness:      # a staler batch (a slow replica under async) is dropped
     wb.log("charts/staleness", staleness)
@@ -413,11 +507,15 @@ else:
     dropped += 1
     wb.log("charts/dropped_stale_batches", dropped)
 weights = model.state_dict()
-"""),
-    ("%%fragment generate --every iteration", """\
+""",
+    ),
+    (
+        "%%fragment generate --every iteration",
+        """\
 load_weights(policy, weights)
 policy_version = update
-"""),
+""",
+    ),
 ]
 
 

@@ -13,6 +13,7 @@ Example:
     >>> norm(torch.tensor([[3.0]])).item()
     0.0
 """
+
 from __future__ import annotations
 
 import torch

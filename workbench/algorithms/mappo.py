@@ -26,6 +26,7 @@ Example:
     ['actor', 'env', 'learner']
     >>> run = fdg.run(iterations=3, steps=25, progress=False)   # doctest: +SKIP
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -41,8 +42,17 @@ from workbench.algorithms.optim import adam
 from workbench.algorithms.ppo import device_of, flat_batch, like, on_device
 from workbench.kernels import array_module_of, gae, normalize_advantages
 
-__all__ = ["adam", "MAPPOConfig", "MAPPOAgent", "global_state", "mappo_update", "to_numpy",
-           "FRAGMENT_CELLS", "build_fdg", "cfg"]
+__all__ = [
+    "adam",
+    "MAPPOConfig",
+    "MAPPOAgent",
+    "global_state",
+    "mappo_update",
+    "to_numpy",
+    "FRAGMENT_CELLS",
+    "build_fdg",
+    "cfg",
+]
 
 
 # ----------------------------------------------------------------------------- hyperparameters
@@ -145,10 +155,16 @@ class MAPPOAgent(nn.Module):
 
     def __init__(self, obs_dim: int, n_actions: int, num_agents: int, hidden: int = 64) -> None:
         super().__init__()
-        self.actor = nn.Sequential(_layer(obs_dim, hidden), nn.Tanh(), _layer(hidden, hidden),
-                                   nn.Tanh(), _layer(hidden, n_actions, std=0.01))
-        self.critic = nn.Sequential(_layer(num_agents * obs_dim + num_agents, hidden), nn.Tanh(),
-                                    _layer(hidden, hidden), nn.Tanh(), _layer(hidden, 1, std=1.0))
+        self.actor = nn.Sequential(
+            _layer(obs_dim, hidden), nn.Tanh(), _layer(hidden, hidden), nn.Tanh(), _layer(hidden, n_actions, std=0.01)
+        )
+        self.critic = nn.Sequential(
+            _layer(num_agents * obs_dim + num_agents, hidden),
+            nn.Tanh(),
+            _layer(hidden, hidden),
+            nn.Tanh(),
+            _layer(hidden, 1, std=1.0),
+        )
 
     def value(self, obs: torch.Tensor) -> torch.Tensor:
         """``[..., agents, obs_dim]`` → ``[..., agents]``, from the global state."""
@@ -192,12 +208,12 @@ def _sync_and_clip(groups: list[list[torch.Tensor]], max_grad_norm: float | None
     if max_grad_norm:
         parts = [p * (max_grad_norm / (p.norm() + 1e-6)).clamp(max=1.0) for p in parts]
     flat = torch.cat(parts)
-    torch._foreach_copy_(flat_all, [c.view_as(g) for c, g in
-                                    zip(flat.split([g.numel() for g in flat_all]), flat_all)])
+    torch._foreach_copy_(flat_all, [c.view_as(g) for c, g in zip(flat.split([g.numel() for g in flat_all]), flat_all)])
 
 
-def mappo_update(agent, optimizer, cfg, update, state, action, logp, value, reward, starts,
-                 last_obs, last_done) -> dict[str, float]:
+def mappo_update(
+    agent, optimizer, cfg, update, state, action, logp, value, reward, starts, last_obs, last_done
+) -> dict[str, float]:
     """One MAPPO update from a rollout; returns CleanRL-named losses.
 
     Shapes: ``state`` ``[T, N, agents, obs_dim]``; ``action``, ``logp``, ``value``,
@@ -216,9 +232,15 @@ def mappo_update(agent, optimizer, cfg, update, state, action, logp, value, rewa
     with torch.no_grad():  # in the rollout's kind of array: GAE runs where the rollout is
         last_value = like(reward, agent.value(on_device(xp.asarray(last_obs), device)))
     # Every (env, agent) pair is one GAE stream: agents flattened into the batch axis.
-    advantages, returns = gae(reward.reshape(T, N * A), value.reshape(T, N * A),
-                              xp.repeat(starts, A, axis=1), last_value.reshape(N * A),
-                              xp.repeat(last_done, A), cfg.gamma, cfg.gae_lambda)
+    advantages, returns = gae(
+        reward.reshape(T, N * A),
+        value.reshape(T, N * A),
+        xp.repeat(starts, A, axis=1),
+        last_value.reshape(N * A),
+        xp.repeat(last_done, A),
+        cfg.gamma,
+        cfg.gae_lambda,
+    )
 
     # The batch is of (step, env) pairs, each carrying all agents: the critic needs them all.
     b_obs, b_act = flat_batch(state, device), flat_batch(action, device, np.int64)
@@ -235,8 +257,7 @@ def mappo_update(agent, optimizer, cfg, update, state, action, logp, value, rewa
             new_logp, entropy, new_value = agent.evaluate(b_obs[mb], b_act[mb])
             ratio = (new_logp - b_logp[mb]).exp()
             adv = normalize_advantages(b_adv[mb])
-            pg_loss = torch.max(-adv * ratio,
-                                -adv * ratio.clamp(1 - cfg.clip_coef, 1 + cfg.clip_coef)).mean()
+            pg_loss = torch.max(-adv * ratio, -adv * ratio.clamp(1 - cfg.clip_coef, 1 + cfg.clip_coef)).mean()
             v_loss = (new_value - b_ret[mb]) ** 2
             if cfg.clip_vloss:
                 v_clipped = b_val[mb] + (new_value - b_val[mb]).clamp(-cfg.clip_coef, cfg.clip_coef)
@@ -247,51 +268,75 @@ def mappo_update(agent, optimizer, cfg, update, state, action, logp, value, rewa
             loss.backward()
             _sync_and_clip(groups, cfg.max_grad_norm)
             optimizer.step()
-    return {"losses/policy_loss": pg_loss.item(), "losses/value_loss": v_loss.item(),
-            "losses/entropy": entropy.mean().item()}
+    return {
+        "losses/policy_loss": pg_loss.item(),
+        "losses/value_loss": v_loss.item(),
+        "losses/entropy": entropy.mean().item(),
+    }
 
 
 # ----------------------------------------------------------------------------- the fragments
 # Each entry is one notebook cell: (magic line, body). The notebook holds them verbatim.
 FRAGMENT_CELLS: list[tuple[str, str]] = [
-    ("%%fragment env --init", """\
+    (
+        "%%fragment env --init",
+        """\
 envs = wb.envs.make(cfg.env_id, num_envs=cfg.num_envs // replica.count, seed=cfg.seed + replica.index,
                     device=replica.device)  # "cpu": the NumPy env; "cuda:K": the CuPy env on GPU K
 obs = envs.reset()
 done = envs.xp.zeros(envs.num_envs, dtype=bool)  # on the env's device, as its steps' dones
-"""),
-    ("%%fragment learner --init", """\
+""",
+    ),
+    (
+        "%%fragment learner --init",
+        """\
 torch.manual_seed(cfg.seed)
 agent = MAPPOAgent(cfg.obs_dim, cfg.n_actions, cfg.num_agents, hidden=cfg.hidden).to(replica.device)
 optimizer = adam(agent.parameters(), cfg.learning_rate, device=replica.device)
 update = 0
 weights = agent.state_dict()
-"""),
-    ("%%fragment actor --init", """\
+""",
+    ),
+    (
+        "%%fragment actor --init",
+        """\
 torch.manual_seed(cfg.seed + 1000 + replica.index)
 policy = MAPPOAgent(cfg.obs_dim, cfg.n_actions, cfg.num_agents, hidden=cfg.hidden).to(replica.device)
 policy.load_state_dict(weights)
-"""),
-    ("%%fragment actor", """\
+""",
+    ),
+    (
+        "%%fragment actor",
+        """\
 state, starts = obs, done          # what this step acts on, kept for the learner
 action, logp, value = policy.act(obs)
-"""),
-    ("%%fragment env", """\
+""",
+    ),
+    (
+        "%%fragment env",
+        """\
 obs, reward, terminated, truncated, info = envs.step(action)
 done = terminated | truncated
 wb.log("charts/episodic_return", info["episode_return"])
-"""),
-    ("%%fragment learner", """\
+""",
+    ),
+    (
+        "%%fragment learner",
+        """\
 losses = mappo_update(agent, optimizer, cfg, update, state, action, logp, value, reward, starts,
                       last_obs=obs[-1], last_done=done[-1])
 for name, number in losses.items():
     wb.log(name, number)
 update += 1
 weights = agent.state_dict()
-"""),
-    ("%%fragment actor --every iteration", """\
+""",
+    ),
+    (
+        "%%fragment actor --every iteration",
+        """\
 policy.load_state_dict(weights)
-"""),
+""",
+    ),
 ]
 
 

@@ -25,6 +25,7 @@ Example:
     >>> bool(np.allclose(value, v.numpy(), atol=1e-5))
     True
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -84,8 +85,7 @@ def _cached(agent) -> tuple | None:
     if cache is not None:
         modules, tensors, addresses, parts = cache
         now = _modules(agent)
-        if (all(a is b for a, b in zip(modules, now))
-                and all(t.data_ptr() == p for t, p in zip(tensors, addresses))):
+        if all(a is b for a, b in zip(modules, now)) and all(t.data_ptr() == p for t, p in zip(tensors, addresses)):
             # a hook registered since must run: the torch path runs it
             hooked = any(m._forward_hooks or m._forward_pre_hooks for m in now if m is not None)
             return None if hooked else parts
@@ -96,8 +96,9 @@ def _cached(agent) -> tuple | None:
         parts = None
     else:
         parts = (actor, critic, None if norm is None else (norm.shift.numpy(), norm.scale.numpy(), norm.clip))
-    tensors = [t for m in modules if m is not None
-               for t in (*m._parameters.values(), *m._buffers.values()) if t is not None]
+    tensors = [
+        t for m in modules if m is not None for t in (*m._parameters.values(), *m._buffers.values()) if t is not None
+    ]
     agent.__dict__["_numpy_act"] = (modules, tensors, [t.data_ptr() for t in tensors], parts)
     return parts
 

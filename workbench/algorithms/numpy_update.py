@@ -36,6 +36,7 @@ Example:
     >>> 0.69 < entropy < 0.70
     True
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -64,8 +65,9 @@ def _linears(seq: nn.Sequential) -> list[nn.Linear] | None:
         want = (nn.Linear,) if i % 2 == 0 else (Tanh, nn.Tanh)
         if type(layer) not in want:
             return None
-        if i % 2 == 0 and (layer.bias is None or layer.weight.dtype != torch.float32
-                           or layer.weight.device.type != "cpu"):
+        if i % 2 == 0 and (
+            layer.bias is None or layer.weight.dtype != torch.float32 or layer.weight.device.type != "cpu"
+        ):
             return None
     return [seq[i] for i in range(0, len(seq), 2)]
 
@@ -75,8 +77,10 @@ def _one_pool_spins() -> bool:
     one thread (as workbench's inline runs set it) or BLAS on one (as Dask's nanny sets it
     in workers). With both pools at 2 threads on 2 cores, each spinning while the other
     works, one step took 15 ms instead of 0.4 (``benchmarks/ppo_sweep.py --throughput``)."""
-    return torch.get_num_threads() == 1 or "1" in (os.environ.get("OPENBLAS_NUM_THREADS"),
-                                                   os.environ.get("OMP_NUM_THREADS"))
+    return torch.get_num_threads() == 1 or "1" in (
+        os.environ.get("OPENBLAS_NUM_THREADS"),
+        os.environ.get("OMP_NUM_THREADS"),
+    )
 
 
 @contextlib.contextmanager
@@ -116,7 +120,7 @@ class NumpyStep:
         self.flat = np.zeros(sum(p.numel() for p in self.params), np.float32)
         self.grads, offset = [], 0
         for p in self.params:
-            self.grads.append(torch.from_numpy(self.flat[offset:offset + p.numel()]).view_as(p))
+            self.grads.append(torch.from_numpy(self.flat[offset : offset + p.numel()]).view_as(p))
             offset += p.numel()
         # (weight, bias, weight grad, bias grad) per layer, all NumPy views
         self.actor = [self._views(layer) for layer in actor]
@@ -124,8 +128,12 @@ class NumpyStep:
 
     def _views(self, layer: nn.Linear) -> tuple:
         i = next(k for k, p in enumerate(self.params) if p is layer.weight)
-        return (layer.weight.detach().numpy(), layer.bias.detach().numpy(),
-                self.grads[i].numpy(), self.grads[i + 1].numpy())
+        return (
+            layer.weight.detach().numpy(),
+            layer.bias.detach().numpy(),
+            self.grads[i].numpy(),
+            self.grads[i + 1].numpy(),
+        )
 
     @classmethod
     def build(cls, agent, optimizer, cfg) -> "NumpyStep | None":
@@ -141,8 +149,15 @@ class NumpyStep:
         trainable = [p for p in agent.parameters() if p.requires_grad]
         if len(trainable) != 2 * (len(actor) + len(critic)):
             return None  # a parameter the NumPy pass does not know of
-        key = (optimizer, tuple(p.data_ptr() for p in trainable), cfg.clip_coef, cfg.ent_coef, cfg.vf_coef,
-               cfg.max_grad_norm, getattr(cfg, "norm_adv", True))
+        key = (
+            optimizer,
+            tuple(p.data_ptr() for p in trainable),
+            cfg.clip_coef,
+            cfg.ent_coef,
+            cfg.vf_coef,
+            cfg.max_grad_norm,
+            getattr(cfg, "norm_adv", True),
+        )
         cached = agent.__dict__.get("_numpy_update")
         if cached is not None and cached[0] == key:
             return cached[1]

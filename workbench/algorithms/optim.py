@@ -25,6 +25,7 @@ Example:
     >>> isinstance(opt, torch.optim.Optimizer)
     True
 """
+
 from __future__ import annotations
 
 from collections import defaultdict
@@ -54,16 +55,26 @@ class FusedAdam(torch.optim.Optimizer):
     (an iterable of tensors, or of dicts as torch takes them); no amsgrad, weight decay,
     maximize or gradient scaling — those are torch's Adam's."""
 
-    def __init__(self, params, lr: float = 1e-3, betas: tuple[float, float] = (0.9, 0.999),
-                 eps: float = 1e-8) -> None:
+    def __init__(self, params, lr: float = 1e-3, betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-8) -> None:
         if not lr >= 0.0 or not eps >= 0.0 or not all(0.0 <= b < 1.0 for b in betas):
-            raise ValueError(f"FusedAdam needs lr ≥ 0, eps ≥ 0 and betas in [0, 1); got lr={lr}, "
-                             f"eps={eps}, betas={betas}.")
+            raise ValueError(
+                f"FusedAdam needs lr ≥ 0, eps ≥ 0 and betas in [0, 1); got lr={lr}, eps={eps}, betas={betas}."
+            )
         # what Optimizer.__init__ sets, minus the dynamo-wrapped add_param_group: torch's own
         # methods that FusedAdam does not replace (__repr__, hooks, schedulers) read these
-        self.defaults = {"lr": lr, "betas": tuple(betas), "eps": eps, "weight_decay": 0, "amsgrad": False,
-                         "maximize": False, "foreach": None, "capturable": False, "differentiable": False,
-                         "fused": True, "decoupled_weight_decay": False}
+        self.defaults = {
+            "lr": lr,
+            "betas": tuple(betas),
+            "eps": eps,
+            "weight_decay": 0,
+            "amsgrad": False,
+            "maximize": False,
+            "foreach": None,
+            "capturable": False,
+            "differentiable": False,
+            "fused": True,
+            "decoupled_weight_decay": False,
+        }
         self._optimizer_step_pre_hooks = OrderedDict()
         self._optimizer_step_post_hooks = OrderedDict()
         self._optimizer_state_dict_pre_hooks = OrderedDict()
@@ -85,8 +96,7 @@ class FusedAdam(torch.optim.Optimizer):
         seen = {id(p) for g in self.param_groups for p in g["params"]}
         for p in group["params"]:
             if not isinstance(p, torch.Tensor) or not p.is_leaf:
-                raise ValueError("FusedAdam optimizes leaf tensors (a module's parameters()), "
-                                 f"not {type(p).__name__}.")
+                raise ValueError(f"FusedAdam optimizes leaf tensors (a module's parameters()), not {type(p).__name__}.")
             if id(p) in seen:
                 raise ValueError("some parameters appear in more than one parameter group.")
         for key, value in self.defaults.items():
@@ -129,9 +139,23 @@ class FusedAdam(torch.optim.Optimizer):
                 continue
             beta1, beta2 = group["betas"]
             torch._foreach_add_(steps, 1)
-            torch._fused_adam_(params, grads, exp_avgs, exp_avg_sqs, [], steps, amsgrad=False,
-                               lr=group["lr"], beta1=beta1, beta2=beta2, weight_decay=0.0,
-                               eps=group["eps"], maximize=False, grad_scale=None, found_inf=None)
+            torch._fused_adam_(
+                params,
+                grads,
+                exp_avgs,
+                exp_avg_sqs,
+                [],
+                steps,
+                amsgrad=False,
+                lr=group["lr"],
+                beta1=beta1,
+                beta2=beta2,
+                weight_decay=0.0,
+                eps=group["eps"],
+                maximize=False,
+                grad_scale=None,
+                found_inf=None,
+            )
         return loss
 
     def state_dict(self) -> dict[str, Any]:
@@ -151,19 +175,23 @@ class FusedAdam(torch.optim.Optimizer):
         """Load a ``state_dict`` of this class or of ``torch.optim.Adam`` (same layout)."""
         saved_groups = state_dict["param_groups"]
         if len(saved_groups) != len(self.param_groups) or any(
-                len(s["params"]) != len(g["params"]) for s, g in zip(saved_groups, self.param_groups)):
+            len(s["params"]) != len(g["params"]) for s, g in zip(saved_groups, self.param_groups)
+        ):
             raise ValueError(
                 f"the saved optimizer state has {[len(s['params']) for s in saved_groups]} parameters per "
                 f"group, this optimizer {[len(g['params']) for g in self.param_groups]}: it belongs to "
-                "another network.")
-        by_index = {i: p for s, g in zip(saved_groups, self.param_groups)
-                    for i, p in zip(s["params"], g["params"])}
+                "another network."
+            )
+        by_index = {i: p for s, g in zip(saved_groups, self.param_groups) for i, p in zip(s["params"], g["params"])}
         state: defaultdict[torch.Tensor, Any] = defaultdict(dict)
         for i, saved in state_dict["state"].items():
             p = by_index[int(i)]
-            state[p] = {k: (v.to(dtype=torch.float32, device=p.device) if k == "step"
-                            else v.to(dtype=p.dtype, device=p.device)).clone()
-                        for k, v in saved.items()}
+            state[p] = {
+                k: (
+                    v.to(dtype=torch.float32, device=p.device) if k == "step" else v.to(dtype=p.dtype, device=p.device)
+                ).clone()
+                for k, v in saved.items()
+            }
         self.state = state
         for saved, group in zip(saved_groups, self.param_groups):
             for key, value in saved.items():

@@ -11,6 +11,7 @@ Example:
     ['actor', 'env', 'learner']
     >>> run = fdg.run(iterations=3, steps=8, progress=False)   # doctest: +SKIP
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -119,10 +120,12 @@ class ActorCritic(nn.Module):
 
     def __init__(self, obs_dim: int, n_actions: int, hidden: int = 64, norm_obs: bool = False) -> None:
         super().__init__()
-        self.critic = nn.Sequential(_layer(obs_dim, hidden), Tanh(), _layer(hidden, hidden),
-                                    Tanh(), _layer(hidden, 1, std=1.0))
-        self.actor = nn.Sequential(_layer(obs_dim, hidden), Tanh(), _layer(hidden, hidden),
-                                   Tanh(), _layer(hidden, n_actions, std=0.01))
+        self.critic = nn.Sequential(
+            _layer(obs_dim, hidden), Tanh(), _layer(hidden, hidden), Tanh(), _layer(hidden, 1, std=1.0)
+        )
+        self.actor = nn.Sequential(
+            _layer(obs_dim, hidden), Tanh(), _layer(hidden, hidden), Tanh(), _layer(hidden, n_actions, std=0.01)
+        )
         self.obs_norm = ObsNorm(obs_dim) if norm_obs else None
 
     def __getstate__(self) -> dict:
@@ -183,7 +186,9 @@ class ActorCritic(nn.Module):
     fast_numpy_update = True
 
 
-def _sample(agent: ActorCritic, x: torch.Tensor, greedy: bool = False) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def _sample(
+    agent: ActorCritic, x: torch.Tensor, greedy: bool = False
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """(action, log-prob, value) tensors for observations ``x``: what ``act`` computes
     (``greedy``: the most likely action instead of a sample)."""
     x = agent.normalize(x)
@@ -270,8 +275,22 @@ def _sync_and_clip(params: list[torch.Tensor], max_grad_norm: float | None) -> N
     torch._foreach_copy_(grads, [c.view_as(g) for c, g in zip(flat.split([g.numel() for g in grads]), grads)])
 
 
-def ppo_update(agent, optimizer, cfg, update, state, action, logp, value, reward, starts,
-               last_obs, last_done, truncated=None, final_obs=None) -> dict[str, float]:
+def ppo_update(
+    agent,
+    optimizer,
+    cfg,
+    update,
+    state,
+    action,
+    logp,
+    value,
+    reward,
+    starts,
+    last_obs,
+    last_done,
+    truncated=None,
+    final_obs=None,
+) -> dict[str, float]:
     """One PPO update from a ``[T, N, …]`` rollout; returns CleanRL-named losses.
 
     ``starts[t]`` is 1 where ``state[t]`` begins an episode; ``last_obs`` / ``last_done``
@@ -294,8 +313,13 @@ def ppo_update(agent, optimizer, cfg, update, state, action, logp, value, reward
         last_value = like(reward, agent.value(on_device(last_obs, device)))
     advantages, returns = gae(reward, value, starts, last_value, last_done, cfg.gamma, cfg.gae_lambda)
 
-    batch = (obs, flat_batch(action, device), flat_batch(logp, device),
-             flat_batch(advantages, device, np.float32), flat_batch(returns, device, np.float32))
+    batch = (
+        obs,
+        flat_batch(action, device),
+        flat_batch(logp, device),
+        flat_batch(advantages, device, np.float32),
+        flat_batch(returns, device, np.float32),
+    )
     params = [p for p in agent.parameters() if p.requires_grad]
     slices = minibatch_slices(batch[0].shape[0], cfg.num_minibatches)
 
@@ -304,9 +328,15 @@ def ppo_update(agent, optimizer, cfg, update, state, action, logp, value, reward
 
     out = None
     if device.type == "cuda" and getattr(cfg, "cuda_graphs", True) and _one_learner():  # one graph per iteration
-        out = graphed_update(agent, optimizer, (cfg.clip_coef, cfg.ent_coef, cfg.vf_coef, cfg.max_grad_norm,
-                                                _norm_adv(cfg), _clip_vloss(cfg)),
-                             batch, cfg.update_epochs, slices, step)
+        out = graphed_update(
+            agent,
+            optimizer,
+            (cfg.clip_coef, cfg.ent_coef, cfg.vf_coef, cfg.max_grad_norm, _norm_adv(cfg), _clip_vloss(cfg)),
+            batch,
+            cfg.update_epochs,
+            slices,
+            step,
+        )
     fast = None
     if out is None and device.type == "cpu" and slices[0].stop <= NUMPY_MAX_ROWS and _one_learner():
         fast = NumpyStep.build(agent, optimizer, cfg)  # forward and backward in NumPy: no per-op dispatch
@@ -326,8 +356,12 @@ def ppo_update(agent, optimizer, cfg, update, state, action, logp, value, reward
             for mb in slices:
                 out = step(order[mb], batch)
     pg_loss, v_loss, entropy = out
-    return {"losses/policy_loss": float(pg_loss), "losses/value_loss": float(v_loss),
-            "losses/entropy": float(entropy), "charts/learning_rate": optimizer.param_groups[0]["lr"]}
+    return {
+        "losses/policy_loss": float(pg_loss),
+        "losses/value_loss": float(v_loss),
+        "losses/entropy": float(entropy),
+        "charts/learning_rate": optimizer.param_groups[0]["lr"],
+    }
 
 
 def bootstrap_time_limits(agent, gamma: float, reward, truncated, final_obs):
@@ -402,13 +436,18 @@ def _one_learner() -> bool:
 # ----------------------------------------------------------------------------- the fragments
 # Each entry is one notebook cell: (magic line, body). The notebook holds them verbatim.
 FRAGMENT_CELLS: list[tuple[str, str]] = [
-    ("%%fragment env --init", """\
+    (
+        "%%fragment env --init",
+        """\
 envs = wb.envs.make(cfg.env_id, num_envs=cfg.num_envs // replica.count, seed=cfg.seed + replica.index,
                     device=replica.device)
 obs = envs.reset()
 done = envs.xp.zeros(envs.num_envs, dtype=bool)  # on the env's device, as its steps' dones
-"""),
-    ("%%fragment learner --init", """\
+""",
+    ),
+    (
+        "%%fragment learner --init",
+        """\
 torch.manual_seed(cfg.seed)
 agent = ActorCritic(obs_dim=4, n_actions=2, hidden=cfg.hidden, norm_obs=cfg.norm_obs).to(replica.device)
 # CPU: torch's fused Adam kernel without torch.optim's 1-second first use (workbench.algorithms.optim);
@@ -416,23 +455,35 @@ agent = ActorCritic(obs_dim=4, n_actions=2, hidden=cfg.hidden, norm_obs=cfg.norm
 optimizer = adam(agent.parameters(), cfg.learning_rate, device=replica.device)
 update = 0
 weights = agent.state_dict()
-"""),
-    ("%%fragment actor --init", """\
+""",
+    ),
+    (
+        "%%fragment actor --init",
+        """\
 torch.manual_seed(cfg.seed + 1000 + replica.index)
 policy = ActorCritic(obs_dim=4, n_actions=2, hidden=cfg.hidden, norm_obs=cfg.norm_obs).to(replica.device)
 policy.load_state_dict(weights)
-"""),
-    ("%%fragment actor", """\
+""",
+    ),
+    (
+        "%%fragment actor",
+        """\
 state, starts = obs, done          # what this step acts on, kept for the learner
 action, logp, value = policy.act(obs)
-"""),
-    ("%%fragment env", """\
+""",
+    ),
+    (
+        "%%fragment env",
+        """\
 obs, reward, terminated, truncated, info = envs.step(action)
 done = terminated | truncated
 final_obs = info["final_obs"]      # where an episode ended, its last observation
 wb.log("charts/episodic_return", info["episode_return"])
-"""),
-    ("%%fragment learner", """\
+""",
+    ),
+    (
+        "%%fragment learner",
+        """\
 losses = ppo_update(agent, optimizer, cfg, update, state, action, logp, value, reward, starts,
                     last_obs=obs[-1], last_done=done[-1],
                     truncated=truncated & ~terminated, final_obs=final_obs)  # time limits: bootstrap
@@ -440,10 +491,14 @@ for name, number in losses.items():
     wb.log(name, number)
 update += 1
 weights = agent.state_dict()
-"""),
-    ("%%fragment actor --every iteration", """\
+""",
+    ),
+    (
+        "%%fragment actor --every iteration",
+        """\
 policy.load_state_dict(weights)
-"""),
+""",
+    ),
 ]
 
 

@@ -26,6 +26,7 @@ Example:
 
 ``examples/ppo_halfcheetah.py`` trains HalfCheetah-v5 with it from the command line.
 """
+
 from __future__ import annotations
 
 import functools
@@ -40,12 +41,22 @@ import workbench as wb
 from workbench.algorithms.batch_rule import minibatch_slices
 from workbench.algorithms.config_docs import documented
 from workbench.algorithms import optim
-from workbench.algorithms.ppo import (_layer, _sync_and_clip, bootstrap_time_limits, device_of, host,
-                                      on_device)
+from workbench.algorithms.ppo import _layer, _sync_and_clip, bootstrap_time_limits, device_of, host, on_device
 from workbench.kernels import gae, normalize_advantages
 
-__all__ = ["PPOContinuousConfig", "RunningMeanStd", "ObsNormalizer", "RewardScaler", "env_dims",
-           "GaussianActorCritic", "adam", "ppo_continuous_update", "FRAGMENT_CELLS", "build_fdg", "cfg"]
+__all__ = [
+    "PPOContinuousConfig",
+    "RunningMeanStd",
+    "ObsNormalizer",
+    "RewardScaler",
+    "env_dims",
+    "GaussianActorCritic",
+    "adam",
+    "ppo_continuous_update",
+    "FRAGMENT_CELLS",
+    "build_fdg",
+    "cfg",
+]
 
 
 # ----------------------------------------------------------------------------- hyperparameters
@@ -136,7 +147,7 @@ class RunningMeanStd:
         delta = b_mean - self.mean
         total = self.count + b_count
         self.mean = self.mean + delta * b_count / total
-        m2 = self.var * self.count + b_var * b_count + delta ** 2 * self.count * b_count / total
+        m2 = self.var * self.count + b_var * b_count + delta**2 * self.count * b_count / total
         self.var = m2 / total
         self.count = total
 
@@ -146,8 +157,9 @@ class ObsNormalizer:
     every batch it normalises (CleanRL's ``NormalizeObservation`` + clipping). Disabled, it
     passes observations through unchanged."""
 
-    def __init__(self, shape: tuple[int, ...], *, enabled: bool = True, clip: float = 10.0,
-                 epsilon: float = 1e-8) -> None:
+    def __init__(
+        self, shape: tuple[int, ...], *, enabled: bool = True, clip: float = 10.0, epsilon: float = 1e-8
+    ) -> None:
         self.rms = RunningMeanStd(shape)
         self.enabled, self.clip, self.epsilon = enabled, clip, epsilon
 
@@ -174,8 +186,9 @@ class RewardScaler:
     afresh and a truncated episode (HalfCheetah's, at 1000 steps) carries it on. Disabled, it
     passes rewards through unchanged."""
 
-    def __init__(self, num_envs: int, gamma: float, *, enabled: bool = True, clip: float = 10.0,
-                 epsilon: float = 1e-8) -> None:
+    def __init__(
+        self, num_envs: int, gamma: float, *, enabled: bool = True, clip: float = 10.0, epsilon: float = 1e-8
+    ) -> None:
         self.rms = RunningMeanStd(())
         self.returns = np.zeros(num_envs, dtype=np.float64)
         self.gamma, self.enabled, self.clip, self.epsilon = gamma, enabled, clip, epsilon
@@ -199,8 +212,10 @@ def env_dims(env_id: str) -> tuple[int, int]:
     try:
         obs_space, act_space = env.observation_space, env.action_space
         if not isinstance(act_space, gymnasium.spaces.Box):
-            raise ValueError(f"{env_id} has a {type(act_space).__name__} action space; "
-                             "continuous PPO needs a Box (use workbench.algorithms.ppo)")
+            raise ValueError(
+                f"{env_id} has a {type(act_space).__name__} action space; "
+                "continuous PPO needs a Box (use workbench.algorithms.ppo)"
+            )
         return int(np.prod(obs_space.shape)), int(np.prod(act_space.shape))
     finally:
         env.close()
@@ -217,10 +232,12 @@ class GaussianActorCritic(nn.Module):
 
     def __init__(self, obs_dim: int, act_dim: int, hidden: int = 64, log_std_init: float = 0.0) -> None:
         super().__init__()
-        self.critic = nn.Sequential(_layer(obs_dim, hidden), nn.Tanh(), _layer(hidden, hidden),
-                                    nn.Tanh(), _layer(hidden, 1, std=1.0))
-        self.actor_mean = nn.Sequential(_layer(obs_dim, hidden), nn.Tanh(), _layer(hidden, hidden),
-                                        nn.Tanh(), _layer(hidden, act_dim, std=0.01))
+        self.critic = nn.Sequential(
+            _layer(obs_dim, hidden), nn.Tanh(), _layer(hidden, hidden), nn.Tanh(), _layer(hidden, 1, std=1.0)
+        )
+        self.actor_mean = nn.Sequential(
+            _layer(obs_dim, hidden), nn.Tanh(), _layer(hidden, hidden), nn.Tanh(), _layer(hidden, act_dim, std=0.01)
+        )
         self.actor_logstd = nn.Parameter(torch.full((1, act_dim), float(log_std_init)))
 
     def value(self, obs: torch.Tensor) -> torch.Tensor:
@@ -273,8 +290,22 @@ def adam(params, lr: float) -> torch.optim.Optimizer:
         return torch.optim.Adam(params, lr=lr, eps=1e-5)
 
 
-def ppo_continuous_update(agent, optimizer, cfg, update, state, action, logp, value, reward, starts,
-                          last_obs, last_done, truncated=None, final_obs=None) -> dict[str, float]:
+def ppo_continuous_update(
+    agent,
+    optimizer,
+    cfg,
+    update,
+    state,
+    action,
+    logp,
+    value,
+    reward,
+    starts,
+    last_obs,
+    last_done,
+    truncated=None,
+    final_obs=None,
+) -> dict[str, float]:
     """One PPO update from a ``[T, N, …]`` rollout; returns CleanRL-named losses.
 
     ``starts[t]`` is 1 where ``state[t]`` begins an episode; ``last_obs`` / ``last_done``
@@ -309,8 +340,7 @@ def ppo_continuous_update(agent, optimizer, cfg, update, state, action, logp, va
         order = torch.randperm(batch).to(device)  # the CPU generator's draw on every device
         # one gather per epoch, then every minibatch is a contiguous view: the same samples
         # as indexing each minibatch with order[start:end], for 6 copies an epoch, not 6 × 32
-        e_obs, e_act, e_logp, e_val, e_adv, e_ret = (
-            x[order] for x in (b_obs, b_act, b_logp, b_val, b_adv, b_ret))
+        e_obs, e_act, e_logp, e_val, e_adv, e_ret = (x[order] for x in (b_obs, b_act, b_logp, b_val, b_adv, b_ret))
         for mb in slices:
             new_logp, entropy, new_value = agent.evaluate(e_obs[mb], e_act[mb])
             log_ratio = new_logp - e_logp[mb]
@@ -318,8 +348,7 @@ def ppo_continuous_update(agent, optimizer, cfg, update, state, action, logp, va
             with torch.no_grad():  # a tensor, not .item(): no sync per minibatch
                 clipfracs.append(((ratio - 1.0).abs() > cfg.clip_coef).float().mean())
             adv = normalize_advantages(e_adv[mb])
-            pg_loss = torch.max(-adv * ratio,
-                                -adv * ratio.clamp(1 - cfg.clip_coef, 1 + cfg.clip_coef)).mean()
+            pg_loss = torch.max(-adv * ratio, -adv * ratio.clamp(1 - cfg.clip_coef, 1 + cfg.clip_coef)).mean()
             old_value, ret = e_val[mb], e_ret[mb]
             if cfg.clip_vloss:
                 v_clipped = old_value + (new_value - old_value).clamp(-cfg.clip_coef, cfg.clip_coef)
@@ -337,11 +366,15 @@ def ppo_continuous_update(agent, optimizer, cfg, update, state, action, logp, va
             break
     y_pred, y_true = host(b_val), host(b_ret)
     var_y = np.var(y_true)
-    metrics = {"losses/policy_loss": pg_loss.item(), "losses/value_loss": v_loss.item(),
-               "losses/entropy": entropy.mean().item(), "losses/approx_kl": approx_kl.item(),
-               "losses/clipfrac": torch.stack(clipfracs).mean().item(),
-               "charts/learning_rate": optimizer.param_groups[0]["lr"],
-               "charts/action_std": agent.actor_logstd.exp().mean().item()}
+    metrics = {
+        "losses/policy_loss": pg_loss.item(),
+        "losses/value_loss": v_loss.item(),
+        "losses/entropy": entropy.mean().item(),
+        "losses/approx_kl": approx_kl.item(),
+        "losses/clipfrac": torch.stack(clipfracs).mean().item(),
+        "charts/learning_rate": optimizer.param_groups[0]["lr"],
+        "charts/action_std": agent.actor_logstd.exp().mean().item(),
+    }
     if var_y > 0:  # undefined when every return is the same (wb.log refuses NaN)
         metrics["losses/explained_variance"] = float(1 - np.var(y_true - y_pred) / var_y)
     return metrics
@@ -350,7 +383,9 @@ def ppo_continuous_update(agent, optimizer, cfg, update, state, action, logp, va
 # ----------------------------------------------------------------------------- the fragments
 # Each entry is one notebook cell: (magic line, body), in ppo.py's order and shape.
 FRAGMENT_CELLS: list[tuple[str, str]] = [
-    ("%%fragment env --init", """\
+    (
+        "%%fragment env --init",
+        """\
 envs = wb.envs.make(cfg.env_id, num_envs=cfg.num_envs // replica.count, seed=cfg.seed + replica.index,
                     threads=cfg.threads, backend=cfg.env_backend)
 low, high = envs.action_space.low, envs.action_space.high
@@ -358,33 +393,48 @@ obs_norm = ObsNormalizer(envs.observation_shape, enabled=cfg.norm_obs)
 reward_scale = RewardScaler(envs.num_envs, cfg.gamma, enabled=cfg.norm_reward)
 obs = obs_norm(envs.reset())
 done = envs.xp.zeros(envs.num_envs, dtype=bool)  # on the env's device, as its steps' dones
-"""),
-    ("%%fragment learner --init", """\
+""",
+    ),
+    (
+        "%%fragment learner --init",
+        """\
 torch.manual_seed(cfg.seed)
 agent = GaussianActorCritic(*env_dims(cfg.env_id), hidden=cfg.hidden,
                            log_std_init=cfg.log_std_init).to(replica.device)
 optimizer = adam(agent.parameters(), cfg.learning_rate)
 update = 0
 weights = agent.state_dict()
-"""),
-    ("%%fragment actor --init", """\
+""",
+    ),
+    (
+        "%%fragment actor --init",
+        """\
 torch.manual_seed(cfg.seed + 1000 + replica.index)
 policy = GaussianActorCritic(*env_dims(cfg.env_id), hidden=cfg.hidden,
                            log_std_init=cfg.log_std_init).to(replica.device)
 policy.load_state_dict(weights)
-"""),
-    ("%%fragment actor", """\
+""",
+    ),
+    (
+        "%%fragment actor",
+        """\
 state, starts = obs, done          # what this step acts on, kept for the learner
 action, logp, value = policy.act(obs)
-"""),
-    ("%%fragment env", """\
+""",
+    ),
+    (
+        "%%fragment env",
+        """\
 obs, reward, terminated, truncated, info = envs.step(np.clip(action, low, high))
 done = terminated | truncated
 obs, reward = obs_norm(obs), reward_scale(reward, terminated)
 final_obs = obs_norm.apply(info["final_obs"])  # where an episode ended, its last observation
 wb.log("charts/episodic_return", info["episode_return"])
-"""),
-    ("%%fragment learner", """\
+""",
+    ),
+    (
+        "%%fragment learner",
+        """\
 losses = ppo_continuous_update(agent, optimizer, cfg, update, state, action, logp, value, reward,
                                starts, last_obs=obs[-1], last_done=done[-1],
                                truncated=truncated & ~terminated, final_obs=final_obs)  # time limits
@@ -392,10 +442,14 @@ for name, number in losses.items():
     wb.log(name, number)
 update += 1
 weights = agent.state_dict()
-"""),
-    ("%%fragment actor --every iteration", """\
+""",
+    ),
+    (
+        "%%fragment actor --every iteration",
+        """\
 policy.load_state_dict(weights)
-"""),
+""",
+    ),
 ]
 
 

@@ -24,6 +24,7 @@ Example (on a GPU)::
 
     out = graphed_act(policy.actor, policy.critic, x)   # (action, logp, value) or None
 """
+
 from __future__ import annotations
 
 import weakref
@@ -31,8 +32,7 @@ from typing import Any, Callable
 
 import torch
 
-from workbench.kernels.cuda_graphs import (WARMUP, CapturableAdam, Slot, capture, give_up, graphed_call,
-                                           slot_for)
+from workbench.kernels.cuda_graphs import WARMUP, CapturableAdam, Slot, capture, give_up, graphed_call, slot_for
 
 __all__ = ["graphed_act", "graphed_update", "update_captured", "WARMUP", "UPDATE_WARMUP", "UPDATE_TRIES"]
 
@@ -52,9 +52,18 @@ def graphed_act(net, sample: Callable[[Any, torch.Tensor], tuple], x: torch.Tens
 
 
 # ----------------------------------------------------------------------------- learning
-def graphed_update(agent, optimizer, key: tuple, batch: tuple[torch.Tensor, ...], epochs: int,
-                   slices: list[slice], step: Callable[[torch.Tensor, tuple], tuple], *, shuffle: bool = True,
-                   what: str = "the PPO update") -> tuple | None:
+def graphed_update(
+    agent,
+    optimizer,
+    key: tuple,
+    batch: tuple[torch.Tensor, ...],
+    epochs: int,
+    slices: list[slice],
+    step: Callable[[torch.Tensor, tuple], tuple],
+    *,
+    shuffle: bool = True,
+    what: str = "the PPO update",
+) -> tuple | None:
     """All of an iteration's minibatch steps — ``step(idx, batch)`` for each minibatch of
     each epoch's permutation — replayed from one graph; returns the last step's outputs, or
     None where the caller must run eagerly (a capture that failed). ``key`` holds what the
@@ -65,7 +74,17 @@ def graphed_update(agent, optimizer, key: tuple, batch: tuple[torch.Tensor, ...]
     device = batch[0].device
     if len(optimizer.param_groups) != 1:  # one rate scalar serves one group
         return None
-    slot = slot_for(_UPDATE, agent, (key, tuple((t.shape, t.dtype) for t in batch), epochs, tuple((s.start, s.stop) for s in slices), id(optimizer)))
+    slot = slot_for(
+        _UPDATE,
+        agent,
+        (
+            key,
+            tuple((t.shape, t.dtype) for t in batch),
+            epochs,
+            tuple((s.start, s.stop) for s in slices),
+            id(optimizer),
+        ),
+    )
     if slot.failed:
         return None
     slot.calls += 1

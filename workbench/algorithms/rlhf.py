@@ -26,14 +26,22 @@ Example:
     >>> [line for line, _ in rlhf.FRAGMENT_CELLS if "reward" in line]
     ['%%fragment reward --init', '%%fragment reward']
 """
+
 from __future__ import annotations
 
 import numpy as np  # noqa: F401  (the cells read it)
 
 import workbench as wb
 from workbench.algorithms import grpo
-from workbench.algorithms.grpo import (GRPOConfig, adam, generate_completions, grpo_update, make_model,  # noqa: F401
-                                       prompt_batch, reference_logp)
+from workbench.algorithms.grpo import (  # noqa: F401
+    GRPOConfig,
+    adam,
+    generate_completions,
+    grpo_update,
+    make_model,
+    prompt_batch,
+    reference_logp,
+)
 from workbench.llm.errors import LLMInputError
 from workbench.llm.models import context_length, frozen, load_weights, weights_copy  # noqa: F401
 from workbench.llm.tasks import decode_completions, encode_prompts, heldout_accuracy, score_completions  # noqa: F401
@@ -42,12 +50,18 @@ __all__ = ["FRAGMENT_CELLS", "REWARD_CELLS", "build_fdg", "cfg", "task", "tokeni
 
 #: the reward fragment's cells: the reward model on the replica's device, then a score per completion
 REWARD_CELLS: list[tuple[str, str]] = [
-    ("%%fragment reward --init", """\
+    (
+        "%%fragment reward --init",
+        """\
 scorer = reward_model.to(replica.device)   # the trained reward model, on this replica's device
-"""),
-    ("%%fragment reward", """\
+""",
+    ),
+    (
+        "%%fragment reward",
+        """\
 rewards = score_completions(scorer, prompt_texts, decode_completions(tokenizer, tokens))
-"""),
+""",
+    ),
 ]
 
 
@@ -76,10 +90,12 @@ class _NoRewardModel:
     it to a device says what to do."""
 
     def to(self, device):
-        raise LLMInputError("the reward fragment has no reward model: set reward_model to a trained "
-                            "RewardModel before the run (reward_model = reward_model_from(policy, tokenizer), "
-                            "then train_reward_model(reward_model, prompts, chosen, rejected); "
-                            "notebooks/rlhf.ipynb does both).")
+        raise LLMInputError(
+            "the reward fragment has no reward model: set reward_model to a trained "
+            "RewardModel before the run (reward_model = reward_model_from(policy, tokenizer), "
+            "then train_reward_model(reward_model, prompts, chosen, rejected); "
+            "notebooks/rlhf.ipynb does both)."
+        )
 
     def __repr__(self) -> str:
         return "<no reward model yet>"

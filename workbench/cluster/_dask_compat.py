@@ -13,13 +13,23 @@ Example:
     >>> is_workbench_topic("workbench-3f2a"), is_workbench_topic("other")
     (True, False)
 """
+
 from __future__ import annotations
 
 import inspect
 from typing import Any
 
-__all__ = ["TOPIC_PREFIX", "topic_name", "is_workbench_topic", "scheduler_topics", "prune_topics",
-           "forget_topic_handler", "workers_info", "claim_forkserver_preload", "nanny_spawn_environment"]
+__all__ = [
+    "TOPIC_PREFIX",
+    "topic_name",
+    "is_workbench_topic",
+    "scheduler_topics",
+    "prune_topics",
+    "forget_topic_handler",
+    "workers_info",
+    "claim_forkserver_preload",
+    "nanny_spawn_environment",
+]
 
 #: the scheduler event topics of workbench runs: ``workbench-<run id>``
 TOPIC_PREFIX = "workbench-"
@@ -55,9 +65,8 @@ def prune_topics(keep: int, dask_scheduler=None) -> int:
     topics = scheduler_topics(dask_scheduler)
     if topics is None:
         return 0
-    ours = [t for t, state in topics.items()
-            if is_workbench_topic(t) and not getattr(state, "subscribers", None)]
-    gone = ours[:max(0, len(ours) - keep)]
+    ours = [t for t, state in topics.items() if is_workbench_topic(t) and not getattr(state, "subscribers", None)]
+    gone = ours[: max(0, len(ours) - keep)]
     for name in gone:
         del topics[name]
     return len(gone)
@@ -124,12 +133,14 @@ def nanny_spawn_environment() -> dict[str, str]:
     try:
         from distributed.nanny import _get_env_variables
     except ImportError:  # moved: the same rule, from the public config
+
         def _get_env_variables(key: str) -> dict[str, str]:
             import os
 
             import dask
 
             return {k: os.environ.get(k, str(v)) for k, v in dask.config.get(key).items() if v is not None}
+
     env = _get_env_variables("distributed.nanny.pre-spawn-environ")
     if env.get("PYTHONHASHSEED") in (None, "0"):
         env["PYTHONHASHSEED"] = "6640"  # Dask's own choice (dask/dask#6640)

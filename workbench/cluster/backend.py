@@ -7,6 +7,7 @@ replica runs the replica's loop for the whole run; its key starts with the group
 move replica to replica over the direct channels; the notebook receives only the small
 task reports, as Dask events. A stop flag on each worker ends the loops.
 """
+
 from __future__ import annotations
 
 import pickle
@@ -31,9 +32,24 @@ from workbench.cluster.notebook_shipping import shipped
 from workbench.cluster.report_events import add_phases, report_event
 from workbench.cluster.report_relay import REPORT_KEY, DriverInbox, ReportRelay, scheduler_connected
 from workbench.cluster.state_export import ExportBox, send_export
-from workbench.cluster.worker_control import (PLUGIN_NAME, _busy_cells, _drop_run, _fence_close, _fence_of,
-                                              _fence_pause, _fence_release, _has_plugin, _set_stopping)
-from workbench.errors import FragmentRuntimeError, PlacementError, WorkbenchError, WorkerLostError, WorkerUnreachableError
+from workbench.cluster.worker_control import (
+    PLUGIN_NAME,
+    _busy_cells,
+    _drop_run,
+    _fence_close,
+    _fence_of,
+    _fence_pause,
+    _fence_release,
+    _has_plugin,
+    _set_stopping,
+)
+from workbench.errors import (
+    FragmentRuntimeError,
+    PlacementError,
+    WorkbenchError,
+    WorkerLostError,
+    WorkerUnreachableError,
+)
 from workbench.fdg.inventory import Inventory
 from workbench.fdg.plan import Plan
 from workbench.runtime.transport.channels import SocketServer, dumps_state
@@ -80,8 +96,17 @@ def _plugin() -> WorkbenchPlugin:
     return get_worker().plugins[PLUGIN_NAME]
 
 
-def _deploy(run_id: str, authkey: bytes, program: GroupProgram, index: int, count: int,
-            notebook: dict, device: str, state: bytes | None, tls: bool = False) -> tuple[str, int]:
+def _deploy(
+    run_id: str,
+    authkey: bytes,
+    program: GroupProgram,
+    index: int,
+    count: int,
+    notebook: dict,
+    device: str,
+    state: bytes | None,
+    tls: bool = False,
+) -> tuple[str, int]:
     worker = get_worker()
     restored = pickle.loads(state) if state is not None else None
     plugin = _plugin()
@@ -93,8 +118,17 @@ def _deploy(run_id: str, authkey: bytes, program: GroupProgram, index: int, coun
     return deployed.server.address
 
 
-def _loop_task(run_id: str, authkey: bytes, group: str, index: int, plan: Plan, stream: StreamSpec,
-               addresses: dict, counts: dict[str, int], tls: bool = False) -> int:
+def _loop_task(
+    run_id: str,
+    authkey: bytes,
+    group: str,
+    index: int,
+    plan: Plan,
+    stream: StreamSpec,
+    addresses: dict,
+    counts: dict[str, int],
+    tls: bool = False,
+) -> int:
     # ``addresses`` includes the driver's channel server (DRIVER): reports and snapshots
     # Leave the worker's thread pool: loops run for the whole run, and several replicas
     # (actor+env and learner, say) may share one single-threaded worker.
@@ -103,8 +137,12 @@ def _loop_task(run_id: str, authkey: bytes, group: str, index: int, plan: Plan, 
     worker = get_worker()
     deployed = plugin.deployed[(run_id, group, index)]
     local = {(g, i): d.mailbox for (r, g, i), d in plugin.deployed.items() if r == run_id}
-    join_lanes(plugin.__dict__.setdefault("lanes", {}), (run_id, group), deployed.replica,
-               [i for (r, g, i) in plugin.deployed if r == run_id and g == group])  # lanes=True
+    join_lanes(
+        plugin.__dict__.setdefault("lanes", {}),
+        (run_id, group),
+        deployed.replica,
+        [i for (r, g, i) in plugin.deployed if r == run_id and g == group],
+    )  # lanes=True
     postman = SocketPostman(addresses, authkey, local, worker_channel_tls() if tls else None)
     phases: dict[tuple[str, str], float] = {}
 
@@ -119,9 +157,18 @@ def _loop_task(run_id: str, authkey: bytes, group: str, index: int, plan: Plan, 
     try:
         # an error stops this worker's replicas of the run at once (the driver stops the
         # rest) and is the task's outcome: Dask carries it to the driver (loop_ended)
-        return run_replica(deployed.replica, plan, stream, deployed.mailbox, postman, counts, report,
-                           stopping=lambda: run_id in plugin.stopping, stop=lambda: plugin.stopping.add(run_id),
-                           fence=None if plan.policy.asynchronous else _fence_of(plugin, run_id))
+        return run_replica(
+            deployed.replica,
+            plan,
+            stream,
+            deployed.mailbox,
+            postman,
+            counts,
+            report,
+            stopping=lambda: run_id in plugin.stopping,
+            stop=lambda: plugin.stopping.add(run_id),
+            fence=None if plan.policy.asynchronous else _fence_of(plugin, run_id),
+        )
     except WorkbenchError as exc:  # a cell's error, say: raised below, without its context
         failed = exc
     except (ConnectionError, EOFError) as exc:
@@ -150,8 +197,14 @@ class PeerLost(str):
 def _export(run_id: str, group: str, index: int, driver: tuple, authkey: bytes, tls: bool) -> int:
     # One pickle for the whole replica (an optimizer must come back pointing at its model's
     # parameters), sent over the run's channel: Dask moved a 3 GB result at ~200 MB/s
-    return send_export(_plugin().deployed[(run_id, group, index)].replica, group, index, driver,
-                       authkey, worker_channel_tls() if tls else None)
+    return send_export(
+        _plugin().deployed[(run_id, group, index)].replica,
+        group,
+        index,
+        driver,
+        authkey,
+        worker_channel_tls() if tls else None,
+    )
 
 
 def _looks_like_loss(exc: BaseException) -> bool:
@@ -239,13 +292,17 @@ class DaskBackend(Backend):
         """Put what happened to the run (a lost worker's line) on this stretch's topic, where
         the dashboard page shows it above the plots. Best effort, as every page update."""
         try:
-            self.client.log_event(self._topic, {RUN_EVENT: {"kind": kind, "message": message,
-                                                            "iteration": iteration}})
+            self.client.log_event(self._topic, {RUN_EVENT: {"kind": kind, "message": message, "iteration": iteration}})
         except Exception:  # the page is a view: a scheduler that cannot take it costs the line there
             pass
 
-    def deploy(self, plan: Plan, programs: dict[str, GroupProgram], notebook: dict[str, Any],
-               states: dict[tuple[str, int], dict] | None = None) -> None:
+    def deploy(
+        self,
+        plan: Plan,
+        programs: dict[str, GroupProgram],
+        notebook: dict[str, Any],
+        states: dict[tuple[str, int], dict] | None = None,
+    ) -> None:
         placed = {}
         for name, group in plan.groups.items():
             for index, worker_name in enumerate(group.workers):
@@ -259,11 +316,25 @@ class DaskBackend(Backend):
         self._workers.update(placed)
         saved = {key: dumps_state(state) for key, state in (states or {}).items()}
         with shipped(self.client, notebook, placed.values()) as shipped_notebook:
-            futures = {key: self.client.submit(
-                _deploy, self.run_id, self._authkey, programs[key[0]], key[1], plan.groups[key[0]].replicas,
-                shipped_notebook, plan.groups[key[0]].device, saved.get(key), self._tls,
-                key=f"{key[0]}-deploy-{uuid.uuid4().hex}", workers=[address], allow_other_workers=False,
-                pure=False) for key, address in placed.items()}
+            futures = {
+                key: self.client.submit(
+                    _deploy,
+                    self.run_id,
+                    self._authkey,
+                    programs[key[0]],
+                    key[1],
+                    plan.groups[key[0]].replicas,
+                    shipped_notebook,
+                    plan.groups[key[0]].device,
+                    saved.get(key),
+                    self._tls,
+                    key=f"{key[0]}-deploy-{uuid.uuid4().hex}",
+                    workers=[address],
+                    allow_other_workers=False,
+                    pure=False,
+                )
+                for key, address in placed.items()
+            }
             for key, future in futures.items():
                 self._addresses[key] = tuple(future.result())
 
@@ -282,14 +353,29 @@ class DaskBackend(Backend):
             self.snapshots = SnapshotBook(counts, on_complete=events.on_snapshot)
         # HMAC-authenticated like every channel, TLS on a TLS cluster
         self._exports = ExportBox()  # final states (keep_state) arrive here, see export
-        self._driver_server = SocketServer(DriverInbox(events, self.snapshots, self._relay, self._exports),
-                                           _driver_host(self.inventory), self._authkey, self._driver_tls())
+        self._driver_server = SocketServer(
+            DriverInbox(events, self.snapshots, self._relay, self._exports),
+            _driver_host(self.inventory),
+            self._authkey,
+            self._driver_tls(),
+        )
         addresses[DRIVER] = self._driver_server.address
         for key, address in self._workers.items():
             future = self.client.submit(
-                _loop_task, self.run_id, self._authkey, key[0], key[1], plan, stream,
-                addresses, counts, self._tls, key=f"{key[0]}-loop-{uuid.uuid4().hex}",
-                workers=[address], allow_other_workers=False, pure=False,
+                _loop_task,
+                self.run_id,
+                self._authkey,
+                key[0],
+                key[1],
+                plan,
+                stream,
+                addresses,
+                counts,
+                self._tls,
+                key=f"{key[0]}-loop-{uuid.uuid4().hex}",
+                workers=[address],
+                allow_other_workers=False,
+                pure=False,
             )
             future.add_done_callback(lambda f, key=key: loop_ended(events, f, key))
             self._loops.append(future)
@@ -303,15 +389,26 @@ class DaskBackend(Backend):
     def export(self) -> dict[tuple[str, int], dict[str, dict[str, Any]]]:
         self._join_loops()
         futures = {
-            key: self.client.submit(_export, self.run_id, key[0], key[1], self._driver_server.address,
-                                    self._authkey, self._tls, workers=[address],
-                                    allow_other_workers=False, pure=False,
-                                    key=f"{key[0]}-export-{uuid.uuid4().hex}")
+            key: self.client.submit(
+                _export,
+                self.run_id,
+                key[0],
+                key[1],
+                self._driver_server.address,
+                self._authkey,
+                self._tls,
+                workers=[address],
+                allow_other_workers=False,
+                pure=False,
+                key=f"{key[0]}-export-{uuid.uuid4().hex}",
+            )
             for key, address in self._workers.items()
         }
         sizes = {key: future.result() for key, future in futures.items()}
-        return {key: pickle.loads(self._exports.take(key, size, lambda a=self._workers[key]: a in self.lost_workers()))
-                for key, size in sizes.items()}
+        return {
+            key: pickle.loads(self._exports.take(key, size, lambda a=self._workers[key]: a in self.lost_workers()))
+            for key, size in sizes.items()
+        }
 
     def _join_loops(self) -> None:
         gone = set(self.lost_workers())
@@ -397,8 +494,9 @@ class DaskBackend(Backend):
             if address in suspected:
                 servers.setdefault(address, self._addresses[key])
         started = time.monotonic()
-        lost = liveness.lost_among(self.client, servers, {a: unheard[a] for a in servers}, self._loss_bound,
-                                   tls=self._driver_tls())
+        lost = liveness.lost_among(
+            self.client, servers, {a: unheard[a] for a in servers}, self._loss_bound, tls=self._driver_tls()
+        )
         if not lost:
             return
         decided_after = max(unheard[a] for a in lost) + time.monotonic() - started
@@ -460,16 +558,20 @@ class DaskBackend(Backend):
             # bounded: the scheduler delivers to every worker at once, and only the reply of
             # one cut off would keep the driver (and its look for lost workers) waiting for
             # Dask's TCP timeout, 30 s; giving up waiting sends nothing back
-            self.client.run(_fence_release, self.run_id, iteration, workers=sorted(set(self._workers.values())),
-                            callback_timeout=RELEASE_WAIT_S)
+            self.client.run(
+                _fence_release,
+                self.run_id,
+                iteration,
+                workers=sorted(set(self._workers.values())),
+                callback_timeout=RELEASE_WAIT_S,
+            )
         except Exception:  # a worker that is gone, or cut off, is found by check()
             pass
 
     def activity(self) -> dict[str, tuple[int, float | None]]:
         """Per replica: steps finished, CPU seconds of its loop (workbench.runtime.process.stall)."""
         loops = {future.key: key for key, future in zip(self._workers, self._loops)}
-        return liveness.loop_activity(self.client, self.run_id, loops, sorted(set(self._workers.values())),
-                                      PLUGIN_NAME)
+        return liveness.loop_activity(self.client, self.run_id, loops, sorted(set(self._workers.values())), PLUGIN_NAME)
 
     def env_step_counts(self) -> dict[str, int]:
         """Each replica's own env-step count (in the run), read from its worker."""

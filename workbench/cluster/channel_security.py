@@ -8,6 +8,7 @@ snapshots) the client's (``client.security``, role "client"). Both are signed by
 cluster's CA, which every side checks; Dask already required each of them to reach the
 scheduler. On a plain cluster (the embedded loopback one) the channels stay plain.
 """
+
 from __future__ import annotations
 
 import threading
@@ -44,7 +45,8 @@ def channel_tls(security, role: str, where: str) -> ChannelTLS:
             f"the cluster uses TLS, but {where} has no TLS certificate for its {role} role "
             f"(distributed.comm.tls.ca-file and distributed.comm.tls.{role}.cert are unset there), "
             "so the run's replica channels cannot be encrypted. Give it the cluster's CA file, "
-            "certificate and key, as for connecting to the scheduler (docs/security.md).")
+            "certificate and key, as for connecting to the scheduler (docs/security.md)."
+        )
     tls = ChannelTLS(server=server, client=client)
     with _cache_lock:
         if len(_cache) > 16:  # a long-lived notebook that made many clients

@@ -14,6 +14,7 @@ Example:
     ...                   tls_client_key="key.pem", require_encryption=True)
     >>> handle = connect("tls://10.0.0.5:8786", security=secure)   # doctest: +SKIP
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -70,8 +71,9 @@ EMBEDDED_HOST = "127.0.0.1"
 EMBEDDED_DASHBOARD_ADDRESS = "127.0.0.1:8787"
 
 
-def embedded_cluster(n_workers: int | None = None, threads_per_worker: int = 1, *,
-                     quiet: bool = False) -> ClusterHandle:
+def embedded_cluster(
+    n_workers: int | None = None, threads_per_worker: int = 1, *, quiet: bool = False
+) -> ClusterHandle:
     """The process's embedded ``LocalCluster`` (started on first use, on loopback).
 
     ``n_workers`` None sizes it to the host: one single-thread worker per usable core, at
@@ -104,6 +106,7 @@ def embedded_cluster(n_workers: int | None = None, threads_per_worker: int = 1, 
         with dask.config.set(settings):
             start_forkserver()  # first: its imports (torch…) run beside the dashboard's and the scheduler's start
         import workbench.cluster.dashboard  # noqa: F401  (registers the /workbench page before the dashboard starts)
+
         try:
             with dask.config.set(settings):
                 # patient: a worker its nanny restarts (a crash, a stuck cell's stop) may
@@ -120,7 +123,7 @@ def embedded_cluster(n_workers: int | None = None, threads_per_worker: int = 1, 
             raise RunConfigError(
                 f"the embedded Dask cluster could not start its workers ({exc}). Worker "
                 "processes re-import the main script: in a script, start runs under "
-                "`if __name__ == \"__main__\":`; from stdin or `python -c`, use the inline "
+                '`if __name__ == "__main__":`; from stdin or `python -c`, use the inline '
                 "policy or pass cluster=ADDRESS of a running scheduler."
             ) from None
         client = Client(cluster, set_as_default=False)
@@ -135,10 +138,17 @@ def embedded_cluster(n_workers: int | None = None, threads_per_worker: int = 1, 
         atexit.register(shutdown_embedded)
         # every path that starts the cluster says where its dashboard is (quiet or not:
         # later runs reuse it and would never say), pointing at workbench's own page
-        lean = ("; more workers than cores: lean Dask settings" if oversubscribed(n_workers, threads_per_worker)
-                else "; one per core" if pin is not None else "")
-        print(f"workbench: started a local Dask cluster ({n_workers} workers on 127.0.0.1{lean}); "
-              f"dashboard: {workbench_page(client)}")
+        lean = (
+            "; more workers than cores: lean Dask settings"
+            if oversubscribed(n_workers, threads_per_worker)
+            else "; one per core"
+            if pin is not None
+            else ""
+        )
+        print(
+            f"workbench: started a local Dask cluster ({n_workers} workers on 127.0.0.1{lean}); "
+            f"dashboard: {workbench_page(client)}"
+        )
         return _embedded
 
 
@@ -155,6 +165,7 @@ def start_embedded_in_background(n_workers: int | None = None) -> threading.Thre
     >>> embedded_cluster() is embedded_cluster()         # doctest: +SKIP
     True
     """
+
     def start() -> None:
         try:
             embedded_cluster(n_workers)
@@ -200,8 +211,9 @@ def shutdown_embedded() -> None:
             _embedded = None
 
 
-def connect(cluster: Client | str | None = None, *, quiet: bool = False, timeout: float = 10.0,
-            security: Security | None = None) -> ClusterHandle:
+def connect(
+    cluster: Client | str | None = None, *, quiet: bool = False, timeout: float = 10.0, security: Security | None = None
+) -> ClusterHandle:
     """A handle on the cluster to run on.
 
     ``cluster`` may be a ``distributed.Client``, a Dask cluster object (``LocalCluster``,
@@ -220,8 +232,10 @@ def connect(cluster: Client | str | None = None, *, quiet: bool = False, timeout
         )
     if isinstance(cluster, Client):
         if security is not None:
-            raise RunConfigError("security= applies to a scheduler address; a Client already has "
-                                 "its own (Client(address, security=...)).")
+            raise RunConfigError(
+                "security= applies to a scheduler address; a Client already has "
+                "its own (Client(address, security=...))."
+            )
         return ClusterHandle(cluster)
     if isinstance(cluster, Cluster):  # LocalCluster, dask-cuda's LocalCUDACluster, …: the user's
         if security is not None:
@@ -248,10 +262,12 @@ def connect(cluster: Client | str | None = None, *, quiet: bool = False, timeout
         return embedded_cluster(quiet=quiet)
 
 
-_TLS_ADVICE = ("the certificates: security=Security(tls_ca_file=CA, tls_client_cert=CERT, "
-               "tls_client_key=KEY, require_encryption=True) in Python, --tls-ca-file/--tls-cert/"
-               "--tls-key for `workbench run`, or distributed.comm.tls.* in Dask's config "
-               "(see docs/security.md)")
+_TLS_ADVICE = (
+    "the certificates: security=Security(tls_ca_file=CA, tls_client_cert=CERT, "
+    "tls_client_key=KEY, require_encryption=True) in Python, --tls-ca-file/--tls-cert/"
+    "--tls-key for `workbench run`, or distributed.comm.tls.* in Dask's config "
+    "(see docs/security.md)"
+)
 
 
 def _handshake(address: str, timeout: float, security: Security | None) -> None:

@@ -24,6 +24,7 @@ workbench.cluster.dashboard`` (preload modules are imported before the dashboard
 
 BokehJS comes from the scheduler's own Bokeh server: nothing is fetched from a CDN.
 """
+
 from __future__ import annotations
 
 import html
@@ -32,16 +33,31 @@ import math
 import time
 
 from workbench.cluster._dask_compat import TOPIC_PREFIX
-from workbench.cluster.dashboard_model import (BYTES_COLOR, EventCursor, ReplicaStats, RunState,  # noqa: F401
-                                               log_length, run_key, workbench_topics)
+from workbench.cluster.dashboard_model import (  # noqa: F401
+    BYTES_COLOR,
+    EventCursor,
+    ReplicaStats,
+    RunState,
+    log_length,
+    run_key,
+    workbench_topics,
+)
 from workbench.fdg.plan import human_bytes
 from workbench.runtime.state.run import DEFAULT_UNIT, RETURN_METRIC, headline_text, rate_label
 
 #: the curve's title while it plots the return
 RETURN_TITLE = f"Return ({RETURN_METRIC}): mean per iteration, min–max band, episodes"
 
-__all__ = ["INDIVIDUAL_ROUTE", "ROUTE", "RunState", "TOPIC_PREFIX", "dask_setup", "install",
-           "individual_workbench_doc", "workbench_doc"]
+__all__ = [
+    "INDIVIDUAL_ROUTE",
+    "ROUTE",
+    "RunState",
+    "TOPIC_PREFIX",
+    "dask_setup",
+    "install",
+    "individual_workbench_doc",
+    "workbench_doc",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -53,14 +69,24 @@ UPDATE_MS = 500
 # The Bokeh page
 # ---------------------------------------------------------------------------------------
 
+
 class WorkbenchPage:
     """One browser session's view: Bokeh models plus the run state they show."""
 
     def __init__(self, scheduler, *, standalone: bool) -> None:
         from bokeh.layouts import column, row
-        from bokeh.models import (ColumnDataSource, DataTable, Div, FactorRange, HoverTool,
-                                  NumberFormatter, NumeralTickFormatter, Select, StringFormatter,
-                                  TableColumn)
+        from bokeh.models import (
+            ColumnDataSource,
+            DataTable,
+            Div,
+            FactorRange,
+            HoverTool,
+            NumberFormatter,
+            NumeralTickFormatter,
+            Select,
+            StringFormatter,
+            TableColumn,
+        )
         from bokeh.plotting import figure
 
         self.scheduler = scheduler
@@ -79,84 +105,162 @@ class WorkbenchPage:
         self.select = Select(title="Run", options=[], value="", width=260)
         self.select.on_change("value", self._on_select)
 
-        self.time_source = ColumnDataSource({k: [] for k in ("replica", "segment", "left", "right", "seconds", "share", "color")})
+        self.time_source = ColumnDataSource(
+            {k: [] for k in ("replica", "segment", "left", "right", "seconds", "share", "color")}
+        )
         self.bytes_source = ColumnDataSource({"replica": [], "bytes": [], "text": [], "tasks": []})
         self.rate_source = ColumnDataSource({"t": [], "rate": []})
         self.curve_source = ColumnDataSource({"iteration": [], "mean": [], "low": [], "high": [], "episodes": []})
         self.episodes_source = ColumnDataSource({"iteration": [], "value": []})
-        self.table_source = ColumnDataSource({k: [] for k in (
-            "group", "replica", "worker", "address", "tasks", "iteration", "env_steps", "compute",
-            "wait", "send", "bytes", "last")})
+        self.table_source = ColumnDataSource(
+            {
+                k: []
+                for k in (
+                    "group",
+                    "replica",
+                    "worker",
+                    "address",
+                    "tasks",
+                    "iteration",
+                    "env_steps",
+                    "compute",
+                    "wait",
+                    "send",
+                    "bytes",
+                    "last",
+                )
+            }
+        )
 
         self.replica_range = FactorRange(factors=[])
         tools = "pan,wheel_zoom,box_zoom,reset,save"
-        self.time_fig = figure(title="Where each replica's time goes (seconds: compute per fragment, waiting, sending)",
-                               y_range=self.replica_range, height=300, sizing_mode="stretch_width",
-                               tools=tools, toolbar_location="above", x_axis_label="seconds")
-        self.time_fig.hbar(y="replica", left="left", right="right", height=0.7, color="color",
-                           line_color="white", legend_field="segment", source=self.time_source)
-        self.time_fig.add_tools(HoverTool(tooltips=[("replica", "@replica"), ("", "@segment"),
-                                                    ("seconds", "@seconds{0.000}"), ("share", "@share{0.0%}")]))
+        self.time_fig = figure(
+            title="Where each replica's time goes (seconds: compute per fragment, waiting, sending)",
+            y_range=self.replica_range,
+            height=300,
+            sizing_mode="stretch_width",
+            tools=tools,
+            toolbar_location="above",
+            x_axis_label="seconds",
+        )
+        self.time_fig.hbar(
+            y="replica",
+            left="left",
+            right="right",
+            height=0.7,
+            color="color",
+            line_color="white",
+            legend_field="segment",
+            source=self.time_source,
+        )
+        self.time_fig.add_tools(
+            HoverTool(
+                tooltips=[
+                    ("replica", "@replica"),
+                    ("", "@segment"),
+                    ("seconds", "@seconds{0.000}"),
+                    ("share", "@share{0.0%}"),
+                ]
+            )
+        )
         legend = self.time_fig.legend[0]
         legend.label_text_font_size = "12px"
         legend.border_line_alpha = 0
         self.time_fig.add_layout(legend, "right")
 
-        self.bytes_fig = figure(title="Bytes sent to other processes", y_range=self.replica_range,
-                                height=300, width=340, tools=tools, toolbar_location="above",
-                                x_axis_label="bytes")
+        self.bytes_fig = figure(
+            title="Bytes sent to other processes",
+            y_range=self.replica_range,
+            height=300,
+            width=340,
+            tools=tools,
+            toolbar_location="above",
+            x_axis_label="bytes",
+        )
         self.bytes_fig.hbar(y="replica", right="bytes", height=0.7, color=BYTES_COLOR, source=self.bytes_source)
         self.bytes_fig.xaxis.formatter = NumeralTickFormatter(format="0.0 b")
         self.bytes_fig.yaxis.visible = False
         self.bytes_fig.xaxis.ticker.desired_num_ticks = 4
         self.bytes_fig.add_tools(HoverTool(tooltips=[("replica", "@replica"), ("sent", "@text"), ("tasks", "@tasks")]))
 
-        self.rate_fig = figure(title="Env steps per second", height=280, sizing_mode="stretch_width",
-                               tools=tools, toolbar_location="above", x_axis_label="seconds since the run's first task",
-                               y_axis_label="env-steps/s")
+        self.rate_fig = figure(
+            title="Env steps per second",
+            height=280,
+            sizing_mode="stretch_width",
+            tools=tools,
+            toolbar_location="above",
+            x_axis_label="seconds since the run's first task",
+            y_axis_label="env-steps/s",
+        )
         self.rate_fig.line("t", "rate", source=self.rate_source, line_width=2, color="#1f77b4")
         self.rate_fig.varea(x="t", y1=0, y2="rate", source=self.rate_source, fill_alpha=0.15, fill_color="#1f77b4")
         self.rate_fig.y_range.start = 0
         self.rate_fig.add_tools(HoverTool(tooltips=[("t", "@t{0.0} s"), ("env-steps/s", "@rate{0,0}")], mode="vline"))
 
-        self.return_fig = figure(title=RETURN_TITLE,
-                                 height=280, sizing_mode="stretch_width", tools=tools, toolbar_location="above",
-                                 x_axis_label="iteration", y_axis_label="episodic return")
-        self.return_fig.varea(x="iteration", y1="low", y2="high", source=self.curve_source,
-                              fill_alpha=0.15, fill_color="#2ca02c")
+        self.return_fig = figure(
+            title=RETURN_TITLE,
+            height=280,
+            sizing_mode="stretch_width",
+            tools=tools,
+            toolbar_location="above",
+            x_axis_label="iteration",
+            y_axis_label="episodic return",
+        )
+        self.return_fig.varea(
+            x="iteration", y1="low", y2="high", source=self.curve_source, fill_alpha=0.15, fill_color="#2ca02c"
+        )
         self.return_fig.scatter("iteration", "value", source=self.episodes_source, size=3, alpha=0.25, color="#2ca02c")
         mean = self.return_fig.line("iteration", "mean", source=self.curve_source, line_width=2, color="#2ca02c")
-        self.return_fig.add_tools(HoverTool(renderers=[mean], mode="vline", tooltips=[
-            ("iteration", "@iteration"), ("mean", "@mean{0.00}"), ("min", "@low{0.00}"),
-            ("max", "@high{0.00}"), ("episodes", "@episodes")]))
+        self.return_fig.add_tools(
+            HoverTool(
+                renderers=[mean],
+                mode="vline",
+                tooltips=[
+                    ("iteration", "@iteration"),
+                    ("mean", "@mean{0.00}"),
+                    ("min", "@low{0.00}"),
+                    ("max", "@high{0.00}"),
+                    ("episodes", "@episodes"),
+                ],
+            )
+        )
 
         secs = NumberFormatter(format="0.000")
         # titled after the run's unit (--unit) once the page knows it, as the rate plot
-        self._steps_column = TableColumn(field="env_steps", title=DEFAULT_UNIT, width=80,
-                                         formatter=NumberFormatter(format="0,0"))
+        self._steps_column = TableColumn(
+            field="env_steps", title=DEFAULT_UNIT, width=80, formatter=NumberFormatter(format="0,0")
+        )
         self._unit = DEFAULT_UNIT
-        cols = [TableColumn(field="group", title="group", width=120),
-                TableColumn(field="replica", title="replica", width=60),
-                TableColumn(field="worker", title="worker", width=70),
-                TableColumn(field="address", title="address", width=170),
-                TableColumn(field="tasks", title="tasks", width=60),
-                TableColumn(field="iteration", title="last iteration", width=90),
-                self._steps_column,
-                TableColumn(field="compute", title="compute s", width=80, formatter=secs),
-                TableColumn(field="wait", title="wait s", width=80, formatter=secs),
-                TableColumn(field="send", title="send s", width=80, formatter=secs),
-                TableColumn(field="bytes", title="sent", width=80, formatter=StringFormatter()),
-                TableColumn(field="last", title="last report", width=90, formatter=StringFormatter())]
-        self.table = DataTable(source=self.table_source, columns=cols, height=170, index_position=None,
-                               sizing_mode="stretch_width")
+        cols = [
+            TableColumn(field="group", title="group", width=120),
+            TableColumn(field="replica", title="replica", width=60),
+            TableColumn(field="worker", title="worker", width=70),
+            TableColumn(field="address", title="address", width=170),
+            TableColumn(field="tasks", title="tasks", width=60),
+            TableColumn(field="iteration", title="last iteration", width=90),
+            self._steps_column,
+            TableColumn(field="compute", title="compute s", width=80, formatter=secs),
+            TableColumn(field="wait", title="wait s", width=80, formatter=secs),
+            TableColumn(field="send", title="send s", width=80, formatter=secs),
+            TableColumn(field="bytes", title="sent", width=80, formatter=StringFormatter()),
+            TableColumn(field="last", title="last report", width=90, formatter=StringFormatter()),
+        ]
+        self.table = DataTable(
+            source=self.table_source, columns=cols, height=170, index_position=None, sizing_mode="stretch_width"
+        )
         self._table_version = 0  # bumped with each new table data: see _refresh
         table_title = Div(text="<b>Groups, replicas and workers</b>", sizing_mode="stretch_width")
 
         top = row(self.header, self.select, sizing_mode="stretch_width")
-        self.root = column(top, row(self.time_fig, self.bytes_fig, sizing_mode="stretch_width"),
-                           row(self.rate_fig, self.return_fig, sizing_mode="stretch_width"),
-                           table_title, self.table,
-                           sizing_mode="stretch_width", styles={"padding": "4px 12px"} if standalone else {})
+        self.root = column(
+            top,
+            row(self.time_fig, self.bytes_fig, sizing_mode="stretch_width"),
+            row(self.rate_fig, self.return_fig, sizing_mode="stretch_width"),
+            table_title,
+            self.table,
+            sizing_mode="stretch_width",
+            styles={"padding": "4px 12px"} if standalone else {},
+        )
         self.update()
 
     # -- callbacks -----------------------------------------------------------------------
@@ -194,7 +298,7 @@ class WorkbenchPage:
                 continue
             key = self.run_of.get(topic)
             if key is None:
-                key = self.run_of[topic] = run_key(topic[len(TOPIC_PREFIX):], fresh)
+                key = self.run_of[topic] = run_key(topic[len(TOPIC_PREFIX) :], fresh)
             state = self.states.get(key)
             if state is None:
                 state = self.states[key] = RunState(key)
@@ -229,9 +333,11 @@ class WorkbenchPage:
         return f"{key} (started {stamp})"
 
     def _empty(self) -> None:
-        self.header.text = ("<h2 style='margin:4px 0'>workbench</h2><p>No workbench run on this cluster yet: "
-                            "the page fills in as soon as a run's replicas finish their first tasks "
-                            f"(Dask events <code>{TOPIC_PREFIX}&lt;run id&gt;</code>).</p>")
+        self.header.text = (
+            "<h2 style='margin:4px 0'>workbench</h2><p>No workbench run on this cluster yet: "
+            "the page fills in as soon as a run's replicas finish their first tasks "
+            f"(Dask events <code>{TOPIC_PREFIX}&lt;run id&gt;</code>).</p>"
+        )
 
     def _name_the_steps(self, unit: str) -> None:
         """The rate plot's axis and the table column say the run's unit (``--unit
@@ -251,15 +357,21 @@ class WorkbenchPage:
         last_return = f"{sum(rets) / len(rets):.2f}" if rets else "–"
         headline = headline_text(state.headline())  # what the cells log with prog_bar=True
         # the last return, and the prog_bar metrics; a run without episodes (GRPO) shows only the latter
-        learning = ((f"<div>last return <b>{last_return}</b></div>" if rets or not headline else "")
-                    + (f"<div>{html.escape(headline)}</div>" if headline else ""))
+        learning = (f"<div>last return <b>{last_return}</b></div>" if rets or not headline else "") + (
+            f"<div>{html.escape(headline)}</div>" if headline else ""
+        )
         current = state.current_replicas()  # the placement it runs under now
         groups = sorted({s.group for s in current})
         colors = state.fragment_colors()
-        chips = " ".join(f"<span style='background:{c};color:white;border-radius:3px;padding:1px 6px;"
-                         f"margin-right:3px'>{f}</span>" for f, c in colors.items())
-        status = ("<span style='color:#2ca02c'>● live</span>" if live
-                  else f"<span style='color:#888'>● idle ({since:.0f} s since last report)</span>")
+        chips = " ".join(
+            f"<span style='background:{c};color:white;border-radius:3px;padding:1px 6px;margin-right:3px'>{f}</span>"
+            for f, c in colors.items()
+        )
+        status = (
+            "<span style='color:#2ca02c'>● live</span>"
+            if live
+            else f"<span style='color:#888'>● idle ({since:.0f} s since last report)</span>"
+        )
         self.header.text = (
             f"<h2 style='margin:4px 0'>workbench run <code>{state.run_id}</code> {status}</h2>"
             "<div style='display:flex;gap:22px;flex-wrap:wrap'>"
@@ -270,17 +382,26 @@ class WorkbenchPage:
             f"{learning}"
             f"<div><b>{len(current)}</b> replicas in {len(groups)} groups: {', '.join(groups)}</div>"
             f"</div><div style='margin-top:4px'>fragments: {chips}</div>"
-            + (f"<div class='wb-changed' style='margin-top:4px;color:#555'>changed while training at "
-               f"iteration{'s' if len(state.changed_at) > 1 else ''} {', '.join(map(str, state.changed_at))} "
-               "(re-placed, edited or updated): one run, its totals over all of it</div>"
-               if state.changed_at else "")
-            + "".join(f"<div style='color:#c62828;margin-top:4px'>⚠ {html.escape(kind)} "
-                      f"(iteration {iteration}): {html.escape(message)}</div>"
-                      for kind, message, iteration in state.run_events)
-            + ("<div style='color:#b35900;margin-top:4px'>⚠ opened late: totals cover only the tasks "
-               "after the scheduler's oldest kept event (it keeps the last "
-               f"{log_length():,} per run: <code>distributed.admin.low-level-log-length</code>)</div>"
-               if state.truncated else ""))
+            + (
+                f"<div class='wb-changed' style='margin-top:4px;color:#555'>changed while training at "
+                f"iteration{'s' if len(state.changed_at) > 1 else ''} {', '.join(map(str, state.changed_at))} "
+                "(re-placed, edited or updated): one run, its totals over all of it</div>"
+                if state.changed_at
+                else ""
+            )
+            + "".join(
+                f"<div style='color:#c62828;margin-top:4px'>⚠ {html.escape(kind)} "
+                f"(iteration {iteration}): {html.escape(message)}</div>"
+                for kind, message, iteration in state.run_events
+            )
+            + (
+                "<div style='color:#b35900;margin-top:4px'>⚠ opened late: totals cover only the tasks "
+                "after the scheduler's oldest kept event (it keeps the last "
+                f"{log_length():,} per run: <code>distributed.admin.low-level-log-length</code>)</div>"
+                if state.truncated
+                else ""
+            )
+        )
 
     def _refresh(self, state: RunState) -> None:
         replicas = state.ordered_replicas()
@@ -288,9 +409,12 @@ class WorkbenchPage:
         if list(self.replica_range.factors) != labels:
             self.replica_range.factors = labels
         self.time_source.data = state.time_segments()
-        self.bytes_source.data = {"replica": labels, "bytes": [s.sent_bytes for s in replicas],
-                                  "text": [human_bytes(s.sent_bytes) for s in replicas],
-                                  "tasks": [s.tasks for s in replicas]}
+        self.bytes_source.data = {
+            "replica": labels,
+            "bytes": [s.sent_bytes for s in replicas],
+            "text": [human_bytes(s.sent_bytes) for s in replicas],
+            "tasks": [s.tasks for s in replicas],
+        }
         t, rate, window = state.step_rate()
         self.rate_source.data = {"t": t, "rate": rate}
         per_second = f"{state.unit[:1].upper()}{state.unit[1:]} per second"  # "Env steps per second"
@@ -305,14 +429,19 @@ class WorkbenchPage:
         self.curve_source.data = curve
         self.episodes_source.data = episodes
         self.table_source.data = {
-            "group": [s.group for s in replicas], "replica": [s.replica for s in replicas],
-            "worker": [s.worker for s in replicas], "address": [s.address for s in replicas],
+            "group": [s.group for s in replicas],
+            "replica": [s.replica for s in replicas],
+            "worker": [s.worker for s in replicas],
+            "address": [s.address for s in replicas],
             "tasks": [s.tasks for s in replicas],
             "iteration": [s.last_iteration if s.last_iteration >= 0 else "–" for s in replicas],
             "env_steps": [s.env_steps for s in replicas],
-            "compute": [s.compute_total for s in replicas], "wait": [s.wait for s in replicas],
-            "send": [s.send for s in replicas], "bytes": [human_bytes(s.sent_bytes) for s in replicas],
-            "last": [time.strftime("%H:%M:%S", time.localtime(s.last_seen)) for s in replicas]}
+            "compute": [s.compute_total for s in replicas],
+            "wait": [s.wait for s in replicas],
+            "send": [s.send for s in replicas],
+            "bytes": [human_bytes(s.sent_bytes) for s in replicas],
+            "last": [time.strftime("%H:%M:%S", time.localtime(s.last_seen)) for s in replicas],
+        }
         # BokehJS redraws a DataTable when its source's row *indices* change, and new data
         # with as many rows has the same indices: the table kept its first values (and the
         # previous run's rows in the next run of as many replicas). A change of the table
@@ -347,6 +476,7 @@ def individual_workbench_doc(scheduler, extra, doc) -> None:
 # ---------------------------------------------------------------------------------------
 # Registration
 # ---------------------------------------------------------------------------------------
+
 
 def install() -> bool:
     """Add the pages to the scheduler dashboard's routes (idempotent).
@@ -388,8 +518,10 @@ def dask_setup(scheduler) -> None:
     if not paths:
         logger.warning("workbench dashboard page: this scheduler has no dashboard (is bokeh installed?)")
     elif not any(p.endswith(ROUTE) for p in paths):
-        logger.warning("workbench dashboard page: imported after the dashboard started, so not served; "
-                       "load it with --preload workbench.cluster.dashboard")
+        logger.warning(
+            "workbench dashboard page: imported after the dashboard started, so not served; "
+            "load it with --preload workbench.cluster.dashboard"
+        )
     else:
         port = scheduler.http_server.port if scheduler.http_server is not None else "?"
         logger.info("workbench dashboard page at http://<scheduler host>:%s%s", port, ROUTE)

@@ -21,6 +21,7 @@ Example:
     >>> state.run_events
     [('worker lost', 'worker w2 …', 4)]
 """
+
 from __future__ import annotations
 
 import math
@@ -33,8 +34,21 @@ from workbench.cluster.report_events import report_fields
 from workbench.cluster.report_relay import batch_items
 from workbench.runtime.state.run import DEFAULT_UNIT, RETURN_METRIC, merge_shown
 
-__all__ = ["EventCursor", "ReplicaStats", "RunState", "RUN_EVENT", "UNIT_EVENT", "STRETCH_EVENT", "FRAGMENT_COLORS",
-           "WAIT_COLOR", "SEND_COLOR", "BYTES_COLOR", "run_key", "workbench_topics", "log_length"]
+__all__ = [
+    "EventCursor",
+    "ReplicaStats",
+    "RunState",
+    "RUN_EVENT",
+    "UNIT_EVENT",
+    "STRETCH_EVENT",
+    "FRAGMENT_COLORS",
+    "WAIT_COLOR",
+    "SEND_COLOR",
+    "BYTES_COLOR",
+    "run_key",
+    "workbench_topics",
+    "log_length",
+]
 
 #: the key of a run event (not a report) on a run's topic
 RUN_EVENT = "run_event"
@@ -45,8 +59,20 @@ UNIT_EVENT = "unit"
 STRETCH_EVENT = "stretch of"
 
 # Category10 without its grey (kept for waiting) — one colour per fragment
-FRAGMENT_COLORS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b",
-                   "#e377c2", "#bcbd22", "#17becf", "#aec7e8", "#ffbb78", "#98df8a")
+FRAGMENT_COLORS = (
+    "#1f77b4",
+    "#ff7f0e",
+    "#2ca02c",
+    "#d62728",
+    "#9467bd",
+    "#8c564b",
+    "#e377c2",
+    "#bcbd22",
+    "#17becf",
+    "#aec7e8",
+    "#ffbb78",
+    "#98df8a",
+)
 WAIT_COLOR = "#c7c7c7"
 SEND_COLOR = "#525252"
 BYTES_COLOR = "#6b6ecf"
@@ -142,8 +168,8 @@ class RunState:
         #: a run without episodes (GRPO) plots the first instead of the return
         self.shown: list[str] = []
         self.shown_values: dict[str, dict[int, list[float]]] = {}
-        self.step_times: list[float] = []   # event time (s since t0) of each report with env steps
-        self.step_cumsum: list[int] = []     # env steps done up to and including that report
+        self.step_times: list[float] = []  # event time (s since t0) of each report with env steps
+        self.step_cumsum: list[int] = []  # env steps done up to and including that report
         self.events = 0
         #: the scheduler had already dropped this run's oldest events when the page first read it
         self.truncated = False
@@ -170,8 +196,7 @@ class RunState:
                 self._begin_stretch(said.get("iteration"))
                 continue
             if said is not None:
-                self.run_events.append((str(said.get("kind", "")), str(said.get("message", "")),
-                                        said.get("iteration")))
+                self.run_events.append((str(said.get("kind", "")), str(said.get("message", "")), said.get("iteration")))
                 continue
             for ts, msg in batch_items(stamped, message):  # the driver relays reports in batches
                 rep = report_fields(msg)
@@ -306,19 +331,22 @@ class RunState:
 
     def headline(self) -> list[tuple[str, float]]:
         """Each prog_bar metric's newest iteration's mean (``Run.headline`` on the page)."""
-        return [(name, sum(by[max(by)]) / len(by[max(by)])) for name in self.shown
-                if (by := self.shown_values.get(name))]
+        return [
+            (name, sum(by[max(by)]) / len(by[max(by)])) for name in self.shown if (by := self.shown_values.get(name))
+        ]
 
     def return_curve(self, max_points: int = 5000) -> tuple[dict[str, list], dict[str, list]]:
         """(per-iteration mean, min, max) and the individual episodes (the latest max_points),
         of :attr:`curve_metric`."""
         series = self.returns if self.curve_metric == RETURN_METRIC else self.shown_values.get(self.curve_metric, {})
         its = sorted(series)
-        curve = {"iteration": its,
-                 "mean": [sum(series[i]) / len(series[i]) for i in its],
-                 "low": [min(series[i]) for i in its],
-                 "high": [max(series[i]) for i in its],
-                 "episodes": [len(series[i]) for i in its]}
+        curve = {
+            "iteration": its,
+            "mean": [sum(series[i]) / len(series[i]) for i in its],
+            "low": [min(series[i]) for i in its],
+            "high": [max(series[i]) for i in its],
+            "episodes": [len(series[i]) for i in its],
+        }
         xs, ys = [], []
         for i in reversed(its):
             vals = series[i]

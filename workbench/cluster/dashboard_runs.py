@@ -9,6 +9,7 @@ the scheduler's process sees: for the embedded cluster, the notebook's own.
 Route: ``/workbench-runs``, registered with the ``/workbench`` page by
 :func:`workbench.cluster.dashboard.install`.
 """
+
 from __future__ import annotations
 
 import html
@@ -46,19 +47,31 @@ class RunsPage:
         self.metric = TextInput(title="Metric", value=RETURN_METRIC, width=260)
         self.x_axis = Select(title="x", value="env_steps", options=["env_steps", "iteration", "time_s"], width=120)
         self.source = ColumnDataSource({column: [] for column in SHOWN})
-        self.runs_table = DataTable(source=self.source, columns=[TableColumn(field=c, title=c) for c in SHOWN],
-                                    height=220, sizing_mode="stretch_width", selectable="checkbox",
-                                    index_position=None)
+        self.runs_table = DataTable(
+            source=self.source,
+            columns=[TableColumn(field=c, title=c) for c in SHOWN],
+            height=220,
+            sizing_mode="stretch_width",
+            selectable="checkbox",
+            index_position=None,
+        )
         self.plot = column(sizing_mode="stretch_width")
         self.reload.on_click(lambda: self.load())
         self.store_input.on_change("value", lambda attr, old, new: self.load(new))
         for widget in (self.group_by, self.metric, self.x_axis):
             widget.on_change("value", lambda attr, old, new: self.draw())
         self.source.selected.on_change("indices", lambda attr, old, new: self.draw())
-        controls = row(self.store_input, self.reload, self.group_by, self.metric, self.x_axis,
-                       sizing_mode="stretch_width")
-        self.root = column(controls, self.message, self.runs_table, self.plot, sizing_mode="stretch_width",
-                           styles={"padding": "4px 12px"} if standalone else {})
+        controls = row(
+            self.store_input, self.reload, self.group_by, self.metric, self.x_axis, sizing_mode="stretch_width"
+        )
+        self.root = column(
+            controls,
+            self.message,
+            self.runs_table,
+            self.plot,
+            sizing_mode="stretch_width",
+            styles={"padding": "4px 12px"} if standalone else {},
+        )
         self.load()
 
     def load(self, store=None) -> None:
@@ -87,8 +100,9 @@ class RunsPage:
         chosen = self.table.iloc[sorted(self.source.selected.indices)] if self.source.selected.indices else self.table
         by = None if self.group_by.value == PER_RUN else self.group_by.value
         try:
-            comparison = compare(chosen, by=by, metric=self.metric.value, x=self.x_axis.value, store=self.store,
-                                 reps=1000)
+            comparison = compare(
+                chosen, by=by, metric=self.metric.value, x=self.x_axis.value, store=self.store, reps=1000
+            )
         except Exception as exc:  # noqa: BLE001 - a metric the runs lack is said, not raised
             self.plot.children = []
             self._say(str(exc))

@@ -6,6 +6,7 @@ what arrives for any replica there; the driver gives every replica of a worker t
 address (:func:`gateways`), and a postman keeps one connection per worker
 (:mod:`workbench.runtime.transport.socket_postman`).
 """
+
 from __future__ import annotations
 
 from workbench.cluster.channel_security import worker_channel_tls
@@ -19,8 +20,9 @@ __all__ = ["Deployed", "gateways"]
 class Deployed:
     """One replica on a worker: its state, mailbox and channel server."""
 
-    def __init__(self, replica: GroupReplica, authkey: bytes, host: str, tls: bool = False,
-                 routes: dict | None = None) -> None:
+    def __init__(
+        self, replica: GroupReplica, authkey: bytes, host: str, tls: bool = False, routes: dict | None = None
+    ) -> None:
         self.replica = replica
         self.mailbox = Mailbox(replica.program.arrival_keys)
         # ``routes``: the run's mailboxes in this process, shared by its servers, so that

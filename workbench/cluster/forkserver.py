@@ -26,6 +26,7 @@ Example::
     with dask.config.set(worker_start_settings()):
         cluster = LocalCluster(n_workers=2, processes=True)
 """
+
 from __future__ import annotations
 
 import multiprocessing
@@ -33,13 +34,20 @@ import os
 
 from workbench.cluster._dask_compat import claim_forkserver_preload, nanny_spawn_environment
 
-__all__ = ["WORKER_PRELOAD", "START_METHOD_VARIABLE", "start_method", "worker_start_settings",
-           "start_forkserver"]
+__all__ = ["WORKER_PRELOAD", "START_METHOD_VARIABLE", "start_method", "worker_start_settings", "start_forkserver"]
 
 #: what every embedded worker imports to run a replica, found by listing a worker's modules
 #: after a coarse quickstart run; a module that is not installed is skipped by the server
-WORKER_PRELOAD = ("distributed", "numpy", "torch", "gymnasium", "workbench.runtime.replicas.replica",
-                  "workbench.cluster.backend", "workbench.algorithms.ppo", "workbench.envs")
+WORKER_PRELOAD = (
+    "distributed",
+    "numpy",
+    "torch",
+    "gymnasium",
+    "workbench.runtime.replicas.replica",
+    "workbench.cluster.backend",
+    "workbench.algorithms.ppo",
+    "workbench.envs",
+)
 
 #: the environment variable that picks how embedded workers start: forkserver or spawn
 START_METHOD_VARIABLE = "WORKBENCH_START_METHOD"

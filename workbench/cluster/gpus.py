@@ -23,6 +23,7 @@ Example::
     register_gpu_detection(client)            # once per client; inventory_of does it for you
     inventory_of(client).gpu_workers()
 """
+
 from __future__ import annotations
 
 import asyncio

@@ -26,6 +26,7 @@ Example:
     >>> unanswered({"w1": ("127.0.0.1", 1)}, timeout=0.5)   # nothing listens on port 1
     ['w1']
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -40,9 +41,26 @@ from distributed.metrics import time as dask_time
 
 from workbench.runtime.process.stall import thread_cpu_seconds
 
-__all__ = ["PROBE_TIMEOUT_SECONDS", "LossBound", "ANSWERED", "SILENT", "UNREACHABLE", "probe", "answers", "probe_all",
-           "unanswered", "suspects", "judged_lost", "unheard_for", "process_states", "computing", "lost_among",
-           "retire", "loop_activity", "env_step_counts"]
+__all__ = [
+    "PROBE_TIMEOUT_SECONDS",
+    "LossBound",
+    "ANSWERED",
+    "SILENT",
+    "UNREACHABLE",
+    "probe",
+    "answers",
+    "probe_all",
+    "unanswered",
+    "suspects",
+    "judged_lost",
+    "unheard_for",
+    "process_states",
+    "computing",
+    "lost_among",
+    "retire",
+    "loop_activity",
+    "env_step_counts",
+]
 
 #: the longest a probed channel server is given to answer (LossBound gives less for a short bound)
 PROBE_TIMEOUT_SECONDS = 5.0
@@ -82,8 +100,7 @@ def answers(address: tuple[str, int], timeout: float = PROBE_TIMEOUT_SECONDS, tl
     return probe(address, timeout, tls) == ANSWERED
 
 
-def probe_all(servers: dict[str, tuple[str, int]], timeout: float = PROBE_TIMEOUT_SECONDS,
-              tls=None) -> dict[str, str]:
+def probe_all(servers: dict[str, tuple[str, int]], timeout: float = PROBE_TIMEOUT_SECONDS, tls=None) -> dict[str, str]:
     """:func:`probe` of every one of ``servers`` (worker → a channel server there), all at
     once, so the whole probe takes at most ``timeout`` (twice, for a connection taken late)."""
     if not servers:
@@ -92,8 +109,7 @@ def probe_all(servers: dict[str, tuple[str, int]], timeout: float = PROBE_TIMEOU
         return dict(zip(servers, pool.map(lambda a: probe(a, timeout, tls), servers.values())))
 
 
-def unanswered(servers: dict[str, tuple[str, int]], timeout: float = PROBE_TIMEOUT_SECONDS,
-               tls=None) -> list[str]:
+def unanswered(servers: dict[str, tuple[str, int]], timeout: float = PROBE_TIMEOUT_SECONDS, tls=None) -> list[str]:
     """The keys of ``servers`` (worker → a channel server there) that do not answer."""
     return sorted(w for w, found in probe_all(servers, timeout, tls).items() if found != ANSWERED)
 
@@ -144,8 +160,13 @@ def suspects(unheard_for: dict[str, float | None], bound: LossBound) -> list[str
     return sorted(w for w, s in unheard_for.items() if s is None or s >= bound.suspect_after)
 
 
-def judged_lost(candidates: list[str], probes: dict[str, str], processes: dict[str, str],
-                unheard_for: dict[str, float | None], bound: LossBound) -> list[str]:
+def judged_lost(
+    candidates: list[str],
+    probes: dict[str, str],
+    processes: dict[str, str],
+    unheard_for: dict[str, float | None],
+    bound: LossBound,
+) -> list[str]:
     """Of the suspected workers, those lost, from what the probe of their channel server
     found (:func:`probe`) and what their nanny says of their process (:func:`process_states`):
 
@@ -196,8 +217,9 @@ def unheard_for(client, timeout: float) -> dict[str, float] | None:
         return None
 
 
-def lost_among(client, servers: dict[str, tuple[str, int]], unheard_for: dict[str, float | None],
-               bound: LossBound, tls=None) -> list[str]:
+def lost_among(
+    client, servers: dict[str, tuple[str, int]], unheard_for: dict[str, float | None], bound: LossBound, tls=None
+) -> list[str]:
     """Of ``servers`` (suspected worker address → a channel server there), those lost by
     :func:`judged_lost`: the probe and the nannies are asked at once, so this takes at most
     ``bound.nanny_timeout`` (plus the nanny's CPU sample)."""
@@ -243,8 +265,7 @@ async def _worker_process_state(sample_s: float, dask_worker=None) -> str:
     return "computing" if (after.user + after.system) > (before.user + before.system) else "idle"
 
 
-async def _process_states(addresses: list[str], sample_s: float, reach_s: float,
-                          dask_scheduler=None) -> dict[str, str]:
+async def _process_states(addresses: list[str], sample_s: float, reach_s: float, dask_scheduler=None) -> dict[str, str]:
     """On the scheduler: what the nanny of each of ``addresses`` says of its worker process
     (:func:`_worker_process_state`), or :data:`UNREACHABLE` when it does not answer within
     ``reach_s`` (plus the sample) or the worker has no nanny."""
@@ -257,9 +278,9 @@ async def _process_states(addresses: list[str], sample_s: float, reach_s: float,
         try:
             async with rpc(worker.nanny, connection_args=dask_scheduler.connection_args) as nanny:
                 reply = await asyncio.wait_for(
-                    nanny.run(function=dumps(_worker_process_state), args=dumps((sample_s,)),
-                              kwargs=dumps({})),
-                    reach_s + sample_s)
+                    nanny.run(function=dumps(_worker_process_state), args=dumps((sample_s,)), kwargs=dumps({})),
+                    reach_s + sample_s,
+                )
         except Exception:  # unreachable with its worker (a link down), or too slow
             return UNREACHABLE
         return reply.get("result") if reply.get("status") == "OK" else UNREACHABLE
@@ -268,8 +289,9 @@ async def _process_states(addresses: list[str], sample_s: float, reach_s: float,
     return dict(zip(addresses, answers))
 
 
-def process_states(client, addresses: list[str], sample_s: float = CPU_SAMPLE_SECONDS,
-                   reach_s: float = NANNY_REACH_TIMEOUT_SECONDS) -> dict[str, str]:
+def process_states(
+    client, addresses: list[str], sample_s: float = CPU_SAMPLE_SECONDS, reach_s: float = NANNY_REACH_TIMEOUT_SECONDS
+) -> dict[str, str]:
     """What each of ``addresses``' nanny says of its worker process: ``"stopped"``,
     ``"gone"``, ``"computing"``, ``"idle"``, or :data:`UNREACHABLE` (the nanny did not
     answer: a host cut off, or none to ask)."""
@@ -279,8 +301,9 @@ def process_states(client, addresses: list[str], sample_s: float = CPU_SAMPLE_SE
         return {a: UNREACHABLE for a in addresses}
 
 
-def computing(client, addresses: list[str], sample_s: float = CPU_SAMPLE_SECONDS,
-              reach_s: float = NANNY_REACH_TIMEOUT_SECONDS) -> list[str]:
+def computing(
+    client, addresses: list[str], sample_s: float = CPU_SAMPLE_SECONDS, reach_s: float = NANNY_REACH_TIMEOUT_SECONDS
+) -> list[str]:
     """Those of ``addresses`` that are busy, not lost, by their nannies' word: the worker
     process is neither stopped nor gone and its CPU time grows."""
     return [a for a, state in process_states(client, addresses, sample_s, reach_s).items() if state == "computing"]
@@ -297,9 +320,10 @@ async def _retire_workers(addresses: list[str], dask_scheduler=None) -> None:
         if worker is not None and worker.nanny:
             try:
                 async with rpc(worker.nanny, connection_args=dask_scheduler.connection_args) as nanny:
-                    await asyncio.wait_for(nanny.kill(reason="workbench: unreachable worker",
-                                                      timeout=NANNY_KILL_TIMEOUT_SECONDS),
-                                           NANNY_REACH_TIMEOUT_SECONDS)
+                    await asyncio.wait_for(
+                        nanny.kill(reason="workbench: unreachable worker", timeout=NANNY_KILL_TIMEOUT_SECONDS),
+                        NANNY_REACH_TIMEOUT_SECONDS,
+                    )
             except Exception:  # unreachable with its worker, or slower than that: remove only
                 pass
         if address in dask_scheduler.workers:
@@ -322,7 +346,6 @@ def retire(client, addresses: list[str]) -> None:
     client.run_on_scheduler(_retire_workers, list(addresses))
 
 
-
 def _replicas_progress(run_id: str, loops: dict, plugin_name: str, dask_worker=None) -> dict:
     """On a worker: per replica of the run deployed there, (steps finished, CPU seconds of
     the thread running its loop task — found by the task's key among Dask's active threads,
@@ -331,11 +354,20 @@ def _replicas_progress(run_id: str, loops: dict, plugin_name: str, dask_worker=N
     if plugin is None:
         return {}
     threads = {t.ident: t for t in threading.enumerate()}
-    cpu = {tuple(loops[key]): thread_cpu_seconds(threads.get(ident))
-           for ident, key in dict(dask_worker.active_threads).items() if key in loops}
-    return {f"{group}[{index}]": (item.replica.steps_done, cpu.get((group, index)),
-                                  sum(item.replica.env_steps_taken.values()))
-            for (run, group, index), item in list(plugin.deployed.items()) if run == run_id}
+    cpu = {
+        tuple(loops[key]): thread_cpu_seconds(threads.get(ident))
+        for ident, key in dict(dask_worker.active_threads).items()
+        if key in loops
+    }
+    return {
+        f"{group}[{index}]": (
+            item.replica.steps_done,
+            cpu.get((group, index)),
+            sum(item.replica.env_steps_taken.values()),
+        )
+        for (run, group, index), item in list(plugin.deployed.items())
+        if run == run_id
+    }
 
 
 #: how long reading the replicas' progress may take: a worker whose event loop does not
@@ -344,8 +376,9 @@ def _replicas_progress(run_id: str, loops: dict, plugin_name: str, dask_worker=N
 READ_TIMEOUT_SECONDS = 15.0
 
 
-def _progress(client, run_id: str, loops: dict, workers: list[str], plugin_name: str,
-              timeout: float = READ_TIMEOUT_SECONDS) -> dict:
+def _progress(
+    client, run_id: str, loops: dict, workers: list[str], plugin_name: str, timeout: float = READ_TIMEOUT_SECONDS
+) -> dict:
     answers = client.run(_replicas_progress, run_id, loops, plugin_name, workers=workers, callback_timeout=timeout)
     merged: dict = {}
     for part in answers.values():
@@ -353,13 +386,21 @@ def _progress(client, run_id: str, loops: dict, workers: list[str], plugin_name:
     return merged
 
 
-def loop_activity(client, run_id: str, loops: dict, workers: list[str], plugin_name: str = "workbench",
-                  timeout: float = READ_TIMEOUT_SECONDS) -> dict:
+def loop_activity(
+    client,
+    run_id: str,
+    loops: dict,
+    workers: list[str],
+    plugin_name: str = "workbench",
+    timeout: float = READ_TIMEOUT_SECONDS,
+) -> dict:
     """Every replica's progress so far, ``"group[index]"`` → (steps finished, CPU seconds of
     its loop's thread or None), read on ``workers``; ``loops`` maps each loop task's key to
     its (group, index). Raises (a timeout) when a worker does not answer within ``timeout``."""
-    return {label: (steps, cpu) for label, (steps, cpu, _) in
-            _progress(client, run_id, loops, workers, plugin_name, timeout).items()}
+    return {
+        label: (steps, cpu)
+        for label, (steps, cpu, _) in _progress(client, run_id, loops, workers, plugin_name, timeout).items()
+    }
 
 
 def env_step_counts(client, run_id: str, workers: list[str], plugin_name: str = "workbench") -> dict[str, int]:

@@ -19,6 +19,7 @@ Example (``client`` a connected `distributed.Client`)::
         results = [f.result() for f in futures]
     # the scattered copy is released; the replicas keep what their namespaces reference
 """
+
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator

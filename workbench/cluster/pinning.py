@@ -28,14 +28,22 @@ Example::
     if plugin is not None:
         client.register_plugin(plugin, name=PinToCore.name)
 """
+
 from __future__ import annotations
 
 import os
 
 from distributed import WorkerPlugin
 
-__all__ = ["PIN_VARIABLE", "PinToCore", "pinning_plugin", "pin_process", "usable_cores", "core_assignment",
-           "pin_shared_machines"]
+__all__ = [
+    "PIN_VARIABLE",
+    "PinToCore",
+    "pinning_plugin",
+    "pin_process",
+    "usable_cores",
+    "core_assignment",
+    "pin_shared_machines",
+]
 
 #: the environment variable that turns pinning off (0) or on (1, the default)
 PIN_VARIABLE = "WORKBENCH_PIN_WORKERS"
@@ -99,7 +107,7 @@ class PinToCore(WorkerPlugin):
         except (TypeError, ValueError):
             return
         start = (index * self.width) % len(self.cores)
-        pin_process(set(self.cores[start:start + self.width]))
+        pin_process(set(self.cores[start : start + self.width]))
 
 
 def _machine_id() -> str | None:
@@ -116,8 +124,13 @@ def _where_am_i(dask_worker=None) -> dict:
     """On a worker: its machine (the kernel's boot id, shared by every network namespace and
     container of one kernel), the cores it may use, its threads, and whether it may be pinned."""
     machine = _machine_id()
-    return {"machine": machine, "process": os.getpid(), "cores": usable_cores(),
-            "nthreads": dask_worker.state.nthreads, "pinnable": machine is not None and _pinning_wanted()}
+    return {
+        "machine": machine,
+        "process": os.getpid(),
+        "cores": usable_cores(),
+        "nthreads": dask_worker.state.nthreads,
+        "pinnable": machine is not None and _pinning_wanted(),
+    }
 
 
 def core_assignment(workers: dict[str, dict], client: tuple | None = None) -> dict[str, list[int]]:
@@ -147,8 +160,7 @@ def core_assignment(workers: dict[str, dict], client: tuple | None = None) -> di
     for address in sorted(workers):
         w = workers[address]
         process = (w["machine"], w.get("process"))
-        if (not w["pinnable"] or len(w["cores"]) <= w["nthreads"] or processes[process] > 1
-                or process == client):
+        if not w["pinnable"] or len(w["cores"]) <= w["nthreads"] or processes[process] > 1 or process == client:
             continue
         machines.setdefault((w["machine"], tuple(w["cores"])), []).append(address)
     assignment: dict[str, list[int]] = {}
@@ -158,7 +170,7 @@ def core_assignment(workers: dict[str, dict], client: tuple | None = None) -> di
         first = 0
         for address in addresses:
             width = workers[address]["nthreads"]
-            assignment[address] = list(cores[first:first + width])
+            assignment[address] = list(cores[first : first + width])
             first += width
     return assignment
 
@@ -174,8 +186,7 @@ def pin_shared_machines(client) -> dict[str, list[int]]:
     if not _pinning_wanted():
         return {}
     try:
-        assignment = core_assignment(client.run(_where_am_i, on_error="ignore"),
-                                     client=(_machine_id(), os.getpid()))
+        assignment = core_assignment(client.run(_where_am_i, on_error="ignore"), client=(_machine_id(), os.getpid()))
         for address, cores in assignment.items():
             client.run(_pin_here, cores, workers=[address], on_error="ignore")
     except Exception:  # a worker lost meanwhile: the run finds it

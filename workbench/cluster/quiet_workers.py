@@ -27,6 +27,7 @@ Example::
     with dask.config.set(QUIET_WORKER_CONFIG):
         cluster = LocalCluster(n_workers=32, threads_per_worker=1)
 """
+
 from __future__ import annotations
 
 import os
@@ -70,8 +71,10 @@ def environment(config: dict[str, object] | None = None) -> dict[str, str]:
     '5s'
     """
     config = QUIET_WORKER_CONFIG if config is None else config
-    return {"DASK_" + "__".join(part.replace("-", "_").upper() for part in key.split(".")): str(value)
-            for key, value in config.items()}
+    return {
+        "DASK_" + "__".join(part.replace("-", "_").upper() for part in key.split(".")): str(value)
+        for key, value in config.items()
+    }
 
 
 def oversubscribed(n_workers: int, threads_per_worker: int = 1, cores: int | None = None) -> bool:

@@ -16,6 +16,7 @@ Example::
     >>> report_fields(event)["env_steps"]
     {'3': 512}
 """
+
 from __future__ import annotations
 
 from typing import Any
@@ -56,7 +57,9 @@ def add_phases(phases: dict, task_report: Any) -> None:
     for fragment, seconds in task_report.compute_seconds.items():
         key = (f"{fragment} compute", "seconds")
         phases[key] = phases.get(key, 0.0) + seconds
-    for key, value in ((("waiting for inputs", "seconds"), task_report.wait_seconds),
-                       (("sending outputs", "seconds"), task_report.send_seconds),
-                       (("sent to other processes", "bytes"), task_report.sent_bytes)):
+    for key, value in (
+        (("waiting for inputs", "seconds"), task_report.wait_seconds),
+        (("sending outputs", "seconds"), task_report.send_seconds),
+        (("sent to other processes", "bytes"), task_report.sent_bytes),
+    ):
         phases[key] = phases.get(key, 0) + value

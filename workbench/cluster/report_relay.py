@@ -26,6 +26,7 @@ Example:
     >>> kind, task, report.group, report.replica, report.env_steps
     ('report', 3, 'actor', 1, {0: 64})
 """
+
 from __future__ import annotations
 
 import threading
@@ -67,8 +68,7 @@ class DriverInbox:
             return
         fields = report_fields(value)
         if fields is None:  # not a report: a peer speaking another version
-            self.events.error(ValueError(f"the driver got a malformed report for task {task} "
-                                         f"from replica {replica}"))
+            self.events.error(ValueError(f"the driver got a malformed report for task {task} from replica {replica}"))
             return
         self.events.report(task, TaskReport.from_message(fields))
         if self.relay is not None:
@@ -170,6 +170,7 @@ def batch_items(ts: float, message: Any) -> list[tuple[float, Any]]:
         [(9.0, {'task': 5})]
     """
     if isinstance(message, dict) and isinstance(message.get(_BATCH), (list, tuple)):
-        return [(float(item[0]), item[1]) for item in message[_BATCH]
-                if isinstance(item, (list, tuple)) and len(item) == 2]
+        return [
+            (float(item[0]), item[1]) for item in message[_BATCH] if isinstance(item, (list, tuple)) and len(item) == 2
+        ]
     return [(ts, message)]

@@ -27,6 +27,7 @@ Example:
     >>> from workbench.cluster.restart_tolerant import PatientLocalCluster
     >>> cluster = PatientLocalCluster(n_workers=1, processes=False)   # doctest: +SKIP
 """
+
 from __future__ import annotations
 
 import copy

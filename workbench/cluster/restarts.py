@@ -17,6 +17,7 @@ A ``LocalCluster`` closes the nanny of a worker not back within Dask's
 Workers started without a nanny (``dask worker --no-nanny``, or threads of an in-process
 ``LocalCluster``) have nobody to restart them: the stop says so and what to do.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -25,8 +26,14 @@ import time
 
 from distributed import Client
 
-__all__ = ["end_workers", "wait_for_restarts", "wait_for_a_worker", "KILL_GRACE_S", "RESTART_WAIT_S",
-           "NO_WORKERS_WAIT_S"]
+__all__ = [
+    "end_workers",
+    "wait_for_restarts",
+    "wait_for_a_worker",
+    "KILL_GRACE_S",
+    "RESTART_WAIT_S",
+    "NO_WORKERS_WAIT_S",
+]
 
 #: how long a stuck worker's process may take to close before its nanny kills it
 KILL_GRACE_S = 1.0
@@ -96,25 +103,32 @@ def end_workers(client: Client, addresses: list[str], names: dict[str, str]) -> 
         restarted = [a for a in ended if a not in left]
         if restarted:
             with _lock:
-                _pending[_key(client)] = _Restart([names.get(a, a) for a in restarted],
-                                                  {before[a][1] for a in restarted}, len(before))
-            said.append(f"restarting worker{'s' if len(restarted) > 1 else ''} "
-                        f"{', '.join(names.get(a, a) for a in restarted)} (a fresh process is "
-                        "starting; the next run waits for it).")
+                _pending[_key(client)] = _Restart(
+                    [names.get(a, a) for a in restarted], {before[a][1] for a in restarted}, len(before)
+                )
+            said.append(
+                f"restarting worker{'s' if len(restarted) > 1 else ''} "
+                f"{', '.join(names.get(a, a) for a in restarted)} (a fresh process is "
+                "starting; the next run waits for it)."
+            )
         if left:
             why = f"{type(error).__name__}: {error}" if error else f"still there {GONE_WAIT_S:g} s later"
-            said.append(f"could not restart worker {', '.join(names.get(a, a) for a in left)} through "
-                        f"its nanny ({why}); restart that dask worker process by hand, or the next run "
-                        "may be placed on it, beside the stuck cell.")
+            said.append(
+                f"could not restart worker {', '.join(names.get(a, a) for a in left)} through "
+                f"its nanny ({why}); restart that dask worker process by hand, or the next run "
+                "may be placed on it, beside the stuck cell."
+            )
     gone = [a for a in addresses if a not in before]
     if gone:
         said.append(f"worker {', '.join(names.get(a, a) for a in gone)} has left the cluster already.")
     if bare:
         named = ", ".join(names.get(a, a) for a in bare)
-        said.append(f"worker {named} has no nanny (started with `dask worker --no-nanny`, or a "
-                    "LocalCluster without processes), so it cannot be restarted from here: the cell "
-                    "goes on in one of its threads until it returns. Restart that dask worker "
-                    "process by hand (or start workers with a nanny) to end it.")
+        said.append(
+            f"worker {named} has no nanny (started with `dask worker --no-nanny`, or a "
+            "LocalCluster without processes), so it cannot be restarted from here: the cell "
+            "goes on in one of its threads until it returns. Restart that dask worker "
+            "process by hand (or start workers with a nanny) to end it."
+        )
     return " ".join(said)
 
 
@@ -146,8 +160,11 @@ def wait_for_restarts(client: Client, timeout: float = RESTART_WAIT_S) -> None:
         time.sleep(0.2)
         if _back(client, restart):
             return
-    print(f"workbench: {names} not back {timeout:g} s after the restart; running on "
-          "the workers there are (the cluster's logs say why it did not start).", flush=True)
+    print(
+        f"workbench: {names} not back {timeout:g} s after the restart; running on "
+        "the workers there are (the cluster's logs say why it did not start).",
+        flush=True,
+    )
 
 
 def _back(client: Client, restart: _Restart) -> bool:
@@ -164,6 +181,7 @@ def wait_for_a_worker(client: Client, timeout: float = NO_WORKERS_WAIT_S) -> Non
     the kernel killed for memory at the end of the last run — is restarting under its
     nanny; workers still joining a new scheduler), wait for one, saying so, for at most
     ``timeout`` seconds. Without a worker then, the placement says what is missing."""
+
     def count() -> int:
         try:
             return len(client.run_on_scheduler(_workers))
@@ -172,8 +190,11 @@ def wait_for_a_worker(client: Client, timeout: float = NO_WORKERS_WAIT_S) -> Non
 
     if count():
         return
-    print(f"workbench: the cluster has no worker now (one restarting after it died?); "
-          f"waiting up to {timeout:g} s for one…", flush=True)
+    print(
+        f"workbench: the cluster has no worker now (one restarting after it died?); "
+        f"waiting up to {timeout:g} s for one…",
+        flush=True,
+    )
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         time.sleep(0.2)

@@ -16,6 +16,7 @@ Example (the box on its own; a replica sends with `send_export`)::
     >>> box.take(("learner", 0), size=5, lost=lambda: False)
     b'state'
 """
+
 from __future__ import annotations
 
 import threading
@@ -48,7 +49,7 @@ class ExportBox:
 
     def put(self, key: str, task: int, replica: int, value: bytes) -> None:
         with self._arrived:
-            self._states[(key[len(EXPORT_PREFIX):], replica)] = value
+            self._states[(key[len(EXPORT_PREFIX) :], replica)] = value
             self._arrived.notify_all()
 
     def take(self, replica: tuple[str, int], size: int, lost: Callable[[], bool]) -> bytes:
@@ -59,14 +60,14 @@ class ExportBox:
         with self._arrived:
             while replica not in self._states:
                 if lost() or time.monotonic() > deadline:
-                    raise ConnectionError(f"the exported state of {replica[0]}[{replica[1]}] "
-                                          f"({size:,} bytes) did not reach the notebook")
+                    raise ConnectionError(
+                        f"the exported state of {replica[0]}[{replica[1]}] ({size:,} bytes) did not reach the notebook"
+                    )
                 self._arrived.wait(_WAIT_STEP_S)
             return self._states.pop(replica)
 
 
-def send_export(replica, group: str, index: int, driver: tuple[str, int], authkey: bytes,
-                tls) -> int:
+def send_export(replica, group: str, index: int, driver: tuple[str, int], authkey: bytes, tls) -> int:
     """On the replica's worker: pickle ``replica``'s state and send it to the driver's
     channel server at ``driver``; returns its size in bytes."""
     data = replica.state_bytes()

@@ -8,6 +8,7 @@ Example::
 
     client.run(_fence_release, run_id, 7, workers=[...])   # lockstep: iteration 7 may begin
 """
+
 from __future__ import annotations
 
 from workbench.runtime.replicas.fence import Fence

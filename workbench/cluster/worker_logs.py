@@ -21,6 +21,7 @@ Example:
     >>> f.filter(record)
     True
 """
+
 from __future__ import annotations
 
 import logging

@@ -24,6 +24,7 @@ Example::
     from workbench.cluster.worker_setup import ensure_worker_setup
     ensure_worker_setup(client)      # DaskBackend does this for every run
 """
+
 from __future__ import annotations
 
 
@@ -36,7 +37,6 @@ from workbench.runtime.process.threads import limit_threads
 __all__ = ["WorkerSetup", "ensure_worker_setup", "tune_malloc", "PLUGIN_NAME"]
 
 PLUGIN_NAME = "workbench-setup"
-
 
 
 def warm_up() -> None:

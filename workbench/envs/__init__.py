@@ -102,8 +102,10 @@ def make(
         env = make(lambda: MyEnv(), num_envs=4)                # any gymnasium.Env
     """
     if backend not in _BACKENDS and not str(backend).startswith("cuda:"):
-        raise ValueError(f"unknown backend {backend!r}: use one of {', '.join(_BACKENDS)}, "
-                         "or a device: 'cuda:K' (a replica's device, replica.device)")
+        raise ValueError(
+            f"unknown backend {backend!r}: use one of {', '.join(_BACKENDS)}, "
+            "or a device: 'cuda:K' (a replica's device, replica.device)"
+        )
     if not isinstance(num_envs, numbers.Integral) or isinstance(num_envs, bool) or num_envs < 1:
         raise ValueError(f"num_envs must be a positive int, got {num_envs!r}")
     if str(device) != "cpu" and not str(device).startswith("cuda:"):
@@ -116,9 +118,11 @@ def make(
 
     if callable(id_or_factory):
         if backend == "envpool":
-            raise ValueError("backend='envpool' needs an id EnvPool has (envpool.list_all_envs()); "
-                             "a factory is Python code EnvPool's C++ pool cannot run: pass the id, "
-                             "or use backend='auto' for gymnasium's envs")
+            raise ValueError(
+                "backend='envpool' needs an id EnvPool has (envpool.list_all_envs()); "
+                "a factory is Python code EnvPool's C++ pool cannot run: pass the id, "
+                "or use backend='auto' for gymnasium's envs"
+            )
         if backend not in ("auto", "gymnasium"):
             raise ValueError(
                 f"backend={backend!r} needs an id with an array implementation "
@@ -168,14 +172,14 @@ def _array_module(backend: str) -> Any:
 
 def _envpool_env(env_id: str, num_envs: int, seed: int | None, threads: int | None) -> VectorEnv:
     if not envpool_available():
-        raise ValueError(f"backend='envpool' needs EnvPool, which is not installed: "
-                         f"{envpool_env.INSTALL_HINT}; or use backend='auto' (gymnasium for {env_id!r})")
+        raise ValueError(
+            f"backend='envpool' needs EnvPool, which is not installed: "
+            f"{envpool_env.INSTALL_HINT}; or use backend='auto' (gymnasium for {env_id!r})"
+        )
     return EnvPoolVectorEnv(env_id, num_envs, seed=seed, threads=threads)
 
 
-def _gymnasium_env(
-    factory: Callable[[], Any], num_envs: int, seed: int | None, threads: int | None
-) -> VectorEnv:
+def _gymnasium_env(factory: Callable[[], Any], num_envs: int, seed: int | None, threads: int | None) -> VectorEnv:
     if threads is not None and threads > 1:
         return ThreadedVectorEnv(factory, num_envs, threads=threads, seed=seed)
     return GymVectorEnv(factory, num_envs, seed=seed)
@@ -191,8 +195,11 @@ def _check_registered(env_id: str) -> None:
     # compared case-blind: "cartpole-v1" is a typo of "CartPole-v1", not a new id
     by_lower = {k.lower(): k for k in known}
     close = difflib.get_close_matches(env_id.lower(), list(by_lower), n=5, cutoff=0.6)
-    hint = (f" Did you mean {', '.join(repr(by_lower[c]) for c in close)}?" if close
-            else " No known id is close (gymnasium.pprint_registry() lists the registered ones).")
+    hint = (
+        f" Did you mean {', '.join(repr(by_lower[c]) for c in close)}?"
+        if close
+        else " No known id is close (gymnasium.pprint_registry() lists the registered ones)."
+    )
     raise ValueError(
         f"unknown environment id {env_id!r}.{hint} make() accepts an id registered in "
         "gymnasium.registry (import the package that registers it first, e.g. "

@@ -52,8 +52,7 @@ from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
-__all__ = ["VectorEnv", "StepResult", "EpisodeTracker", "SavesState", "action_error", "host_rng",
-           "to_host"]
+__all__ = ["VectorEnv", "StepResult", "EpisodeTracker", "SavesState", "action_error", "host_rng", "to_host"]
 
 #: dtype kinds a discrete action may have (bool: a two-action env's False/True)
 DISCRETE_KINDS = "biu"
@@ -223,9 +222,11 @@ class SavesState:
             current = getattr(self, name)
             if hasattr(current, "shape"):
                 if tuple(value.shape) != tuple(current.shape):
-                    raise ValueError(f"{type(self).__name__}: saved {name} has shape "
-                                     f"{tuple(value.shape)}, this env has {tuple(current.shape)} "
-                                     "(a different num_envs or agent count)")
+                    raise ValueError(
+                        f"{type(self).__name__}: saved {name} has shape "
+                        f"{tuple(value.shape)}, this env has {tuple(current.shape)} "
+                        "(a different num_envs or agent count)"
+                    )
                 saved = value
                 if self.xp is np:  # a CuPy env's state into a NumPy env
                     value = to_host(value)
@@ -268,21 +269,23 @@ def action_error(env: str, actions: Any, shape: tuple[int, ...], kinds: str) -> 
     got_shape, got_dtype = tuple(actions.shape), actions.dtype
     if kinds == CONTINUOUS_KINDS:
         wanted = "floating-point values"
-        dtype_advice = ("Continuous actions are floats: pass the policy's (clipped) sample, "
-                        "e.g. as .astype(np.float32).")
+        dtype_advice = "Continuous actions are floats: pass the policy's (clipped) sample, e.g. as .astype(np.float32)."
     else:
         wanted = "integer values (one discrete action each)"
-        dtype_advice = ("Discrete actions are integers: sample or argmax the policy's output "
-                        "(e.g. torch.distributions.Categorical(logits=...).sample()) instead "
-                        "of passing logits or probabilities; floats are not rounded here.")
+        dtype_advice = (
+            "Discrete actions are integers: sample or argmax the policy's output "
+            "(e.g. torch.distributions.Categorical(logits=...).sample()) instead "
+            "of passing logits or probabilities; floats are not rounded here."
+        )
     size = int(np.prod(shape))
     if got_shape != shape and int(np.prod(got_shape)) != size:
-        advice = (f"step takes one action per env along axis 0 (num_envs = {shape[0]}): check the "
-                  "actor's batch size and that it hands over the sampled actions, not a "
-                  "per-action output.")
+        advice = (
+            f"step takes one action per env along axis 0 (num_envs = {shape[0]}): check the "
+            "actor's batch size and that it hands over the sampled actions, not a "
+            "per-action output."
+        )
     else:
         advice = dtype_advice
     return ValueError(
-        f"{env}.step expects actions of shape {shape} with {wanted}; got shape {got_shape}, "
-        f"dtype {got_dtype}. {advice}"
+        f"{env}.step expects actions of shape {shape} with {wanted}; got shape {got_shape}, dtype {got_dtype}. {advice}"
     )

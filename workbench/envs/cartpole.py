@@ -203,7 +203,8 @@ class CartPole(SavesState):
         # not quietly push left. On CuPy this reads one flag back per step (a device
         # sync; the autoreset reads `done` back anyway).
         if actions.dtype.kind not in DISCRETE_KINDS or (
-                actions.shape != (self.num_envs,) and actions.size != self.num_envs):
+            actions.shape != (self.num_envs,) and actions.size != self.num_envs
+        ):
             raise action_error("CartPole", actions, (self.num_envs,), DISCRETE_KINDS)
         if actions.shape != (self.num_envs,):
             actions = actions.reshape(self.num_envs)  # e.g. [N, 1] from a policy head

@@ -30,6 +30,7 @@ Example:
     >>> info["episode_return"]
     EndedEpisodes(4 envs, on the host)
 """
+
 from __future__ import annotations
 
 import functools
@@ -148,11 +149,26 @@ extern "C" __global__ void cartpole_step(const long long* actions, double* state
     put(state, obs, s, i, n);
     elapsed[i] = steps;
 }
-""" % dict(mix1=MIX1, mix2=MIX2, env=ENV, episode=EPISODE, draw=DRAW, low=_f(RESET_LOW),
-           span=_f(_SPAN), force=_f(FORCE_MAG), pml=_f(POLEMASS_LENGTH), total=_f(TOTAL_MASS),
-           gravity=_f(GRAVITY), length=_f(LENGTH), four_thirds=_f(4.0 / 3.0), masspole=_f(MASSPOLE),
-           tau=_f(TAU), x_limit=_f(X_THRESHOLD), theta_limit=_f(THETA_THRESHOLD_RADIANS),
-           max_steps=MAX_EPISODE_STEPS)
+""" % dict(
+    mix1=MIX1,
+    mix2=MIX2,
+    env=ENV,
+    episode=EPISODE,
+    draw=DRAW,
+    low=_f(RESET_LOW),
+    span=_f(_SPAN),
+    force=_f(FORCE_MAG),
+    pml=_f(POLEMASS_LENGTH),
+    total=_f(TOTAL_MASS),
+    gravity=_f(GRAVITY),
+    length=_f(LENGTH),
+    four_thirds=_f(4.0 / 3.0),
+    masspole=_f(MASSPOLE),
+    tau=_f(TAU),
+    x_limit=_f(X_THRESHOLD),
+    theta_limit=_f(THETA_THRESHOLD_RADIANS),
+    max_steps=MAX_EPISODE_STEPS,
+)
 
 
 @functools.cache
@@ -219,8 +235,19 @@ class FusedCartPole(SavesState):
         else:
             obs = self.xp.empty((self.num_envs, 4), self.xp.float32)
             reset, _ = _kernels(self.xp.cuda.Device().id)
-            reset(self._grid(), (_THREADS,), (np.uint64(self._key), self._episodes, np.int32(advance),
-                                               self._state, self._elapsed, obs, np.int32(self.num_envs)))
+            reset(
+                self._grid(),
+                (_THREADS,),
+                (
+                    np.uint64(self._key),
+                    self._episodes,
+                    np.int32(advance),
+                    self._state,
+                    self._elapsed,
+                    obs,
+                    np.int32(self.num_envs),
+                ),
+            )
         self._needs_reset = False
         return obs
 
@@ -239,15 +266,35 @@ class FusedCartPole(SavesState):
         if self._bad is None:
             self._bad = xp.zeros(1, xp.int32)
         _, step = _kernels(xp.cuda.Device().id)
-        step(self._grid(), (_THREADS,), (actions, self._state, self._elapsed, self._episodes, obs, final_obs,
-                                          reward, terminated, truncated, ended_return, ended_length, self._bad,
-                                          np.uint64(self._key), np.int32(n)))
+        step(
+            self._grid(),
+            (_THREADS,),
+            (
+                actions,
+                self._state,
+                self._elapsed,
+                self._episodes,
+                obs,
+                final_obs,
+                reward,
+                terminated,
+                truncated,
+                ended_return,
+                ended_length,
+                self._bad,
+                np.uint64(self._key),
+                np.int32(n),
+            ),
+        )
         self._since_check += 1
         if self._since_check >= self.check_every:
             self.check_actions()
         done = terminated | truncated
-        info = {"final_obs": final_obs, "episode_return": EndedEpisodes(ended_return, done),
-                "episode_length": EndedEpisodes(ended_length, done)}
+        info = {
+            "final_obs": final_obs,
+            "episode_return": EndedEpisodes(ended_return, done),
+            "episode_length": EndedEpisodes(ended_length, done),
+        }
         return obs, reward, terminated, truncated, info
 
     def check_actions(self) -> None:
@@ -286,7 +333,8 @@ class FusedCartPole(SavesState):
         return ValueError(
             f"FusedCartPole.step: actions must be 0 (push left) or 1 (push right), as in "
             f"Discrete(2); got one out of range {where}. Check that the policy head has 2 "
-            "outputs and that actions are sampled from it.")
+            "outputs and that actions are sampled from it."
+        )
 
     def _step_numpy(self, actions: np.ndarray) -> StepResult:
         """The kernel's arithmetic, vectorised (the same order of operations)."""
@@ -295,7 +343,8 @@ class FusedCartPole(SavesState):
         costheta, sintheta = np.cos(theta), np.sin(theta)
         temp = (force + POLEMASS_LENGTH * (theta_dot * theta_dot) * sintheta) / TOTAL_MASS
         thetaacc = (GRAVITY * sintheta - costheta * temp) / (
-            LENGTH * (4.0 / 3.0 - MASSPOLE * (costheta * costheta) / TOTAL_MASS))
+            LENGTH * (4.0 / 3.0 - MASSPOLE * (costheta * costheta) / TOTAL_MASS)
+        )
         xacc = temp - POLEMASS_LENGTH * thetaacc * costheta / TOTAL_MASS
         new = np.stack([x + TAU * x_dot, x_dot + TAU * xacc, theta + TAU * theta_dot, theta_dot + TAU * thetaacc])
         terminated = (np.abs(new[0]) > X_THRESHOLD) | (np.abs(new[2]) > THETA_THRESHOLD_RADIANS)
@@ -311,7 +360,9 @@ class FusedCartPole(SavesState):
             steps[ended] = 0
         self._state[...] = new
         self._elapsed[...] = steps
-        info = {"final_obs": final_obs,
-                "episode_return": EndedEpisodes(ended_length.astype(np.float32), done),
-                "episode_length": EndedEpisodes(ended_length, done)}
+        info = {
+            "final_obs": final_obs,
+            "episode_return": EndedEpisodes(ended_length.astype(np.float32), done),
+            "episode_length": EndedEpisodes(ended_length, done),
+        }
         return new.T.astype(np.float32), np.ones(self.num_envs, np.float32), terminated, truncated, info

@@ -19,6 +19,7 @@ Example:
     >>> bool((uniforms(key, np.arange(3), np.ones(3, np.uint32), 4) != u).all())  # next episode
     True
 """
+
 from __future__ import annotations
 
 import functools
@@ -100,6 +101,10 @@ def _cupy_kernel() -> Any:
     z = mix64(z + episode * 0x%(episode)xULL);
     u = (double)(mix64(z + step) >> 11) * 0x1.0p-53;
     """ % dict(env=ENV, episode=EPISODE)
-    return cupy.ElementwiseKernel("uint64 key, uint64 env, uint64 episode, uint64 step",
-                                  "float64 u", body, "workbench_counter_uniforms",
-                                  preamble=preamble)
+    return cupy.ElementwiseKernel(
+        "uint64 key, uint64 env, uint64 episode, uint64 step",
+        "float64 u",
+        body,
+        "workbench_counter_uniforms",
+        preamble=preamble,
+    )

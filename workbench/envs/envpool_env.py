@@ -114,15 +114,18 @@ class EnvPoolVectorEnv:
 
     xp = np
 
-    def __init__(self, env_id: str, num_envs: int, *, seed: int | None = None,
-                 threads: int | None = None, **options: Any) -> None:
+    def __init__(
+        self, env_id: str, num_envs: int, *, seed: int | None = None, threads: int | None = None, **options: Any
+    ) -> None:
         if not envpool_available():
             raise ImportError(f"EnvPoolVectorEnv needs EnvPool: {INSTALL_HINT}")
         if int(num_envs) < 1:
             raise ValueError(f"EnvPoolVectorEnv needs num_envs >= 1, got {num_envs!r}")
         if not envpool_has(env_id):
-            raise ValueError(f"EnvPool has no environment {env_id!r} (envpool.list_all_envs() "
-                             "lists its ids); use backend='gymnasium' for gymnasium's envs")
+            raise ValueError(
+                f"EnvPool has no environment {env_id!r} (envpool.list_all_envs() "
+                "lists its ids); use backend='gymnasium' for gymnasium's envs"
+            )
         self.env_id, self.num_envs = env_id, int(num_envs)
         self._threads, self._options = threads, options
         self._seed = 0 if seed is None else int(seed)
@@ -133,7 +136,7 @@ class EnvPoolVectorEnv:
         self._action_check = action_check(self.action_space, self.num_envs)
         self._tracker = EpisodeTracker(self.num_envs)
         self._all_ids = np.arange(self.num_envs, dtype=np.int32)
-        self._fresh = True      # the pool as made: its first reset needs no rebuild
+        self._fresh = True  # the pool as made: its first reset needs no rebuild
         self._in_flight = False
         self.steps_taken = 0
 
@@ -141,10 +144,15 @@ class EnvPoolVectorEnv:
         import envpool
 
         with _float64_boxes_quiet():
-            pool = envpool.make(self.env_id, env_type="gymnasium", num_envs=self.num_envs,
-                                batch_size=self.num_envs, seed=seed,
-                                num_threads=0 if self._threads is None else int(self._threads),
-                                **self._options)
+            pool = envpool.make(
+                self.env_id,
+                env_type="gymnasium",
+                num_envs=self.num_envs,
+                batch_size=self.num_envs,
+                seed=seed,
+                num_threads=0 if self._threads is None else int(self._threads),
+                **self._options,
+            )
             pool.observation_space, pool.action_space  # built (and cached) on first use
         return pool
 
@@ -164,8 +172,9 @@ class EnvPoolVectorEnv:
     def send(self, actions: Any) -> None:
         """Hand one action per env to EnvPool's threads and return at once; `recv` collects."""
         if self._in_flight:
-            raise RuntimeError(f"{type(self).__name__}.send called twice without recv: every "
-                               "send needs its recv (step does both)")
+            raise RuntimeError(
+                f"{type(self).__name__}.send called twice without recv: every send needs its recv (step does both)"
+            )
         actions = checked_actions(type(self).__name__, np.asarray(actions), self._action_check)
         self._pool.send(actions, self._all_ids)
         self._in_flight = True
@@ -176,7 +185,7 @@ class EnvPoolVectorEnv:
             raise RuntimeError(f"{type(self).__name__}.recv called without a send before it")
         obs, reward, terminated, truncated, pool_info = self._pool.recv()
         self._in_flight = False
-        order = np.argsort(pool_info["env_id"])   # EnvPool may answer in any order
+        order = np.argsort(pool_info["env_id"])  # EnvPool may answer in any order
         obs = np.asarray(obs, dtype=np.float32)[order]
         reward = np.asarray(reward, dtype=np.float32)[order]
         terminated = np.asarray(terminated, dtype=bool)[order]
@@ -188,11 +197,14 @@ class EnvPoolVectorEnv:
             final_obs = obs.copy()
             obs[ended] = self._reset_ended(ended)
         elapsed = np.asarray(pool_info["elapsed_step"])[order]
-        self.steps_taken += int(np.count_nonzero(elapsed))   # 0 would be a reset, no transition
+        self.steps_taken += int(np.count_nonzero(elapsed))  # 0 would be a reset, no transition
         episode_return, episode_length = self._tracker.update(reward, done)
-        info = {"final_obs": final_obs, "episode_return": episode_return,
-                "episode_length": episode_length,
-                "elapsed_step": elapsed}
+        info = {
+            "final_obs": final_obs,
+            "episode_return": episode_return,
+            "episode_length": episode_length,
+            "elapsed_step": elapsed,
+        }
         return obs, reward, terminated, truncated, info
 
     def step(self, actions: Any) -> StepResult:
@@ -205,13 +217,14 @@ class EnvPoolVectorEnv:
     def _reset_ended(self, ended: np.ndarray) -> np.ndarray:
         """EnvPool's reset step for the envs in ``ended`` (their action is ignored): their
         first observations. Only those envs step, the rest wait for the next `send`."""
-        dummy = np.zeros((ended.size, *(self.action_space.shape or ())),
-                         dtype=self.action_space.dtype)
+        dummy = np.zeros((ended.size, *(self.action_space.shape or ())), dtype=self.action_space.dtype)
         self._pool.send(dummy, ended.astype(np.int32))
         obs, *_, pool_info = self._pool.recv()
-        if np.any(pool_info["elapsed_step"] != 0):   # EnvPool's next-step autoreset changed?
-            raise RuntimeError(f"EnvPool {self.env_id}: the step after an episode ended did not "
-                               "reset the env; this EnvPool version's autoreset is not supported")
+        if np.any(pool_info["elapsed_step"] != 0):  # EnvPool's next-step autoreset changed?
+            raise RuntimeError(
+                f"EnvPool {self.env_id}: the step after an episode ended did not "
+                "reset the env; this EnvPool version's autoreset is not supported"
+            )
         return np.asarray(obs, dtype=np.float32)[np.argsort(pool_info["env_id"])]
 
     def _drain(self) -> None:
@@ -227,6 +240,8 @@ class EnvPoolVectorEnv:
             self._pool = None
 
     def __getstate__(self) -> dict[str, Any]:
-        raise TypeError(f"an EnvPoolVectorEnv ({self.env_id}) cannot be pickled: its envs live "
-                        "in EnvPool's C++ threads; build it in the fragment's init cell of the "
-                        "replica that steps it")
+        raise TypeError(
+            f"an EnvPoolVectorEnv ({self.env_id}) cannot be pickled: its envs live "
+            "in EnvPool's C++ threads; build it in the fragment's init cell of the "
+            "replica that steps it"
+        )

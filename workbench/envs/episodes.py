@@ -21,6 +21,7 @@ Example:
     >>> merged.tolist()
     [17.0, 9.0, 17.0, 9.0]
 """
+
 from __future__ import annotations
 
 from typing import Any
@@ -61,8 +62,9 @@ class EndedEpisodes:
         whole iteration's episodes cross to the host in one copy."""
         first = parts[0].values
         xp = np if isinstance(first, np.ndarray) else _module_of(first)
-        return EndedEpisodes(xp.concatenate([p.values.ravel() for p in parts]),
-                             xp.concatenate([p.ended.ravel() for p in parts]))
+        return EndedEpisodes(
+            xp.concatenate([p.values.ravel() for p in parts]), xp.concatenate([p.ended.ravel() for p in parts])
+        )
 
     def tolist(self) -> list:
         return self.get().tolist()

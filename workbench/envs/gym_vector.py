@@ -48,15 +48,11 @@ class GymVectorEnv:
 
     xp = np
 
-    def __init__(
-        self, factory: EnvFactory, num_envs: int, *, seed: int | None = None, seed_offset: int = 0
-    ) -> None:
+    def __init__(self, factory: EnvFactory, num_envs: int, *, seed: int | None = None, seed_offset: int = 0) -> None:
         if int(num_envs) < 1:
             raise ValueError(f"GymVectorEnv needs num_envs >= 1, got {num_envs!r}")
         self.num_envs = int(num_envs)
-        self._vec = SyncVectorEnv(
-            [factory] * self.num_envs, autoreset_mode=AutoresetMode.SAME_STEP
-        )
+        self._vec = SyncVectorEnv([factory] * self.num_envs, autoreset_mode=AutoresetMode.SAME_STEP)
         self.action_space = self._vec.single_action_space
         self.observation_space = self._vec.single_observation_space
         self.observation_shape = tuple(self.observation_space.shape or ())

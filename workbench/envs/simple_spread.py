@@ -69,8 +69,17 @@ import numpy as np
 from gymnasium import spaces
 
 from workbench.envs import counter_rng
-from workbench.envs.base import (CONTINUOUS_KINDS, DISCRETE_KINDS, SavesState, StepResult,
-                                 action_error, empty_episode_stats, ended_envs, host_rng, to_host)
+from workbench.envs.base import (
+    CONTINUOUS_KINDS,
+    DISCRETE_KINDS,
+    SavesState,
+    StepResult,
+    action_error,
+    empty_episode_stats,
+    ended_envs,
+    host_rng,
+    to_host,
+)
 from workbench.envs.episodes import EndedEpisodes
 
 __all__ = ["SimpleSpread"]
@@ -132,8 +141,18 @@ class SimpleSpread(SavesState):
     """
 
     #: what a checkpoint saves (see SavesState)
-    _STATE = ("_rng", "_key", "_episodes", "_resets", "_pos", "_vel", "_landmarks", "_elapsed",
-              "_returns", "_needs_reset")
+    _STATE = (
+        "_rng",
+        "_key",
+        "_episodes",
+        "_resets",
+        "_pos",
+        "_vel",
+        "_landmarks",
+        "_elapsed",
+        "_returns",
+        "_needs_reset",
+    )
 
     def __init__(
         self,
@@ -157,8 +176,10 @@ class SimpleSpread(SavesState):
         if int(max_cycles) < 1:
             raise ValueError(f"max_cycles must be >= 1, got {max_cycles!r}")
         if resets not in RESETS:
-            raise ValueError(f"resets must be one of {RESETS}, got {resets!r}: 'mpe2' draws "
-                             "mpe2's starts on the host, 'counter' draws them on the env's device")
+            raise ValueError(
+                f"resets must be one of {RESETS}, got {resets!r}: 'mpe2' draws "
+                "mpe2's starts on the host, 'counter' draws them on the env's device"
+            )
         self.num_envs = int(num_envs)
         self.num_agents = int(agents)
         self.num_landmarks = int(agents)
@@ -373,8 +394,7 @@ class SimpleSpread(SavesState):
         n, a = self.num_envs, self.num_agents
         actions = xp.asarray(actions)
         if self.continuous_actions:
-            if actions.dtype.kind not in CONTINUOUS_KINDS or (
-                    actions.shape != (n, a, 5) and actions.size != n * a * 5):
+            if actions.dtype.kind not in CONTINUOUS_KINDS or (actions.shape != (n, a, 5) and actions.size != n * a * 5):
                 raise action_error("SimpleSpread", actions, (n, a, 5), CONTINUOUS_KINDS)
             if actions.shape != (n, a, 5):
                 actions = actions.reshape(n, a, 5)
@@ -385,8 +405,7 @@ class SimpleSpread(SavesState):
             ux = (actions[..., 2] - actions[..., 1]).astype(xp.float64)
             uy = (actions[..., 4] - actions[..., 3]).astype(xp.float64)
             return ux * SENSITIVITY, uy * SENSITIVITY
-        if actions.dtype.kind not in DISCRETE_KINDS or (
-                actions.shape != (n, a) and actions.size != n * a):
+        if actions.dtype.kind not in DISCRETE_KINDS or (actions.shape != (n, a) and actions.size != n * a):
             raise action_error("SimpleSpread", actions, (n, a), DISCRETE_KINDS)
         if actions.shape != (n, a):
             actions = actions.reshape(n, a)  # e.g. [N * agents] from a flattened policy batch
@@ -417,9 +436,7 @@ class SimpleSpread(SavesState):
         overlap = xp.sqrt(dx * dx + dy * dy) < AGENT_SIZE + AGENT_SIZE  # [N, pairs]
         # Each overlapping pair penalises both its agents; small integer sums are exact.
         local_reward = -(overlap.astype(xp.float64) @ self._pair_members)
-        reward = (
-            global_reward[:, None] * (1 - self.local_ratio) + local_reward * self.local_ratio
-        )
+        reward = global_reward[:, None] * (1 - self.local_ratio) + local_reward * self.local_ratio
         covered = (nearest < CAPTURE_RADIUS).all(axis=1)
         return reward, covered
 

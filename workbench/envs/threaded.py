@@ -43,9 +43,7 @@ class ThreadedVectorEnv:
 
     xp = np
 
-    def __init__(
-        self, factory: EnvFactory, num_envs: int, *, threads: int = 2, seed: int | None = None
-    ) -> None:
+    def __init__(self, factory: EnvFactory, num_envs: int, *, threads: int = 2, seed: int | None = None) -> None:
         if int(num_envs) < 1:
             raise ValueError(f"ThreadedVectorEnv needs num_envs >= 1, got {num_envs!r}")
         if int(threads) < 1:
@@ -54,19 +52,14 @@ class ThreadedVectorEnv:
         self.threads = min(int(threads), self.num_envs)
         bounds = np.linspace(0, self.num_envs, self.threads + 1).astype(int)
         self._slices = [slice(int(a), int(b)) for a, b in zip(bounds[:-1], bounds[1:])]
-        self._envs = [
-            GymVectorEnv(factory, s.stop - s.start, seed=seed, seed_offset=s.start)
-            for s in self._slices
-        ]
+        self._envs = [GymVectorEnv(factory, s.stop - s.start, seed=seed, seed_offset=s.start) for s in self._slices]
         first = self._envs[0]
         self.action_space = first.action_space
         self.observation_space = first.observation_space
         self.observation_shape = first.observation_shape
         self._action_check = action_check(self.action_space, self.num_envs)
         self._pool = (
-            ThreadPoolExecutor(self.threads - 1, thread_name_prefix="workbench-env")
-            if self.threads > 1
-            else None
+            ThreadPoolExecutor(self.threads - 1, thread_name_prefix="workbench-env") if self.threads > 1 else None
         )
 
     def reset(self, seed: int | None = None) -> np.ndarray:
@@ -78,14 +71,12 @@ class ThreadedVectorEnv:
         actions = checked_actions(type(self).__name__, np.asarray(actions), self._action_check)
         if actions.shape[:1] != (self.num_envs,):  # a composite action space: axis 0 at least
             raise ValueError(
-                f"ThreadedVectorEnv.step expects {self.num_envs} actions along axis 0, "
-                f"got shape {actions.shape}"
+                f"ThreadedVectorEnv.step expects {self.num_envs} actions along axis 0, got shape {actions.shape}"
             )
         results = self._map(lambda env, a: env.step(a), [actions[s] for s in self._slices])
         obs, reward, terminated, truncated, infos = zip(*results)
         info = {
-            key: np.concatenate([i[key] for i in infos])
-            for key in ("final_obs", "episode_return", "episode_length")
+            key: np.concatenate([i[key] for i in infos]) for key in ("final_obs", "episode_return", "episode_length")
         }
         return (
             np.concatenate(obs),
@@ -116,8 +107,6 @@ class ThreadedVectorEnv:
             if self.threads > 1:
                 raise RuntimeError("ThreadedVectorEnv is closed")
             return [fn(self._envs[0], args[0])]
-        futures = [
-            self._pool.submit(fn, env, arg) for env, arg in zip(self._envs[:-1], args[:-1])
-        ]
+        futures = [self._pool.submit(fn, env, arg) for env, arg in zip(self._envs[:-1], args[:-1])]
         last = fn(self._envs[-1], args[-1])
         return [f.result() for f in futures] + [last]

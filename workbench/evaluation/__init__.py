@@ -10,6 +10,7 @@ Owns: `player` (running the cells), `episodes` (counting them per env), `results
 fragment API (`workbench.context`), errors, the FDG model and metric loggers; never the
 runtime or the cluster: it runs in the calling process, on the state a run kept.
 """
+
 from workbench.evaluation.errors import EvaluationError
 from workbench.evaluation.player import evaluate, show
 from workbench.evaluation.results import EvaluationResult, iqm

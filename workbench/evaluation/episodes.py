@@ -9,6 +9,7 @@ and the evaluation waits for all of them.
     >>> chosen_episodes(2, num_envs=4, only_env=0)
     {0: 2}
 """
+
 from __future__ import annotations
 
 from typing import Any

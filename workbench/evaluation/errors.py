@@ -1,4 +1,5 @@
 """The one error evaluation raises on purpose."""
+
 from __future__ import annotations
 
 from workbench.errors import WorkbenchError

@@ -1,14 +1,15 @@
 """The ``%fdg evaluate`` / ``%fdg show`` line: ``[--episodes N] [--seed S]``.
 
-    >>> parse_evaluate_line("--episodes 5 --seed 7", default_episodes=10)
-    {'episodes': 5, 'seed': 7}
-    >>> parse_evaluate_line("", default_episodes=1)
-    {'episodes': 1, 'seed': None}
-    >>> parse_evaluate_line("--episodes five", default_episodes=1)
-    Traceback (most recent call last):
-    ...
-    workbench.evaluation.errors.EvaluationError: --episodes needs a whole number, got 'five'. Usage: [--episodes N] [--seed S]
+>>> parse_evaluate_line("--episodes 5 --seed 7", default_episodes=10)
+{'episodes': 5, 'seed': 7}
+>>> parse_evaluate_line("", default_episodes=1)
+{'episodes': 1, 'seed': None}
+>>> parse_evaluate_line("--episodes five", default_episodes=1)
+Traceback (most recent call last):
+...
+workbench.evaluation.errors.EvaluationError: --episodes needs a whole number, got 'five'. Usage: [--episodes N] [--seed S]
 """
+
 from __future__ import annotations
 
 from workbench.evaluation.errors import EvaluationError

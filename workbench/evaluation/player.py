@@ -15,6 +15,7 @@ Per stepping fragment, from the state's first replica:
 The state is deep-copied first and the random generators (``random``, NumPy's, torch's)
 are restored afterwards, so an evaluation changes nothing, whatever it raises.
 """
+
 from __future__ import annotations
 
 import copy
@@ -46,19 +47,24 @@ _RESERVED_PREFIX = "_wb_"
 #: the runtime's mark on a state that left out what does not pickle (workbench.runtime.state.counting)
 _REBUILT = "_wb_rebuilt"
 
-NO_STATE = ("this run kept no state to evaluate (it ran with keep_state=False, or failed before its "
-            "first iteration). Run again with keep_state=True (the default), or resume a checkpoint "
-            "(fdg.run(resume=DIR, iterations=1)) and evaluate that run.")
+NO_STATE = (
+    "this run kept no state to evaluate (it ran with keep_state=False, or failed before its "
+    "first iteration). Run again with keep_state=True (the default), or resume a checkpoint "
+    "(fdg.run(resume=DIR, iterations=1)) and evaluate that run."
+)
 
 
-def evaluate(run, episodes: int = 10, *, seed: int | None = None, max_steps: int = DEFAULT_MAX_STEPS) -> EvaluationResult:
+def evaluate(
+    run, episodes: int = 10, *, seed: int | None = None, max_steps: int = DEFAULT_MAX_STEPS
+) -> EvaluationResult:
     """Play ``run``'s final state for ``episodes`` episodes without learning (see the module);
     ``seed``: the env seed to use instead of the held-out ones (training's seed + 1,000,000)."""
     return play(run, episodes, seed=seed, max_steps=max_steps).result
 
 
-def show(run, episodes: int = 1, *, seed: int | None = None, fps: float = 50,
-         max_steps: int = DEFAULT_MAX_STEPS) -> Video:
+def show(
+    run, episodes: int = 1, *, seed: int | None = None, fps: float = 50, max_steps: int = DEFAULT_MAX_STEPS
+) -> Video:
     """``episodes`` episodes of ``run``'s final state, played as `evaluate` does by the first
     env, as a `Video` (an mp4 shown inline in a notebook)."""
     played = play(run, episodes, seed=seed, max_steps=max_steps, render=True)
@@ -73,16 +79,24 @@ class Played:
     frames: list[np.ndarray] | None
 
 
-def play(run, episodes: int, *, seed: int | None = None, render: bool = False,
-         max_steps: int = DEFAULT_MAX_STEPS, state: Any = None) -> Played:
+def play(
+    run,
+    episodes: int,
+    *,
+    seed: int | None = None,
+    render: bool = False,
+    max_steps: int = DEFAULT_MAX_STEPS,
+    state: Any = None,
+) -> Played:
     """Play the state (``state``, else ``run.state``) of ``run``'s FDG; see the module."""
     _check_count("episodes", episodes)
     _check_count("max_steps", max_steps)
     if seed is not None and (isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0):
         raise EvaluationError(f"seed must be a whole number ≥ 0 or None (held-out seeds), got {seed!r}.")
     if run.status == "running":
-        raise EvaluationError("this run is still training: stop it (%fdg stop, fdg.stop()) or let it end, "
-                              "then evaluate its final state.")
+        raise EvaluationError(
+            "this run is still training: stop it (%fdg stop, fdg.stop()) or let it end, then evaluate its final state."
+        )
     state = state if state is not None else run.state
     if state is None or run.fdg is None or not state.fragments:
         raise EvaluationError(NO_STATE)
@@ -158,19 +172,25 @@ class _Game:
         schedule = fdg.schedule()
         self.stepping = list(schedule.step_order)
         if not self.stepping:
-            raise EvaluationError("this FDG has no step cells, so nothing plays episodes: an evaluation runs the "
-                                  "fragments that step (an actor and an env fragment); add them, train, then evaluate.")
+            raise EvaluationError(
+                "this FDG has no step cells, so nothing plays episodes: an evaluation runs the "
+                "fragments that step (an actor and an env fragment); add them, train, then evaluate."
+            )
         self.init_order = [f for f in schedule.init_order if f in self.stepping]
         self.iteration_order = [f for f in schedule.iteration_order if f in self.stepping]
         self.writers = fdg.writers()
-        firsts = {f: replicas[0] for f, replicas in state.fragments.items() if replicas and isinstance(replicas[0], dict)}
+        firsts = {
+            f: replicas[0] for f, replicas in state.fragments.items() if replicas and isinstance(replicas[0], dict)
+        }
         if any(run.is_checkpoint_values(values) for values in firsts.values()):
             raise EvaluationError(
                 "this run was loaded from a checkpoint file, which keeps its state encoded, without objects a "
                 "cell could step; play it by resuming it in the notebook that trained it: "
-                "run = fdg.run(resume=loaded.checkpoint_path, iterations=1), then run.evaluate().")
-        self.kept = {f: {n: v for n, v in values.items() if not n.startswith(_RESERVED_PREFIX)}
-                     for f, values in firsts.items()}
+                "run = fdg.run(resume=loaded.checkpoint_path, iterations=1), then run.evaluate()."
+            )
+        self.kept = {
+            f: {n: v for n, v in values.items() if not n.startswith(_RESERVED_PREFIX)} for f, values in firsts.items()
+        }
         #: fragments whose kept state left out what does not pickle (an EnvPool env): rebuilt by their init
         self.rebuilt = {f for f, values in firsts.items() if values.get(_REBUILT)}
         self.memo: dict[int, Any] = {}  # one deep copy: names that shared an object still do
@@ -221,15 +241,19 @@ class _Game:
             raise EvaluationError(
                 f"this FDG has no env fragment: no init cell of its stepping fragments ({names}) builds an "
                 "environment (an object with reset, step and close, as wb.envs.make gives), so there are no "
-                "episodes to count. Build the env in a fragment's init cell (envs = wb.envs.make(…)).")
+                "episodes to count. Build the env in a fragment's init cell (envs = wb.envs.make(…))."
+            )
         for frag in self.iteration_order:
             if "iteration" in self.fragments[frag].cells and self._reads_only_kept(frag, "iteration"):
                 self._run(frag, "iteration")
 
     def _reads_only_kept(self, frag: str, rate: str) -> bool:
         """The cell reads nothing another stepping fragment writes (no rollout to learn from)."""
-        return not any(p != frag and p in self.namespaces
-                       for name in self.fragments[frag].external_inputs(rate) for p in self.writers.get(name, ()))
+        return not any(
+            p != frag and p in self.namespaces
+            for name in self.fragments[frag].external_inputs(rate)
+            for p in self.writers.get(name, ())
+        )
 
     def _copy(self, frag: str, name: str, value: Any) -> Any:
         key = (frag, name)
@@ -240,7 +264,8 @@ class _Game:
                 raise EvaluationError(
                     f"could not copy {name!r} of fragment {frag!r} ({type(value).__name__}: {exc}) to evaluate "
                     "the run's state without changing it. Keep such objects (locks, open files, "
-                    "processes) out of the names a fragment keeps, or rebuild them in its init cell.") from exc
+                    "processes) out of the names a fragment keeps, or rebuild them in its init cell."
+                ) from exc
         return self.copies[key]
 
     def _bind(self, frag: str, rate: str) -> None:
@@ -278,9 +303,15 @@ class _Game:
         first = self.recorders[0]
         if render:
             self.frames = first.frames = [self._first_frame(first)]
+
         def finished() -> bool:
-            return all(len(r.ended.get(env, ())) >= n for env, n in chosen.items() for r in self.recorders
-                       if r.first_env <= env < r.first_env + r.num_envs)
+            return all(
+                len(r.ended.get(env, ())) >= n
+                for env, n in chosen.items()
+                for r in self.recorders
+                if r.first_env <= env < r.first_env + r.num_envs
+            )
+
         step = 0
         while not finished():
             if step >= max_steps:
@@ -288,7 +319,8 @@ class _Game:
                 raise EvaluationError(
                     f"the evaluation took {max_steps:,} steps and {done} of the {episodes} episodes it counts "
                     "ended: the env's episodes do not end (no time limit?). Give the env a time limit, or "
-                    "pass a larger max_steps.")
+                    "pass a larger max_steps."
+                )
             for frag in self.stepping:
                 self.contexts[frag].step = step
                 self._run(frag, "step")
@@ -300,11 +332,16 @@ class _Game:
         picked = [(env, ended[env][k]) for k in range(rounds) for env in sorted(chosen) if k < chosen[env]]
         seeds = tuple(used for _, used in evaluation.seeds)
         return EvaluationResult(
-            returns=tuple(ret for _, (ret, _) in picked), lengths=tuple(n for _, (_, n) in picked),
-            envs=tuple(env for env, _ in picked), seeds=seeds,
+            returns=tuple(ret for _, (ret, _) in picked),
+            lengths=tuple(n for _, (_, n) in picked),
+            envs=tuple(env for env, _ in picked),
+            seeds=seeds,
             cell_seeds=tuple(asked for asked, _ in evaluation.seeds),
-            held_out=evaluation.seed is None and bool(seeds), greedy=evaluation.asked,
-            iteration=self.iteration, env_steps=sum(r.steps for r in self.recorders))
+            held_out=evaluation.seed is None and bool(seeds),
+            greedy=evaluation.asked,
+            iteration=self.iteration,
+            env_steps=sum(r.steps for r in self.recorders),
+        )
 
     def _first_frame(self, recorder: EpisodeRecorder) -> np.ndarray:
         render = getattr(recorder.env, "render", None)
@@ -327,11 +364,12 @@ class _Game:
 
 
 _CANNOT_RENDER = (
-    "the env ({env}) cannot render frames{why}. run.show() needs envs that draw: wb.envs.make(\"ID\") with a "
+    'the env ({env}) cannot render frames{why}. run.show() needs envs that draw: wb.envs.make("ID") with a '
     "gymnasium id renders while show() records (CartPole-v1 through gymnasium's CartPole, which needs "
     "pygame: pip install 'workbench-rl[video]'); an env of your own needs render(index) returning an "
     "[H, W, 3] uint8 array, its gymnasium envs made with render_mode=wb.render_mode(). run.evaluate() "
-    "needs no frames.")
+    "needs no frames."
+)
 
 
 def _cell_error(frag: str, rate: str, exc: BaseException) -> EvaluationError:
@@ -345,4 +383,5 @@ def _cell_error(frag: str, rate: str, exc: BaseException) -> EvaluationError:
     return EvaluationError(
         f"fragment {frag!r} ({rate} cell) raised during evaluation {where}: {type(exc).__name__}: {exc}. "
         "The run and its state are unchanged; fix the cell (a cell may ask wb.evaluating() to act otherwise "
-        "while evaluated) and evaluate again.")
+        "while evaluated) and evaluate again."
+    )

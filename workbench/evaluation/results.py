@@ -1,4 +1,5 @@
 """What an evaluation measured: per-episode returns and lengths, and their summary."""
+
 from __future__ import annotations
 
 import html
@@ -28,7 +29,7 @@ def iqm(values) -> float:
     if not ordered:
         raise ValueError("iqm needs at least one value")
     cut = len(ordered) // 4
-    middle = ordered[cut:len(ordered) - cut]
+    middle = ordered[cut : len(ordered) - cut]
     return sum(middle) / len(middle)
 
 
@@ -94,21 +95,29 @@ class EvaluationResult:
         """One row per episode: ``return``, ``length``, ``env`` (pandas DataFrame, index ``episode``)."""
         import pandas as pd
 
-        frame = pd.DataFrame({"return": list(self.returns), "length": list(self.lengths),
-                              "env": list(self.envs) or [None] * self.episodes})
+        frame = pd.DataFrame(
+            {
+                "return": list(self.returns),
+                "length": list(self.lengths),
+                "env": list(self.envs) or [None] * self.episodes,
+            }
+        )
         frame.index.name = "episode"
         return frame
 
     def summary(self) -> str:
         seeds = ", ".join(map(str, self.seeds))
         asked = ", ".join("none" if s is None else str(s) for s in self.cell_seeds)
-        where = (f"held-out env seeds {seeds} (training's: {asked})" if self.held_out
-                 else f"env seeds {seeds} (as asked)")
+        where = (
+            f"held-out env seeds {seeds} (training's: {asked})" if self.held_out else f"env seeds {seeds} (as asked)"
+        )
         how = "greedy" if self.greedy else "sampled as in training (no cell asked wb.evaluating())"
         after = f" after iteration {self.iteration}" if self.iteration is not None else ""
-        return (f"{self.episodes} episode{'s' if self.episodes != 1 else ''}: return mean {self.mean:.1f} "
-                f"± {self.std:.1f}, IQM {self.iqm:.1f}, min {min(self.returns):.1f}, max {max(self.returns):.1f}; "
-                f"length mean {self.mean_length:.1f}; {how}; {where}{after}")
+        return (
+            f"{self.episodes} episode{'s' if self.episodes != 1 else ''}: return mean {self.mean:.1f} "
+            f"± {self.std:.1f}, IQM {self.iqm:.1f}, min {min(self.returns):.1f}, max {max(self.returns):.1f}; "
+            f"length mean {self.mean_length:.1f}; {how}; {where}{after}"
+        )
 
     def __repr__(self) -> str:
         return f"EvaluationResult({self.summary()})"
@@ -116,5 +125,7 @@ class EvaluationResult:
     def _repr_html_(self) -> str:
         cells = "".join(f"<td style='text-align:right'>{r:g}</td>" for r in self.returns)
         lengths = "".join(f"<td style='text-align:right'>{n}</td>" for n in self.lengths)
-        return (f"<div style='font-family:monospace'><b>evaluation</b> — {html.escape(self.summary())}"
-                f"<table><tr><th>return</th>{cells}</tr><tr><th>length</th>{lengths}</tr></table></div>")
+        return (
+            f"<div style='font-family:monospace'><b>evaluation</b> — {html.escape(self.summary())}"
+            f"<table><tr><th>return</th>{cells}</tr><tr><th>length</th>{lengths}</tr></table></div>"
+        )

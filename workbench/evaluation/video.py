@@ -7,6 +7,7 @@
     >>> video.mime in ("video/mp4", "image/gif"), video.frames, video.size
     (True, 4, (48, 32))
 """
+
 from __future__ import annotations
 
 import base64
@@ -46,8 +47,14 @@ def encode(frames, fps: float) -> tuple[bytes, str]:
         with tempfile.TemporaryDirectory() as folder:
             path = os.path.join(folder, "clip.mp4")
             writer = imageio_ffmpeg.write_frames(
-                path, (width, height), fps=fps, codec="libx264", pix_fmt_out="yuv420p", macro_block_size=2,
-                output_params=["-preset", "veryfast", "-movflags", "+faststart"])
+                path,
+                (width, height),
+                fps=fps,
+                codec="libx264",
+                pix_fmt_out="yuv420p",
+                macro_block_size=2,
+                output_params=["-preset", "veryfast", "-movflags", "+faststart"],
+            )
             writer.send(None)  # start ffmpeg
             try:
                 for frame in itertools.chain([first], frames):
@@ -100,8 +107,7 @@ class Video:
     def to_html(self) -> str:
         width = self.size[0]
         if self.mime.startswith("video/"):
-            player = (f"<video controls autoplay loop muted playsinline width='{width}' "
-                      f"src='{self.data_uri()}'></video>")
+            player = f"<video controls autoplay loop muted playsinline width='{width}' src='{self.data_uri()}'></video>"
         else:
             player = f"<img width='{width}' src='{self.data_uri()}'/>"
         caption = f"{self.frames} frames, {self.seconds:.1f} s"
@@ -114,5 +120,7 @@ class Video:
 
     def __repr__(self) -> str:
         kind = "mp4" if self.mime == "video/mp4" else "GIF"
-        return (f"<Video {kind}, {self.frames} frames at {self.fps:g} fps, {self.size[0]}×{self.size[1]}, "
-                f"{len(self.data):,} bytes>")
+        return (
+            f"<Video {kind}, {self.frames} frames at {self.fps:g} fps, {self.size[0]}×{self.size[1]}, "
+            f"{len(self.data):,} bytes>"
+        )

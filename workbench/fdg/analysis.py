@@ -22,6 +22,7 @@ Example:
     >>> result.inputs, result.writes
     (('x', 'f'), ('y', 'z'))
 """
+
 from __future__ import annotations
 
 import ast
@@ -98,10 +99,10 @@ def _unique(names):
 
 
 # What a nested scope tells the scope around it, in execution order.
-_READ = "read"      # a free name read now, while the enclosing scope runs
-_LATE = "late"      # a free name read later (the body of a function, lambda or genexp)
+_READ = "read"  # a free name read now, while the enclosing scope runs
+_LATE = "late"  # a free name read later (the body of a function, lambda or genexp)
 _GLOBAL = "global"  # a ``global`` name rebound: a write of the cell, however deep
-_LEAK = "leak"      # a ``:=`` in a comprehension: binds in the enclosing scope (PEP 572)
+_LEAK = "leak"  # a ``:=`` in a comprehension: binds in the enclosing scope (PEP 572)
 
 
 class _Scope(ast.NodeVisitor):
@@ -328,8 +329,7 @@ class _StaticScope(_Scope):
 
     def run(self, nodes: list[ast.AST]) -> list[tuple[str, str]]:
         events = super().run(nodes)
-        return [(kind, name) for kind, name in events
-                if kind not in (_READ, _LATE) or name not in self.bound]
+        return [(kind, name) for kind, name in events if kind not in (_READ, _LATE) or name not in self.bound]
 
 
 class _FunctionScope(_StaticScope):

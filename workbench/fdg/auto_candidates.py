@@ -23,6 +23,7 @@ Example:
     >>> print(candidates.left_out[0])
     MultiLearner: not tried, the learner never calls wb.allreduce (independent learners would change what is learned)
 """
+
 from __future__ import annotations
 
 from workbench.fdg.errors import PlacementError
@@ -34,8 +35,9 @@ from workbench.fdg.policy import GPUOnly, MultiLearner, Pipelined, SingleLearner
 __all__ = ["Candidates", "auto_candidates", "INDEPENDENT_LEARNERS_LEFT_OUT"]
 
 #: What auto says of a preset it leaves out because its learner replicas would not average
-INDEPENDENT_LEARNERS_LEFT_OUT = ("not tried, the learner never calls wb.allreduce (independent "
-                                 "learners would change what is learned)")
+INDEPENDENT_LEARNERS_LEFT_OUT = (
+    "not tried, the learner never calls wb.allreduce (independent learners would change what is learned)"
+)
 
 
 class Candidates(list):

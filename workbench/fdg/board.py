@@ -18,6 +18,7 @@ Example:
     >>> fill_preset("multilearner", fdg, inv)
     Policy('MultiLearner', actor+env+learner ×2 on w0, w1)
 """
+
 from __future__ import annotations
 
 from workbench.fdg.errors import PlacementError
@@ -35,8 +36,7 @@ __all__ = ["BOARD_PRESETS", "move_fragment", "set_replicas", "fill_preset", "loa
 BOARD_PRESETS = ("coarse", "fine", "multilearner", "gpuonly", "async", "pipelined", "auto")
 
 
-def move_fragment(policy: Policy, fdg: Graph, fragment: str, worker: str, device: str,
-                  inventory: Inventory) -> Policy:
+def move_fragment(policy: Policy, fdg: Graph, fragment: str, worker: str, device: str, inventory: Inventory) -> Policy:
     """``fragment`` dropped on ``device`` (``cpu`` or ``gpu``) of ``worker``.
 
     A fragment fused with others leaves its group; it joins the single-replica group
@@ -63,8 +63,10 @@ def move_fragment(policy: Policy, fdg: Graph, fragment: str, worker: str, device
         rest = tuple(f for f in group.fragments if f != fragment)
         if rest:
             groups.append(Group(rest, group.replicas, group.workers, group.device))
-    home = next((i for i, g in enumerate(groups)
-                 if g.replicas == 1 and g.workers == (target.name,) and g.device == device), None)
+    home = next(
+        (i for i, g in enumerate(groups) if g.replicas == 1 and g.workers == (target.name,) and g.device == device),
+        None,
+    )
     if home is None:
         groups.append(Group((fragment,), 1, (target.name,), device))
     else:
@@ -114,7 +116,8 @@ def fill_preset(name: str, fdg: Graph, inventory: Inventory, *, auto_table: list
             raise PlacementError(
                 "auto is chosen at run time: a run with policy auto tries each preset that fits "
                 f"this cluster ({fits}) for a few iterations and keeps the fastest. After such a "
-                "run, auto here fills the board with its pick.")
+                "run, auto here fills the board with its pick."
+            )
         name = fastest_trial(auto_table)
     if name == "inline" or name not in PRESETS:
         raise PlacementError(f"unknown preset {name!r}; choose one of {', '.join(BOARD_PRESETS)}.")
@@ -134,7 +137,8 @@ def load_policy(text: str, fdg: Graph, inventory: Inventory) -> Policy:
             where = "no workers" if not group.workers else "the calling process (inline)"
             raise PlacementError(
                 f"policy {policy.name!r} puts {group.name!r} on {where}; a board places every "
-                "replica on a cluster worker: give the group one worker per replica.")
+                "replica on a cluster worker: give the group one worker per replica."
+            )
     return _checked(policy, fdg, inventory)
 
 

@@ -3,6 +3,7 @@
 Each says what was wrong, where, and what to do. Errors of running, clusters and
 checkpoints live in :mod:`workbench.errors`, which re-exports these: import from there.
 """
+
 from __future__ import annotations
 
 __all__ = [
@@ -91,8 +92,10 @@ class StepCycleError(FDGError):
         if rate == "init":
             advice = "Init cells run once, in dependency order: break the ring by moving one read to a step or iteration cell."
         else:
-            advice = (f"Give one of {', '.join(map(repr, names))} a first value in its writer's "
-                      "--init cell (as env's init cell writes the first obs), so the loop can carry it.")
+            advice = (
+                f"Give one of {', '.join(map(repr, names))} a first value in its writer's "
+                "--init cell (as env's init cell writes the first obs), so the loop can carry it."
+            )
         super().__init__(
             f"{rate} cells form a cycle that no loop carries: {ring}. Each needs a value "
             f"another has not produced yet. {advice}"

@@ -34,6 +34,7 @@ Example:
     >>> init_only(fdg, "cfg").fields
     {}
 """
+
 from __future__ import annotations
 
 import ast

@@ -14,6 +14,7 @@ Example:
     >>> actor.summary()
     'actor: reads policy, obs → writes action · every step'
 """
+
 from __future__ import annotations
 
 import keyword
@@ -72,7 +73,9 @@ class Cell:
         if not isinstance(code, str):
             raise FragmentOptionError(
                 f"fragment {fragment!r}: the cell's code must be a string of Python source, got "
-                f"{type(code).__name__} {code!r:.40}.", fragment=fragment)
+                f"{type(code).__name__} {code!r:.40}.",
+                fragment=fragment,
+            )
         for name in (*reads, *writes):
             _check_identifier(fragment, name)
         found = analyse_code(code, fragment=fragment)
@@ -118,8 +121,7 @@ class Fragment:
             object.__setattr__(self, "replicas", whole_number(self.replicas))  # NumPy's 2 as 2
         if self.device not in DEVICES:
             raise FragmentOptionError(
-                f"fragment {self.name!r}: --device must be one of {', '.join(DEVICES)}, "
-                f"got {self.device!r}.",
+                f"fragment {self.name!r}: --device must be one of {', '.join(DEVICES)}, got {self.device!r}.",
                 fragment=self.name,
             )
 

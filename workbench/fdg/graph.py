@@ -10,6 +10,7 @@ Example:
     >>> fdg.schedule().step_order
     ('actor', 'env')
 """
+
 from __future__ import annotations
 
 import builtins
@@ -81,7 +82,9 @@ class Graph:
             if isinstance(names, str):  # tuple('obs') would quietly declare 'o', 'b' and 's'
                 raise FragmentOptionError(
                     f"fragment {name!r}: {what} must be a list of names, got the string "
-                    f"{names!r}; write {what}=[{names!r}].", fragment=name)
+                    f"{names!r}; write {what}=[{names!r}].",
+                    fragment=name,
+                )
         existing = self._fragments.get(name) or Fragment(name)
         updated = Fragment(
             name,
@@ -177,8 +180,9 @@ class Graph:
         fragment writes is defined there.
         """
         if not self._fragments:
-            raise FDGError("the FDG has no fragments yet: register cells with %%fragment NAME "
-                           "(or fdg.add_fragment) first.")
+            raise FDGError(
+                "the FDG has no fragments yet: register cells with %%fragment NAME (or fdg.add_fragment) first."
+            )
         _check_single_writers(self._fragments)
         self._check_first_values()
         if namespace is not None:
@@ -266,11 +270,15 @@ class Graph:
             if not ready:
                 # a ring: start it at a fragment whose pending inputs all have a first value
                 # (init cells have nothing earlier to carry: a ring of them is always an error)
-                ready = [] if rate == "init" else [
-                    n for n in remaining
-                    if all(e.carried_from_init
-                           for p, es in incoming[n].items() if p in remaining for e in es)
-                ]
+                ready = (
+                    []
+                    if rate == "init"
+                    else [
+                        n
+                        for n in remaining
+                        if all(e.carried_from_init for p, es in incoming[n].items() if p in remaining for e in es)
+                    ]
+                )
                 if not ready:
                     raise StepCycleError(_find_cycle(remaining, incoming, rate), rate)
             order.append(ready[0])
@@ -295,7 +303,8 @@ def _check_single_writers(fragments: Mapping[str, Fragment]) -> None:
         if len(names) < 2:
             continue
         readers = [
-            f.name for f in fragments.values()
+            f.name
+            for f in fragments.values()
             if f.name not in names and any(name in f.external_inputs(r) for r in f.rates)
         ]
         if readers:
@@ -305,8 +314,13 @@ def _check_single_writers(fragments: Mapping[str, Fragment]) -> None:
 def _find_cycle(remaining: list[str], incoming, rate: str) -> list[tuple[str, str, str]]:
     """One ring of uncarried edges among ``remaining``, as (producer, name, consumer)."""
     strong = {
-        n: [(p, e.name) for p, es in incoming[n].items() if p in remaining
-            for e in es if rate == "init" or not e.carried_from_init]
+        n: [
+            (p, e.name)
+            for p, es in incoming[n].items()
+            if p in remaining
+            for e in es
+            if rate == "init" or not e.carried_from_init
+        ]
         for n in remaining
     }
     start = next(n for n in remaining if strong[n])
@@ -316,6 +330,6 @@ def _find_cycle(remaining: list[str], incoming, rate: str) -> list[tuple[str, st
         producer, name = strong[node][0]
         path.append((producer, name, node))
         node = producer
-    ring = path[seen[node]:]
+    ring = path[seen[node] :]
     ring.reverse()
     return ring

@@ -20,6 +20,7 @@ Example:
     >>> Interface("obs", "env", ("init", "step"), "learner", "iteration").timing
     'stacked'
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -27,6 +28,7 @@ from dataclasses import dataclass
 from workbench.fdg.vocabulary import TIMINGS, Rate, Timing
 
 __all__ = ["Interface", "spatial_kind", "TIMINGS"]
+
 
 @dataclass(frozen=True)
 class Interface:

@@ -8,6 +8,7 @@ Example:
     >>> inv.names
     ('w0',)
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass

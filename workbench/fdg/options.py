@@ -8,6 +8,7 @@ Example:
     >>> parse_fragment_line("actor --replicas 2")
     {'name': 'actor', 'rate': None, 'replicas': 2, 'device': None, 'reads': [], 'writes': []}
 """
+
 from __future__ import annotations
 
 import argparse
@@ -35,16 +36,23 @@ def _fragment_parser() -> LineParser:
     p = LineParser(prog="%%fragment")
     p.add_argument("name", help="the fragment this cell belongs to (actor, env, learner, …)")
     when = p.add_mutually_exclusive_group()
-    when.add_argument("--init", action="store_const", const="init", dest="rate",
-                      help="run once per replica when deployed")
-    when.add_argument("--every", choices=("step", "iteration"), dest="rate",
-                      help="run every step (default) or every iteration (default for learner)")
+    when.add_argument(
+        "--init", action="store_const", const="init", dest="rate", help="run once per replica when deployed"
+    )
+    when.add_argument(
+        "--every",
+        choices=("step", "iteration"),
+        dest="rate",
+        help="run every step (default) or every iteration (default for learner)",
+    )
     p.add_argument("--replicas", type=int, help="how many replicas (a policy may override)")
     p.add_argument("--device", choices=DEVICE_KINDS, help="where it wants to run")
-    p.add_argument("--reads", nargs="+", default=[], metavar="NAME",
-                   help="names the cell reads that the analysis cannot see")
-    p.add_argument("--writes", nargs="+", default=[], metavar="NAME",
-                   help="names the cell writes that the analysis cannot see")
+    p.add_argument(
+        "--reads", nargs="+", default=[], metavar="NAME", help="names the cell reads that the analysis cannot see"
+    )
+    p.add_argument(
+        "--writes", nargs="+", default=[], metavar="NAME", help="names the cell writes that the analysis cannot see"
+    )
     return p
 
 
@@ -88,5 +96,6 @@ def parse_fragment_line(line: str) -> dict:
     args = _fragment_parser().parse_args(split_line(line, FragmentOptionError))
     if args.replicas is not None and args.replicas < 1:
         raise FragmentOptionError(
-            f"fragment {args.name!r}: --replicas must be ≥ 1, got {args.replicas}.", fragment=args.name)
+            f"fragment {args.name!r}: --replicas must be ≥ 1, got {args.replicas}.", fragment=args.name
+        )
     return vars(args)

@@ -5,6 +5,7 @@ Example:
     >>> _spread(("a", "b"), 3)
     ('a', 'b', 'a')
 """
+
 from __future__ import annotations
 
 import json

@@ -18,6 +18,7 @@ Example:
     >>> [t.describe() for t in plan.tasks(iterations=1)]
     ['env+actor: init env · steps actor, env (iteration 0)']
 """
+
 from __future__ import annotations
 
 import itertools
@@ -156,9 +157,9 @@ class Plan:
 
     def stacked_names(self, fragment: str) -> tuple[str, ...]:
         """Names ``fragment`` writes per step that some consumer reads stacked."""
-        return tuple(dict.fromkeys(
-            e.name for e in self.fdg.interfaces if e.producer == fragment and e.timing == "stacked"
-        ))
+        return tuple(
+            dict.fromkeys(e.name for e in self.fdg.interfaces if e.producer == fragment and e.timing == "stacked")
+        )
 
     def _phase_items(self, rate: str, iteration: int | None) -> list[tuple[str, Item]]:
         """The phase's fragments in schedule order, consecutive same-group runs merged.
@@ -186,9 +187,13 @@ class Plan:
         if with_init:
             stream += self._phase_items("init", None)
         pending_group, pending_items = None, []
-        phases = itertools.chain([stream], (  # lazily: a run may ask for a billion iterations
-            self._phase_items("step", it) + self._phase_items("iteration", it)
-            for it in range(start, start + iterations)))
+        phases = itertools.chain(
+            [stream],
+            (  # lazily: a run may ask for a billion iterations
+                self._phase_items("step", it) + self._phase_items("iteration", it)
+                for it in range(start, start + iterations)
+            ),
+        )
         for stream in phases:
             for group, item in stream:
                 has_steps = any(i.rate == "step" for i in pending_items)
@@ -231,8 +236,7 @@ class Plan:
     def _route_costs(route: Route) -> bool:  # (the placement board asks too)
         """Whether the route moves bytes every iteration (not only at init)."""
         edge = route.interface
-        return edge.timing in ("per-step", "stacked") or (
-            edge.timing != "once" and "iteration" in edge.producer_rates)
+        return edge.timing in ("per-step", "stacked") or (edge.timing != "once" and "iteration" in edge.producer_rates)
 
     def _route_bytes(self, route: Route, sizes: dict[str, int], steps: int) -> int:
         edge = route.interface
@@ -270,8 +274,11 @@ class Plan:
                     # not bound in the probe's first iteration (a learner that starts after a
                     # warm-up), or bound to an empty list (batches sampled only after it):
                     # its size is unknown, not 0 B
-                    why = ("written empty in the first iteration" if r.interface.name in empty
-                           else "not written in the first iteration")
+                    why = (
+                        "written empty in the first iteration"
+                        if r.interface.name in empty
+                        else "not written in the first iteration"
+                    )
                     size = f", size not measured: {why}"
                     unmeasured[r.interface.name] = why
                 elif moved is not None:
@@ -282,9 +289,11 @@ class Plan:
                 for name, why in unmeasured.items():
                     by_why.setdefault(_IN_TOTAL.get(why, why), []).append(name)
                 plus = "; ".join(f"{', '.join(names)}, {why}" for why, names in by_why.items())
-                lines.append(f"  on the wire per iteration: {'at least' if unmeasured else 'at most'} "
-                             f"{human_bytes(sum(moved.values()))} "
-                             + (f"(plus {plus})" if unmeasured else "(less where two groups share a worker process)"))
+                lines.append(
+                    f"  on the wire per iteration: {'at least' if unmeasured else 'at most'} "
+                    f"{human_bytes(sum(moved.values()))} "
+                    + (f"(plus {plus})" if unmeasured else "(less where two groups share a worker process)")
+                )
         else:
             lines.append("  nothing crosses processes: every interface is an in-process hand-off")
         lines += [f"  WARNING: {message}" for message in self.warnings]
@@ -333,8 +342,12 @@ def make_plan(fdg: Graph, policy: Policy) -> Plan:
         # a value written only at init arrives once, not with every iteration: the async
         # consumer reads it from the producers' init tasks, by the gather rule (one value
         # when every replica wrote the same), as every other policy does
-        arrival = (policy.asynchronous and spatial == "gather" and edge.timing != "per-step"
-                   and tuple(edge.producer_rates) != ("init",))
+        arrival = (
+            policy.asynchronous
+            and spatial == "gather"
+            and edge.timing != "per-step"
+            and tuple(edge.producer_rates) != ("init",)
+        )
         routes.append(Route(edge, src.name, dst.name, spatial, arrival, _lag(policy, edge, src, dst, schedule)))
     plan = Plan(fdg, policy, schedule, tuple(routes))
     independent, overridden = independent_learners(fdg, policy), overridden_options(fdg, policy)
@@ -349,14 +362,19 @@ def _lag(policy: Policy, edge, src, dst, schedule: Schedule) -> int:
     """``policy.lag`` for what a group without step cells (a learner) writes each iteration
     for a group with them (actors) to read; else 0."""
     acting = set(schedule.step_order)
-    feedback = (not acting & set(src.fragments) and acting & set(dst.fragments)
-                and edge.timing in ("per-iteration", "latest") and "iteration" in edge.producer_rates)
+    feedback = (
+        not acting & set(src.fragments)
+        and acting & set(dst.fragments)
+        and edge.timing in ("per-iteration", "latest")
+        and "iteration" in edge.producer_rates
+    )
     if feedback and policy.lag and "init" not in edge.producer_rates:
         raise PlacementError(
             f"{edge.describe()}: with lag {policy.lag} ({policy.name}), {edge.consumer!r} reads {edge.name!r} "
             f"{policy.lag} iteration(s) late, so its first iterations read the value {edge.producer!r} "
             f"wrote before its first iteration: give {edge.name!r} a first value in the --init cell of "
-            f"{edge.producer!r}, or use a policy without a lag.")
+            f"{edge.producer!r}, or use a policy without a lag."
+        )
     return policy.lag if feedback else 0
 
 
@@ -385,14 +403,16 @@ def overridden_options(fdg: Graph, policy: Policy) -> list[str]:
                     f"fragment {name!r} asks for --replicas {frag.replicas} in its cell, but policy "
                     f"{policy.name} runs it as {group.replicas} (a preset places by its own rule). "
                     "To have it, place by hand: %fdg place, or a wb.Policy whose group gives "
-                    f"{name!r} {frag.replicas} replicas.")
+                    f"{name!r} {frag.replicas} replicas."
+                )
             # a GPU wish only: "cpu" is every fragment's default, so it says nothing about a wish
             if frag.device == "gpu" and group.device == "cpu":
                 out.append(
                     f"fragment {name!r} asks for --device {frag.device} in its cell, but policy "
                     f"{policy.name} runs it on {'a GPU' if group.device == 'gpu' else 'the CPU'} "
                     f"(its group {group.name!r}). To have it, place by hand: %fdg place, or a "
-                    f"wb.Policy whose group for {name!r} has device={frag.device!r}.")
+                    f"wb.Policy whose group for {name!r} has device={frag.device!r}."
+                )
     return out
 
 

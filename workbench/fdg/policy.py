@@ -15,6 +15,7 @@ Example:
     >>> SingleLearnerCoarse().place(fdg, inv)
     Policy('SingleLearnerCoarse', actor+env ×2 on w0, w1 | learner ×1 on w0)
 """
+
 from __future__ import annotations
 
 import difflib
@@ -29,9 +30,21 @@ from workbench.fdg.inventory import Inventory, WorkerInfo
 from workbench.fdg.placing import _check_count, _env_workers, _home, _spread, _whole
 from workbench.fdg.unplaced import unplaced_message
 
-__all__ = ["Group", "Policy", "Inline", "SingleLearnerCoarse", "SingleLearnerFine", "MultiLearner",
-           "GPUOnly", "Async", "Pipelined", "resolve_policy", "as_policy_spec",
-           "needs_cluster", "PRESETS"]
+__all__ = [
+    "Group",
+    "Policy",
+    "Inline",
+    "SingleLearnerCoarse",
+    "SingleLearnerFine",
+    "MultiLearner",
+    "GPUOnly",
+    "Async",
+    "Pipelined",
+    "resolve_policy",
+    "as_policy_spec",
+    "needs_cluster",
+    "PRESETS",
+]
 
 #: Where an unplaced replica runs: the calling process (no Dask).
 
@@ -59,9 +72,7 @@ class Group:
             raise PlacementError(str(exc)) from None
         # bool is an int to Python, and JSON's 2.7 must not quietly become 2; NumPy's 2 is 2
         if whole_number(self.replicas) is None or self.replicas < 1:
-            raise PlacementError(
-                f"group {self.name!r}: replicas must be a whole number ≥ 1, got {self.replicas!r}."
-            )
+            raise PlacementError(f"group {self.name!r}: replicas must be a whole number ≥ 1, got {self.replicas!r}.")
         object.__setattr__(self, "replicas", whole_number(self.replicas))  # a plain int: JSON takes it
         if self.workers and len(self.workers) != self.replicas:
             raise PlacementError(
@@ -70,8 +81,12 @@ class Group:
             )
 
     def to_dict(self) -> dict:
-        return {"fragments": list(self.fragments), "replicas": self.replicas,
-                "workers": list(self.workers), "device": self.device}
+        return {
+            "fragments": list(self.fragments),
+            "replicas": self.replicas,
+            "workers": list(self.workers),
+            "device": self.device,
+        }
 
 
 @dataclass(frozen=True)
@@ -101,7 +116,8 @@ class Policy:
         if self.lag and self.asynchronous:
             raise PlacementError(
                 f"policy {self.name!r}: lag and asynchronous do not combine (an asynchronous "
-                "learner answers each actor's arrival at once); use one of them.")
+                "learner answers each actor's arrival at once); use one of them."
+            )
 
     @property
     def in_process(self) -> bool:
@@ -114,8 +130,9 @@ class Policy:
                 return group
         raise PlacementError(unplaced_message(self.name, fragment))
 
-    def check(self, fdg: Graph, inventory: Inventory | None = None, *,
-              gpus_here: Callable[[], int] | None = None) -> None:
+    def check(
+        self, fdg: Graph, inventory: Inventory | None = None, *, gpus_here: Callable[[], int] | None = None
+    ) -> None:
         """Raise :class:`PlacementError` unless the policy places every fragment of ``fdg``
         exactly once, on workers that exist, and every GPU group where there is a GPU:
         ``inventory`` says the cluster workers' GPUs, ``gpus_here`` this process's (see
@@ -174,8 +191,12 @@ class Policy:
 
     def to_dict(self) -> dict:
         """Plain data (what ``to_json`` writes)."""
-        return {"name": self.name, "asynchronous": self.asynchronous, "lag": self.lag,
-                "groups": [g.to_dict() for g in self.groups]}
+        return {
+            "name": self.name,
+            "asynchronous": self.asynchronous,
+            "lag": self.lag,
+            "groups": [g.to_dict() for g in self.groups],
+        }
 
     def to_json(self) -> str:
         return json.dumps(self.to_dict(), indent=2)
@@ -190,8 +211,12 @@ class Policy:
         try:
             data = json.loads(text)
             groups = tuple(
-                Group(_names(g["fragments"]), _whole(g.get("replicas", 1)), _names(g.get("workers", [])),
-                      g.get("device", "cpu"))
+                Group(
+                    _names(g["fragments"]),
+                    _whole(g.get("replicas", 1)),
+                    _names(g.get("workers", [])),
+                    g.get("device", "cpu"),
+                )
                 for g in data["groups"]
             )
             asynchronous = data.get("asynchronous", False)
@@ -216,12 +241,17 @@ class Policy:
 def gpu_not_here_message(policy: Policy, group: Group) -> str:
     """Why ``group`` cannot run on the GPU of the calling process, and what to do (one line)."""
     fragments = f"fragment{'s' if len(group.fragments) > 1 else ''} {', '.join(group.fragments)}"
-    here = ("wb.Inline() (the CPU) instead of wb.Inline(device='gpu')" if policy.name == Inline.name
-            else f"device='cpu' for group {group.name!r}")
-    return (f"policy {policy.name!r} puts group {group.name!r} ({fragments}) on the GPU of this process "
-            f"(the notebook's or script's own, {IN_PROCESS!r}), which has no GPU: no CUDA device answers "
-            f"here. Run it on a cluster worker with a GPU (policy 'gpuonly' or 'coarse' with a cluster, or "
-            f"a wb.Policy group on that worker with device='gpu'), or here on the CPU: {here}.")
+    here = (
+        "wb.Inline() (the CPU) instead of wb.Inline(device='gpu')"
+        if policy.name == Inline.name
+        else f"device='cpu' for group {group.name!r}"
+    )
+    return (
+        f"policy {policy.name!r} puts group {group.name!r} ({fragments}) on the GPU of this process "
+        f"(the notebook's or script's own, {IN_PROCESS!r}), which has no GPU: no CUDA device answers "
+        f"here. Run it on a cluster worker with a GPU (policy 'gpuonly' or 'coarse' with a cluster, or "
+        f"a wb.Policy group on that worker with device='gpu'), or here on the CPU: {here}."
+    )
 
 
 def _names(value) -> tuple[str, ...]:
@@ -384,18 +414,21 @@ class SingleLearnerFine:
                 "exchanging values every step) but this FDG has no step cells: its fragments "
                 f"({', '.join(fdg.fragments)}) run per iteration or at init only. Use "
                 "SingleLearnerCoarse, MultiLearner or inline; fine needs an env and an actor "
-                "--every step.")
+                "--every step."
+            )
         if not envs or unknown:
             raise PlacementError(
                 "SingleLearnerFine splits environment fragments from the rest, but "
-                + (f"the FDG has no fragment {', '.join(map(repr, unknown))}" if unknown
-                   else "no step fragment is named env…")
+                + (
+                    f"the FDG has no fragment {', '.join(map(repr, unknown))}"
+                    if unknown
+                    else "no step fragment is named env…"
+                )
                 + f"; pass SingleLearnerFine(env_fragments=(…)) naming the fragments that step "
                 f"environments, among the step fragments {', '.join(stepping)}."
             )
         rest = tuple(n for n in fdg.fragments if n not in envs)
-        if not any(e.timing == "per-step" and (e.producer in envs) != (e.consumer in envs)
-                   for e in fdg.interfaces):
+        if not any(e.timing == "per-step" and (e.producer in envs) != (e.consumer in envs) for e in fdg.interfaces):
             raise PlacementError(
                 "SingleLearnerFine exchanges values every step between the environment fragments "
                 f"({', '.join(envs)}) and the rest, but this FDG has no per-step interface between "
@@ -404,8 +437,13 @@ class SingleLearnerFine:
         others = tuple(w.name for w in inventory.workers if w.name != home.name) or (home.name,)
         count = self.envs or len(others)
         groups = [Group(rest, 1, (home.name,), "gpu" if home.gpus else "cpu")] if rest else []
-        groups.append(Group(tuple(n for n in stepping if n in envs) + tuple(
-            n for n in envs if n not in stepping), count, _env_workers(inventory, home, count)))
+        groups.append(
+            Group(
+                tuple(n for n in stepping if n in envs) + tuple(n for n in envs if n not in stepping),
+                count,
+                _env_workers(inventory, home, count),
+            )
+        )
         return Policy(self.name, tuple(groups))
 
 
@@ -425,8 +463,10 @@ class MultiLearner:
         count = self.learners or len(names)
         workers = _spread(names, count)
         # learners on GPUs when every worker they go to has one
-        return Policy(self.name, (Group(_ordered(fdg), count, workers,
-                                        _wished_device(fdg, fdg.fragments, workers, inventory, "gpu")),))
+        return Policy(
+            self.name,
+            (Group(_ordered(fdg), count, workers, _wished_device(fdg, fdg.fragments, workers, inventory, "gpu")),),
+        )
 
 
 class GPUOnly:
@@ -504,8 +544,9 @@ def needs_cluster(spec) -> bool:
     return not isinstance(spec, Inline)
 
 
-def resolve_policy(spec, fdg: Graph, inventory: Inventory | None, *,
-                   gpus_here: Callable[[], int] | None = None) -> Policy:
+def resolve_policy(
+    spec, fdg: Graph, inventory: Inventory | None, *, gpus_here: Callable[[], int] | None = None
+) -> Policy:
     """Turn a policy given by name, file, preset object or :class:`Policy` into a checked
     Policy (``gpus_here``: see :meth:`Policy.check`)."""
     spec = as_policy_spec(spec)

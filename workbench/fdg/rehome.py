@@ -1,5 +1,6 @@
 """Re-placing a policy after workers left: the replicas of a worker that is gone move to
 the least loaded worker that is there (GPU groups only to workers with a GPU)."""
+
 from __future__ import annotations
 
 from workbench.fdg.inventory import Inventory

@@ -16,6 +16,7 @@ Example:
     >>> render_svg(fdg).startswith("<svg")
     True
 """
+
 from __future__ import annotations
 
 import html
@@ -111,7 +112,7 @@ class _Arc:
         out = []
         for i in range(n + 1):
             t = i / n
-            a, b = 3 * t * t - 2 * t ** 3, 3 * t * (1 - t)
+            a, b = 3 * t * t - 2 * t**3, 3 * t * (1 - t)
             out.append((self.x1 + (self.x2 - self.x1) * a, ctrl * b))
         return out
 
@@ -167,8 +168,9 @@ def _lay_out(arcs: list[_Arc]) -> None:
     arc (its foot under a label with nowhere to go) it stays at its lowest."""
     placed: list[_Arc] = []
     for arc in arcs:
-        inside = [p.rise for p in placed if min(arc.x1, arc.x2) <= min(p.x1, p.x2)
-                  and max(p.x1, p.x2) <= max(arc.x1, arc.x2)]
+        inside = [
+            p.rise for p in placed if min(arc.x1, arc.x2) <= min(p.x1, p.x2) and max(p.x1, p.x2) <= max(arc.x1, arc.x2)
+        ]
         lowest = max([_RISE_MIN] + [r + _RISE_STEP for r in inside])  # outside the arcs it spans
         arc.rise = lowest
         while not _settles(arc, placed):
@@ -179,8 +181,9 @@ def _lay_out(arcs: list[_Arc]) -> None:
         placed.append(arc)
 
 
-def _anchors(names: list[str], x_of: dict[str, float], w_of: dict[str, float],
-             ends: list[tuple[str, str]]) -> list[tuple[float, float]]:
+def _anchors(
+    names: list[str], x_of: dict[str, float], w_of: dict[str, float], ends: list[tuple[str, str]]
+) -> list[tuple[float, float]]:
     """Where each arc (src, dst) meets its boxes along one side: at each box, arcs to the
     left on the left part, arcs to the right on the right, the longer ones nearer the
     middle of their part's run outward, so arcs nest instead of crossing."""
@@ -205,9 +208,11 @@ def render_svg(fdg: Graph) -> str:
     """The FDG as a standalone SVG document (no scripts, no external resources)."""
     names = _order(fdg)
     if not names:
-        return ('<svg xmlns="http://www.w3.org/2000/svg" width="320" height="40">'
-                '<text x="10" y="25" font-family="sans-serif" font-size="13">empty FDG: '
-                'register cells with %%fragment NAME</text></svg>')
+        return (
+            '<svg xmlns="http://www.w3.org/2000/svg" width="320" height="40">'
+            '<text x="10" y="25" font-family="sans-serif" font-size="13">empty FDG: '
+            "register cells with %%fragment NAME</text></svg>"
+        )
     w_of = {n: _box_width(fdg, n) for n in names}
     x_of, x = {}, 20.0
     for n in names:
@@ -229,12 +234,17 @@ def render_svg(fdg: Graph) -> str:
     top = 16 + max([a.reach for a in above], default=0)
     width = round(x - _GAP + 20)
     height = round(top + _BOX_H + max([a.reach for a in below], default=0) + 48)
-    out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
-           f'viewBox="0 0 {width} {height}" font-family="sans-serif">',
-           '<defs>' + "".join(
-               f'<marker id="wb-arrow-{t}" viewBox="0 0 10 10" refX="9" refY="5" markerWidth="7" '
-               f'markerHeight="7" orient="auto"><path d="M0,0 L10,5 L0,10 z" fill="{c}"/></marker>'
-               for t, c in _COLOURS.items()) + '</defs>']
+    out = [
+        f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
+        f'viewBox="0 0 {width} {height}" font-family="sans-serif">',
+        "<defs>"
+        + "".join(
+            f'<marker id="wb-arrow-{t}" viewBox="0 0 10 10" refX="9" refY="5" markerWidth="7" '
+            f'markerHeight="7" orient="auto"><path d="M0,0 L10,5 L0,10 z" fill="{c}"/></marker>'
+            for t, c in _COLOURS.items()
+        )
+        + "</defs>",
+    ]
     for arc in above:
         out.append(_arrow(arc, top, -1))
     for arc in below:
@@ -243,11 +253,17 @@ def render_svg(fdg: Graph) -> str:
         out.append(_box(fdg, name, x_of[name], top, w_of[name]))
     legend_y = height - 14
     x = 20
-    for timing, colour in (("per-step", _COLOURS["per-step"]), ("stacked", _COLOURS["stacked"]),
-                           ("latest", _COLOURS["latest"]), ("once", _COLOURS["once"])):
-        out.append(f'<rect x="{x}" y="{legend_y - 9}" width="12" height="4" fill="{colour}"/>'
-                   f'<text x="{x + 16}" y="{legend_y - 4}" font-size="11" fill="#555">'
-                   f'{html.escape(TIMINGS[timing])}</text>')
+    for timing, colour in (
+        ("per-step", _COLOURS["per-step"]),
+        ("stacked", _COLOURS["stacked"]),
+        ("latest", _COLOURS["latest"]),
+        ("once", _COLOURS["once"]),
+    ):
+        out.append(
+            f'<rect x="{x}" y="{legend_y - 9}" width="12" height="4" fill="{colour}"/>'
+            f'<text x="{x + 16}" y="{legend_y - 4}" font-size="11" fill="#555">'
+            f"{html.escape(TIMINGS[timing])}</text>"
+        )
         x += 40 + 6 * len(TIMINGS[timing])
     out.append("</svg>")
     return "".join(out)
@@ -262,25 +278,31 @@ def _arrow(arc: _Arc, edge: float, sign: int) -> str:
     mid = left + arc.width / 2
     # the label's lines top to bottom, from its top edge (beyond the apex, on the arc's side)
     label_top = edge - far if sign < 0 else edge + near
-    spans = "".join(f'<tspan x="{mid:.0f}" y="{label_top + _LINE_PX * i + _LABEL_PX - 1:.0f}">{html.escape(line)}</tspan>'
-                    for i, line in enumerate(arc.lines))
-    return (f'<path d="{path}" fill="none" stroke="{colour}" stroke-width="2" '
-            f'marker-end="url(#wb-arrow-{arc.timing})"><title>{html.escape(TIMINGS[arc.timing])}</title></path>'
-            f'<text class="wb-edge-label" font-size="{_LABEL_PX}" text-anchor="middle" fill="{colour}" '
-            f'stroke="white" stroke-width="3" paint-order="stroke">{spans}</text>')
+    spans = "".join(
+        f'<tspan x="{mid:.0f}" y="{label_top + _LINE_PX * i + _LABEL_PX - 1:.0f}">{html.escape(line)}</tspan>'
+        for i, line in enumerate(arc.lines)
+    )
+    return (
+        f'<path d="{path}" fill="none" stroke="{colour}" stroke-width="2" '
+        f'marker-end="url(#wb-arrow-{arc.timing})"><title>{html.escape(TIMINGS[arc.timing])}</title></path>'
+        f'<text class="wb-edge-label" font-size="{_LABEL_PX}" text-anchor="middle" fill="{colour}" '
+        f'stroke="white" stroke-width="3" paint-order="stroke">{spans}</text>'
+    )
 
 
 def _box(fdg: Graph, name: str, x: float, y: float, width: float) -> str:
     rates, sub = _box_lines(fdg, name)
     centre = x + width / 2
-    return (f'<g class="wb-fragment"><rect x="{x:.0f}" y="{y:.0f}" width="{width:.0f}" height="{_BOX_H}" rx="10" '
-            f'fill="#f7f7f7" stroke="#333" stroke-width="1.5"/>'
-            f'<text x="{centre:.0f}" y="{y + 28:.0f}" font-size="17" font-weight="bold" '
-            f'text-anchor="middle">{html.escape(name)}</text>'
-            f'<text x="{centre:.0f}" y="{y + 48:.0f}" font-size="11" text-anchor="middle" '
-            f'fill="#555">{html.escape(rates)}</text>'
-            f'<text x="{centre:.0f}" y="{y + 64:.0f}" font-size="11" text-anchor="middle" '
-            f'fill="#555">{html.escape(sub)}</text></g>')
+    return (
+        f'<g class="wb-fragment"><rect x="{x:.0f}" y="{y:.0f}" width="{width:.0f}" height="{_BOX_H}" rx="10" '
+        f'fill="#f7f7f7" stroke="#333" stroke-width="1.5"/>'
+        f'<text x="{centre:.0f}" y="{y + 28:.0f}" font-size="17" font-weight="bold" '
+        f'text-anchor="middle">{html.escape(name)}</text>'
+        f'<text x="{centre:.0f}" y="{y + 48:.0f}" font-size="11" text-anchor="middle" '
+        f'fill="#555">{html.escape(rates)}</text>'
+        f'<text x="{centre:.0f}" y="{y + 64:.0f}" font-size="11" text-anchor="middle" '
+        f'fill="#555">{html.escape(sub)}</text></g>'
+    )
 
 
 def render_html(fdg: Graph) -> str:
@@ -290,6 +312,8 @@ def render_html(fdg: Graph) -> str:
         f"<td><code>{html.escape(e.name)}</code></td><td>{html.escape(TIMINGS[e.timing])}</td></tr>"
         for e in fdg.interfaces
     )
-    table = (f"<details><summary>{len(fdg.interfaces)} interfaces</summary>"
-             f"<table><tr><th>edge</th><th>name</th><th>when</th></tr>{rows}</table></details>")
+    table = (
+        f"<details><summary>{len(fdg.interfaces)} interfaces</summary>"
+        f"<table><tr><th>edge</th><th>name</th><th>when</th></tr>{rows}</table></details>"
+    )
     return f'<div class="workbench-fdg">{render_svg(fdg)}{table}</div>'

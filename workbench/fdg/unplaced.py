@@ -16,6 +16,7 @@ Example:
     >>> print(unplaced_message("mine", "critic"))
     policy 'mine' does not place fragment 'critic'; add it to a group.
 """
+
 from __future__ import annotations
 
 from workbench.fdg.errors import PlacementError
@@ -23,19 +24,34 @@ from workbench.fdg.errors import PlacementError
 __all__ = ["unplaced_message", "refuse_new_fragments", "PRESET_NAMES"]
 
 #: the names of the placements presets make (``Policy.name``), and the short spellings
-PRESET_NAMES = frozenset({
-    "inline", "coarse", "SingleLearnerCoarse", "fine", "SingleLearnerFine", "multilearner",
-    "MultiLearner", "gpuonly", "GPUOnly", "async", "Async", "pipelined", "Pipelined",
-})
+PRESET_NAMES = frozenset(
+    {
+        "inline",
+        "coarse",
+        "SingleLearnerCoarse",
+        "fine",
+        "SingleLearnerFine",
+        "multilearner",
+        "MultiLearner",
+        "gpuonly",
+        "GPUOnly",
+        "async",
+        "Async",
+        "pipelined",
+        "Pipelined",
+    }
+)
 
 
 def unplaced_message(policy_name: str, fragment: str) -> str:
     """The message for a policy that does not place ``fragment`` (no run in flight)."""
     if policy_name in PRESET_NAMES:
-        return (f"policy {policy_name!r} does not place fragment {fragment!r}: it is the placement "
-                f"the {policy_name} preset made for the FDG as it was before {fragment!r} was added, "
-                f"and a preset has no groups to edit. Pass the preset itself (policy="
-                f"{policy_name!r}): it places every fragment of the FDG when the run starts.")
+        return (
+            f"policy {policy_name!r} does not place fragment {fragment!r}: it is the placement "
+            f"the {policy_name} preset made for the FDG as it was before {fragment!r} was added, "
+            f"and a preset has no groups to edit. Pass the preset itself (policy="
+            f"{policy_name!r}): it places every fragment of the FDG when the run starts."
+        )
     return f"policy {policy_name!r} does not place fragment {fragment!r}; add it to a group."
 
 
@@ -54,9 +70,11 @@ def refuse_new_fragments(graph, policy) -> None:
             f"preset ({name}): the preset placed the fragments there were when the run started, and "
             f"has no groups to add one to. The cell was not added; the run goes on with its cells. "
             f"Stop the run (%fdg stop or fdg.stop()), run this cell again (or fdg.add_fragment), "
-            f"then run again (%fdg run): the preset places {fragment!r} with every other fragment.")
+            f"then run again (%fdg run): the preset places {fragment!r} with every other fragment."
+        )
     raise PlacementError(
         f"fragment {fragment!r} is new, and the run in flight's policy {name!r} does not place it: "
         f"a new fragment cannot join a run in flight. The cell was not added; the run goes on with "
         f"its cells. Stop the run (%fdg stop or fdg.stop()), add {fragment!r} to a group of the "
-        f"policy, run this cell again (or fdg.add_fragment), then run again with that policy.")
+        f"policy, run this cell again (or fdg.add_fragment), then run again with that policy."
+    )

@@ -11,13 +11,23 @@ Example:
     ...
     ValueError: fragment 'learner': device must be 'cpu' or 'gpu', not 'tpu'.
 """
+
 from __future__ import annotations
 
 import numbers
 from typing import Literal, get_args
 
-__all__ = ["whole_number", "Rate", "RATES", "Timing", "TIMINGS", "DeviceKind", "DEVICE_KINDS", "IN_PROCESS",
-           "check_device_kind"]
+__all__ = [
+    "whole_number",
+    "Rate",
+    "RATES",
+    "Timing",
+    "TIMINGS",
+    "DeviceKind",
+    "DEVICE_KINDS",
+    "IN_PROCESS",
+    "check_device_kind",
+]
 
 #: When a fragment's cell runs: once per replica when deployed, every step, every iteration.
 Rate = Literal["init", "step", "iteration"]

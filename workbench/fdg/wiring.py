@@ -21,6 +21,7 @@ Example:
     >>> [(t.index, t.spec.group, [i.producer_task for i in t.inputs]) for t in tasks]
     [(0, 'actor+env', []), (1, 'learner', [0])]
 """
+
 from __future__ import annotations
 
 from collections.abc import Iterator
@@ -71,8 +72,7 @@ class WiredTask:
         return self.spec.iteration
 
 
-def wire_stream(plan: Plan, iterations: int, start: int = 0, *,
-                with_init: bool = True) -> Iterator[WiredTask]:
+def wire_stream(plan: Plan, iterations: int, start: int = 0, *, with_init: bool = True) -> Iterator[WiredTask]:
     """The plan's task stream with every input resolved to its producer task, lazily.
 
     Raises :class:`PlacementError` when a task would read a name before it was produced.
@@ -116,17 +116,20 @@ def wire_stream(plan: Plan, iterations: int, start: int = 0, *,
                 producer_task, producer_group = _lagged(history[route.key], route)
             if producer_group in answering and route.key in answered:
                 producer_task = last_sent.get((spec.group, producer_group), producer_task)
-            inputs.append(WiredInput(route.key, producer_group, producer_task, route.spatial,
-                                     route.batch_axis, route.arrival))
+            inputs.append(
+                WiredInput(route.key, producer_group, producer_task, route.spatial, route.batch_axis, route.arrival)
+            )
         emitted = _emitted_keys(plan, spec)
         for key in emitted:
             latest[key] = (index, spec.group)
             if key in lags:
                 history[key] = _kept(history.get(key, []) + [(spec.iteration, index, spec.group)], lags[key])
         emits = tuple(
-            WiredEmit(key, group, spatial, reply=spec.group in answering and
-                      any(w.arrival for w in inputs), arrival=arrival)
-            for key in emitted for group, spatial, arrival in readers[key]
+            WiredEmit(
+                key, group, spatial, reply=spec.group in answering and any(w.arrival for w in inputs), arrival=arrival
+            )
+            for key in emitted
+            for group, spatial, arrival in readers[key]
         )
         for emit in emits:
             if emit.consumer_group in answering:
@@ -145,7 +148,7 @@ def _old_enough(iteration: int | None, newest: int | None, lag: int) -> bool:
 def _kept(emissions: list[tuple[int | None, int, str]], lag: int) -> list[tuple[int | None, int, str]]:
     """What a lagged reader may still want: the newest emission old enough and all after it."""
     newest = emissions[-1][0]
-    return emissions[max((k for k, e in enumerate(emissions) if _old_enough(e[0], newest, lag)), default=0):]
+    return emissions[max((k for k, e in enumerate(emissions) if _old_enough(e[0], newest, lag)), default=0) :]
 
 
 def _lagged(emissions: list[tuple[int | None, int, str]], route) -> tuple[int, str]:
@@ -154,8 +157,9 @@ def _lagged(emissions: list[tuple[int | None, int, str]], route) -> tuple[int, s
     too (make_plan checks), and that is older than every iteration: the first ``lag``
     iterations read it."""
     newest = emissions[-1][0]
-    return next((task, group) for iteration, task, group in reversed(emissions)
-                if _old_enough(iteration, newest, route.lag))
+    return next(
+        (task, group) for iteration, task, group in reversed(emissions) if _old_enough(iteration, newest, route.lag)
+    )
 
 
 def wire(plan: Plan, iterations: int, start: int = 0, *, with_init: bool = True) -> list[WiredTask]:

@@ -18,6 +18,7 @@ Example (on a GPU)::
 
     out = graphed_call(model, "score", lambda x: (model(x),), (x,))   # a tuple, or None: run eagerly
 """
+
 from __future__ import annotations
 
 import threading
@@ -28,8 +29,7 @@ from typing import Any, Callable
 
 import torch
 
-__all__ = ["Slot", "slot_for", "capture", "give_up", "graphed_call", "captured_graphs", "CapturableAdam",
-           "WARMUP"]
+__all__ = ["Slot", "slot_for", "capture", "give_up", "graphed_call", "captured_graphs", "CapturableAdam", "WARMUP"]
 
 #: eager calls of a shape before its capture (cuBLAS handles, the caching allocator)
 WARMUP = 2
@@ -87,13 +87,17 @@ def capture(fn: Callable[[], tuple], device) -> tuple[Any, tuple]:
 def give_up(slot: Slot, what: str, exc: BaseException) -> None:
     """Mark ``slot`` failed for good and say why, once."""
     slot.failed, slot.graph = True, None
-    warnings.warn(f"workbench: {what} runs without a CUDA graph from now on (capturing it failed: "
-                  f"{type(exc).__name__}: {str(exc)[:200]}); results are the same, only slower.",
-                  RuntimeWarning, stacklevel=3)
+    warnings.warn(
+        f"workbench: {what} runs without a CUDA graph from now on (capturing it failed: "
+        f"{type(exc).__name__}: {str(exc)[:200]}); results are the same, only slower.",
+        RuntimeWarning,
+        stacklevel=3,
+    )
 
 
-def graphed_call(owner, name: str, fn: Callable[..., tuple], inputs: tuple[torch.Tensor, ...],
-                 warmup: int = WARMUP) -> tuple | None:
+def graphed_call(
+    owner, name: str, fn: Callable[..., tuple], inputs: tuple[torch.Tensor, ...], warmup: int = WARMUP
+) -> tuple | None:
     """``fn(*inputs)`` — a tuple of tensors — replayed from a graph captured for the inputs'
     shapes; None while warming up or where capturing failed (the caller then runs ``fn``
     eagerly itself). ``owner`` (a model) holds one slot per ``name``; a new shape under a

@@ -139,8 +139,19 @@ def gae_cupy(rewards, values, dones, last_value, last_done, gamma, lam):
         return advantages, returns
     _gae_kernel()(
         *launch,
-        (rewards, values, dones, last_value, last_done,
-         np.float32(gamma), np.float32(lam), np.int32(T), np.int32(N), advantages, returns),
+        (
+            rewards,
+            values,
+            dones,
+            last_value,
+            last_done,
+            np.float32(gamma),
+            np.float32(lam),
+            np.int32(T),
+            np.int32(N),
+            advantages,
+            returns,
+        ),
     )
     return advantages, returns
 
@@ -214,6 +225,4 @@ def _check_shapes(rewards, values, dones, last_value, last_done) -> None:
     ):
         got = tuple(array.shape) if hasattr(array, "shape") else np.shape(array)
         if got != shape:
-            raise ValueError(
-                f"gae: {name} must have shape {shape} to match rewards [T={T}, N={N}], got {got}"
-            )
+            raise ValueError(f"gae: {name} must have shape {shape} to match rewards [T={T}, N={N}], got {got}")

@@ -9,20 +9,67 @@ Example:
     >>> AdditionTask(max_operand=9, seed=0).answer("3+4=")
     '7'
 """
+
 from workbench.llm.errors import LLMInputError, RewardError
 from workbench.llm.generation import Completions, sample, sequence_logp
-from workbench.llm.models import (check_vocabulary, context_length, count_parameters, frozen, frozen_copy,
-                                  load_causal_lm, load_weights, tiny_causal_lm, weights_copy, with_lora)
-from workbench.llm.tasks import (AdditionTask, batched_reward, exact_answer_reward, heldout_accuracy,
-                                 score_completions, warm_start)
+from workbench.llm.models import (
+    check_vocabulary,
+    context_length,
+    count_parameters,
+    frozen,
+    frozen_copy,
+    load_causal_lm,
+    load_weights,
+    tiny_causal_lm,
+    weights_copy,
+    with_lora,
+)
+from workbench.llm.tasks import (
+    AdditionTask,
+    batched_reward,
+    exact_answer_reward,
+    heldout_accuracy,
+    score_completions,
+    warm_start,
+)
 from workbench.llm.prompt_task import PromptTask
-from workbench.llm.reward_model import (RewardModel, policy_preferences, preference_accuracy, reward_model_from,
-                                        train_reward_model)
+from workbench.llm.reward_model import (
+    RewardModel,
+    policy_preferences,
+    preference_accuracy,
+    reward_model_from,
+    train_reward_model,
+)
 from workbench.llm.tokenizers import ARITHMETIC_ALPHABET, char_tokenizer
 
-__all__ = ["LLMInputError", "RewardError", "Completions", "sample", "sequence_logp",
-           "check_vocabulary", "context_length", "count_parameters", "frozen", "frozen_copy", "load_causal_lm",
-           "load_weights", "tiny_causal_lm", "weights_copy", "with_lora", "AdditionTask", "PromptTask", "batched_reward",
-           "exact_answer_reward", "heldout_accuracy", "score_completions", "warm_start", "ARITHMETIC_ALPHABET",
-           "char_tokenizer", "RewardModel", "policy_preferences", "preference_accuracy", "reward_model_from",
-           "train_reward_model"]
+__all__ = [
+    "LLMInputError",
+    "RewardError",
+    "Completions",
+    "sample",
+    "sequence_logp",
+    "check_vocabulary",
+    "context_length",
+    "count_parameters",
+    "frozen",
+    "frozen_copy",
+    "load_causal_lm",
+    "load_weights",
+    "tiny_causal_lm",
+    "weights_copy",
+    "with_lora",
+    "AdditionTask",
+    "PromptTask",
+    "batched_reward",
+    "exact_answer_reward",
+    "heldout_accuracy",
+    "score_completions",
+    "warm_start",
+    "ARITHMETIC_ALPHABET",
+    "char_tokenizer",
+    "RewardModel",
+    "policy_preferences",
+    "preference_accuracy",
+    "reward_model_from",
+    "train_reward_model",
+]

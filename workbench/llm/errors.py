@@ -3,6 +3,7 @@
 Each says what was wrong, where (the prompt, the reward function, the sizes) and what to do;
 raised inside a cell, the runtime adds the fragment, replica and cell line around it.
 """
+
 from __future__ import annotations
 
 from workbench.errors import WorkbenchError

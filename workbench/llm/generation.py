@@ -16,6 +16,7 @@ Example:
     >>> tuple(out.tokens.shape), tuple(out.completion_mask.shape), tuple(out.logp.shape)
     ((2, 4), (2, 4), (2, 4))
 """
+
 from __future__ import annotations
 
 import warnings
@@ -27,8 +28,18 @@ import torch
 from workbench.kernels.cuda_graphs import graphed_call
 from workbench.llm import llama_fast
 
-__all__ = ["Completions", "sample", "sample_static", "sequence_logp", "scorer", "distinct_prompts", "positions",
-           "model_device", "graph_safe", "graphable_prompts"]
+__all__ = [
+    "Completions",
+    "sample",
+    "sample_static",
+    "sequence_logp",
+    "scorer",
+    "distinct_prompts",
+    "positions",
+    "model_device",
+    "graph_safe",
+    "graphable_prompts",
+]
 
 #: each model's static KV caches (transformers' StaticCache, or llama_fast's StaticKV for a plain
 #: Llama), by (batch, prompt width + max_new_tokens)
@@ -78,9 +89,19 @@ def _pick(logits: torch.Tensor, temperature: float, top_p: float, generator) -> 
 
 
 @torch.no_grad()
-def sample(model, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, *, max_new_tokens: int,
-           eos_id: int, pad_id: int, temperature: float = 1.0, top_p: float = 1.0,
-           seed: int | None = None, cuda_graphs: bool = True) -> Completions:
+def sample(
+    model,
+    prompt_ids: torch.Tensor,
+    prompt_mask: torch.Tensor,
+    *,
+    max_new_tokens: int,
+    eos_id: int,
+    pad_id: int,
+    temperature: float = 1.0,
+    top_p: float = 1.0,
+    seed: int | None = None,
+    cuda_graphs: bool = True,
+) -> Completions:
     """Continue each left-padded prompt by up to ``max_new_tokens`` sampled tokens, stopping
     a row at ``<eos>`` and the batch once every row has stopped. One forward over the
     prompts fills the KV cache; each new token is one forward of width 1. ``temperature``
@@ -93,21 +114,36 @@ def sample(model, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, *, max_ne
     failed = None
     if cuda_graphs and device.type == "cuda" and model not in _DYNAMIC_ONLY:
         try:
-            return sample_static(model, prompt_ids, prompt_mask, max_new_tokens=max_new_tokens, eos_id=eos_id,
-                                 pad_id=pad_id, temperature=temperature, top_p=top_p, seed=seed, graphs=True)
+            return sample_static(
+                model,
+                prompt_ids,
+                prompt_mask,
+                max_new_tokens=max_new_tokens,
+                eos_id=eos_id,
+                pad_id=pad_id,
+                temperature=temperature,
+                top_p=top_p,
+                seed=seed,
+                graphs=True,
+            )
         except torch.OutOfMemoryError:
             raise
         except Exception as exc:  # noqa: BLE001  (the eager loop below is always right)
             failed = exc
     prompt_ids, mask = prompt_ids.to(device), prompt_mask.to(device).long()
     first, advance = _prefill(model, prompt_ids, mask)
-    completions = _sampling_loop(first, advance, max_new_tokens, eos_id, pad_id, temperature, top_p,
-                                 _generator(seed, device))
+    completions = _sampling_loop(
+        first, advance, max_new_tokens, eos_id, pad_id, temperature, top_p, _generator(seed, device)
+    )
     if failed is not None:  # only now: an error the eager loop shares (a bad input) is that error
         _DYNAMIC_ONLY.add(model)
-        warnings.warn(f"workbench: sampling from {type(model).__name__} runs without a static KV cache and "
-                      f"CUDA graphs from now on ({type(failed).__name__}: {str(failed)[:200]}); the same "
-                      "tokens, only slower.", RuntimeWarning, stacklevel=3)
+        warnings.warn(
+            f"workbench: sampling from {type(model).__name__} runs without a static KV cache and "
+            f"CUDA graphs from now on ({type(failed).__name__}: {str(failed)[:200]}); the same "
+            "tokens, only slower.",
+            RuntimeWarning,
+            stacklevel=3,
+        )
     return completions
 
 
@@ -125,8 +161,10 @@ def _forwards(model, fast: bool | None = None):
     :func:`_fast`: the same logits, a decode step of the notebook's 128 rows in 1.9 ms
     against 2.7), else transformers' forward over its KV cache."""
     if _fast(model) if fast is None else fast:
-        return (lambda ids, pos, mask, past: llama_fast.forward(model, ids, pos, mask.bool(), past),
-                llama_fast.select_rows)
+        return (
+            lambda ids, pos, mask, past: llama_fast.forward(model, ids, pos, mask.bool(), past),
+            llama_fast.select_rows,
+        )
 
     def forward(ids, pos, mask, past):
         out = model(input_ids=ids, attention_mask=mask, position_ids=pos, cache=past, use_cache=True)
@@ -168,8 +206,9 @@ def _generator(seed: int | None, device) -> torch.Generator | None:
     return None if seed is None else torch.Generator(device=device).manual_seed(seed)
 
 
-def _sampling_loop(logits, advance, max_new_tokens: int, eos_id: int, pad_id: int, temperature: float,
-                   top_p: float, generator) -> Completions:
+def _sampling_loop(
+    logits, advance, max_new_tokens: int, eos_id: int, pad_id: int, temperature: float, top_p: float, generator
+) -> Completions:
     """Pick a token per row from ``logits``, then ``advance(token)`` for the next logits,
     up to ``max_new_tokens`` times or until every row has said ``<eos>`` (rows done pad)."""
     batch, device = logits.shape[0], logits.device
@@ -201,9 +240,19 @@ def _static_cache(model, batch: int, length: int):
 
 
 @torch.no_grad()
-def sample_static(model, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, *, max_new_tokens: int,
-                  eos_id: int, pad_id: int, temperature: float = 1.0, top_p: float = 1.0,
-                  seed: int | None = None, graphs: bool = False) -> Completions:
+def sample_static(
+    model,
+    prompt_ids: torch.Tensor,
+    prompt_mask: torch.Tensor,
+    *,
+    max_new_tokens: int,
+    eos_id: int,
+    pad_id: int,
+    temperature: float = 1.0,
+    top_p: float = 1.0,
+    seed: int | None = None,
+    graphs: bool = False,
+) -> Completions:
     """:func:`sample` with shapes that never change, so that each forward can be a CUDA
     graph (``graphs``, on a GPU): the KV cache has ``P + max_new_tokens`` slots, refilled by
     the prefill, and the attention mask spans all of them from the start (the completion's
@@ -242,12 +291,24 @@ def sample_static(model, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, *,
 
         def prefill(ids, mask, pos):
             cache.reset()  # inside the graph too: every generation starts from an empty cache
-            return (model(input_ids=ids, attention_mask=mask, position_ids=pos, cache=cache,
-                          use_cache=True).logits[:, -1].float(),)
+            return (
+                model(input_ids=ids, attention_mask=mask, position_ids=pos, cache=cache, use_cache=True)
+                .logits[:, -1]
+                .float(),
+            )
 
         def decode(token, mask, pos):
-            return (model(input_ids=token[:, None], attention_mask=mask, position_ids=pos[:, None], cache=cache,
-                          use_cache=True).logits[:, -1].float(),)
+            return (
+                model(
+                    input_ids=token[:, None],
+                    attention_mask=mask,
+                    position_ids=pos[:, None],
+                    cache=cache,
+                    use_cache=True,
+                )
+                .logits[:, -1]
+                .float(),
+            )
 
     def forward(name, fn, *inputs):
         out = graphed_call(model, name + shape, fn, inputs) if graphs else None
@@ -261,8 +322,16 @@ def sample_static(model, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, *,
         next_pos = next_pos + 1
         return logits
 
-    return _sampling_loop(forward("prefill", prefill, *prefill_inputs), advance, max_new_tokens,
-                          eos_id, pad_id, temperature, top_p, _generator(seed, device))
+    return _sampling_loop(
+        forward("prefill", prefill, *prefill_inputs),
+        advance,
+        max_new_tokens,
+        eos_id,
+        pad_id,
+        temperature,
+        top_p,
+        _generator(seed, device),
+    )
 
 
 def _fast_static(model, prompt_ids, prompt_mask, max_new_tokens: int):
@@ -313,9 +382,17 @@ def graph_safe(cache) -> bool:
     return layers is not None and all(type(layer) is StaticLayer for layer in layers)
 
 
-def sequence_logp(model, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, tokens: torch.Tensor,
-                  completion_mask: torch.Tensor, temperature: float = 1.0, *, cuda_graphs: bool = True,
-                  shared: tuple | None = None) -> torch.Tensor:
+def sequence_logp(
+    model,
+    prompt_ids: torch.Tensor,
+    prompt_mask: torch.Tensor,
+    tokens: torch.Tensor,
+    completion_mask: torch.Tensor,
+    temperature: float = 1.0,
+    *,
+    cuda_graphs: bool = True,
+    shared: tuple | None = None,
+) -> torch.Tensor:
     """Each completion token's log-probability under ``model`` at ``temperature``: ``[B, C]``,
     with gradients unless the caller turns them off. A batch whose prompts repeat (GRPO's
     groups) runs each distinct prompt once (:func:`distinct_prompts`, or ``shared`` when
@@ -333,8 +410,10 @@ def sequence_logp(model, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, to
         shape = "x".join(map(str, (*prompt_ids.shape, tokens.shape[1])))
         found = graphable_prompts(model, prompt_ids, prompt_mask)  # as given: on the host, no wait
         if found is not None:  # each distinct prompt's forward once, in the graph too
+
             def shared_score(ids, mask, inverse, *rest):
                 return (_shared_prompt_logp(model, temperature, (ids, mask, inverse), *rest),)
+
             shape += f"/{found[0].shape[0]}"
             out = graphed_call(model, f"shared_logp[{shape}]@{temperature}", shared_score, (*found, *inputs))
             if out is None:  # warming up, or capturing failed: the same function eagerly
@@ -353,7 +432,7 @@ def sequence_logp(model, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, to
         ids, mask, tokens, completion = inputs
         attention = torch.cat([mask.long(), completion.long()], 1)
         logits, _ = llama_fast.forward(model, torch.cat([ids, tokens], 1), positions(attention), attention.bool())
-        return _token_logp(logits[:, ids.shape[1] - 1:-1], tokens, temperature)
+        return _token_logp(logits[:, ids.shape[1] - 1 : -1], tokens, temperature)
     return score(*inputs)[0]
 
 
@@ -426,7 +505,8 @@ def _distinct_rows(rows: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     mix = (torch.arange(1, width + 1, dtype=torch.int64, device=rows.device) * 0x5851F42D4C957F2D) | 1
     keys, inverse = torch.unique(((rows.long() + 1) * mix).sum(1), return_inverse=True)  # int64 wraps around
     first = torch.full((keys.shape[0],), count, device=rows.device).scatter_reduce_(
-        0, inverse, torch.arange(count, device=rows.device), "amin")  # each key's first row
+        0, inverse, torch.arange(count, device=rows.device), "amin"
+    )  # each key's first row
     distinct = rows[first]
     if torch.equal(distinct[inverse], rows):
         return distinct, inverse
@@ -445,8 +525,9 @@ def _shared_prompt_logp(model, temperature, shared, prompt_ids, prompt_mask, tok
     logits = logits[:, -1:][inverse]
     if tokens.shape[1] > 1:
         attention = torch.cat([prompt_mask.long(), completion_mask.long()], 1)[:, :-1]
-        rest, _ = forward(tokens[:, :-1], positions(attention)[:, prompt_ids.shape[1]:], attention,
-                          select(past, inverse))  # each row's copy of its prompt's keys and values
+        rest, _ = forward(
+            tokens[:, :-1], positions(attention)[:, prompt_ids.shape[1] :], attention, select(past, inverse)
+        )  # each row's copy of its prompt's keys and values
         logits = torch.cat([logits, rest], 1)
     return _token_logp(logits, tokens, temperature)
 
@@ -460,10 +541,14 @@ def scorer(model, temperature: float = 1.0):
         width = prompt_ids.shape[1]
         attention = torch.cat([prompt_mask.long(), completion_mask.long()], 1)
         # use_cache off: a full forward keeps no KV cache (the model's config would build one)
-        logits = model(input_ids=torch.cat([prompt_ids, tokens], 1), attention_mask=attention,
-                       position_ids=positions(attention), use_cache=False).logits
+        logits = model(
+            input_ids=torch.cat([prompt_ids, tokens], 1),
+            attention_mask=attention,
+            position_ids=positions(attention),
+            use_cache=False,
+        ).logits
         # the logits at position i predict token i + 1: the completion's come from P-1 … P+C-2
-        return (_token_logp(logits[:, width - 1:-1], tokens, temperature),)
+        return (_token_logp(logits[:, width - 1 : -1], tokens, temperature),)
 
     return score
 

@@ -29,6 +29,7 @@ Example:
     >>> bool(torch.allclose(logits, expected, atol=1e-5)), len(kv), tuple(kv[0][0].shape)
     (True, 2, (1, 4, 3, 16))
 """
+
 from __future__ import annotations
 
 import os
@@ -64,14 +65,20 @@ def supports(model) -> bool:
     if type(model) is not LlamaForCausalLM:  # a subclass may change the forward; peft wraps it in another type
         return False
     config = model.config
-    return (getattr(config, "hidden_act", None) == "silu" and not getattr(config, "attention_bias", False)
-            and not getattr(config, "mlp_bias", False) and not getattr(config, "attention_dropout", 0.0)
-            and getattr(config, "pretraining_tp", 1) in (None, 1)
-            and getattr(config, "sliding_window", None) is None
-            and hasattr(model.model, "rotary_emb") and hasattr(model, "lm_head")
-            # the user asked for transformers' own behaviour: recomputed activations, or hooks on
-            # modules this forward does not call (hooks on the ones it calls still run)
-            and not getattr(model.model, "gradient_checkpointing", False) and not _hooked(model))
+    return (
+        getattr(config, "hidden_act", None) == "silu"
+        and not getattr(config, "attention_bias", False)
+        and not getattr(config, "mlp_bias", False)
+        and not getattr(config, "attention_dropout", 0.0)
+        and getattr(config, "pretraining_tp", 1) in (None, 1)
+        and getattr(config, "sliding_window", None) is None
+        and hasattr(model.model, "rotary_emb")
+        and hasattr(model, "lm_head")
+        # the user asked for transformers' own behaviour: recomputed activations, or hooks on
+        # modules this forward does not call (hooks on the ones it calls still run)
+        and not getattr(model.model, "gradient_checkpointing", False)
+        and not _hooked(model)
+    )
 
 
 def _hooked(model) -> bool:
@@ -98,8 +105,9 @@ def _softmax(scores: torch.Tensor) -> torch.Tensor:
     return shifted / shifted.sum(-1, keepdim=True)
 
 
-def forward(model, ids: torch.Tensor, positions: torch.Tensor, key_mask: torch.Tensor,
-            past: KV | None = None) -> tuple[torch.Tensor, KV]:
+def forward(
+    model, ids: torch.Tensor, positions: torch.Tensor, key_mask: torch.Tensor, past: KV | None = None
+) -> tuple[torch.Tensor, KV]:
     """Logits ``[B, T, V]`` of ``ids`` ``[B, T]`` at ``positions``, attending causally to
     ``past``'s keys and then their own; ``key_mask`` ``[B, S]`` (bool, ``S`` = past + T)
     marks the real keys (False: padding). Returns the logits and every layer's keys and
@@ -154,8 +162,9 @@ class StaticKV:
         self.filled.fill_(width)
 
 
-def decode_step(model, ids: torch.Tensor, positions: torch.Tensor, key_mask: torch.Tensor,
-                kv: StaticKV) -> torch.Tensor:
+def decode_step(
+    model, ids: torch.Tensor, positions: torch.Tensor, key_mask: torch.Tensor, kv: StaticKV
+) -> torch.Tensor:
     """Logits ``[B, 1, V]`` of one new token a row (``ids`` ``[B, 1]``) at ``positions``:
     its keys and values are written to slot ``kv.filled``, which then moves on; it attends
     to the slots before it and itself where ``key_mask`` ``[B, length]`` says real. The
@@ -163,7 +172,7 @@ def decode_step(model, ids: torch.Tensor, positions: torch.Tensor, key_mask: tor
     written weigh exactly 0)."""
     slot = kv.filled.reshape(1)
     key_at = torch.arange(key_mask.shape[1], device=ids.device)
-    visible = ((key_at <= slot)[None, None, :] & key_mask[:, None, :].bool())
+    visible = (key_at <= slot)[None, None, :] & key_mask[:, None, :].bool()
 
     def keys_and_values(index, k, v):
         kv.keys[index].index_copy_(2, slot, k)
@@ -216,8 +225,9 @@ def _fused(x: torch.Tensor) -> bool:
     return x.is_cuda if FUSED is None else FUSED
 
 
-def _attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bias: torch.Tensor, scaling: float,
-            fused: bool) -> torch.Tensor:
+def _attend(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bias: torch.Tensor, scaling: float, fused: bool
+) -> torch.Tensor:
     """Attention of ``q`` over ``k``, ``v`` with the additive ``bias``: one kernel
     (``scaled_dot_product_attention``) where ``fused``, else written out (~10 kernels), the
     softmax in float32 as transformers' eager attention."""

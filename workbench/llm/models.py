@@ -10,6 +10,7 @@ Example:
     >>> count_parameters(model) < 200_000
     True
 """
+
 from __future__ import annotations
 
 import copy
@@ -20,22 +21,43 @@ import torch
 from workbench.llm.errors import LLMInputError
 from workbench.runtime.values.arrays import tensor_view_key
 
-__all__ = ["tiny_causal_lm", "load_causal_lm", "check_vocabulary", "context_length",
-           "frozen", "frozen_copy", "weights_copy", "copy_place", "DEVICE_COPY_SHARE", "load_weights", "count_parameters",
-           "with_lora"]
+__all__ = [
+    "tiny_causal_lm",
+    "load_causal_lm",
+    "check_vocabulary",
+    "context_length",
+    "frozen",
+    "frozen_copy",
+    "weights_copy",
+    "copy_place",
+    "DEVICE_COPY_SHARE",
+    "load_weights",
+    "count_parameters",
+    "with_lora",
+]
 
 
-def tiny_causal_lm(tokenizer, *, hidden: int = 64, layers: int = 2, heads: int = 4, context: int = 64,
-                   seed: int | None = None):
+def tiny_causal_lm(
+    tokenizer, *, hidden: int = 64, layers: int = 2, heads: int = 4, context: int = 64, seed: int | None = None
+):
     """A Llama-architecture causal LM of the given sizes, randomly initialised (``seed`` fixes
     the draw), its vocabulary the tokenizer's. Builds in milliseconds at these sizes."""
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    config = LlamaConfig(vocab_size=len(tokenizer), hidden_size=hidden, intermediate_size=4 * hidden,
-                         num_hidden_layers=layers, num_attention_heads=heads, num_key_value_heads=heads,
-                         max_position_embeddings=context, pad_token_id=tokenizer.pad_token_id,
-                         eos_token_id=tokenizer.eos_token_id, bos_token_id=None,
-                         tie_word_embeddings=True, attn_implementation="eager")
+    config = LlamaConfig(
+        vocab_size=len(tokenizer),
+        hidden_size=hidden,
+        intermediate_size=4 * hidden,
+        num_hidden_layers=layers,
+        num_attention_heads=heads,
+        num_key_value_heads=heads,
+        max_position_embeddings=context,
+        pad_token_id=tokenizer.pad_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        bos_token_id=None,
+        tie_word_embeddings=True,
+        attn_implementation="eager",
+    )
     if seed is not None:
         torch.manual_seed(seed)
     model = LlamaForCausalLM(config)
@@ -43,29 +65,32 @@ def tiny_causal_lm(tokenizer, *, hidden: int = 64, layers: int = 2, heads: int =
     return model.eval()
 
 
-def load_causal_lm(spec, tokenizer, *, hidden: int = 64, layers: int = 2, heads: int = 4,
-                   context: int = 64, seed: int | None = None):
+def load_causal_lm(
+    spec, tokenizer, *, hidden: int = 64, layers: int = 2, heads: int = 4, context: int = 64, seed: int | None = None
+):
     """The model GRPO trains, from ``spec``: ``None`` builds :func:`tiny_causal_lm`; a model
     object is copied (the caller's stays as it was); a string or path is a local directory
     ``from_pretrained`` reads (no downloads). The tokenizer must fit it (see
     :func:`check_vocabulary`)."""
     if spec is None:
-        model = tiny_causal_lm(tokenizer, hidden=hidden, layers=layers, heads=heads, context=context,
-                               seed=seed)
+        model = tiny_causal_lm(tokenizer, hidden=hidden, layers=layers, heads=heads, context=context, seed=seed)
     elif isinstance(spec, (str, Path)):
         from transformers import AutoModelForCausalLM
 
         if not Path(spec).is_dir():
-            raise LLMInputError(f"model {str(spec)!r} is not a local directory: workbench loads models "
-                                "from disk only (there is no model hub here); pass a model object, "
-                                "a directory written by save_pretrained, or None for a small model "
-                                "built from a config.")
+            raise LLMInputError(
+                f"model {str(spec)!r} is not a local directory: workbench loads models "
+                "from disk only (there is no model hub here); pass a model object, "
+                "a directory written by save_pretrained, or None for a small model "
+                "built from a config."
+            )
         model = AutoModelForCausalLM.from_pretrained(spec)
     elif isinstance(spec, torch.nn.Module):
         model = copy.deepcopy(spec)
     else:
-        raise LLMInputError(f"model must be a transformers causal LM, a local directory or None, "
-                            f"not {type(spec).__name__}.")
+        raise LLMInputError(
+            f"model must be a transformers causal LM, a local directory or None, not {type(spec).__name__}."
+        )
     check_vocabulary(model, tokenizer)
     # in eval mode whatever its source: a model object built by hand is in train mode, and
     # generate and the reference would sample and score with its dropout on
@@ -82,7 +107,8 @@ def check_vocabulary(model, tokenizer) -> None:
         raise LLMInputError(
             f"the tokenizer has {size} tokens but the model's embedding has {rows} rows: they were "
             "not made for each other. Build the model with vocab_size=len(tokenizer) "
-            "(tiny_causal_lm does) or pass the tokenizer the model was trained with.")
+            "(tiny_causal_lm does) or pass the tokenizer the model was trained with."
+        )
 
 
 def context_length(model) -> int:
@@ -129,8 +155,7 @@ def weights_copy(model, *, device_share: float = DEVICE_COPY_SHARE) -> dict[str,
     """
     state = model.state_dict()
     unique = {tensor_view_key(t): t for t in state.values()}
-    target = copy_place({t.device for t in unique.values()}, sum(t.nbytes for t in unique.values()),
-                        device_share)
+    target = copy_place({t.device for t in unique.values()}, sum(t.nbytes for t in unique.values()), device_share)
     copies: dict[tuple, torch.Tensor] = {}  # one copy per view: a tied embedding's two names share it
     out = {}
     for name, tensor in state.items():
@@ -194,9 +219,11 @@ def _check_fits(own: dict, weights: dict) -> None:
     Traceback (most recent call last):
     RuntimeError: these weights do not fit the model, nothing was loaded: size mismatch for w: ...
     """
-    problems = [f"size mismatch for {name}: the weights have {tuple(weights[name].shape)}, "
-                f"the model {tuple(tensor.shape)}"
-                for name, tensor in own.items() if name in weights and weights[name].shape != tensor.shape]
+    problems = [
+        f"size mismatch for {name}: the weights have {tuple(weights[name].shape)}, the model {tuple(tensor.shape)}"
+        for name, tensor in own.items()
+        if name in weights and weights[name].shape != tensor.shape
+    ]
     missing = [name for name in own if name not in weights]
     unexpected = [name for name in weights if name not in own]
     for label, names in (("missing keys", missing), ("unexpected keys", unexpected)):
@@ -204,9 +231,12 @@ def _check_fits(own: dict, weights: dict) -> None:
             shown = ", ".join(names[:5]) + (f" and {len(names) - 5} more" if len(names) > 5 else "")
             problems.append(f"{label} ({len(names)}): {shown}")
     if problems:
-        raise RuntimeError("these weights do not fit the model, nothing was loaded: " + "; ".join(problems)
-                           + ". Build the model with the same config as the one the weights come from "
-                           "(the learner's), or load them with load_state_dict(..., strict=False) yourself.")
+        raise RuntimeError(
+            "these weights do not fit the model, nothing was loaded: "
+            + "; ".join(problems)
+            + ". Build the model with the same config as the one the weights come from "
+            "(the learner's), or load them with load_state_dict(..., strict=False) yourself."
+        )
 
 
 def count_parameters(model) -> int:
@@ -220,5 +250,7 @@ def with_lora(model, *, rank: int = 8, alpha: int = 16, targets=("q_proj", "v_pr
     (adapters included). Needs ``pip install 'workbench-rl[llm]'``."""
     from peft import LoraConfig, get_peft_model
 
-    return get_peft_model(model, LoraConfig(r=rank, lora_alpha=alpha, target_modules=list(targets),
-                                            lora_dropout=0.0, task_type="CAUSAL_LM"))
+    return get_peft_model(
+        model,
+        LoraConfig(r=rank, lora_alpha=alpha, target_modules=list(targets), lora_dropout=0.0, task_type="CAUSAL_LM"),
+    )

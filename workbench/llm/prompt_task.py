@@ -16,6 +16,7 @@ Example:
     >>> task.answer("5+5=")
     '10'
 """
+
 from __future__ import annotations
 
 from collections.abc import Sequence
@@ -36,8 +37,15 @@ class PromptTask:
     answers the task trains (your reward scores completions) but has no warm start and no
     held-out accuracy: :meth:`answer` says so."""
 
-    def __init__(self, prompts: Sequence[str], answers: Sequence[str] | None = None, *, tokenizer,
-                 heldout_fraction: float = 0.2, seed: int = 0) -> None:
+    def __init__(
+        self,
+        prompts: Sequence[str],
+        answers: Sequence[str] | None = None,
+        *,
+        tokenizer,
+        heldout_fraction: float = 0.2,
+        seed: int = 0,
+    ) -> None:
         prompts, answers = _checked(prompts, answers, heldout_fraction)
         check_special_tokens(tokenizer)
         self._answers = dict(zip(prompts, answers)) if answers is not None else None
@@ -47,16 +55,25 @@ class PromptTask:
         self.heldout = [distinct[i] for i in order[:cut]]
         self.train = [distinct[i] for i in order[cut:]]
         self.prompt_width = max(len(ids) for ids in tokenizer(distinct)["input_ids"])
-        self.answer_width = 0 if answers is None else max(
-            len(ids) for ids in tokenizer([a + tokenizer.eos_token for a in set(answers)],
-                                          add_special_tokens=False)["input_ids"])
+        self.answer_width = (
+            0
+            if answers is None
+            else max(
+                len(ids)
+                for ids in tokenizer([a + tokenizer.eos_token for a in set(answers)], add_special_tokens=False)[
+                    "input_ids"
+                ]
+            )
+        )
 
     def answer(self, prompt: str) -> str:
         """The answer given for ``prompt``."""
         if self._answers is None:
-            raise LLMInputError("this PromptTask was made without answers: the warm start and held-out "
-                                "accuracy compare completions with them. Pass answers=[…] (one per "
-                                "prompt), or train with your reward function alone.")
+            raise LLMInputError(
+                "this PromptTask was made without answers: the warm start and held-out "
+                "accuracy compare completions with them. Pass answers=[…] (one per "
+                "prompt), or train with your reward function alone."
+            )
         try:
             return self._answers[prompt]
         except KeyError:
@@ -67,29 +84,39 @@ class PromptTask:
         return [self.train[i] for i in rng.integers(0, len(self.train), count)]
 
     def __repr__(self) -> str:
-        return (f"PromptTask({len(self.train)} training prompts, {len(self.heldout)} held out, prompt width "
-                f"{self.prompt_width} tokens{'' if self._answers is None else f', answers up to {self.answer_width}'})")
+        return (
+            f"PromptTask({len(self.train)} training prompts, {len(self.heldout)} held out, prompt width "
+            f"{self.prompt_width} tokens{'' if self._answers is None else f', answers up to {self.answer_width}'})"
+        )
 
 
 def _checked(prompts, answers, heldout_fraction: float) -> tuple[list[str], list[str] | None]:
     """The prompts and answers as lists, refused with a clear error when they cannot make a task."""
     if isinstance(prompts, str) or not all(isinstance(p, str) and p for p in prompts):
-        raise LLMInputError("PromptTask needs a list of non-empty prompt strings, e.g. "
-                            "PromptTask(['2+2=', '3+5='], ['4', '8'], tokenizer=tok).")
+        raise LLMInputError(
+            "PromptTask needs a list of non-empty prompt strings, e.g. "
+            "PromptTask(['2+2=', '3+5='], ['4', '8'], tokenizer=tok)."
+        )
     prompts = list(prompts)
     if not 0 <= heldout_fraction < 1:
         raise LLMInputError(f"heldout_fraction must be in [0, 1), got {heldout_fraction!r}.")
     if len(set(prompts)) - int(round(len(set(prompts)) * heldout_fraction)) < 1:
-        raise LLMInputError(f"{len(set(prompts))} distinct prompt(s) leave none to train on with "
-                            f"heldout_fraction {heldout_fraction}: give more prompts or hold out fewer.")
+        raise LLMInputError(
+            f"{len(set(prompts))} distinct prompt(s) leave none to train on with "
+            f"heldout_fraction {heldout_fraction}: give more prompts or hold out fewer."
+        )
     if answers is None:
         return prompts, None
     if isinstance(answers, str) or len(answers) != len(prompts) or not all(isinstance(a, str) for a in answers):
-        raise LLMInputError(f"PromptTask needs one answer string per prompt: {len(prompts)} prompts, "
-                            f"{'a string' if isinstance(answers, str) else len(answers)} answers.")
+        raise LLMInputError(
+            f"PromptTask needs one answer string per prompt: {len(prompts)} prompts, "
+            f"{'a string' if isinstance(answers, str) else len(answers)} answers."
+        )
     seen: dict[str, str] = {}
     for prompt, answer in zip(prompts, answers):
         if seen.setdefault(prompt, answer) != answer:
-            raise LLMInputError(f"prompt {prompt!r} is given two answers, {seen[prompt]!r} and {answer!r}: "
-                                "an exact-answer task needs one.")
+            raise LLMInputError(
+                f"prompt {prompt!r} is given two answers, {seen[prompt]!r} and {answer!r}: "
+                "an exact-answer task needs one."
+            )
     return prompts, list(answers)

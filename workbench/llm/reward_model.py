@@ -23,6 +23,7 @@ Example:
     >>> preference_accuracy(scorer, ["3+4="], ["7"], ["8"])
     1.0
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -49,13 +50,17 @@ class RewardModel:
 
     def __init__(self, model, tokenizer) -> None:
         if getattr(model.config, "num_labels", None) != 1:
-            raise LLMInputError(f"a reward model scores each text with one number; this "
-                                f"{type(model).__name__} has {getattr(model.config, 'num_labels', '?')} labels. "
-                                "Build it with num_labels=1 (reward_model_from does).")
+            raise LLMInputError(
+                f"a reward model scores each text with one number; this "
+                f"{type(model).__name__} has {getattr(model.config, 'num_labels', '?')} labels. "
+                "Build it with num_labels=1 (reward_model_from does)."
+            )
         if getattr(model.config, "pad_token_id", None) is None:
-            raise LLMInputError(f"the reward model's config has no pad_token_id, so it cannot find each "
-                                f"text's last token in a padded batch: set model.config.pad_token_id = "
-                                f"tokenizer.pad_token_id ({tokenizer.pad_token_id}).")
+            raise LLMInputError(
+                f"the reward model's config has no pad_token_id, so it cannot find each "
+                f"text's last token in a padded batch: set model.config.pad_token_id = "
+                f"tokenizer.pad_token_id ({tokenizer.pad_token_id})."
+            )
         check_vocabulary(model, tokenizer)
         self.model, self.tokenizer = model, tokenizer
         self.__name__ = f"RewardModel({type(model).__name__})"  # what score_completions' errors call it
@@ -85,9 +90,11 @@ class RewardModel:
         context = context_length(self.model)
         if context is not None and ids.shape[1] > context:
             longest = int(mask.sum(1).argmax())
-            raise LLMInputError(f"the reward model's context is {context} tokens; {texts[longest]!r} is "
-                                f"{int(mask[longest].sum())}: shorten the completions (max_new_tokens) or "
-                                "build the reward model with a longer context.")
+            raise LLMInputError(
+                f"the reward model's context is {context} tokens; {texts[longest]!r} is "
+                f"{int(mask[longest].sum())}: shorten the completions (max_new_tokens) or "
+                "build the reward model with a longer context."
+            )
         device = model_device(self.model)
         ids, mask = ids.to(device), mask.to(device)
         logits = self.model(input_ids=ids, attention_mask=mask, position_ids=positions(mask)).logits
@@ -111,8 +118,10 @@ def reward_model_from(policy, tokenizer) -> RewardModel:
     from transformers import AutoModelForSequenceClassification
 
     if hasattr(policy, "get_base_model") and hasattr(policy, "peft_config"):
-        raise LLMInputError("reward_model_from takes a transformers causal LM, not a peft model: pass "
-                            "policy.merge_and_unload() (a copy with the adapters merged) instead.")
+        raise LLMInputError(
+            "reward_model_from takes a transformers causal LM, not a peft model: pass "
+            "policy.merge_and_unload() (a copy with the adapters merged) instead."
+        )
     config = policy.config.__class__.from_dict(policy.config.to_dict())
     config.num_labels, config.pad_token_id = 1, tokenizer.pad_token_id
     config.problem_type = "regression"
@@ -125,15 +134,26 @@ def reward_model_from(policy, tokenizer) -> RewardModel:
     return RewardModel(scorer, tokenizer)
 
 
-def train_reward_model(reward_model: RewardModel, prompts: list[str], chosen: list[str], rejected: list[str], *,
-                       steps: int = 800, batch: int = 64, lr: float = 1e-3, seed: int = 0) -> list[float]:
+def train_reward_model(
+    reward_model: RewardModel,
+    prompts: list[str],
+    chosen: list[str],
+    rejected: list[str],
+    *,
+    steps: int = 800,
+    batch: int = 64,
+    lr: float = 1e-3,
+    seed: int = 0,
+) -> list[float]:
     """Bradley–Terry training on preference pairs: for each ``prompts[i]``, ``chosen[i]`` is
     preferred to ``rejected[i]``; each of ``steps`` Adam steps takes ``batch`` pairs drawn by
     ``seed`` and lowers ``-log σ(r(chosen) − r(rejected))``. Trains in place; returns the
     losses."""
     if not (len(prompts) == len(chosen) == len(rejected)) or not prompts:
-        raise LLMInputError(f"train_reward_model needs one chosen and one rejected completion per prompt: got "
-                            f"{len(prompts)} prompts, {len(chosen)} chosen, {len(rejected)} rejected.")
+        raise LLMInputError(
+            f"train_reward_model needs one chosen and one rejected completion per prompt: got "
+            f"{len(prompts)} prompts, {len(chosen)} chosen, {len(rejected)} rejected."
+        )
     rng = np.random.default_rng(seed)
     model = reward_model.model
     optimizer = torch.optim.Adam([p for p in model.parameters() if p.requires_grad], lr=lr)
@@ -153,15 +173,15 @@ def train_reward_model(reward_model: RewardModel, prompts: list[str], chosen: li
     return losses
 
 
-def preference_accuracy(reward_model: RewardModel, prompts: list[str], chosen: list[str],
-                        rejected: list[str]) -> float:
+def preference_accuracy(reward_model: RewardModel, prompts: list[str], chosen: list[str], rejected: list[str]) -> float:
     """The fraction of pairs the reward model scores the chosen completion above the rejected."""
     good, bad = reward_model(prompts, chosen), reward_model(prompts, rejected)
     return float(np.mean([g > b for g, b in zip(good, bad)]))
 
 
-def policy_preferences(policy, tokenizer, task, prompts: list[str], *, max_new_tokens: int,
-                       temperature: float = 1.0, seed: int = 0) -> tuple[list[str], list[str]]:
+def policy_preferences(
+    policy, tokenizer, task, prompts: list[str], *, max_new_tokens: int, temperature: float = 1.0, seed: int = 0
+) -> tuple[list[str], list[str]]:
     """Preference pairs for a task with answers (an :class:`~workbench.llm.AdditionTask` or a
     :class:`~workbench.llm.PromptTask` given answers), as a labeller comparing the policy's
     samples with the right answer would make them: for each prompt, ``(chosen, rejected)``
@@ -169,11 +189,20 @@ def policy_preferences(policy, tokenizer, task, prompts: list[str], *, max_new_t
     is right, the answer of the next prompt with another one stands in as the wrong answer.
     Returns the two lists, aligned with ``prompts``."""
     answers = [task.answer(p) for p in prompts]
-    ids, mask = encode_prompts(tokenizer, prompts, task.prompt_width, max_new_tokens=max_new_tokens,
-                               context=context_length(policy))
+    ids, mask = encode_prompts(
+        tokenizer, prompts, task.prompt_width, max_new_tokens=max_new_tokens, context=context_length(policy)
+    )
     with torch.no_grad():
-        out = sample(policy, ids, mask, max_new_tokens=max_new_tokens, temperature=temperature, seed=seed,
-                     eos_id=tokenizer.eos_token_id, pad_id=tokenizer.pad_token_id)
+        out = sample(
+            policy,
+            ids,
+            mask,
+            max_new_tokens=max_new_tokens,
+            temperature=temperature,
+            seed=seed,
+            eos_id=tokenizer.eos_token_id,
+            pad_id=tokenizer.pad_token_id,
+        )
     samples = decode_completions(tokenizer, out.tokens)
     rejected = []
     for i, (answer, sampled) in enumerate(zip(answers, samples)):
@@ -181,11 +210,19 @@ def policy_preferences(policy, tokenizer, task, prompts: list[str], *, max_new_t
             rejected.append(sampled)
             continue
         # the next prompt's answer that differs (usually the very next): no list of all the others per pair
-        other = next((answers[(i + k) % len(answers)] for k in range(1, len(answers))
-                      if answers[(i + k) % len(answers)] != answer), None)
+        other = next(
+            (
+                answers[(i + k) % len(answers)]
+                for k in range(1, len(answers))
+                if answers[(i + k) % len(answers)] != answer
+            ),
+            None,
+        )
         if other is None:
-            raise LLMInputError(f"policy_preferences: every prompt given has the answer {answer!r}, so no "
-                                "wrong answer can stand in where the policy was right; pass prompts with "
-                                "different answers.")
+            raise LLMInputError(
+                f"policy_preferences: every prompt given has the answer {answer!r}, so no "
+                "wrong answer can stand in where the policy was right; pass prompts with "
+                "different answers."
+            )
         rejected.append(other)
     return answers, rejected

@@ -15,6 +15,7 @@ Example:
     >>> score_completions(exact_answer_reward, ["1+1=", "2+2="], ["2", "5"]).tolist()
     [1.0, 0.0]
 """
+
 from __future__ import annotations
 
 import math
@@ -26,9 +27,18 @@ import torch
 from workbench.llm.errors import LLMInputError, RewardError
 from workbench.llm.generation import sample, sequence_logp
 
-__all__ = ["AdditionTask", "exact_answer_reward", "batched_reward", "score_completions",
-           "encode_prompts", "check_special_tokens", "decode_completions", "answer_targets", "warm_start",
-           "heldout_accuracy"]
+__all__ = [
+    "AdditionTask",
+    "exact_answer_reward",
+    "batched_reward",
+    "score_completions",
+    "encode_prompts",
+    "check_special_tokens",
+    "decode_completions",
+    "answer_targets",
+    "warm_start",
+    "heldout_accuracy",
+]
 
 
 class AdditionTask:
@@ -86,33 +96,44 @@ def score_completions(reward_fn, prompts: list[str], completions: list[str]) -> 
         try:
             values = list(reward_fn(prompts, completions))
         except Exception as exc:
-            raise RewardError(f"the reward function {name} raised {type(exc).__name__}: {exc} on a batch "
-                              f"of {len(prompts)} completions (first prompt {prompts[0]!r}).") from exc
+            raise RewardError(
+                f"the reward function {name} raised {type(exc).__name__}: {exc} on a batch "
+                f"of {len(prompts)} completions (first prompt {prompts[0]!r})."
+            ) from exc
         if len(values) != len(completions):
-            raise RewardError(f"the reward function {name} returned {len(values)} rewards for "
-                              f"{len(completions)} completions (first prompt {prompts[0]!r}): a "
-                              "batched reward gives one number per completion, in order.")
+            raise RewardError(
+                f"the reward function {name} returned {len(values)} rewards for "
+                f"{len(completions)} completions (first prompt {prompts[0]!r}): a "
+                "batched reward gives one number per completion, in order."
+            )
     else:
         values = []
         for prompt, completion in zip(prompts, completions):
             try:
                 values.append(reward_fn(prompt, completion))
             except Exception as exc:
-                raise RewardError(f"the reward function {name} raised {type(exc).__name__}: {exc} for "
-                                  f"prompt {prompt!r}, completion {completion!r}.") from exc
+                raise RewardError(
+                    f"the reward function {name} raised {type(exc).__name__}: {exc} for "
+                    f"prompt {prompt!r}, completion {completion!r}."
+                ) from exc
     for value, prompt, completion in zip(values, prompts, completions):
         if not isinstance(value, numbers.Real):
-            raise RewardError(f"the reward function {name} returned {_describe(value)} (a "
-                              f"{type(value).__name__}) for prompt {prompt!r}, completion "
-                              f"{completion!r}: it must return a float.")
+            raise RewardError(
+                f"the reward function {name} returned {_describe(value)} (a "
+                f"{type(value).__name__}) for prompt {prompt!r}, completion "
+                f"{completion!r}: it must return a float."
+            )
         if not math.isfinite(value):
-            raise RewardError(f"the reward function {name} returned {value} for prompt {prompt!r}, "
-                              f"completion {completion!r}: rewards must be finite numbers.")
+            raise RewardError(
+                f"the reward function {name} returned {value} for prompt {prompt!r}, "
+                f"completion {completion!r}: rewards must be finite numbers."
+            )
     return np.asarray(values, dtype=np.float32)
 
 
-def encode_prompts(tokenizer, prompts: list[str], width: int, *, max_new_tokens: int = 0,
-                   context: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+def encode_prompts(
+    tokenizer, prompts: list[str], width: int, *, max_new_tokens: int = 0, context: int | None = None
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Token ids and attention mask ``[B, width]``, left-padded whatever the tokenizer's own
     ``padding_side`` (most tokenizers pad on the right: generation continues a prompt from
     its last position). A prompt longer than ``width``, or a ``width + max_new_tokens`` past
@@ -124,13 +145,17 @@ def encode_prompts(tokenizer, prompts: list[str], width: int, *, max_new_tokens:
     lengths = [len(ids) for ids in tokenizer(distinct)["input_ids"]]
     longest = max(range(len(distinct)), key=lengths.__getitem__)
     if lengths[longest] > width:
-        raise LLMInputError(f"prompt {distinct[longest]!r} is {lengths[longest]} tokens, longer than the "
-                            f"prompt width {width}: raise the width or shorten the prompt.")
+        raise LLMInputError(
+            f"prompt {distinct[longest]!r} is {lengths[longest]} tokens, longer than the "
+            f"prompt width {width}: raise the width or shorten the prompt."
+        )
     if context is not None and width + max_new_tokens > context:
-        raise LLMInputError(f"prompt {distinct[longest]!r}: {width} prompt positions + {max_new_tokens} "
-                            f"new tokens need {width + max_new_tokens} positions but the model's "
-                            f"context is {context}: lower max_new_tokens or build the model with a "
-                            "longer context.")
+        raise LLMInputError(
+            f"prompt {distinct[longest]!r}: {width} prompt positions + {max_new_tokens} "
+            f"new tokens need {width + max_new_tokens} positions but the model's "
+            f"context is {context}: lower max_new_tokens or build the model with a "
+            "longer context."
+        )
     encoded = tokenizer(distinct, padding="max_length", max_length=width, padding_side="left", return_tensors="pt")
     row = {prompt: i for i, prompt in enumerate(distinct)}
     order = torch.tensor([row[prompt] for prompt in prompts])
@@ -148,17 +173,29 @@ def check_special_tokens(tokenizer) -> None:
             "to one width and stops completions at the end-of-sequence token. Set them before building "
             "the FDG, e.g. tokenizer.pad_token = tokenizer.eos_token (a GPT-2-style tokenizer has no "
             "pad token), or tokenizer.add_special_tokens({'eos_token': '</s>'}) and resize the model's "
-            "embeddings.")
+            "embeddings."
+        )
 
 
 def decode_completions(tokenizer, tokens: torch.Tensor) -> list[str]:
     """Completion texts: ``<eos>`` and padding dropped (``tokens`` on any device)."""
-    return tokenizer.batch_decode(tokens.cpu() if isinstance(tokens, torch.Tensor) else tokens,
-                                  skip_special_tokens=True)
+    return tokenizer.batch_decode(
+        tokens.cpu() if isinstance(tokens, torch.Tensor) else tokens, skip_special_tokens=True
+    )
 
 
-def warm_start(model, tokenizer, task: AdditionTask, *, steps: int = 300, batch: int = 64,
-               lr: float = 3e-3, seed: int = 0, until: float | None = None, check_every: int = 25) -> list[float]:
+def warm_start(
+    model,
+    tokenizer,
+    task: AdditionTask,
+    *,
+    steps: int = 300,
+    batch: int = 64,
+    lr: float = 3e-3,
+    seed: int = 0,
+    until: float | None = None,
+    check_every: int = 25,
+) -> list[float]:
     """Supervised next-token training on ``prompt → answer<eos>`` (loss on the answer only)
     for ``steps`` Adam steps, so that RL starts with a reward that is sometimes 1. Trains
     ``model`` in place; returns the losses.
@@ -210,9 +247,14 @@ def answer_targets(tokenizer, task, prompts: list[str]):
     >>> tok.batch_decode(answer_targets(tok, AdditionTask(9, seed=0), ["3+4=", "9+9="])["input_ids"])
     ['7<eos><pad>', '18<eos>']
     """
-    return tokenizer([task.answer(p) + tokenizer.eos_token for p in prompts], padding="max_length",
-                     add_special_tokens=False, max_length=task.answer_width, padding_side="right",
-                     return_tensors="pt")
+    return tokenizer(
+        [task.answer(p) + tokenizer.eos_token for p in prompts],
+        padding="max_length",
+        add_special_tokens=False,
+        max_length=task.answer_width,
+        padding_side="right",
+        return_tensors="pt",
+    )
 
 
 def heldout_accuracy(model, tokenizer, task: AdditionTask, prompts: list[str] | None = None) -> float:
@@ -221,7 +263,14 @@ def heldout_accuracy(model, tokenizer, task: AdditionTask, prompts: list[str] | 
     :class:`~workbench.llm.prompt_task.PromptTask` of your own prompts and answers)."""
     prompts = task.heldout if prompts is None else prompts
     ids, mask = encode_prompts(tokenizer, prompts, task.prompt_width)
-    out = sample(model, ids, mask, max_new_tokens=task.answer_width, temperature=0,
-                 eos_id=tokenizer.eos_token_id, pad_id=tokenizer.pad_token_id)
+    out = sample(
+        model,
+        ids,
+        mask,
+        max_new_tokens=task.answer_width,
+        temperature=0,
+        eos_id=tokenizer.eos_token_id,
+        pad_id=tokenizer.pad_token_id,
+    )
     texts = decode_completions(tokenizer, out.tokens)
     return float(np.mean([c.strip() == task.answer(p) for p, c in zip(prompts, texts)]))

@@ -11,6 +11,7 @@ Example:
     >>> tok.pad_token, tok.eos_token, tok.padding_side
     ('<pad>', '<eos>', 'left')
 """
+
 from __future__ import annotations
 
 __all__ = ["ARITHMETIC_ALPHABET", "char_tokenizer"]
@@ -38,5 +39,6 @@ def char_tokenizer(alphabet: str = ARITHMETIC_ALPHABET):
     # every character its own token; Fuse joins them back with nothing in between
     core.pre_tokenizer = pre_tokenizers.Split(Regex("."), behavior="isolated")
     core.decoder = decoders.Fuse()
-    return PreTrainedTokenizerFast(tokenizer_object=core, pad_token="<pad>", eos_token="<eos>",
-                                   unk_token="<unk>", padding_side="left")
+    return PreTrainedTokenizerFast(
+        tokenizer_object=core, pad_token="<pad>", eos_token="<eos>", unk_token="<unk>", padding_side="left"
+    )

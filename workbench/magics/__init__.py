@@ -2,6 +2,7 @@
 
 This is the only package that imports IPython.
 """
+
 from workbench.magics.fragment import WorkbenchMagics
 
 __all__ = ["WorkbenchMagics", "load_ipython_extension"]

@@ -4,6 +4,7 @@ The record is kept here, apart from ``fdg.last_run``, because a later foreground
 replaces that: ``%fdg stop`` must still answer for the background run, and a failed one's
 error must still be reachable, however many runs came after it.
 """
+
 from __future__ import annotations
 
 import threading
@@ -85,8 +86,10 @@ class BackgroundRun:
             self.fdg.stop()
             self._thread.join(timeout=0.05)
         if self.alive:
-            print("workbench: the run has not stopped yet; it goes on stopping in the background "
-                  "(%fdg stop again to wait for it).")
+            print(
+                "workbench: the run has not stopped yet; it goes on stopping in the background "
+                "(%fdg stop again to wait for it)."
+            )
             return None
         return self.record
 
@@ -97,8 +100,10 @@ class BackgroundRun:
             return f"nothing is running: the background run ended by itself ({record.summary()}); returning its record."
         if record is None:  # refused before it had a record: there is none to return
             return f"nothing is running: the background run failed before it started ({_brief(failure)})."
-        return (f"nothing is running: the background run failed at iteration {self._failed_at()} "
-                f"({_brief(failure)}); returning its record (run.error has why).")
+        return (
+            f"nothing is running: the background run failed at iteration {self._failed_at()} "
+            f"({_brief(failure)}); returning its record (run.error has why)."
+        )
 
     def failure_notice(self, *, starting: bool = False) -> str | None:
         """One line, said once, for a background run that failed and was never looked at:
@@ -111,8 +116,11 @@ class BackgroundRun:
         if self.record is None:
             return f"workbench: the background run failed before it started ({_brief(failure)})."
         # a new background run takes over %fdg stop: the start cell's line is then the way to why
-        see = ("the cell that started it has the whole error (%fdg stop answers for the new run)"
-               if starting else "%fdg stop returns its record (run.error has why)")
+        see = (
+            "the cell that started it has the whole error (%fdg stop answers for the new run)"
+            if starting
+            else "%fdg stop returns its record (run.error has why)"
+        )
         return f"workbench: the background run failed at iteration {self._failed_at()} ({_brief(failure)}); {see}."
 
     def _failure(self) -> BaseException | None:

@@ -6,6 +6,7 @@ Each magic parses its line with the shared parsers (:mod:`workbench.fdg.options`
 one method of the notebook's :class:`workbench.FDG`, and shows the result. Domain errors
 become ``UsageError``s (a short red message, no traceback); the FDG is left as it was.
 """
+
 from __future__ import annotations
 
 import difflib
@@ -131,8 +132,9 @@ class WorkbenchMagics(Magics):
                 if "policy" not in options and last is not None:
                     print(f"active policy: {last.policy_name} (the last run's)\n{last.plan_text}")
                     return None
-                plan = self.fdg.plan(options.get("policy", "inline"), options.get("cluster"),
-                                     steps=options.get("steps"))
+                plan = self.fdg.plan(
+                    options.get("policy", "inline"), options.get("cluster"), steps=options.get("steps")
+                )
                 display(HTML(f"<pre>{html.escape(plan.explain())}</pre>"))
                 return None
             if command in ("help", "--help", "-h"):
@@ -174,14 +176,20 @@ class WorkbenchMagics(Magics):
                 kept = " and the cluster kept" if cluster else ""
                 # the first Ctrl-C stops at a boundary: the state came back (r.checkpoint works)
                 state = ", its state kept" if run is not None and run.state is not None else ""
-                print(f"workbench: interrupted after {done} iteration{'s' if done != 1 else ''}; "
-                      f"every replica was stopped{kept}{state}. The run so far is this cell's result.", flush=True)
+                print(
+                    f"workbench: interrupted after {done} iteration{'s' if done != 1 else ''}; "
+                    f"every replica was stopped{kept}{state}. The run so far is this cell's result.",
+                    flush=True,
+                )
                 return run
         self._background = BackgroundRun(self.fdg, options)
         run = self._background.start()
         if run is not None or self._background.alive:  # else refused: the thread said why
-            held = "this cell's result is its record, live (run.status, run.metrics)" if run is not None \
+            held = (
+                "this cell's result is its record, live (run.status, run.metrics)"
+                if run is not None
                 else "fdg.last_run is its record once it starts"
+            )
             print(f"training in the background; {held}; %fdg stop ends it.")
         return run
 
@@ -226,8 +234,7 @@ class WorkbenchMagics(Magics):
     def _update(self, rest: str):
         names = rest.split()
         if not names:
-            raise UsageError("%fdg update NAME [NAME …]: name the notebook values to send, e.g. "
-                             "%fdg update cfg")
+            raise UsageError("%fdg update NAME [NAME …]: name the notebook values to send, e.g. %fdg update cfg")
         missing = [n for n in names if n not in self.shell.user_ns]
         if missing:
             raise UsageError(f"%fdg update: {', '.join(missing)} not defined in the notebook.")

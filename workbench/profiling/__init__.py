@@ -8,10 +8,21 @@
 
 See docs/profiling.md.
 """
+
 from workbench.profiling.accounting import profile, profile_by_iteration
 from workbench.profiling.loggers import CSVLogger, TensorBoardLogger, tensorboard_available
 from workbench.profiling.report import write_report
 from workbench.profiling.trackers import MLflowLogger, WandbLogger, mlflow_available, wandb_available
 
-__all__ = ["profile", "profile_by_iteration", "write_report", "CSVLogger", "TensorBoardLogger",
-           "tensorboard_available", "MLflowLogger", "WandbLogger", "mlflow_available", "wandb_available"]
+__all__ = [
+    "profile",
+    "profile_by_iteration",
+    "write_report",
+    "CSVLogger",
+    "TensorBoardLogger",
+    "tensorboard_available",
+    "MLflowLogger",
+    "WandbLogger",
+    "mlflow_available",
+    "wandb_available",
+]

@@ -11,6 +11,7 @@ The runtime records, per finished iteration (``Run.rows``):
   add up to an iteration;
 - ``wire/bytes`` — bytes that crossed processes; ``time_s`` — seconds since the run started.
 """
+
 from __future__ import annotations
 
 import re

@@ -10,6 +10,7 @@ to it (a lost worker's line, :mod:`workbench.runtime.engine.faults`).
     >>> open(path).read().splitlines()[0]
     'iteration,charts/SPS'
 """
+
 from __future__ import annotations
 
 import csv

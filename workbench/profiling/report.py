@@ -6,6 +6,7 @@ Maps loaders, the toolbar logo and help links, icon fonts, licence comments). Th
 rewrites every ``http(s)://`` in the file to ``about:blank#…`` except the XML namespace
 names of :data:`ALLOWED_URLS`, which are identifiers that browsers never fetch.
 """
+
 from __future__ import annotations
 
 import html
@@ -22,18 +23,34 @@ ALLOWED_URLS = (
     "http://www.w3.org/1999/xlink",
 )
 URL_PATTERN = re.compile(r"https?://")
-_NOT_ALLOWED = re.compile(r"https?://(?!(?:%s)\b)" % "|".join(
-    re.escape(u.split("://", 1)[1]) for u in ALLOWED_URLS))
+_NOT_ALLOWED = re.compile(r"https?://(?!(?:%s)\b)" % "|".join(re.escape(u.split("://", 1)[1]) for u in ALLOWED_URLS))
 
-_PALETTE = ["#4c72b0", "#dd8452", "#55a868", "#c44e52", "#8172b3", "#937860", "#da8bc3",
-            "#8c8c8c", "#ccb974", "#64b5cd"]
+_PALETTE = [
+    "#4c72b0",
+    "#dd8452",
+    "#55a868",
+    "#c44e52",
+    "#8172b3",
+    "#937860",
+    "#da8bc3",
+    "#8c8c8c",
+    "#ccb974",
+    "#64b5cd",
+]
 
 
 def _figure(title: str, x_label: str, y_label: str, **kw):
     from bokeh.plotting import figure
 
-    p = figure(title=title, width=620, height=300, tools="pan,wheel_zoom,box_zoom,reset,save,hover",
-               x_axis_label=x_label, y_axis_label=y_label, **kw)
+    p = figure(
+        title=title,
+        width=620,
+        height=300,
+        tools="pan,wheel_zoom,box_zoom,reset,save,hover",
+        x_axis_label=x_label,
+        y_axis_label=y_label,
+        **kw,
+    )
     p.toolbar.logo = None
     return p
 
@@ -56,11 +73,21 @@ def _plots(run):
     mean_col = f"charts/mean_return_last_{run.window}"
     pts = [(r["env_steps"], r[mean_col]) for r in rows if r.get(mean_col) is not None]
     if pts:
-        ret.line([p[0] for p in pts], [p[1] for p in pts], line_width=2, color="#c44e52",
-                 legend_label=f"mean of last {run.window} episodes")
+        ret.line(
+            [p[0] for p in pts],
+            [p[1] for p in pts],
+            line_width=2,
+            color="#c44e52",
+            legend_label=f"mean of last {run.window} episodes",
+        )
     if run.target_return is not None:
-        ret.line([rows[0]["env_steps"], rows[-1]["env_steps"]], [run.target_return] * 2,
-                 line_dash="dashed", color="grey", legend_label="target")
+        ret.line(
+            [rows[0]["env_steps"], rows[-1]["env_steps"]],
+            [run.target_return] * 2,
+            line_dash="dashed",
+            color="grey",
+            legend_label="target",
+        )
     ret.legend.location = "bottom_right"
     plots.append(ret)
 
@@ -81,9 +108,14 @@ def _plots(run):
         for f in fragments:
             src[f] = [r.get(f"time/{f}_compute_s", 0.0) for r in rows]
         frag = _figure("compute per fragment (summed over replicas)", "iteration", "seconds")
-        frag.vbar_stack(fragments, x="iteration", width=0.9, source=ColumnDataSource(src),
-                        color=[_PALETTE[i % len(_PALETTE)] for i in range(len(fragments))],
-                        legend_label=fragments)
+        frag.vbar_stack(
+            fragments,
+            x="iteration",
+            width=0.9,
+            source=ColumnDataSource(src),
+            color=[_PALETTE[i % len(_PALETTE)] for i in range(len(fragments))],
+            legend_label=fragments,
+        )
         frag.legend.location = "top_left"
         plots.append(frag)
     if replicas:
@@ -92,10 +124,15 @@ def _plots(run):
         src = {"replica": list(per.index)}
         for k in KINDS:
             src[k] = list(per[f"{k}_s_per_it"])
-        rep = _figure("time per iteration per group replica (mean)", "seconds", "",
-                      y_range=list(per.index))
-        rep.hbar_stack(list(KINDS), y="replica", height=0.7, source=ColumnDataSource(src),
-                       color=_PALETTE[:len(KINDS)], legend_label=list(KINDS))
+        rep = _figure("time per iteration per group replica (mean)", "seconds", "", y_range=list(per.index))
+        rep.hbar_stack(
+            list(KINDS),
+            y="replica",
+            height=0.7,
+            source=ColumnDataSource(src),
+            color=_PALETTE[: len(KINDS)],
+            legend_label=list(KINDS),
+        )
         rep.legend.location = "bottom_right"
         plots.append(rep)
 
@@ -111,9 +148,12 @@ def _events_html(run) -> str:
     events = getattr(run, "events", ())
     if not events:
         return ""
-    items = "".join(f"<li><b>{html.escape(e.kind)}</b>"
-                    + (f" (iteration {e.iteration})" if e.iteration is not None else "")
-                    + f": {html.escape(e.message)}</li>" for e in events)
+    items = "".join(
+        f"<li><b>{html.escape(e.kind)}</b>"
+        + (f" (iteration {e.iteration})" if e.iteration is not None else "")
+        + f": {html.escape(e.message)}</li>"
+        for e in events
+    )
     return f'<h2>events</h2><ul class="events">{items}</ul>\n'
 
 
@@ -144,7 +184,7 @@ tr:nth-child(even){{background:#f4f4f4}}</style>
 <h1>workbench run</h1>
 <p>{html.escape(run.summary())}</p>
 {_events_html(run)}<h2>plan</h2><pre>{html.escape(run.plan_text or "(no plan)")}</pre>
-{''.join(body)}
+{"".join(body)}
 </body></html>
 """
     page = _NOT_ALLOWED.sub("about:blank#", page)

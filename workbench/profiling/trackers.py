@@ -9,6 +9,7 @@ importing them (MLflow's import alone takes seconds).
     fdg.run(..., loggers=[MLflowLogger("mlruns", experiment="cartpole", params={"cfg.lr": cfg.lr})])
     fdg.run(..., loggers=[WandbLogger("wandb-runs", project="cartpole")])   # then `wandb sync`
 """
+
 from __future__ import annotations
 
 import importlib.util
@@ -36,9 +37,11 @@ def wandb_available() -> bool:
 
 
 def _numbers(row: dict[str, Any], skip: tuple[str, ...]) -> dict[str, float]:
-    return {name: float(value) for name, value in row.items()
-            if name not in skip and isinstance(value, numbers.Real) and not isinstance(value, bool)
-            and math.isfinite(value)}
+    return {
+        name: float(value)
+        for name, value in row.items()
+        if name not in skip and isinstance(value, numbers.Real) and not isinstance(value, bool) and math.isfinite(value)
+    }
 
 
 class MLflowLogger(_Logger):
@@ -51,8 +54,15 @@ class MLflowLogger(_Logger):
     as MLflow's message says to. Metric names keep MLflow's characters; others become ``_``
     (``time/env[0] compute_s`` → ``time/env_0_ compute_s``)."""
 
-    def __init__(self, tracking_uri: str | os.PathLike = "mlruns", *, experiment: str = "workbench",
-                 run_name: str | None = None, params: dict[str, Any] | None = None, step: str = "env_steps") -> None:
+    def __init__(
+        self,
+        tracking_uri: str | os.PathLike = "mlruns",
+        *,
+        experiment: str = "workbench",
+        run_name: str | None = None,
+        params: dict[str, Any] | None = None,
+        step: str = "env_steps",
+    ) -> None:
         if not mlflow_available():
             raise ImportError('MLflowLogger needs MLflow: pip install "workbench-rl[trackers]" (or mlflow)')
         from mlflow.tracking import MlflowClient
@@ -72,15 +82,19 @@ class MLflowLogger(_Logger):
         if params:
             from mlflow.entities import Param
 
-            self.client.log_batch(self.run_id, params=[Param(_mlflow_name(k), str(v)[:6000]) for k, v in params.items()])
+            self.client.log_batch(
+                self.run_id, params=[Param(_mlflow_name(k), str(v)[:6000]) for k, v in params.items()]
+            )
 
     def log(self, row: dict[str, Any]) -> None:
         from mlflow.entities import Metric
 
         step = int(row.get(self.step, row.get("iteration", 0)))
         now = int(time.time() * 1000)
-        metrics = [Metric(_mlflow_name(name), value, now, step)
-                   for name, value in _numbers(row, ("iteration", self.step) if self.step != "env_steps" else ()).items()]
+        metrics = [
+            Metric(_mlflow_name(name), value, now, step)
+            for name, value in _numbers(row, ("iteration", self.step) if self.step != "env_steps" else ()).items()
+        ]
         if metrics:
             self.client.log_batch(self.run_id, metrics=metrics)
 
@@ -106,8 +120,16 @@ class WandbLogger(_Logger):
     default (``mode="offline"``: written under ``directory``, sent later with ``wandb sync``);
     ``mode="online"`` needs a W&B account."""
 
-    def __init__(self, directory: str | os.PathLike = ".", *, project: str = "workbench", run_name: str | None = None,
-                 params: dict[str, Any] | None = None, step: str = "env_steps", mode: str = "offline") -> None:
+    def __init__(
+        self,
+        directory: str | os.PathLike = ".",
+        *,
+        project: str = "workbench",
+        run_name: str | None = None,
+        params: dict[str, Any] | None = None,
+        step: str = "env_steps",
+        mode: str = "offline",
+    ) -> None:
         if not wandb_available():
             raise ImportError('WandbLogger needs Weights & Biases: pip install "workbench-rl[trackers]" (or wandb)')
         import wandb
@@ -115,9 +137,15 @@ class WandbLogger(_Logger):
         Path(directory).mkdir(parents=True, exist_ok=True)
         self.step = step
         self._events: list[list] = []
-        self.run = wandb.init(mode=mode, dir=os.fspath(directory), project=project, name=run_name,
-                              config=dict(params or {}), reinit="create_new",
-                              settings=wandb.Settings(silent=True, console="off", save_code=False))
+        self.run = wandb.init(
+            mode=mode,
+            dir=os.fspath(directory),
+            project=project,
+            name=run_name,
+            config=dict(params or {}),
+            reinit="create_new",
+            settings=wandb.Settings(silent=True, console="off", save_code=False),
+        )
 
     def log(self, row: dict[str, Any]) -> None:
         step = int(row.get(self.step, row.get("iteration", 0)))
@@ -134,7 +162,8 @@ class WandbLogger(_Logger):
         if self._events:
             import wandb
 
-            self.run.log({"events": wandb.Table(columns=["iteration", "env_steps", "kind", "message"],
-                                                data=self._events)})
+            self.run.log(
+                {"events": wandb.Table(columns=["iteration", "env_steps", "kind", "message"], data=self._events)}
+            )
         self.run.finish()
         self.run = None

@@ -17,6 +17,7 @@ the config and the FDG model below it; the session, the dashboard and ``wb`` imp
 See docs/runs.md. (``wb.runs`` is the listing function, which shadows this package's name
 on ``workbench``: import its names with ``from workbench.run_store import …``.)
 """
+
 from workbench.run_store.compare import Comparison, compare, curves
 from workbench.run_store.keeper import RunKeeper
 from workbench.run_store.listing import load_run, runs
@@ -24,6 +25,22 @@ from workbench.run_store.record import StoredRun, notebook_config, read_run, wri
 from workbench.run_store.stats import iqm, stratified_bootstrap_ci
 from workbench.run_store.store import RunStoreError, RunStoreWarning, find_run, open_store, store_path
 
-__all__ = ["runs", "load_run", "compare", "Comparison", "curves", "iqm", "stratified_bootstrap_ci",
-           "write_run", "read_run", "notebook_config", "StoredRun", "RunKeeper", "RunStoreError", "RunStoreWarning",
-           "open_store", "store_path", "find_run"]
+__all__ = [
+    "runs",
+    "load_run",
+    "compare",
+    "Comparison",
+    "curves",
+    "iqm",
+    "stratified_bootstrap_ci",
+    "write_run",
+    "read_run",
+    "notebook_config",
+    "StoredRun",
+    "RunKeeper",
+    "RunStoreError",
+    "RunStoreWarning",
+    "open_store",
+    "store_path",
+    "find_run",
+]

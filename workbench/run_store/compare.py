@@ -9,6 +9,7 @@ range every run of the group reached) by linear interpolation.
     >>> cmp            # in a notebook: the plot  # doctest: +SKIP
     >>> cmp.table      # group, x, iqm, lower, upper, runs  # doctest: +SKIP
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -27,8 +28,18 @@ __all__ = ["compare", "Comparison", "curves"]
 
 #: the x axes a run's rows have
 X_AXES = ("env_steps", "iteration", "time_s")
-_PALETTE = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f",
-            "#bcbd22", "#17becf")
+_PALETTE = (
+    "#1f77b4",
+    "#ff7f0e",
+    "#2ca02c",
+    "#d62728",
+    "#9467bd",
+    "#8c564b",
+    "#e377c2",
+    "#7f7f7f",
+    "#bcbd22",
+    "#17becf",
+)
 
 
 @dataclass
@@ -59,9 +70,20 @@ class Comparison:
         self.show()
 
 
-def compare(runs=None, by: str | None = None, metric: str = RETURN_METRIC, x: str = "env_steps", *,
-            store=None, strata: str | None = None, points: int = 100, reps: int = 2000,
-            confidence: float = 0.95, seed: int = 0, title: str | None = None) -> Comparison:
+def compare(
+    runs=None,
+    by: str | None = None,
+    metric: str = RETURN_METRIC,
+    x: str = "env_steps",
+    *,
+    store=None,
+    strata: str | None = None,
+    points: int = 100,
+    reps: int = 2000,
+    confidence: float = 0.95,
+    seed: int = 0,
+    title: str | None = None,
+) -> Comparison:
     """Plot ``metric`` against ``x`` (``env_steps``, ``iteration``, ``time_s``) for ``runs``.
 
     ``runs``: None (every run in ``store``), a ``wb.runs()`` DataFrame (its rows), or a
@@ -85,7 +107,9 @@ def compare(runs=None, by: str | None = None, metric: str = RETURN_METRIC, x: st
     return Comparison(figure, table)
 
 
-def curves(runs: list[Run], metric: str = RETURN_METRIC, x: str = "env_steps") -> dict[str, tuple[np.ndarray, np.ndarray]]:
+def curves(
+    runs: list[Run], metric: str = RETURN_METRIC, x: str = "env_steps"
+) -> dict[str, tuple[np.ndarray, np.ndarray]]:
     """Label → ``(xs, values)`` of ``metric`` for each run, the iterations that logged it.
     A run without it raises :class:`~workbench.errors.MetricError` naming it and what it has."""
     if x not in X_AXES:
@@ -101,12 +125,17 @@ def curves(runs: list[Run], metric: str = RETURN_METRIC, x: str = "env_steps") -
         found[label] = (xs, ys)
     if lacking:
         logged = sorted({name for _, names in lacking for name in names})
-        which = (f"none of the {len(lacking)} runs logged {metric!r}: nothing to compare" if not found else
-                 f"{len(lacking)} of the {len(runs)} runs ({', '.join(label for label, _ in lacking[:6])}"
-                 f"{' …' if len(lacking) > 6 else ''}) did not log {metric!r}")
-        raise MetricError(f"{which}. "
-                          f"{'They' if len(lacking) > 1 else 'It'} logged: {', '.join(logged) or 'nothing'}. "
-                          "Compare one of those (metric=…), or leave those runs out.")
+        which = (
+            f"none of the {len(lacking)} runs logged {metric!r}: nothing to compare"
+            if not found
+            else f"{len(lacking)} of the {len(runs)} runs ({', '.join(label for label, _ in lacking[:6])}"
+            f"{' …' if len(lacking) > 6 else ''}) did not log {metric!r}"
+        )
+        raise MetricError(
+            f"{which}. "
+            f"{'They' if len(lacking) > 1 else 'It'} logged: {', '.join(logged) or 'nothing'}. "
+            "Compare one of those (metric=…), or leave those runs out."
+        )
     return found
 
 
@@ -118,8 +147,9 @@ def _per_run(series) -> Any:
     return pd.concat(frames, ignore_index=True)
 
 
-def _grouped(series, groups: dict[str, Any], strata: dict[str, Any], points: int, reps: int,
-             confidence: float, seed: int) -> Any:
+def _grouped(
+    series, groups: dict[str, Any], strata: dict[str, Any], points: int, reps: int, confidence: float, seed: int
+) -> Any:
     import pandas as pd
 
     frames = []
@@ -134,10 +164,14 @@ def _grouped(series, groups: dict[str, Any], strata: dict[str, Any], points: int
         by_stratum: dict[Any, list[np.ndarray]] = {}
         for m in members:
             by_stratum.setdefault(strata.get(m), []).append(values[m])
-        point, lower, upper = stratified_bootstrap_ci([np.stack(v) for v in by_stratum.values()], iqm,
-                                                      reps=reps, confidence=confidence, seed=seed)
-        frames.append(pd.DataFrame({"group": str(group), "x": grid, "iqm": point, "lower": lower,
-                                    "upper": upper, "runs": len(members)}))
+        point, lower, upper = stratified_bootstrap_ci(
+            [np.stack(v) for v in by_stratum.values()], iqm, reps=reps, confidence=confidence, seed=seed
+        )
+        frames.append(
+            pd.DataFrame(
+                {"group": str(group), "x": grid, "iqm": point, "lower": lower, "upper": upper, "runs": len(members)}
+            )
+        )
     return pd.concat(frames, ignore_index=True)
 
 
@@ -150,8 +184,10 @@ def _groups(runs: list[Run], by: str) -> dict[str, Any]:
         groups[_label(run)] = value
     if missing:
         known = sorted({k for run in runs for k in _settings(run)})
-        raise MetricError(f"by={by!r}: {', '.join(missing)} {'has' if len(missing) == 1 else 'have'} no such "
-                          f"setting; the runs have: {', '.join(known) or 'none'}.")
+        raise MetricError(
+            f"by={by!r}: {', '.join(missing)} {'has' if len(missing) == 1 else 'have'} no such "
+            f"setting; the runs have: {', '.join(known) or 'none'}."
+        )
     return groups
 
 
@@ -201,16 +237,28 @@ def _figure(table, by, metric: str, x: str, title: str):
     from bokeh.models import ColumnDataSource, HoverTool
     from bokeh.plotting import figure
 
-    fig = figure(title=title, height=380,
-                 sizing_mode="stretch_width", x_axis_label=x.replace("_", " "), y_axis_label=metric,
-                 tools="pan,wheel_zoom,box_zoom,reset,save")
+    fig = figure(
+        title=title,
+        height=380,
+        sizing_mode="stretch_width",
+        x_axis_label=x.replace("_", " "),
+        y_axis_label=metric,
+        tools="pan,wheel_zoom,box_zoom,reset,save",
+    )
     key = "group" if by else "run"
     for i, (label, part) in enumerate(table.groupby(key, sort=False)):
         color = _PALETTE[i % len(_PALETTE)]
         source = ColumnDataSource({column: part[column].to_numpy() for column in part.columns if column != key})
         if by:
-            fig.varea(x="x", y1="lower", y2="upper", source=source, fill_color=color, fill_alpha=0.2,
-                      legend_label=f"{by}={label}")
+            fig.varea(
+                x="x",
+                y1="lower",
+                y2="upper",
+                source=source,
+                fill_color=color,
+                fill_alpha=0.2,
+                legend_label=f"{by}={label}",
+            )
             fig.line(x="x", y="iqm", source=source, color=color, line_width=2, legend_label=f"{by}={label}")
         else:
             fig.line(x="x", y="value", source=source, color=color, line_width=2, legend_label=str(label))

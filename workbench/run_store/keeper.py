@@ -6,6 +6,7 @@ training) and takes the notebook's settings as they are at the start. At the end
 :meth:`RunKeeper.keep` writes the run's folder — a finished, stopped or failed run alike —
 and never raises: a full disk costs the record, not the run.
 """
+
 from __future__ import annotations
 
 import logging

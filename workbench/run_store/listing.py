@@ -1,11 +1,12 @@
 """Reading a run store: :func:`runs` lists it as a DataFrame, :func:`load_run` gives one run back.
 
-    >>> import workbench as wb
-    >>> wb.runs()                                   # doctest: +SKIP
-                          id                   started        name  policy  seed  status  solved ...
-    >>> run = wb.load_run("20261207-103800-quick")  # doctest: +SKIP
-    >>> fdg.run(resume=run.checkpoint_path, policy="coarse")  # doctest: +SKIP
+>>> import workbench as wb
+>>> wb.runs()                                   # doctest: +SKIP
+                      id                   started        name  policy  seed  status  solved ...
+>>> run = wb.load_run("20261207-103800-quick")  # doctest: +SKIP
+>>> fdg.run(resume=run.checkpoint_path, policy="coarse")  # doctest: +SKIP
 """
+
 from __future__ import annotations
 
 import os
@@ -18,16 +19,30 @@ from workbench.run_store.store import RunStoreError, RunStoreWarning, open_store
 __all__ = ["runs", "load_run", "LISTED", "resolve_store"]
 
 #: the summary fields ``runs()`` shows, in its column order (then the notebook's settings)
-LISTED = ("id", "started", "name", "policy", "seed", "status", "solved", "iterations", "env_steps",
-          "final_return", "best_return", "wall_s")
+LISTED = (
+    "id",
+    "started",
+    "name",
+    "policy",
+    "seed",
+    "status",
+    "solved",
+    "iterations",
+    "env_steps",
+    "final_return",
+    "best_return",
+    "wall_s",
+)
 
 
 def resolve_store(store=None) -> Path:
     """The store to read: ``store``, else ``$WORKBENCH_RUN_STORE``, else ./workbench-runs."""
     path = store_path(store)
     if path is None:
-        raise RunStoreError("the run store is off (run_store='off' or $WORKBENCH_RUN_STORE=off): name one to read, "
-                            "e.g. wb.runs('workbench-runs').")
+        raise RunStoreError(
+            "the run store is off (run_store='off' or $WORKBENCH_RUN_STORE=off): name one to read, "
+            "e.g. wb.runs('workbench-runs')."
+        )
     return path
 
 

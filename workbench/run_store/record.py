@@ -28,6 +28,7 @@ checkpoint is. A run read back is a :class:`StoredRun`: a real
     >>> back.name, back.seed, back.status, back.mean_return(), list(back.metrics.columns[:2])
     ('demo', 3, 'finished', 3.0, ['time_s', 'env_steps'])
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -49,8 +50,16 @@ from workbench.fdg.graph import Graph
 from workbench.run_store.store import RunStoreError, open_store
 from workbench.runtime.state.run import RETURN_METRIC, Run, RunEvent
 
-__all__ = ["StoredRun", "KeptGraph", "RecordedError", "write_run", "read_run", "notebook_config", "RECORD_FORMAT",
-           "CHECKPOINT_LIMIT_BYTES"]
+__all__ = [
+    "StoredRun",
+    "KeptGraph",
+    "RecordedError",
+    "write_run",
+    "read_run",
+    "notebook_config",
+    "RECORD_FORMAT",
+    "CHECKPOINT_LIMIT_BYTES",
+]
 
 RECORD_FORMAT = "workbench-run"
 RECORD_VERSION = 1
@@ -152,11 +161,14 @@ def write_run(run: Run, store, *, config=None, notebook: dict | None = None, nam
         notebook = dict(notebook or {})
         summary = _summary(run, run_id, name, started, notebook)
         summary["checkpoint"], summary["checkpoint_notes"] = _keep_checkpoint(run, config, tmp)
-        _write(tmp / "config.json", json.dumps({"run": _run_options(config), "notebook": notebook}, indent=1,
-                                               default=_plain))
+        _write(
+            tmp / "config.json",
+            json.dumps({"run": _run_options(config), "notebook": notebook}, indent=1, default=_plain),
+        )
         _write(tmp / "metrics.jsonl", "".join(json.dumps(row, default=_plain) + "\n" for row in run.rows))
-        _write(tmp / "events.jsonl", "".join(json.dumps(dataclasses.asdict(e), default=_plain) + "\n"
-                                             for e in run.events))
+        _write(
+            tmp / "events.jsonl", "".join(json.dumps(dataclasses.asdict(e), default=_plain) + "\n" for e in run.events)
+        )
         _write(tmp / "returns.json", json.dumps(run.episode_returns, default=_plain))
         _write(tmp / "cells.json", json.dumps(_cells(run.fdg), indent=1))
         _write(tmp / "summary.json", json.dumps(summary, indent=1, default=_plain))
@@ -178,16 +190,29 @@ def read_run(folder, *, state: bool = False, namespace=None) -> StoredRun:
     info = read_summary(folder)
     config = _read_json(folder / "config.json", {"run": {}, "notebook": {}})
     rows = [json.loads(line) for line in _read_text(folder / "metrics.jsonl", "").splitlines() if line.strip()]
-    events = [RunEvent(**json.loads(line)) for line in _read_text(folder / "events.jsonl", "").splitlines()
-              if line.strip()]
-    run = StoredRun(policy_name=info.get("policy") or "", iterations=int(info.get("iterations_asked") or 0),
-                    steps=int(info.get("steps") or 0), target_return=info.get("target_return"),
-                    window=int(info.get("window") or 20), unit=info.get("unit") or "env steps",
-                    status=info.get("status") or "finished", rows=rows, events=events,
-                    episode_returns=list(_read_json(folder / "returns.json", [])),
-                    env_steps=int(info.get("env_steps") or 0), env_steps_base=int(info.get("env_steps_base") or 0),
-                    solved_at=info.get("solved_at"), id=info.get("id") or folder.name, path=folder,
-                    name=info.get("name") or "", config=config, info=info)
+    events = [
+        RunEvent(**json.loads(line)) for line in _read_text(folder / "events.jsonl", "").splitlines() if line.strip()
+    ]
+    run = StoredRun(
+        policy_name=info.get("policy") or "",
+        iterations=int(info.get("iterations_asked") or 0),
+        steps=int(info.get("steps") or 0),
+        target_return=info.get("target_return"),
+        window=int(info.get("window") or 20),
+        unit=info.get("unit") or "env steps",
+        status=info.get("status") or "finished",
+        rows=rows,
+        events=events,
+        episode_returns=list(_read_json(folder / "returns.json", [])),
+        env_steps=int(info.get("env_steps") or 0),
+        env_steps_base=int(info.get("env_steps_base") or 0),
+        solved_at=info.get("solved_at"),
+        id=info.get("id") or folder.name,
+        path=folder,
+        name=info.get("name") or "",
+        config=config,
+        info=info,
+    )
     run.replica_env_steps = dict(info.get("replica_env_steps") or {})
     run.replica_episodes = dict(info.get("replica_episodes") or {})
     if info.get("error"):
@@ -198,9 +223,15 @@ def read_run(folder, *, state: bool = False, namespace=None) -> StoredRun:
     if cells:
         run.fdg = KeptGraph(namespace=namespace)
         for cell in cells:
-            run.fdg.add_fragment(cell["fragment"], cell["code"], rate=cell["rate"], replicas=cell.get("replicas"),
-                                 device=cell.get("device") or "cpu", reads=cell.get("reads", ()),
-                                 writes=cell.get("writes", ()))
+            run.fdg.add_fragment(
+                cell["fragment"],
+                cell["code"],
+                rate=cell["rate"],
+                replicas=cell.get("replicas"),
+                device=cell.get("device") or "cpu",
+                reads=cell.get("reads", ()),
+                writes=cell.get("writes", ()),
+            )
     if state and run.checkpoint_path is not None:
         from workbench.runtime.state.checkpoint import load_checkpoint
 
@@ -213,8 +244,10 @@ def read_summary(folder: Path) -> dict:
     """``folder``'s summary.json, checked to be a run's; else a RunStoreError saying why."""
     file = folder / "summary.json"
     if not file.is_file():
-        raise RunStoreError(f"{str(folder)!r} is not a whole run: it has no summary.json (a run folder holds "
-                            "summary.json, config.json, metrics.jsonl, events.jsonl).")
+        raise RunStoreError(
+            f"{str(folder)!r} is not a whole run: it has no summary.json (a run folder holds "
+            "summary.json, config.json, metrics.jsonl, events.jsonl)."
+        )
     try:
         info = json.loads(file.read_text())
     except (OSError, ValueError) as exc:
@@ -231,19 +264,34 @@ def _summary(run: Run, run_id: str, name: str, started: float, notebook: dict) -
     returns = [row[RETURN_METRIC] for row in run.rows if RETURN_METRIC in row]
     error = run.error
     return {
-        "format": RECORD_FORMAT, "version": RECORD_VERSION, "id": run_id, "name": name,
-        "status": run.status, "solved": bool(run.solved_at), "solved_at": run.solved_at,
+        "format": RECORD_FORMAT,
+        "version": RECORD_VERSION,
+        "id": run_id,
+        "name": name,
+        "status": run.status,
+        "solved": bool(run.solved_at),
+        "solved_at": run.solved_at,
         "error": f"{type(error).__name__}: {error}" if error is not None else None,
         "started": datetime.datetime.fromtimestamp(started, datetime.timezone.utc).isoformat(timespec="seconds"),
         "started_unix": started,
-        "wall_s": run.wall_time, "iterations": run.completed_iterations, "iterations_asked": run.iterations,
-        "steps": run.steps, "env_steps": run.env_steps, "env_steps_base": run.env_steps_base, "unit": run.unit,
-        "seed": _seed(notebook), "policy": run.policy_name,
-        "placed": getattr(run.policy, "name", None), "target_return": run.target_return, "window": run.window,
+        "wall_s": run.wall_time,
+        "iterations": run.completed_iterations,
+        "iterations_asked": run.iterations,
+        "steps": run.steps,
+        "env_steps": run.env_steps,
+        "env_steps_base": run.env_steps_base,
+        "unit": run.unit,
+        "seed": _seed(notebook),
+        "policy": run.policy_name,
+        "placed": getattr(run.policy, "name", None),
+        "target_return": run.target_return,
+        "window": run.window,
         "episodes": len(run.episode_returns),
-        "final_return": windowed[-1] if windowed else None, "best_return": max(windowed) if windowed else None,
+        "final_return": windowed[-1] if windowed else None,
+        "best_return": max(windowed) if windowed else None,
         "final_episodic_return": returns[-1] if returns else None,
-        "replica_env_steps": run.replica_env_steps, "replica_episodes": run.replica_episodes,
+        "replica_env_steps": run.replica_env_steps,
+        "replica_episodes": run.replica_episodes,
     }
 
 
@@ -256,15 +304,19 @@ def _keep_checkpoint(run: Run, config, folder: Path) -> tuple[str | None, list[s
     if own is not None and run.checkpoints:
         return str(Path(own).resolve()), []  # written there already: not copied
     if "torch" not in sys.modules:  # then the state holds no tensors, and importing torch costs seconds
-        return None, ["not written: checkpoints are written with torch, which this run's process never imported "
-                      "(importing it takes seconds); a run that uses torch, or checkpoint_dir=…, keeps one"]
+        return None, [
+            "not written: checkpoints are written with torch, which this run's process never imported "
+            "(importing it takes seconds); a run that uses torch, or checkpoint_dir=…, keeps one"
+        ]
     from workbench.runtime.state.checkpoint import save_checkpoint
     from workbench.runtime.state.state_size import state_nbytes
 
     size = state_nbytes(run.state.fragments)
     if size > CHECKPOINT_LIMIT_BYTES:
-        return None, [f"the final state ({size / 2**20:,.0f} MB) is bigger than the store keeps "
-                      f"({CHECKPOINT_LIMIT_BYTES / 2**20:,.0f} MB); pass checkpoint_dir=… to keep it"]
+        return None, [
+            f"the final state ({size / 2**20:,.0f} MB) is bigger than the store keeps "
+            f"({CHECKPOINT_LIMIT_BYTES / 2**20:,.0f} MB); pass checkpoint_dir=… to keep it"
+        ]
     notes: list[str] = []
     save_checkpoint(folder / "checkpoint", run.state, run.fdg, run.policy, keep=1, warn=notes.append)
     return "checkpoint", notes
@@ -291,9 +343,19 @@ def _option_value(value):
 def _cells(fdg) -> list[dict]:
     if fdg is None:
         return []
-    return [{"fragment": frag.name, "rate": rate, "code": cell.code, "replicas": frag.replicas,
-             "device": frag.device, "reads": list(cell.declared_reads), "writes": list(cell.declared_writes)}
-            for frag in fdg.fragments.values() for rate, cell in frag.cells.items()]
+    return [
+        {
+            "fragment": frag.name,
+            "rate": rate,
+            "code": cell.code,
+            "replicas": frag.replicas,
+            "device": frag.device,
+            "reads": list(cell.declared_reads),
+            "writes": list(cell.declared_writes),
+        }
+        for frag in fdg.fragments.values()
+        for rate, cell in frag.cells.items()
+    ]
 
 
 def _seed(notebook: dict):

@@ -15,6 +15,7 @@ with a confidence interval from a *stratified* bootstrap. Pure NumPy.
     >>> float(point), bool(lower < point < upper)
     (9.5, True)
 """
+
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
@@ -48,8 +49,14 @@ def iqm(scores, axis: int | None = None):
     return float(result) if np.ndim(result) == 0 else result
 
 
-def stratified_bootstrap_ci(scores, statistic: Callable = iqm, *, reps: int = 2000, confidence: float = 0.95,
-                            seed: int | np.random.Generator | None = None):
+def stratified_bootstrap_ci(
+    scores,
+    statistic: Callable = iqm,
+    *,
+    reps: int = 2000,
+    confidence: float = 0.95,
+    seed: int | np.random.Generator | None = None,
+):
     """``(point, lower, upper)``: ``statistic`` of ``scores`` and its ``confidence``
     percentile interval from ``reps`` stratified bootstrap resamples.
 

@@ -15,6 +15,7 @@ Where: the ``run_store`` option (``--run-store DIR``), else ``$WORKBENCH_RUN_STO
     >>> is_store(store), run_folders(store)
     (True, [])
 """
+
 from __future__ import annotations
 
 import difflib
@@ -24,8 +25,18 @@ from pathlib import Path
 
 from workbench.errors import WorkbenchError
 
-__all__ = ["RunStoreError", "RunStoreWarning", "STORE_ENV", "DEFAULT_STORE", "MARKER", "store_path",
-           "open_store", "is_store", "run_folders", "find_run"]
+__all__ = [
+    "RunStoreError",
+    "RunStoreWarning",
+    "STORE_ENV",
+    "DEFAULT_STORE",
+    "MARKER",
+    "store_path",
+    "open_store",
+    "is_store",
+    "run_folders",
+    "find_run",
+]
 
 #: the environment variable naming the default store (the test suite points it at a temporary folder)
 STORE_ENV = "WORKBENCH_RUN_STORE"
@@ -74,15 +85,21 @@ def open_store(path: str | os.PathLike, *, create: bool = False) -> Path:
     if is_store(path):
         return path
     if path.exists() and not path.is_dir():
-        raise RunStoreError(f"the run store {str(path)!r} is a file, not a folder. Give a folder "
-                            "(run_store=… / --run-store DIR), or run_store='off' to keep no record.")
+        raise RunStoreError(
+            f"the run store {str(path)!r} is a file, not a folder. Give a folder "
+            "(run_store=… / --run-store DIR), or run_store='off' to keep no record."
+        )
     if path.is_dir() and any(path.iterdir()):
-        raise RunStoreError(f"{str(path)!r} is not a run store: it holds other files and no {MARKER} file. "
-                            "Give an empty or new folder (run_store=… / --run-store DIR), or the store's own "
-                            f"folder (the one with {MARKER} in it).")
+        raise RunStoreError(
+            f"{str(path)!r} is not a run store: it holds other files and no {MARKER} file. "
+            "Give an empty or new folder (run_store=… / --run-store DIR), or the store's own "
+            f"folder (the one with {MARKER} in it)."
+        )
     if not create:
-        raise RunStoreError(f"no run store at {str(path)!r}: runs write one there as they finish (run_store=…, "
-                            f"--run-store DIR, ${STORE_ENV}; default ./{DEFAULT_STORE}).")
+        raise RunStoreError(
+            f"no run store at {str(path)!r}: runs write one there as they finish (run_store=…, "
+            f"--run-store DIR, ${STORE_ENV}; default ./{DEFAULT_STORE})."
+        )
     path.mkdir(parents=True, exist_ok=True)
     marker = path / f".{MARKER}.{os.getpid()}"
     marker.write_text(json.dumps({"format": FORMAT, "version": VERSION}))
@@ -106,9 +123,14 @@ def find_run(store: Path, run_id: str) -> Path:
     if len(partial) == 1:
         return folders[partial[0]]
     if len(partial) > 1:
-        raise RunStoreError(f"{run_id!r} names {len(partial)} runs in {str(store)!r}: "
-                            f"{', '.join(partial[:8])}{' …' if len(partial) > 8 else ''}. Give more of the id.")
+        raise RunStoreError(
+            f"{run_id!r} names {len(partial)} runs in {str(store)!r}: "
+            f"{', '.join(partial[:8])}{' …' if len(partial) > 8 else ''}. Give more of the id."
+        )
     close = difflib.get_close_matches(run_id, list(folders), n=5, cutoff=0.4)
-    hint = f" Closest: {', '.join(close)}." if close else (
-        f" It holds {len(folders)} runs; wb.runs() lists them." if folders else " It holds no runs yet.")
+    hint = (
+        f" Closest: {', '.join(close)}."
+        if close
+        else (f" It holds {len(folders)} runs; wb.runs() lists them." if folders else " It holds no runs yet.")
+    )
     raise RunStoreError(f"no run {run_id!r} in the run store {str(store)!r}.{hint}")

@@ -9,6 +9,7 @@ import it. See docs/sweeps.md.
 
     >>> result = wb.sweep(fdg, {"cfg.learning_rate": [1e-3, 3e-3]}, seeds=10)   # doctest: +SKIP
 """
+
 from workbench.sweep.grid import Trial, trial_grid
 from workbench.sweep.result import SweepResult
 from workbench.sweep.runner import SweepControl, sweep

@@ -1,4 +1,5 @@
 """A sweep in a background thread (``%fdg sweep --background``): ``%fdg stop`` stops it."""
+
 from __future__ import annotations
 
 import threading

@@ -9,6 +9,7 @@
 field for every trial (as ``workbench run --set`` does). The run options (``--iterations``,
 ``--steps``, ``--target-return``…) override the notebook's ``%fdg run`` line for every trial.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -33,28 +34,57 @@ def add_sweep_arguments(parser: argparse.ArgumentParser, *, headless: bool = Tru
     path, no --csv, no --workers: the notebook's cluster is used)."""
     if headless:
         parser.add_argument("notebook", help="path to a .ipynb with %%fragment cells")
-    parser.add_argument("--seeds", default="10", metavar="N|S1,S2,…",
-                        help="seeds 1..N, or the seeds listed (default 10); each sets --seed-key")
-    parser.add_argument("--set", action="append", default=[], metavar="NAME.FIELD=V1,V2,…", dest="overrides",
-                        help="sweep a field of a notebook config object over the values listed (Python "
-                             "literals); one value sets it for every trial; repeat for more fields")
-    parser.add_argument("--seed-key", default="cfg.seed", metavar="NAME.FIELD",
-                        help="the field that takes each trial's seed (default cfg.seed)")
-    parser.add_argument("--trials-at-once", type=int, metavar="N",
-                        help="trials running together (default: every worker thread of the cluster)")
-    parser.add_argument("--early-stop", action="store_true",
-                        help="stop trials whose best return is behind the median of the others' "
-                             "(after --grace iterations)")
-    parser.add_argument("--grace", type=int, default=10, metavar="N",
-                        help="iterations each trial runs before --early-stop may stop it (default 10)")
+    parser.add_argument(
+        "--seeds",
+        default="10",
+        metavar="N|S1,S2,…",
+        help="seeds 1..N, or the seeds listed (default 10); each sets --seed-key",
+    )
+    parser.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="NAME.FIELD=V1,V2,…",
+        dest="overrides",
+        help="sweep a field of a notebook config object over the values listed (Python "
+        "literals); one value sets it for every trial; repeat for more fields",
+    )
+    parser.add_argument(
+        "--seed-key",
+        default="cfg.seed",
+        metavar="NAME.FIELD",
+        help="the field that takes each trial's seed (default cfg.seed)",
+    )
+    parser.add_argument(
+        "--trials-at-once",
+        type=int,
+        metavar="N",
+        help="trials running together (default: every worker thread of the cluster)",
+    )
+    parser.add_argument(
+        "--early-stop",
+        action="store_true",
+        help="stop trials whose best return is behind the median of the others' (after --grace iterations)",
+    )
+    parser.add_argument(
+        "--grace",
+        type=int,
+        default=10,
+        metavar="N",
+        help="iterations each trial runs before --early-stop may stop it (default 10)",
+    )
     add_run_arguments(parser, "cli", only=_TRIAL_OPTIONS + ("cluster", "checkpoint_dir", "checkpoint_every"))
     if not headless:
-        parser.add_argument("--background", action="store_true",
-                            help="sweep in a background thread; %%fdg stop stops it and returns its result")
+        parser.add_argument(
+            "--background",
+            action="store_true",
+            help="sweep in a background thread; %%fdg stop stops it and returns its result",
+        )
         return
     parser.add_argument("--csv", metavar="FILE", help="also write the table of trials to FILE")
-    parser.add_argument("--workers", type=int, metavar="N",
-                        help="workers of the embedded cluster (default: one per core, at least 2)")
+    parser.add_argument(
+        "--workers", type=int, metavar="N", help="workers of the embedded cluster (default: one per core, at least 2)"
+    )
     parser.add_argument("--verbose", action="store_true", help="print the full traceback of an error")
 
 
@@ -71,8 +101,11 @@ def parse_sweep_line(line: str) -> tuple[dict[str, Any], bool]:
     add_sweep_arguments(parser, headless=False)
     words = split_line(line, RunConfigError)
     args = parser.parse_args(words[1:] if words[:1] == ["sweep"] else words)
-    keywords: dict[str, Any] = {"over": dict(parse_set_values(t) for t in args.overrides), "seeds": _seeds(args.seeds),
-                                "seed_key": args.seed_key}
+    keywords: dict[str, Any] = {
+        "over": dict(parse_set_values(t) for t in args.overrides),
+        "seeds": _seeds(args.seeds),
+        "seed_key": args.seed_key,
+    }
     if args.trials_at_once is not None:
         keywords["trials_at_once"] = args.trials_at_once
     if args.early_stop:
@@ -104,7 +137,9 @@ def _seeds(text: str) -> int | list[int]:
     try:
         value = ast.literal_eval(f"[{text}]")
     except (ValueError, SyntaxError):
-        raise RunConfigError(f"--seeds {text!r}: give a number N (seeds 1..N) or seeds with commas, e.g. 1,2,7.") from None
+        raise RunConfigError(
+            f"--seeds {text!r}: give a number N (seeds 1..N) or seeds with commas, e.g. 1,2,7."
+        ) from None
     return value[0] if len(value) == 1 else value
 
 
@@ -136,10 +171,18 @@ def sweep_command(args: argparse.Namespace, load_notebook: Callable) -> int:
     options.update({k: v for k, v in given.items() if k in _TRIAL_OPTIONS})
     for name in ("policy", "cluster", "checkpoint_dir", "checkpoint_every", "resume", "progress", "loggers"):
         options.pop(name, None)  # the sweep decides these for its trials
-    result = sweep(fdg, over, seeds=seeds, trials_at_once=args.trials_at_once, seed_key=args.seed_key,
-                   early_stop=MedianStopping(grace=args.grace) if args.early_stop else None,
-                   cluster=given.get("cluster"), checkpoint_dir=given.get("checkpoint_dir"),
-                   checkpoint_every=given.get("checkpoint_every"), **options)
+    result = sweep(
+        fdg,
+        over,
+        seeds=seeds,
+        trials_at_once=args.trials_at_once,
+        seed_key=args.seed_key,
+        early_stop=MedianStopping(grace=args.grace) if args.early_stop else None,
+        cluster=given.get("cluster"),
+        checkpoint_dir=given.get("checkpoint_dir"),
+        checkpoint_every=given.get("checkpoint_every"),
+        **options,
+    )
     print(result.summary())
     if args.csv:
         result.table.to_csv(args.csv)
@@ -150,7 +193,10 @@ def sweep_command(args: argparse.Namespace, load_notebook: Callable) -> int:
     wanted = {"solved"} if options.get("target_return") is not None else {"solved", "finished"}
     missed = [r.trial.index for r in result.trials.rows if r.status not in wanted | {"stopped early"}]
     if missed:
-        print(f"workbench: trial{'s' if len(missed) > 1 else ''} {', '.join(map(str, missed))} did not "
-              f"{'solve' if 'finished' not in wanted else 'finish'}.", file=sys.stderr)
+        print(
+            f"workbench: trial{'s' if len(missed) > 1 else ''} {', '.join(map(str, missed))} did not "
+            f"{'solve' if 'finished' not in wanted else 'finish'}.",
+            file=sys.stderr,
+        )
         return 1
     return 0

@@ -6,6 +6,7 @@ holding the trials asked to stop (``"all"``: the whole sweep), read at most ever
 ``ask_every_s``. A worker lost mid-trial makes Dask run the task again on another worker;
 the trial then goes on from its newest checkpoint (:func:`workbench.sweep.trial.run_trial`).
 """
+
 from __future__ import annotations
 
 from typing import Any

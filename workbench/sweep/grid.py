@@ -6,6 +6,7 @@
 Seed-major: every setting's first seed comes before any second seed, so settings run side
 by side (what the median-stopping rule compares) from the start.
 """
+
 from __future__ import annotations
 
 import itertools
@@ -54,8 +55,10 @@ def seed_list(seeds: int | Iterable[int]) -> list[int]:
 def trial_grid(over: Mapping[str, Iterable[Any]], seeds: int | Iterable[int]) -> list[Trial]:
     """Every combination of ``over``'s values (the first key slowest) for each seed."""
     if not isinstance(over, Mapping):
-        raise RunConfigError(f"over must be a dict of setting → list of values, e.g. "
-                             f"{{'cfg.learning_rate': [1e-3, 3e-3]}}, not {type(over).__name__}.")
+        raise RunConfigError(
+            f"over must be a dict of setting → list of values, e.g. "
+            f"{{'cfg.learning_rate': [1e-3, 3e-3]}}, not {type(over).__name__}."
+        )
     values: dict[str, list] = {}
     for key, listed in over.items():
         if isinstance(listed, (str, bytes)) or not isinstance(listed, Iterable):
@@ -64,5 +67,7 @@ def trial_grid(over: Mapping[str, Iterable[Any]], seeds: int | Iterable[int]) ->
         if not values[key]:
             raise RunConfigError(f"sweep over {key!r}: the list of values is empty; give at least one.")
     combos = [dict(zip(values, combo)) for combo in itertools.product(*values.values())]
-    return [Trial(i, seed, combo) for i, (seed, combo) in
-            enumerate((seed, combo) for seed in seed_list(seeds) for combo in combos)]
+    return [
+        Trial(i, seed, combo)
+        for i, (seed, combo) in enumerate((seed, combo) for seed in seed_list(seeds) for combo in combos)
+    ]

@@ -1,4 +1,5 @@
 """What a sweep returns: every trial's row as a DataFrame, and each finished trial's Run."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -35,15 +36,23 @@ class SweepResult:
         for row in self.trials.rows:
             result = row.result or {}
             solved = result.get("solved_at") or {}
-            records.append({
-                "trial": row.trial.index, "seed": row.trial.seed, **row.trial.settings,
-                "status": row.status if row.status != "queued" else "not run",
-                "iterations": row.done, "mean_return": row.mean_return,
-                "solved_iteration": solved.get("iteration"), "env_steps_to_solve": solved.get("env_steps"),
-                "time_to_solve_s": solved.get("time_s"), "env_steps": result.get("env_steps"),
-                "resumed_from": ", ".join(map(str, row.resumed_from)) or None,
-                "worker": row.worker or None, "error": result.get("error"),
-            })
+            records.append(
+                {
+                    "trial": row.trial.index,
+                    "seed": row.trial.seed,
+                    **row.trial.settings,
+                    "status": row.status if row.status != "queued" else "not run",
+                    "iterations": row.done,
+                    "mean_return": row.mean_return,
+                    "solved_iteration": solved.get("iteration"),
+                    "env_steps_to_solve": solved.get("env_steps"),
+                    "time_to_solve_s": solved.get("time_s"),
+                    "env_steps": result.get("env_steps"),
+                    "resumed_from": ", ".join(map(str, row.resumed_from)) or None,
+                    "worker": row.worker or None,
+                    "error": result.get("error"),
+                }
+            )
         return pd.DataFrame.from_records(records).set_index("trial")
 
     def plot(self, by: str | None = None, metric: str | None = None, **options):

@@ -8,6 +8,7 @@ changes and its view redraws; a rule such as :class:`~workbench.sweep.stopping.M
 stops trials behind the others. Ctrl-C (or :meth:`SweepControl.stop`) stops the running
 trials at their next iteration boundary and keeps every trial that finished.
 """
+
 from __future__ import annotations
 
 import collections
@@ -54,11 +55,23 @@ class SweepControl:
         return self._stop.is_set()
 
 
-def sweep(fdg: FDG, over: Mapping[str, Iterable[Any]] | None = None, *, seeds: int | Iterable[int] = 10,
-          trials_at_once: int | None = None, policy: str = "inline", early_stop: MedianStopping | None = None,
-          seed_key: str = "cfg.seed", cluster: Any = None, checkpoint_dir: str | None = None,
-          checkpoint_every: int | None = None, namespace: Mapping[str, Any] | None = None,
-          progress: Any = True, control: SweepControl | None = None, **options) -> SweepResult:
+def sweep(
+    fdg: FDG,
+    over: Mapping[str, Iterable[Any]] | None = None,
+    *,
+    seeds: int | Iterable[int] = 10,
+    trials_at_once: int | None = None,
+    policy: str = "inline",
+    early_stop: MedianStopping | None = None,
+    seed_key: str = "cfg.seed",
+    cluster: Any = None,
+    checkpoint_dir: str | None = None,
+    checkpoint_every: int | None = None,
+    namespace: Mapping[str, Any] | None = None,
+    progress: Any = True,
+    control: SweepControl | None = None,
+    **options,
+) -> SweepResult:
     """Run ``fdg`` once per combination of ``over``'s values and seed; return the
     :class:`~workbench.sweep.result.SweepResult` (``.table`` is a DataFrame, a row a trial).
 
@@ -81,20 +94,27 @@ def sweep(fdg: FDG, over: Mapping[str, Iterable[Any]] | None = None, *, seeds: i
     >>> result.table.groupby("learning_rate").solved_iteration.median()   # doctest: +SKIP
     """
     if not isinstance(fdg, FDG):
-        raise RunConfigError(f"sweep takes a wb.FDG (a notebook's FDG, or one a script builds), not {type(fdg).__name__}.")
+        raise RunConfigError(
+            f"sweep takes a wb.FDG (a notebook's FDG, or one a script builds), not {type(fdg).__name__}."
+        )
     owned = sorted(set(options) & set(_SWEEP_OWNS))
     if owned:
-        raise RunConfigError(f"sweep decides {', '.join(owned)} for each trial itself; give the sweep's own "
-                             "arguments instead (policy=, cluster=, checkpoint_dir=, checkpoint_every=, progress=).")
+        raise RunConfigError(
+            f"sweep decides {', '.join(owned)} for each trial itself; give the sweep's own "
+            "arguments instead (policy=, cluster=, checkpoint_dir=, checkpoint_every=, progress=)."
+        )
     config = RunConfig.from_options(options)  # each trial's options, checked once here
     if policy != "inline":
-        raise RunConfigError(f"sweep runs each trial as one Dask task under the inline policy (many short trials "
-                             f"fill a cluster best that way); policy={policy!r} is not supported for sweeps yet. "
-                             "Run one placed run with fdg.run(policy=...) instead.")
+        raise RunConfigError(
+            f"sweep runs each trial as one Dask task under the inline policy (many short trials "
+            f"fill a cluster best that way); policy={policy!r} is not supported for sweeps yet. "
+            "Run one placed run with fdg.run(policy=...) instead."
+        )
     if early_stop is not None and not isinstance(early_stop, MedianStopping):
         raise RunConfigError(f"early_stop must be None or a MedianStopping(...), not {type(early_stop).__name__}.")
-    if trials_at_once is not None and (not isinstance(trials_at_once, int) or isinstance(trials_at_once, bool)
-                                       or trials_at_once < 1):
+    if trials_at_once is not None and (
+        not isinstance(trials_at_once, int) or isinstance(trials_at_once, bool) or trials_at_once < 1
+    ):
         raise RunConfigError(f"trials_at_once must be a whole number ≥ 1, got {trials_at_once!r}.")
     if checkpoint_every is not None and (not isinstance(checkpoint_every, int) or checkpoint_every < 1):
         raise RunConfigError(f"checkpoint_every must be a whole number ≥ 1, got {checkpoint_every!r}.")
@@ -111,10 +131,12 @@ def sweep(fdg: FDG, over: Mapping[str, Iterable[Any]] | None = None, *, seeds: i
     if "run_store" in RunConfig.__dataclass_fields__:
         run_options.setdefault("run_store", False)  # a record per trial only when asked: run_store=DIR
     with _checkpoint_root(checkpoint_dir) as root:
-        spec = TrialSpec(options=run_options, seed_key=seed_key, checkpoint_root=root,
-                         checkpoint_every=checkpoint_every)
-        return _Sweep(trials, notebook, spec, config.iterations, early_stop, progress,
-                      control or SweepControl()).run(cluster, trials_at_once)
+        spec = TrialSpec(
+            options=run_options, seed_key=seed_key, checkpoint_root=root, checkpoint_every=checkpoint_every
+        )
+        return _Sweep(trials, notebook, spec, config.iterations, early_stop, progress, control or SweepControl()).run(
+            cluster, trials_at_once
+        )
 
 
 class _checkpoint_root:
@@ -141,8 +163,16 @@ class _checkpoint_root:
 class _Sweep:
     """One sweep's loop in the calling thread: submit, read events, stop, collect."""
 
-    def __init__(self, trials: list[Trial], notebook: Notebook, spec: TrialSpec, iterations: int,
-                 early_stop: MedianStopping | None, progress: Any, control: SweepControl) -> None:
+    def __init__(
+        self,
+        trials: list[Trial],
+        notebook: Notebook,
+        spec: TrialSpec,
+        iterations: int,
+        early_stop: MedianStopping | None,
+        progress: Any,
+        control: SweepControl,
+    ) -> None:
         self.trials, self.notebook, self.spec = trials, notebook, spec
         self.early_stop, self.control = early_stop, control
         self.id = uuid.uuid4().hex[:10]
@@ -177,10 +207,12 @@ class _Sweep:
         if trials_at_once is None:
             trials_at_once = slots
         elif trials_at_once > slots:
-            raise RunConfigError(f"trials_at_once={trials_at_once}, and the cluster holds {slots} trial"
-                                 f"{'s' if slots != 1 else ''} at once ({len(inventory.workers)} worker"
-                                 f"{'s' if len(inventory.workers) != 1 else ''}, {slots} thread"
-                                 f"{'s' if slots != 1 else ''}: a trial each). Lower it, or start more workers.")
+            raise RunConfigError(
+                f"trials_at_once={trials_at_once}, and the cluster holds {slots} trial"
+                f"{'s' if slots != 1 else ''} at once ({len(inventory.workers)} worker"
+                f"{'s' if len(inventory.workers) != 1 else ''}, {slots} thread"
+                f"{'s' if slots != 1 else ''}: a trial each). Lower it, or start more workers."
+            )
         ensure_worker_setup(client)  # torch imported and threads limited before the first trial, not in it
         stops = Variable(stop_variable_of(self.id), client=client)
         stops.set([])
@@ -195,8 +227,15 @@ class _Sweep:
             while pending or running:
                 while pending and len(running) < trials_at_once and not self.control.stop_asked:
                     trial = pending.popleft()
-                    future = client.submit(trial_task, shipped, trial, self.spec, self.id, pure=False,
-                                           key=f"workbench-sweep-trial-{trial.index}-{self.id}")
+                    future = client.submit(
+                        trial_task,
+                        shipped,
+                        trial,
+                        self.spec,
+                        self.id,
+                        pure=False,
+                        key=f"workbench-sweep-trial-{trial.index}-{self.id}",
+                    )
                     running[future] = trial
                     future.add_done_callback(self.done.put)
                 if self.control.stop_asked:
@@ -259,8 +298,9 @@ class _Sweep:
             others = [c for i, c in curves.items() if i != index]
             if self.early_stop.should_stop(row.curve, others):
                 newly.append(index)
-                self.table.apply({"trial": index, "kind": "stopping",
-                                  "why": f"stopped at iteration {row.done}: behind the median"})
+                self.table.apply(
+                    {"trial": index, "kind": "stopping", "why": f"stopped at iteration {row.done}: behind the median"}
+                )
         if newly:
             self.asked.update(newly)
             stops.set(sorted(self.asked))
@@ -275,6 +315,6 @@ class _Sweep:
                 break
         for future, trial in running.items():
             future.cancel()
-            self.table.apply({"trial": trial.index, "kind": "ended",
-                              "result": {"status": "stopped", "error": None, "iterations": 0}})
-
+            self.table.apply(
+                {"trial": trial.index, "kind": "ended", "result": {"status": "stopped", "error": None, "iterations": 0}}
+            )

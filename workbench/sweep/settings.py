@@ -19,6 +19,7 @@ Pure: the namespace given is never changed; the objects a trial changes are copi
     ...
     workbench.errors.RunConfigError: sweep over 'cfg.lrr': Config has no field 'lrr' (did you mean 'lr'?); its fields: seed, lr.
 """
+
 from __future__ import annotations
 
 import copy
@@ -36,8 +37,9 @@ __all__ = ["check_settings", "with_settings", "fields_of"]
 def _split(key: Any) -> tuple[str, str]:
     name, dot, field = key.partition(".") if isinstance(key, str) else ("", "", "")
     if not dot or not name.isidentifier() or not field.isidentifier():
-        raise RunConfigError(f"sweep over {key!r}: name a field of a notebook object as NAME.FIELD, "
-                             "e.g. 'cfg.learning_rate'.")
+        raise RunConfigError(
+            f"sweep over {key!r}: name a field of a notebook object as NAME.FIELD, e.g. 'cfg.learning_rate'."
+        )
     return name, field
 
 
@@ -54,8 +56,9 @@ def fields_of(obj: Any) -> list[str] | None:
     found: dict[str, None] = {}
     for owner in [*reversed(type(obj).__mro__[:-1]), obj]:
         for key, value in vars(owner).items():
-            if not key.startswith("_") and not (callable(value) or isinstance(value, (property, classmethod,
-                                                                                      staticmethod))):
+            if not key.startswith("_") and not (
+                callable(value) or isinstance(value, (property, classmethod, staticmethod))
+            ):
                 found[key] = None
     return list(found)
 
@@ -69,7 +72,9 @@ def _fits(current: Any, value: Any) -> Any:
     ``TypeError``."""
     if isinstance(current, float) and isinstance(value, int) and not isinstance(value, bool):
         return float(value)
-    if current is not None and (not isinstance(value, type(current)) or isinstance(value, bool) != isinstance(current, bool)):
+    if current is not None and (
+        not isinstance(value, type(current)) or isinstance(value, bool) != isinstance(current, bool)
+    ):
         raise TypeError(f"is a {type(current).__name__} ({current!r}); {value!r} is a {type(value).__name__}")
     return value
 
@@ -80,18 +85,24 @@ def check_settings(namespace: Mapping[str, Any], over: Mapping[str, Any]) -> Non
     for key, values in over.items():
         name, field = _split(key)
         if name not in namespace:
-            raise RunConfigError(f"sweep over {key!r}: the notebook defines no {name!r}; the sweep sets fields "
-                                 "of objects the notebook defines, e.g. 'cfg.seed' for cfg = PPOConfig().")
+            raise RunConfigError(
+                f"sweep over {key!r}: the notebook defines no {name!r}; the sweep sets fields "
+                "of objects the notebook defines, e.g. 'cfg.seed' for cfg = PPOConfig()."
+            )
         obj = namespace[name]
         fields = fields_of(obj)
         if fields is None:
-            raise RunConfigError(f"sweep over {key!r}: {name} is a {type(obj).__name__}, which has no fields; "
-                                 "sweep fields of a dataclass, a dict or an object of your own class.")
+            raise RunConfigError(
+                f"sweep over {key!r}: {name} is a {type(obj).__name__}, which has no fields; "
+                "sweep fields of a dataclass, a dict or an object of your own class."
+            )
         if field not in fields:
             hint = difflib.get_close_matches(field, fields, n=1)
-            raise RunConfigError(f"sweep over {key!r}: {type(obj).__name__} has no field {field!r}"
-                                 + (f" (did you mean {hint[0]!r}?)" if hint else "")
-                                 + f"; its fields: {', '.join(fields)}.")
+            raise RunConfigError(
+                f"sweep over {key!r}: {type(obj).__name__} has no field {field!r}"
+                + (f" (did you mean {hint[0]!r}?)" if hint else "")
+                + f"; its fields: {', '.join(fields)}."
+            )
         for value in values:
             try:
                 _fits(_current(obj, field), value)

@@ -12,6 +12,7 @@ trials have reached ``t``. Trials that finished count with what they reported.
     >>> rule.should_stop([(0, 9.0), (1, 25.0), (2, 31.0)], [good, good])
     False
 """
+
 from __future__ import annotations
 
 import statistics
@@ -45,8 +46,7 @@ class MedianStopping:
         if not curve or curve[-1][0] + 1 < self.grace:
             return False
         now = curve[-1][0]
-        averages = [running_average(other, now) for other in others
-                    if other and other[0][0] <= now <= other[-1][0]]
+        averages = [running_average(other, now) for other in others if other and other[0][0] <= now <= other[-1][0]]
         if len(averages) < self.min_trials:
             return False
         return max(value for _, value in curve) < statistics.median(averages)

@@ -13,6 +13,7 @@ command line, as HTML in a notebook. Nothing here touches Dask or a display.
         0     1  lr=0.001  running     5/100    21.5  w2 — resumed from iteration 5 (w1 lost)
         1     2  lr=0.001  queued      0/100       —
 """
+
 from __future__ import annotations
 
 import html
@@ -64,7 +65,9 @@ class SweepTable:
                 at = int(event.get("from_iteration", 0))
                 row.resumed_from.append(at)
                 lost = f" ({row.worker} lost)" if row.worker else ""
-                row.notes.append(f"resumed from iteration {at}{lost}" if at else f"started over{lost}: no checkpoint yet")
+                row.notes.append(
+                    f"resumed from iteration {at}{lost}" if at else f"started over{lost}: no checkpoint yet"
+                )
                 row.done = at
                 row.curve = [p for p in row.curve if p[0] < at]  # those iterations run again
             row.status, row.worker = "running", str(event.get("where", ""))
@@ -106,8 +109,17 @@ class SweepTable:
         for r in self.rows:
             where = " — ".join(filter(None, [r.worker, *r.notes]))
             ret = "—" if r.mean_return is None else f"{r.mean_return:.1f}"
-            body.append([str(r.trial.index), str(r.trial.seed), r.trial.label(), r.status,
-                         f"{r.done}/{self.iterations}", ret, where])
+            body.append(
+                [
+                    str(r.trial.index),
+                    str(r.trial.seed),
+                    r.trial.label(),
+                    r.status,
+                    f"{r.done}/{self.iterations}",
+                    ret,
+                    where,
+                ]
+            )
         return header, body
 
     def text(self) -> str:
@@ -124,13 +136,20 @@ class SweepTable:
 
     def html(self) -> str:
         header, body = self.cells()
-        colour = {"solved": "#2e7d32", "finished": "#2e7d32", "failed": "#c62828", "stopped early": "#8d6e63",
-                  "running": "#1565c0"}
+        colour = {
+            "solved": "#2e7d32",
+            "finished": "#2e7d32",
+            "failed": "#c62828",
+            "stopped early": "#8d6e63",
+            "running": "#1565c0",
+        }
         th = "".join(f"<th style='text-align:left;padding:2px 8px'>{html.escape(h)}</th>" for h in header)
         rows = []
         for r, cells in zip(self.rows, body):
             tds = "".join(f"<td style='padding:2px 8px'>{html.escape(c)}</td>" for c in cells)
             rows.append(f"<tr style='color:{colour.get(r.status, '#555')}'>{tds}</tr>")
         summary = ", ".join(f"{n} {status}" for status, n in self.counts().items())
-        return (f"<div><b>sweep</b>: {html.escape(summary)}<table style='font-family:monospace;font-size:12px'>"
-                f"<tr>{th}</tr>{''.join(rows)}</table></div>")
+        return (
+            f"<div><b>sweep</b>: {html.escape(summary)}<table style='font-family:monospace;font-size:12px'>"
+            f"<tr>{th}</tr>{''.join(rows)}</table></div>"
+        )

@@ -9,6 +9,7 @@ sweep's; a trial started again after its worker was lost goes on from the newest
 Between iterations it asks the channel whether to stop (the median rule, or the sweep's
 stop), and then ends at that boundary.
 """
+
 from __future__ import annotations
 
 import os
@@ -84,8 +85,14 @@ class _Reporting:
         if now - self.reported >= self.spec.report_every_s:
             self.reported = now
             run = self.fdg.last_run
-            self.channel.report({"trial": self.trial.index, "kind": "progress", "iteration": int(row["iteration"]),
-                                 "return": run.mean_return() if run is not None else None})
+            self.channel.report(
+                {
+                    "trial": self.trial.index,
+                    "kind": "progress",
+                    "iteration": int(row["iteration"]),
+                    "return": run.mean_return() if run is not None else None,
+                }
+            )
         if not self.stop_asked and now - self.asked >= self.spec.ask_every_s:
             self.asked = now
             if self.channel.stop_asked(self.trial.index):
@@ -122,8 +129,13 @@ def run_trial(notebook: Notebook, trial: Trial, spec: TrialSpec, channel: TrialC
     try:
         run = fdg.run(**options, loggers=[reporting])
     except WorkbenchError as exc:
-        return {"status": "failed", "error": str(exc).split("\n--- original traceback ---")[0],
-                "iterations": start_at, "resumed_from": start_at, "wall_s": time.perf_counter() - started}
+        return {
+            "status": "failed",
+            "error": str(exc).split("\n--- original traceback ---")[0],
+            "iterations": start_at,
+            "resumed_from": start_at,
+            "wall_s": time.perf_counter() - started,
+        }
     status = "solved" if run.solved_at else run.status  # the sweep knows which stops it asked for
     run.state = None  # the final checkpoint has it; the table needs the record only
     run.fdg = None

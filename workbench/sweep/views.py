@@ -3,6 +3,7 @@
 A view has ``update(table)`` (called as trials report; it redraws at most every
 ``every_s``) and ``close(table)`` (the final table).
 """
+
 from __future__ import annotations
 
 import sys
@@ -67,8 +68,12 @@ class TextView:
                 self.said[row.trial.index] = state
                 where = " — ".join(filter(None, [row.worker, *row.notes]))
                 ret = "" if row.mean_return is None else f", return {row.mean_return:.1f}"
-                print(f"trial {row.trial.index} (seed {row.trial.seed}, {row.trial.label()}): {row.status} "
-                      f"at {row.done}/{table.iterations}{ret} [{where}]", file=self.stream, flush=True)
+                print(
+                    f"trial {row.trial.index} (seed {row.trial.seed}, {row.trial.label()}): {row.status} "
+                    f"at {row.done}/{table.iterations}{ret} [{where}]",
+                    file=self.stream,
+                    flush=True,
+                )
 
     def _redraw(self, table: SweepTable) -> None:
         text = table.text()

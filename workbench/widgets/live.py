@@ -11,6 +11,7 @@ Example (in a notebook; ``fdg.run`` does this for you):
     >>> view = LiveView(total=100, title="SingleLearnerCoarse")     # doctest: +SKIP
     >>> view.update(run)                                            # doctest: +SKIP
 """
+
 from __future__ import annotations
 
 import time
@@ -40,10 +41,16 @@ class LiveView:
         self.total = total
         # bar and label share one line: the label takes what the bar leaves and truncates
         # with an ellipsis (its whole text in the tooltip), never wrapping under the bar
-        self.progress = widgets.IntProgress(value=0, min=0, max=total, description="training",
-                                            layout=widgets.Layout(width="auto", flex="0 1 55%", min_width="180px"))
-        self.label = widgets.HTML(self._label_text(0, title, ""),
-                                  layout=widgets.Layout(flex="1 1 0%", min_width="0", overflow="hidden"))
+        self.progress = widgets.IntProgress(
+            value=0,
+            min=0,
+            max=total,
+            description="training",
+            layout=widgets.Layout(width="auto", flex="0 1 55%", min_width="180px"),
+        )
+        self.label = widgets.HTML(
+            self._label_text(0, title, ""), layout=widgets.Layout(flex="1 1 0%", min_width="0", overflow="hidden")
+        )
         self.title = title
         self.returns = ColumnDataSource({"iteration": [], "mean": []})
         self.rates = ColumnDataSource({"time": [], "sps": []})
@@ -52,8 +59,7 @@ class LiveView:
         #: the metric the first plot shows: the mean return, or a prog_bar metric while no episode ended
         self.series: str | None = None
         ret.line("iteration", "mean", source=self.returns, line_width=2, color="#5aae61")
-        sps = figure(height=220, width=420, title="env-steps/s", x_axis_label="seconds",
-                     toolbar_location=None)
+        sps = figure(height=220, width=420, title="env-steps/s", x_axis_label="seconds", toolbar_location=None)
         sps.line("time", "sps", source=self.rates, line_width=2, color="#4393c3")
         self.rate_plot = sps  # titled after the run's unit at the first update
         self.plots = BokehModel(row(ret, sps))
@@ -77,8 +83,10 @@ class LiveView:
         text = html.escape(f"{title} · {done} it {extra}".rstrip())
         # width 0, at least the whole line: the text never widens the label (so it is cut
         # with an ellipsis instead of pushing the label under the bar)
-        return (f"<div class='wb-progress-label' title='{text}' style='font-family:monospace;width:0;"
-                f"min-width:100%;white-space:nowrap;overflow:hidden;text-overflow:ellipsis'>{text}</div>")
+        return (
+            f"<div class='wb-progress-label' title='{text}' style='font-family:monospace;width:0;"
+            f"min-width:100%;white-space:nowrap;overflow:hidden;text-overflow:ellipsis'>{text}</div>"
+        )
 
     def advance(self, run) -> None:
         """One more iteration finished (the runner's progress protocol)."""
@@ -95,7 +103,7 @@ class LiveView:
         if not force and now - self._last_draw < MIN_REDRAW_SECONDS:
             return
         self._last_draw = now
-        rows = run.rows[self._shown:]
+        rows = run.rows[self._shown :]
         self._shown = done
         self.label.value = self._label_text(done, self.title, f"· {progress_text(run)}" if run.rows else "")
         returns = f"charts/mean_return_last_{run.window}"
@@ -135,6 +143,8 @@ def events_html(events) -> str:
     """
     import html
 
-    lines = [f"{'' if e.iteration is None else f'iteration {e.iteration} · '}{e.kind} · {html.escape(e.message)}"
-             for e in list(events)[-EVENTS_SHOWN:]]
+    lines = [
+        f"{'' if e.iteration is None else f'iteration {e.iteration} · '}{e.kind} · {html.escape(e.message)}"
+        for e in list(events)[-EVENTS_SHOWN:]
+    ]
     return f"<div style='{NOTICE_STYLE}'>" + "<br>".join(lines) + "</div>" if lines else ""

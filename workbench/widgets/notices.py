@@ -10,6 +10,7 @@ Example:
     >>> "overflow-wrap:anywhere" in NOTICE_STYLE
     True
 """
+
 from __future__ import annotations
 
 __all__ = ["NOTICE_STYLE", "STDOUT_CSS", "stdout_style_html"]
@@ -18,8 +19,10 @@ __all__ = ["NOTICE_STYLE", "STDOUT_CSS", "stdout_style_html"]
 NOTICE_STYLE = "font-family:monospace;font-size:12px;word-break:normal;overflow-wrap:anywhere"
 
 #: printed output (stdout only: tracebacks keep JupyterLab's look) wraps at word boundaries
-STDOUT_CSS = ('.jp-OutputArea-output[data-mime-type="application/vnd.jupyter.stdout"] pre '
-              "{word-break: normal; overflow-wrap: anywhere;}")
+STDOUT_CSS = (
+    '.jp-OutputArea-output[data-mime-type="application/vnd.jupyter.stdout"] pre '
+    "{word-break: normal; overflow-wrap: anywhere;}"
+)
 
 
 def stdout_style_html() -> str:

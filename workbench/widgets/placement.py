@@ -27,6 +27,7 @@ Example (in a notebook):
     Policy('custom', actor+env ×2 on 0, 1 | learner ×1 on 1)
     >>> open("mine.json", "w").write(board.to_json())  # doctest: +SKIP
 """
+
 from __future__ import annotations
 
 import threading
@@ -48,8 +49,15 @@ __all__ = ["PlacementBoard", "placement"]
 #: how often the board asks the scheduler which workers are there
 POLL_SECONDS = 1.0
 #: what the preset buttons say
-PRESET_LABELS = {"coarse": "Coarse", "fine": "Fine", "multilearner": "MultiLearner",
-                 "gpuonly": "GPUOnly", "async": "Async", "pipelined": "Pipelined", "auto": "auto"}
+PRESET_LABELS = {
+    "coarse": "Coarse",
+    "fine": "Fine",
+    "multilearner": "MultiLearner",
+    "gpuonly": "GPUOnly",
+    "async": "Async",
+    "pipelined": "Pipelined",
+    "auto": "auto",
+}
 _HERE = Path(__file__).resolve().parent
 
 
@@ -106,8 +114,10 @@ class PlacementBoard(anywidget.AnyWidget):
         from workbench.config import DEFAULT_STEPS
 
         last = getattr(fdg, "last_run", None)
-        super().__init__(steps=steps or (last.steps if last is not None else DEFAULT_STEPS),
-                         presets=[[key, PRESET_LABELS[key]] for key in logic.BOARD_PRESETS])
+        super().__init__(
+            steps=steps or (last.steps if last is not None else DEFAULT_STEPS),
+            presets=[[key, PRESET_LABELS[key]] for key in logic.BOARD_PRESETS],
+        )
         self.fdg = fdg
         fdg.placement_steps = self.steps
         self._inventory_of = inventory_of
@@ -139,8 +149,11 @@ class PlacementBoard(anywidget.AnyWidget):
     def policy(self, policy: Policy) -> None:
         if not isinstance(policy, Policy):
             raise PlacementError(f"board.policy must be a workbench Policy, not {type(policy).__name__}.")
-        self._change(lambda inv: logic.load_policy(policy.to_json(), self.fdg, inv),
-                     f"policy {policy.name!r} set", raise_refusal=True)
+        self._change(
+            lambda inv: logic.load_policy(policy.to_json(), self.fdg, inv),
+            f"policy {policy.name!r} set",
+            raise_refusal=True,
+        )
 
     def to_json(self) -> str:
         """The board's policy as JSON (``Policy.from_json``, ``--policy FILE.json`` read it)."""
@@ -161,12 +174,16 @@ class PlacementBoard(anywidget.AnyWidget):
         kind = content.get("type") if isinstance(content, dict) else None
         if kind == "drop":
             fragment, worker, device = (content.get(k) for k in ("fragment", "worker", "device"))
-            self._change(lambda inv: logic.move_fragment(self._require(), self.fdg, fragment, worker, device, inv),
-                         f"{fragment} → {worker} ({device})")
+            self._change(
+                lambda inv: logic.move_fragment(self._require(), self.fdg, fragment, worker, device, inv),
+                f"{fragment} → {worker} ({device})",
+            )
         elif kind == "replicas":
             fragment, count = content.get("fragment"), content.get("count")
-            self._change(lambda inv: logic.set_replicas(self._require(), self.fdg, fragment, count, inv),
-                         f"{fragment}: {count} replica{'' if count == 1 else 's'}")
+            self._change(
+                lambda inv: logic.set_replicas(self._require(), self.fdg, fragment, count, inv),
+                f"{fragment}: {count} replica{'' if count == 1 else 's'}",
+            )
         elif kind == "preset":
             name = content.get("name")
             table = getattr(getattr(self.fdg, "last_run", None), "auto_table", None)
@@ -174,12 +191,12 @@ class PlacementBoard(anywidget.AnyWidget):
             if name == "auto" and table:
                 best = logic.fastest_trial(table)
                 label = f"auto: {best}, the fastest of the last run's auto trials"
-            self._change(lambda inv: logic.fill_preset(name, self.fdg, inv, auto_table=table),
-                         f"filled from {label}")
+            self._change(lambda inv: logic.fill_preset(name, self.fdg, inv, auto_table=table), f"filled from {label}")
         elif kind == "import":
             text = content.get("text")
-            self._change(lambda inv: logic.load_policy(text if isinstance(text, str) else "", self.fdg, inv),
-                         "imported")
+            self._change(
+                lambda inv: logic.load_policy(text if isinstance(text, str) else "", self.fdg, inv), "imported"
+            )
         else:
             self._say("error", f"the board does not know the message {content!r}.")
 
@@ -262,8 +279,10 @@ class PlacementBoard(anywidget.AnyWidget):
                 if self.cluster_live:
                     with self.hold_sync():
                         self.cluster_live = False
-                        self.status = (f"cluster unreachable ({type(exc).__name__}: {exc}): the workers "
-                                       "below are as last seen; dragging is off until it answers (retrying every second)")
+                        self.status = (
+                            f"cluster unreachable ({type(exc).__name__}: {exc}): the workers "
+                            "below are as last seen; dragging is off until it answers (retrying every second)"
+                        )
 
     def close(self) -> None:
         """Stop following the cluster and remove the board (closing a client it opened)."""
@@ -302,12 +321,23 @@ class PlacementBoard(anywidget.AnyWidget):
     def _set_traits(self) -> None:
         running = self._is_running()
         self.running = running
-        self.status = ("running — changes apply at the next iteration" if running else
-                       "not running — %fdg run (without --policy) and fdg.placement use this placement")
+        self.status = (
+            "running — changes apply at the next iteration"
+            if running
+            else "not running — %fdg run (without --policy) and fdg.placement use this placement"
+        )
         policy, inventory = self._policy, self._inventory
-        live = [{"name": w.name, "address": w.address, "nthreads": w.nthreads, "gpus": w.gpus,
-                 "memory": f"{w.memory_limit / 2**30:.1f} GiB" if w.memory_limit else "", "left": False}
-                for w in inventory.workers]
+        live = [
+            {
+                "name": w.name,
+                "address": w.address,
+                "nthreads": w.nthreads,
+                "gpus": w.gpus,
+                "memory": f"{w.memory_limit / 2**30:.1f} GiB" if w.memory_limit else "",
+                "left": False,
+            }
+            for w in inventory.workers
+        ]
         if policy is None:
             self.workers, self.groups, self.fragments = live, [], []
             self.policy_json, self.policy_name, self.wire = "", "", ""
@@ -315,8 +345,10 @@ class PlacementBoard(anywidget.AnyWidget):
         order = list(self.fdg.fragments)
         colors = {g.name: order.index(min(g.fragments, key=order.index)) for g in policy.groups}
         gone = [w for g in policy.groups for w in dict.fromkeys(g.workers) if inventory.find(w) is None]
-        self.workers = live + [{"name": w, "address": "", "nthreads": 0, "gpus": 0, "memory": "", "left": True}
-                               for w in dict.fromkeys(gone)]
+        self.workers = live + [
+            {"name": w, "address": "", "nthreads": 0, "gpus": 0, "memory": "", "left": True}
+            for w in dict.fromkeys(gone)
+        ]
         self.groups = [{**g.to_dict(), "name": g.name, "color": colors[g.name]} for g in policy.groups]
         sends, total = self._traffic(policy)
         self.fragments = [self._fragment_row(name, policy, colors, sends.get(name, [])) for name in order]
@@ -329,10 +361,17 @@ class PlacementBoard(anywidget.AnyWidget):
     def _fragment_row(self, name: str, policy: Policy, colors: dict, sends: list[dict]) -> dict:
         fragment, group = self.fdg[name], policy.group_of(name)
         measured = [s["bytes"] for s in sends if s["bytes"] is not None]
-        return {"name": name, "rates": list(fragment.rates), "group": group.name,
-                "replicas": group.replicas, "device": group.device, "workers": list(group.workers),
-                "color": colors[group.name], "sends": sends,
-                "sends_text": human_bytes(sum(measured)) if measured and self._sizes is not None else ""}
+        return {
+            "name": name,
+            "rates": list(fragment.rates),
+            "group": group.name,
+            "replicas": group.replicas,
+            "device": group.device,
+            "workers": list(group.workers),
+            "color": colors[group.name],
+            "sends": sends,
+            "sends_text": human_bytes(sum(measured)) if measured and self._sizes is not None else "",
+        }
 
     def _traffic(self, policy: Policy) -> tuple[dict[str, list[dict]], int | None]:
         """What each fragment sends across processes per iteration: fragment → rows."""
@@ -345,13 +384,18 @@ class PlacementBoard(anywidget.AnyWidget):
             size = moved.get(key) if self._sizes is not None else None
             if size is not None and edge.name not in self._sizes and any(plan._route_costs(r) for r in routes):
                 size = None  # first written after the probe's iteration (a warm-up): unknown, not 0 B
-            out.setdefault(edge.producer, []).append({
-                "name": edge.name, "to": sorted({r.interface.consumer for r in routes}),
-                "timing": " + ".join(dict.fromkeys(TIMINGS[r.interface.timing] for r in routes)),
-                "spatial": " + ".join(dict.fromkeys(
-                    "as it arrives" if r.arrival else r.spatial for r in routes)),
-                "bytes": size, "text": human_bytes(size) if size is not None else
-                ("not measured" if self._sizes is not None else "")})
+            out.setdefault(edge.producer, []).append(
+                {
+                    "name": edge.name,
+                    "to": sorted({r.interface.consumer for r in routes}),
+                    "timing": " + ".join(dict.fromkeys(TIMINGS[r.interface.timing] for r in routes)),
+                    "spatial": " + ".join(dict.fromkeys("as it arrives" if r.arrival else r.spatial for r in routes)),
+                    "bytes": size,
+                    "text": human_bytes(size)
+                    if size is not None
+                    else ("not measured" if self._sizes is not None else ""),
+                }
+            )
         return out, (sum(moved.values()) if self._sizes is not None else None)
 
 

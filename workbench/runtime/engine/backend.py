@@ -28,6 +28,7 @@ A backend that leaves out what every backend must do cannot be made:
     Traceback (most recent call last):
     TypeError: Can't instantiate abstract class HalfDone ...
 """
+
 from __future__ import annotations
 
 import queue
@@ -121,8 +122,13 @@ class Backend(ABC):
 
     # -- what every backend does -------------------------------------------------------
     @abstractmethod
-    def deploy(self, plan: Plan, programs: dict[str, GroupProgram], notebook: dict[str, Any],
-               states: dict[tuple[str, int], dict] | None = None) -> None:
+    def deploy(
+        self,
+        plan: Plan,
+        programs: dict[str, GroupProgram],
+        notebook: dict[str, Any],
+        states: dict[tuple[str, int], dict] | None = None,
+    ) -> None:
         """Create every replica of ``plan`` (``states``: (group, index) → fragment states to
         resume), with the notebook values its cells read."""
 
@@ -240,8 +246,20 @@ def run_replica(
     try:
         if fence is not None and stream.lockstep:  # iterations wait for the driver's release
             fence.gate(stream.start)
-        return run_loop(replica, stream.tasks(plan), mailbox, postman, counts, report, stopping, snapshot,
-                        stream.snapshot_every, stream.full_snapshot_every, fence, stream.snapshot_paced)
+        return run_loop(
+            replica,
+            stream.tasks(plan),
+            mailbox,
+            postman,
+            counts,
+            report,
+            stopping,
+            snapshot,
+            stream.snapshot_every,
+            stream.full_snapshot_every,
+            fence,
+            stream.snapshot_paced,
+        )
     except passes:
         raise
     except BaseException as exc:

@@ -40,6 +40,7 @@ Example — an actor+env group and a learner, two iterations; the second one's r
     >>> book.handle(FenceAnswered(boundary=2))
     [Done(completed=2)]
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -52,8 +53,22 @@ from workbench.runtime.engine.in_flight import InFlight
 from workbench.runtime.replicas.program import TaskReport
 from workbench.runtime.state.run import IterationRecord
 
-__all__ = ["Bookkeeping", "IterationRecord", "TaskReported", "LoopExited", "RecordAnswered", "FenceAnswered",
-           "Release", "SettleSnapshots", "Record", "Fence", "StopWithoutBoundary", "Done", "Event", "Action"]
+__all__ = [
+    "Bookkeeping",
+    "IterationRecord",
+    "TaskReported",
+    "LoopExited",
+    "RecordAnswered",
+    "FenceAnswered",
+    "Release",
+    "SettleSnapshots",
+    "Record",
+    "Fence",
+    "StopWithoutBoundary",
+    "Done",
+    "Event",
+    "Action",
+]
 
 
 def absorb(record: IterationRecord, report: TaskReport, *, with_timing: bool, of: int | None = None) -> None:
@@ -77,10 +92,13 @@ def absorb(record: IterationRecord, report: TaskReport, *, with_timing: bool, of
         record.wire_bytes += report.sent_bytes
         for frag, seconds in report.compute_seconds.items():
             record.compute_seconds[frag] = record.compute_seconds.get(frag, 0.0) + seconds
-        for kind, seconds in (("wait", report.wait_seconds), ("send", report.send_seconds),
-                              ("send_cpu", report.send_cpu_seconds),
-                              ("compute", sum(report.compute_seconds.values())),
-                              ("other", report.other_seconds)):
+        for kind, seconds in (
+            ("wait", report.wait_seconds),
+            ("send", report.send_seconds),
+            ("send_cpu", report.send_cpu_seconds),
+            ("compute", sum(report.compute_seconds.values())),
+            ("other", report.other_seconds),
+        ):
             name = f"{report.group}[{report.replica}] {kind}"
             record.comm_seconds[name] = record.comm_seconds.get(name, 0.0) + seconds
 

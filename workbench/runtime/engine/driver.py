@@ -9,6 +9,7 @@ replica. What the reports mean — which complete an iteration, when the window 
 where a stop lands — is decided by :class:`~workbench.runtime.engine.bookkeeping.Bookkeeping`, a pure
 state machine; ``drive`` feeds it events and carries out its actions.
 """
+
 from __future__ import annotations
 
 import queue
@@ -19,9 +20,20 @@ from collections.abc import Callable
 from workbench.errors import CellNotReturningError, SchedulerLostError, WorkerLostError
 from workbench.fdg.plan import Plan
 from workbench.runtime.engine.backend import Backend, Events, StreamSpec  # noqa: F401  (this module's API too)
-from workbench.runtime.engine.bookkeeping import (Action, Bookkeeping, Fence, FenceAnswered, IterationRecord, LoopExited,
-                                           Record, RecordAnswered, Release, SettleSnapshots, StopWithoutBoundary,
-                                           TaskReported)
+from workbench.runtime.engine.bookkeeping import (
+    Action,
+    Bookkeeping,
+    Fence,
+    FenceAnswered,
+    IterationRecord,
+    LoopExited,
+    Record,
+    RecordAnswered,
+    Release,
+    SettleSnapshots,
+    StopWithoutBoundary,
+    TaskReported,
+)
 from workbench.runtime.replicas.env_objects import close_envs, is_env  # noqa: F401  (this module's API too)
 from workbench.runtime.process.interrupts import shielded
 from workbench.runtime.process.stall import Watchdog
@@ -160,8 +172,9 @@ def drive(
     return book.next_iteration - start
 
 
-def _check_silence(backend: Backend, book: Bookkeeping, watchdog: Watchdog,
-                   stopping: Callable[[], bool] | None) -> None:
+def _check_silence(
+    backend: Backend, book: Bookkeeping, watchdog: Watchdog, stopping: Callable[[], bool] | None
+) -> None:
     """No event came: raise when the silence means a stuck cell after a stop, loops that
     all ended with reports still missing, or a stall."""
     now = time.monotonic()
@@ -171,8 +184,10 @@ def _check_silence(backend: Backend, book: Bookkeeping, watchdog: Watchdog,
     if book.loops_left == 0 and silent > TRAILING_REPORTS_S:
         _check_scheduler(backend, book.next_iteration)  # before check(): it asks the scheduler
         backend.check()
-        raise RuntimeError(f"the run stalled at iteration {book.next_iteration}: every loop has "
-                           f"ended, and no report came in the {TRAILING_REPORTS_S:g} s after.")
+        raise RuntimeError(
+            f"the run stalled at iteration {book.next_iteration}: every loop has "
+            f"ended, and no report came in the {TRAILING_REPORTS_S:g} s after."
+        )
     why = watchdog.stalled(time.monotonic()) if book.loops_left else None
     if why is not None:
         _check_scheduler(backend, book.next_iteration)
@@ -191,14 +206,18 @@ def _check_scheduler(backend: Backend, iteration: int) -> None:
 
 def _stalled(backend: Backend, iteration: int, silent: float, loops: int, why: str) -> str:
     """The stall's error: how long it has been silent, and what is known of why."""
-    text = (f"the run stalled at iteration {iteration}: no replica reported for {silent:.0f} s and {loops} "
-            "loops are still alive")
+    text = (
+        f"the run stalled at iteration {iteration}: no replica reported for {silent:.0f} s and {loops} "
+        "loops are still alive"
+    )
     if not why:
         return text + "."
     cells = backend.busy_cells()
-    return (f"{text}, and {why}{' (' + '; '.join(cells) + ')' if cells else ''}. A cell that waits for "
-            "what never comes (an event, a lock, another process) holds every replica that needs its "
-            "values: fix the cell, or stop the run.")
+    return (
+        f"{text}, and {why}{' (' + '; '.join(cells) + ')' if cells else ''}. A cell that waits for "
+        "what never comes (an event, a lock, another process) holds every replica that needs its "
+        "values: fix the cell, or stop the run."
+    )
 
 
 def _await_exits(backend: Backend, events: Events, loops_left: int) -> None:
@@ -219,4 +238,3 @@ def _await_exits(backend: Backend, events: Events, loops_left: int) -> None:
         if event[0] == "exit":
             loops_left -= 1
         # a report or an error after the stop (a loop cut short) changes nothing recorded
-

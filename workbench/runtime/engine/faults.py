@@ -18,6 +18,7 @@ Example:
     >>> fault_line(WorkerLostError(["w2"], iteration=5), before, after, resume_at=4, redone=1)
     'worker w2 left the cluster mid-run (at iteration 5); re-placed learner w2 → w1, actor[1] w2 → w1; 1 finished iteration run again (continuing from iteration 4)'
 """
+
 from __future__ import annotations
 
 from typing import Any, Iterable
@@ -51,8 +52,11 @@ def moves(before: Iterable[Any], after: Iterable[Any], lost: Iterable[str]) -> l
             else:  # a group may have fewer replicas now (fewer workers): its last takes over
                 target = new.workers[min(index, len(new.workers) - 1)]
                 # a nanny restarts a worker under its old name: "0 → 0" would read as no move
-                said.append(f"{label} {worker} → {target}" if target != worker
-                            else f"{label} back on {worker} (restarted under the same name)")
+                said.append(
+                    f"{label} {worker} → {target}"
+                    if target != worker
+                    else f"{label} back on {worker} (restarted under the same name)"
+                )
     return said
 
 
@@ -60,10 +64,12 @@ def fault_line(lost, before, after, *, resume_at: int, redone: int) -> str:
     """The line for ``lost`` (a WorkerLostError): the error's own words, the moves from
     placement ``before`` to ``after`` (their groups), and what it cost."""
     moved = moves(before, after, lost.workers)
-    where = (f"re-placed {', '.join(moved)}" if moved
-             else "none of the run's fragments were on it (nothing re-placed)")
-    cost = (f"{redone} finished iteration{'s' if redone != 1 else ''} run again"
-            if redone else "no finished iteration run again")
+    where = f"re-placed {', '.join(moved)}" if moved else "none of the run's fragments were on it (nothing re-placed)"
+    cost = (
+        f"{redone} finished iteration{'s' if redone != 1 else ''} run again"
+        if redone
+        else "no finished iteration run again"
+    )
     return f"{lost}; {where}; {cost} (continuing from iteration {resume_at})"
 
 

@@ -34,6 +34,7 @@ Example — a learner whose new weights the actor waits for, both on worker ``w0
     >>> where.iteration_on({"w0"}, unreported={4, 5})  # the actor steps iteration 1; the learner waits
     1
 """
+
 from __future__ import annotations
 
 from collections.abc import Collection
@@ -64,7 +65,9 @@ class InFlight:
         key = (group, replica)
         self._last[key] = max(self._last.get(key, -1), task)
         if iterations:
-            self.newest_reported = max(max(iterations), self.newest_reported if self.newest_reported is not None else -1)
+            self.newest_reported = max(
+                max(iterations), self.newest_reported if self.newest_reported is not None else -1
+            )
         # forget the group's tasks every replica has reported: the list stays a few tasks long
         done = min(self._last.get((group, r), -1) for r in range(self.plan.groups[group].replicas))
         kept = self._tasks.get(group, [])

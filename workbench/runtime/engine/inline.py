@@ -13,6 +13,7 @@ Example:
     >>> fdg.run(iterations=2, steps=3, policy="inline", progress=False).completed_iterations
     2
 """
+
 from __future__ import annotations
 
 import ctypes
@@ -37,16 +38,17 @@ from workbench.runtime.state.snapshots import DRIVER, SnapshotBook
 from workbench.runtime.process.stall import thread_cpu_seconds
 from workbench.runtime.process.threads import limit_threads
 
-__all__ = ["CarriedEnvs", "InlineBackend", "ThreadReclaimed", "reclaim", "left_running_notice",
-           "RECLAIM_WAIT_S"]
+__all__ = ["CarriedEnvs", "InlineBackend", "ThreadReclaimed", "reclaim", "left_running_notice", "RECLAIM_WAIT_S"]
 
 #: how long a stop waits for a stuck cell's thread to end once told to (a pure-Python loop
 #: ends within milliseconds; one blocked outside Python does not end at all)
 RECLAIM_WAIT_S = 1.0
 #: what to do about a cell whose thread a stop could not end (said by the stop and by
 #: every later run while the thread lives)
-LEFT_RUNNING_ADVICE = ("Restart the kernel to end it, or run cells that may not return under a cluster "
-                       "policy (policy=\"coarse\"), where a stop restarts the worker process instead.")
+LEFT_RUNNING_ADVICE = (
+    "Restart the kernel to end it, or run cells that may not return under a cluster "
+    'policy (policy="coarse"), where a stop restarts the worker process instead.'
+)
 
 
 class ThreadReclaimed(BaseException):
@@ -122,8 +124,13 @@ class InlineBackend(Backend):
         self.overdue = False
         self._resident_at_start = 0  # this process's size when the run started (see teardown)
 
-    def deploy(self, plan: Plan, programs: dict[str, GroupProgram], notebook: dict[str, Any],
-               states: dict[tuple[str, int], dict] | None = None) -> None:
+    def deploy(
+        self,
+        plan: Plan,
+        programs: dict[str, GroupProgram],
+        notebook: dict[str, Any],
+        states: dict[tuple[str, int], dict] | None = None,
+    ) -> None:
         turns = GeneratorTurns()  # every replica is in this process: they take turns with its RNGs
         lanes: dict = {}
         self._passed_on.update((id(v), v) for v in notebook.values() if is_env(v))
@@ -134,8 +141,15 @@ class InlineBackend(Backend):
                     # (``resume=first.state``, twice) must stay as it was
                     restored = (states or {}).get((name, index))
                     self.replicas[(name, index)] = GroupReplica(
-                        programs[name], index, group.replicas, "local", notebook, group.device,
-                        None if restored is None else _copy_of(restored), turns)
+                        programs[name],
+                        index,
+                        group.replicas,
+                        "local",
+                        notebook,
+                        group.device,
+                        None if restored is None else _copy_of(restored),
+                        turns,
+                    )
                     # lanes=True: every replica is here, one thread steps them
                     join_lanes(lanes, name, self.replicas[(name, index)], list(range(group.replicas)))
         finally:  # the envs the last stretch left open are this one's now, or nobody's
@@ -146,8 +160,9 @@ class InlineBackend(Backend):
         for thread in self._threads.values():
             thread.join()
         out = {key: _outliving(replica.export_state()) for key, replica in self.replicas.items()}
-        self._passed_on.update((id(v), v) for state in out.values() for values in state.values()
-                               for v in values.values() if is_env(v))
+        self._passed_on.update(
+            (id(v), v) for state in out.values() for values in state.values() for v in values.values() if is_env(v)
+        )
         return out
 
     def check(self) -> None:
@@ -171,15 +186,28 @@ class InlineBackend(Backend):
 
         def loop(key: tuple[str, int]) -> None:
             try:  # reports, the error and the exit go straight onto the driver's queue
-                run_replica(self.replicas[key], plan, stream, boxes[key], postman, counts, events.report,
-                            stopping=self._stop.is_set, stop=self._stop.set,
-                            fence=None if self._asynchronous else self._fence,
-                            on_error=events.error, on_exit=lambda: events.exit(*key), passes=(ThreadReclaimed,))
+                run_replica(
+                    self.replicas[key],
+                    plan,
+                    stream,
+                    boxes[key],
+                    postman,
+                    counts,
+                    events.report,
+                    stopping=self._stop.is_set,
+                    stop=self._stop.set,
+                    fence=None if self._asynchronous else self._fence,
+                    on_error=events.error,
+                    on_exit=lambda: events.exit(*key),
+                    passes=(ThreadReclaimed,),
+                )
             except ThreadReclaimed:
                 pass  # the stop's teardown ended this thread: its cell had not returned
 
-        self._threads = {key: threading.Thread(target=loop, args=(key,), name=f"workbench-{key[0]}-{key[1]}",
-                                               daemon=True) for key in self.replicas}
+        self._threads = {
+            key: threading.Thread(target=loop, args=(key,), name=f"workbench-{key[0]}-{key[1]}", daemon=True)
+            for key in self.replicas
+        }
         for thread in self._threads.values():
             thread.start()
 
@@ -201,13 +229,16 @@ class InlineBackend(Backend):
     def activity(self) -> dict[str, tuple[int, float | None]]:
         """Per replica: steps finished and its loop thread's CPU seconds
         (:mod:`workbench.runtime.process.stall`)."""
-        return {f"{key[0]}[{key[1]}]": (replica.steps_done, thread_cpu_seconds(self._threads.get(key)))
-                for key, replica in list(self.replicas.items())}
+        return {
+            f"{key[0]}[{key[1]}]": (replica.steps_done, thread_cpu_seconds(self._threads.get(key)))
+            for key, replica in list(self.replicas.items())
+        }
 
     def env_step_counts(self) -> dict[str, int]:
         """Each replica's own count of the env steps its envs took in the run."""
-        return {f"{key[0]}[{key[1]}]": sum(replica.env_steps_taken.values())
-                for key, replica in list(self.replicas.items())}
+        return {
+            f"{key[0]}[{key[1]}]": sum(replica.env_steps_taken.values()) for key, replica in list(self.replicas.items())
+        }
 
     def busy_cells(self) -> list[str]:
         """What each replica's cell is doing when a stop is overdue."""
@@ -248,25 +279,36 @@ class InlineBackend(Backend):
         of them."""
         threads = {key: self._threads[key] for key in stuck}
         # named before the attempt: once told to end, a thread's frames are its unwinding
-        seen = {key: (self.replicas[key].describe_busy() or f"replica {key[1]} of {key[0]} has not returned",
-                      _cell_named(self.replicas[key], key), _cell_line(threads[key])) for key in stuck}
+        seen = {
+            key: (
+                self.replicas[key].describe_busy() or f"replica {key[1]} of {key[0]} has not returned",
+                _cell_named(self.replicas[key], key),
+                _cell_line(threads[key]),
+            )
+            for key in stuck
+        }
         survivors = reclaim(list(threads.values()), RECLAIM_WAIT_S)
         left_running = [key for key in stuck if threads[key] in survivors]
         ended = [f"{busy}{where}" for key, (busy, _, where) in seen.items() if key not in left_running]
         if ended:
-            print(f"workbench: {'; '.join(ended)}; workbench ended its thread as the run stopped (an "
-                  "exception raised into it), so nothing of the run keeps running in this kernel, and the FDG "
-                  "is free.",
-                  flush=True)
+            print(
+                f"workbench: {'; '.join(ended)}; workbench ended its thread as the run stopped (an "
+                "exception raised into it), so nothing of the run keeps running in this kernel, and the FDG "
+                "is free.",
+                flush=True,
+            )
         if left_running:
             for key in left_running:
                 _, name, where = seen[key]
                 exit_guard.abandon(threads[key], f"{name}{where}")  # the exit and later runs know of it
             cells = "; ".join(f"{seen[k][0]}{seen[k][2]}" for k in left_running)
-            print(f"workbench: {cells}, and cannot be stopped: its thread did not end when told to (a call "
-                  "blocked outside Python, or a cell that catches every exception), so it keeps running in "
-                  "this kernel, taking CPU from every later run here while it computes (each says so at its "
-                  f"start). {LEFT_RUNNING_ADVICE} The FDG is free.", flush=True)
+            print(
+                f"workbench: {cells}, and cannot be stopped: its thread did not end when told to (a call "
+                "blocked outside Python, or a cell that catches every exception), so it keeps running in "
+                "this kernel, taking CPU from every later run here while it computes (each says so at its "
+                f"start). {LEFT_RUNNING_ADVICE} The FDG is free.",
+                flush=True,
+            )
         return left_running
 
 
@@ -312,8 +354,10 @@ def left_running_notice() -> str | None:
     if not alive:
         return None
     cells = "; ".join(what for _, what in alive)
-    return (f"a cell an earlier run could not stop still runs in this kernel, beside this run ({cells}): "
-            f"while it computes it takes CPU from this run. {LEFT_RUNNING_ADVICE}")
+    return (
+        f"a cell an earlier run could not stop still runs in this kernel, beside this run ({cells}): "
+        f"while it computes it takes CPU from this run. {LEFT_RUNNING_ADVICE}"
+    )
 
 
 def _cell_named(replica: GroupReplica, key: tuple[str, int]) -> str:
@@ -363,6 +407,7 @@ def _outliving(state: dict) -> dict:
     stretch: :class:`CarriedEnvs`).
     Copying everything doubled a big model's memory at the end of every run: GRPO with a
     64 MB model peaked at 2.35 GB and kept 1.42 GB after it; 1.74 and 1.09 GB so."""
-    return {frag: {name: _copy_of(value) if is_env(value) else value for name, value in values.items()}
-            for frag, values in state.items()}
-
+    return {
+        frag: {name: _copy_of(value) if is_env(value) else value for name, value in values.items()}
+        for frag, values in state.items()
+    }

@@ -40,6 +40,7 @@ change.
 >>> later.values["cfg"].lr, later.values["scale"]
 (0.001, 2.0)
 """
+
 from __future__ import annotations
 
 import copy
@@ -76,8 +77,9 @@ class StretchValues(NamedTuple):
     given: dict[str, Any]
 
 
-def values_for_stretch(given: Mapping[str, Any], sent: Collection[str], namespace: Mapping[str, Any],
-                       names) -> StretchValues:
+def values_for_stretch(
+    given: Mapping[str, Any], sent: Collection[str], namespace: Mapping[str, Any], names
+) -> StretchValues:
     """The values a stretch of a run deploys with, for the ``names`` its cells read that
     ``namespace`` holds: the earlier stretches' copy in ``given``, unless the name was
     ``sent`` since (``fdg.update``) or no stretch read it before; those are copied now, and

@@ -23,6 +23,7 @@ Example:
     >>> os._exit.__name__                # the wrapper; outside a replica it exits as always
     '_exit'
 """
+
 from __future__ import annotations
 
 import functools
@@ -63,12 +64,16 @@ def describe(exc: BaseException) -> str:
     text = _text_of(exc)
     head = f"{type(exc).__name__}: {text}" if text else type(exc).__name__
     if isinstance(exc, (SystemExit, ProcessExit)):
-        return (f"{head}; a cell must not exit its process (it runs inside the notebook's kernel "
-                "or a Dask worker): raise an exception to stop the run with an error, or stop it "
-                "with %fdg stop / fdg.stop().")
+        return (
+            f"{head}; a cell must not exit its process (it runs inside the notebook's kernel "
+            "or a Dask worker): raise an exception to stop the run with an error, or stop it "
+            "with %fdg stop / fdg.stop()."
+        )
     if isinstance(exc, KeyboardInterrupt):
-        return (f"{head}, raised by the cell itself; raise an exception to stop the run with an "
-                "error, or stop it with %fdg stop / fdg.stop().")
+        return (
+            f"{head}, raised by the cell itself; raise an exception to stop the run with an "
+            "error, or stop it with %fdg stop / fdg.stop()."
+        )
     return head
 
 

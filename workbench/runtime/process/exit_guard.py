@@ -31,6 +31,7 @@ Example:
     False
     >>> done.set(); thread.join()
 """
+
 from __future__ import annotations
 
 import atexit
@@ -83,7 +84,7 @@ def _computing(threads: list[threading.Thread], window: float) -> list[threading
     busy = []
     for thread, start in zip(threads, before):
         end = thread_cpu_seconds(thread)
-        if (thread.is_alive() if start is None or end is None else end - start >= BUSY_SHARE * window):
+        if thread.is_alive() if start is None or end is None else end - start >= BUSY_SHARE * window:
             busy.append(thread)
     return busy
 
@@ -109,11 +110,18 @@ def wait_for_abandoned(limit: float | None = None) -> None:
             if not said:
                 said = True
                 what = "; ".join(w for t, w in alive if t in busy)
-                print(f"workbench: waiting for {what} to return before this process exits (a thread inside "
-                      "native code at exit aborts the process); Ctrl-C ends it now.", file=sys.stderr, flush=True)
+                print(
+                    f"workbench: waiting for {what} to return before this process exits (a thread inside "
+                    "native code at exit aborts the process); Ctrl-C ends it now.",
+                    file=sys.stderr,
+                    flush=True,
+                )
             if time.monotonic() > deadline:
-                print(f"workbench: still computing after {limit:g} s; ending the process without waiting.",
-                      file=sys.stderr, flush=True)
+                print(
+                    f"workbench: still computing after {limit:g} s; ending the process without waiting.",
+                    file=sys.stderr,
+                    flush=True,
+                )
                 _end_now(1)
     except KeyboardInterrupt:
         _end_now(130)

@@ -15,6 +15,7 @@ Example::
     with shielded("stopping the run's replicas"):
         backend.teardown()
 """
+
 from __future__ import annotations
 
 import _thread
@@ -29,8 +30,12 @@ __all__ = ["shielded", "first_interrupt_stops"]
 
 
 @contextlib.contextmanager
-def shielded(what: str, *, if_abandoned: str = "the workers may then keep the run's replicas until "
-             "they are restarted", reraise: bool = True) -> Iterator[None]:
+def shielded(
+    what: str,
+    *,
+    if_abandoned: str = "the workers may then keep the run's replicas until they are restarted",
+    reraise: bool = True,
+) -> Iterator[None]:
     """Run the block with Ctrl-C held back: the first one during it prints that ``what`` is
     under way and is raised (as KeyboardInterrupt) once the block ends — unless an interrupt
     is already on its way out, which it then joins, or ``reraise`` is False (the block was
@@ -42,8 +47,9 @@ def shielded(what: str, *, if_abandoned: str = "the workers may then keep the ru
     2
     """
     previous = signal.getsignal(signal.SIGINT)
-    if threading.current_thread() is not threading.main_thread() \
-            or not (previous is signal.default_int_handler or getattr(previous, "stops_the_run", False)):
+    if threading.current_thread() is not threading.main_thread() or not (
+        previous is signal.default_int_handler or getattr(previous, "stops_the_run", False)
+    ):
         # a background thread, or a host that handles SIGINT itself (it decides)
         yield
         return
@@ -57,16 +63,20 @@ def shielded(what: str, *, if_abandoned: str = "the workers may then keep the ru
         if held > 1:  # insisting: let it through now
             signal.signal(signal.SIGINT, signal.default_int_handler)
             raise KeyboardInterrupt
-        print(f"workbench: {what}; this takes a few seconds at most. Ctrl-C again abandons "
-              f"it ({if_abandoned}).", file=sys.stderr, flush=True)
+        print(
+            f"workbench: {what}; this takes a few seconds at most. Ctrl-C again abandons it ({if_abandoned}).",
+            file=sys.stderr,
+            flush=True,
+        )
 
     signal.signal(signal.SIGINT, hold)
     try:
         yield
     finally:
         # what it held back: Python's own, or a run's first-press stop (between stretches)
-        signal.signal(signal.SIGINT, previous if signal.getsignal(signal.SIGINT) is hold else
-                      signal.default_int_handler)
+        signal.signal(
+            signal.SIGINT, previous if signal.getsignal(signal.SIGINT) is hold else signal.default_int_handler
+        )
     if held and reraise and not already_interrupted:
         raise KeyboardInterrupt
 
@@ -94,8 +104,10 @@ def first_interrupt_stops(stop) -> Iterator[_Pressed]:
     False
     """
     state = _Pressed()
-    if threading.current_thread() is not threading.main_thread() \
-            or signal.getsignal(signal.SIGINT) is not signal.default_int_handler:
+    if (
+        threading.current_thread() is not threading.main_thread()
+        or signal.getsignal(signal.SIGINT) is not signal.default_int_handler
+    ):
         yield state
         return
 
@@ -113,8 +125,11 @@ def first_interrupt_stops(stop) -> Iterator[_Pressed]:
         signal.signal(signal.SIGINT, second)  # the next one interrupts
         stop()
         # stdout: the cell's own line, as its result's (a notebook shows stderr as a warning)
-        print("workbench: Ctrl-C: stopping at the end of this iteration, keeping what it trained "
-              "(Ctrl-C again interrupts at once).", flush=True)
+        print(
+            "workbench: Ctrl-C: stopping at the end of this iteration, keeping what it trained "
+            "(Ctrl-C again interrupts at once).",
+            flush=True,
+        )
 
     first.stops_the_run = second.stops_the_run = True  # shielded() holds a Ctrl-C back over them too
     signal.signal(signal.SIGINT, first)

@@ -27,6 +27,7 @@ Example:
     >>> tune_malloc() in ({}, {"mmap_threshold": 33554432, "trim_threshold": 67108864})
     True
 """
+
 from __future__ import annotations
 
 import ctypes
@@ -59,8 +60,10 @@ def tune_malloc() -> dict[str, int]:
     except (OSError, AttributeError):  # musl and others: nothing to tune
         return _done
     mallopt.argtypes, mallopt.restype = [ctypes.c_int, ctypes.c_int], ctypes.c_int
-    wanted = {"mmap_threshold": (_M_MMAP_THRESHOLD, MMAP_THRESHOLD),
-              "trim_threshold": (_M_TRIM_THRESHOLD, 2 * MMAP_THRESHOLD)}
+    wanted = {
+        "mmap_threshold": (_M_MMAP_THRESHOLD, MMAP_THRESHOLD),
+        "trim_threshold": (_M_TRIM_THRESHOLD, 2 * MMAP_THRESHOLD),
+    }
     for name, (param, value) in wanted.items():
         if mallopt(param, value) == 1:
             _done[name] = value

@@ -29,6 +29,7 @@ Example:
     >>> dog.stalled(15.0) is None, dog.stalled(20.0) # then nothing for a whole window
     (True, 'none of them stepped or computed in the last 10 s')
 """
+
 from __future__ import annotations
 
 import sys
@@ -92,8 +93,9 @@ class Watchdog:
     """Decides when the run's silence is a stall. ``activity()`` reads every replica's
     progress (None or raising: unknown, and then silence alone decides, as it used to)."""
 
-    def __init__(self, stall_timeout: float, activity: Callable[[], Activity | None] | None,
-                 now: float | None = None) -> None:
+    def __init__(
+        self, stall_timeout: float, activity: Callable[[], Activity | None] | None, now: float | None = None
+    ) -> None:
         self.stall_timeout = stall_timeout
         self._activity = activity
         now = time.monotonic() if now is None else now

@@ -6,6 +6,7 @@ slowdowns on a busy 2-core machine. BLAS's pool the same: a 128×64 by 64×64 pr
 NumPy PPO learner's) took 71 µs on two threads of a busy machine and 28 µs on one. Inline
 runs and every Dask worker set their pools here.
 """
+
 from __future__ import annotations
 
 import os

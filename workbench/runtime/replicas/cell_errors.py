@@ -13,6 +13,7 @@ Example:
     >>> _line_writing("a = 1\\nb, c = 2, 3\\nc += 1", "c")
     3
 """
+
 from __future__ import annotations
 
 import linecache
@@ -37,16 +38,28 @@ class CellErrors:
     def _cell_error(self, frag: str, rate: str, iteration, error: str) -> FragmentRuntimeError:
         """The error of a cell of this replica about what it reads or writes (no line of
         its own raised: no traceback)."""
-        return FragmentRuntimeError(fragment=frag, rate=rate, replica=self.index, worker=self.worker, line=None,
-                                    source_line=None, iteration=iteration, error=error, traceback_text="")
+        return FragmentRuntimeError(
+            fragment=frag,
+            rate=rate,
+            replica=self.index,
+            worker=self.worker,
+            line=None,
+            source_line=None,
+            iteration=iteration,
+            error=error,
+            traceback_text="",
+        )
 
     def _unbound(self, frag, rate, name, reader, iteration) -> FragmentRuntimeError:
         readers = reader if reader == "other fragments" else repr(reader)
         return self._cell_error(
-            frag, rate, iteration,
+            frag,
+            rate,
+            iteration,
             f"the {rate} cell did not bind {name!r} this time, but {readers} read"
-                  f"{'' if reader == 'other fragments' else 's'} it. Bind it on every path through "
-                  "the cell.")
+            f"{'' if reader == 'other fragments' else 's'} it. Bind it on every path through "
+            "the cell.",
+        )
 
     def _stack(self, producer: str, name: str, values: list, iteration) -> Any:
         """The ``[T, …]`` stack of a step value; a step that wrote another shape or type is
@@ -57,58 +70,83 @@ class CellErrors:
             line = _line_writing(self.program.code.get((producer, "step"), ""), name)
             source = self.program.code[(producer, "step")].splitlines()[line - 1] if line else None
             raise FragmentRuntimeError(
-                fragment=producer, rate="step", replica=self.index, worker=self.worker, line=line,
-                source_line=source, iteration=iteration,
+                fragment=producer,
+                rate="step",
+                replica=self.index,
+                worker=self.worker,
+                line=line,
+                source_line=source,
+                iteration=iteration,
                 error=f"{name!r}{f' (its part {exc.part})' if exc.part else ''} changes shape or type between steps: {exc}. "
-                      f"Its {len(values)} per-step values are stacked into one [T, …] value for the "
-                      "cells that read it once per iteration, so every step must write the same shape "
-                      "and type: pad to a fixed size (np.zeros(MAX)), and write an empty or NaN array "
-                      "rather than None.",
+                f"Its {len(values)} per-step values are stacked into one [T, …] value for the "
+                "cells that read it once per iteration, so every step must write the same shape "
+                "and type: pad to a fixed size (np.zeros(MAX)), and write an empty or NaN array "
+                "rather than None.",
                 traceback_text="",
             ) from None
 
-    def _disagree(self, key: str, exc: ReplicasDisagree, items, frag: str | None = None,
-                  rate: str | None = None, iteration=None) -> FragmentRuntimeError:
+    def _disagree(
+        self, key: str, exc: ReplicasDisagree, items, frag: str | None = None, rate: str | None = None, iteration=None
+    ) -> FragmentRuntimeError:
         """Replicas of a producer wrote different values that have no batch axis: the
         reading cell's error, naming the value, both fragments and the two ways out."""
         if frag is None:  # a task's input: blame the first of its cells that binds it
             frag, rate, iteration = next(
-                ((f, item.rate, item.iteration) for item in items for f in item.fragments
-                 for b in self.program.bindings.get((f, item.rate), ()) if b.key == key),
-                (self.program.group, "iteration", None))
+                (
+                    (f, item.rate, item.iteration)
+                    for item in items
+                    for f in item.fragments
+                    for b in self.program.bindings.get((f, item.rate), ())
+                    if b.key == key
+                ),
+                (self.program.group, "iteration", None),
+            )
         producer, _, name = key.rpartition(":")[2].partition(".")  # "stacked:env.obs" → env, obs
         what = f"{name!r}{f' (its part {exc.part})' if exc.part else ''}"
         if isinstance(exc, UnbatchedDisagree):
-            rule = (f"Each replica of {producer!r} steps one plain env (its reward is a number, "
-                    f"one env's), so {name} has no batch axis: one replica's {name} is one env's, "
-                    "and replicas' cannot be joined as more envs. Step a vector of envs in each "
-                    "replica — wb.envs.make(env_id, num_envs=k) — so every step value has one row "
-                    f"per env, or add the axis yourself ({name} = np.asarray({name})[None], reward "
-                    "= np.asarray([reward])) (docs/boundaries.md).")
+            rule = (
+                f"Each replica of {producer!r} steps one plain env (its reward is a number, "
+                f"one env's), so {name} has no batch axis: one replica's {name} is one env's, "
+                "and replicas' cannot be joined as more envs. Step a vector of envs in each "
+                "replica — wb.envs.make(env_id, num_envs=k) — so every step value has one row "
+                f"per env, or add the axis yourself ({name} = np.asarray({name})[None], reward "
+                "= np.asarray([reward])) (docs/boundaries.md)."
+            )
         elif isinstance(exc, ReplicasMisfit):
-            rule = ("Arrays read from several replicas are joined along their batch axis, so "
-                    "every other axis (and the kind: NumPy array or torch tensor) must be the "
-                    f"same on every replica. Give {name} the same shape on each (pad to a fixed "
-                    "size), or keep it inside the fragment (docs/boundaries.md).")
+            rule = (
+                "Arrays read from several replicas are joined along their batch axis, so "
+                "every other axis (and the kind: NumPy array or torch tensor) must be the "
+                f"same on every replica. Give {name} the same shape on each (pad to a fixed "
+                "size), or keep it inside the fragment (docs/boundaries.md)."
+            )
         else:
-            rule = ("A value read from several replicas is joined along its batch axis "
-                    "when it has one; one without (a number, a bool, None, a 0-d array) reaches "
-                    "the reader only when every replica wrote the same, so that it means the "
-                    "same under every placement. Give it a batch axis — one row per replica, "
-                    f"{name} = np.array([{name}]) — to read every replica's, or compute it where "
-                    "it is the same on every replica (docs/boundaries.md).")
-        return self._cell_error(frag, rate, iteration, f"it reads {what} from the replicas of fragment "
-                                f"{producer!r}, and they differ ({exc}). {rule}")
+            rule = (
+                "A value read from several replicas is joined along its batch axis "
+                "when it has one; one without (a number, a bool, None, a 0-d array) reaches "
+                "the reader only when every replica wrote the same, so that it means the "
+                "same under every placement. Give it a batch axis — one row per replica, "
+                f"{name} = np.array([{name}]) — to read every replica's, or compute it where "
+                "it is the same on every replica (docs/boundaries.md)."
+            )
+        return self._cell_error(
+            frag,
+            rate,
+            iteration,
+            f"it reads {what} from the replicas of fragment {producer!r}, and they differ ({exc}). {rule}",
+        )
 
     def _no_envs(self, frag: str, iteration) -> FragmentRuntimeError:
         """An env fragment's step wrote an empty batch: the replica steps no envs, and the
         run would finish counting nothing."""
         return self._cell_error(
-            frag, "step", iteration,
+            frag,
+            "step",
+            iteration,
             "its step wrote an empty batch (its reward, or else the first array it writes, has 0 rows): "
             f"replica {self.index} of {self.count} has no envs to step. If each replica makes "
             "num_envs // replica.count envs, there are fewer envs than replicas: give at least "
-            f"{self.count} envs, or place fewer replicas of {frag!r}.")
+            f"{self.count} envs, or place fewer replicas of {frag!r}.",
+        )
 
     def _error(self, frag: str, rate: str, exc: BaseException, iteration) -> FragmentRuntimeError:
         filename = f"<fragment {frag}:{rate}>"
@@ -118,16 +156,28 @@ class CellErrors:
         source = linecache.getline(filename, line) if line else None
         # drop the runtime's own frame: the user's code starts at the cell
         shown = frames[1:] if frames and frames[0].filename == _REPLICA_FILE else frames
-        text = "".join(traceback.format_list(shown)) + "".join(
-            traceback.format_exception_only(type(exc), exc))
+        text = "".join(traceback.format_list(shown)) + "".join(traceback.format_exception_only(type(exc), exc))
         return FragmentRuntimeError(
-            fragment=frag, rate=rate, replica=self.index, worker=self.worker, line=line,
-            source_line=source, error=describe_error(exc), traceback_text=text, iteration=iteration,
-            advice="Do what the error says; the cell itself may be fine." if isinstance(exc, WorkbenchError) else None)
+            fragment=frag,
+            rate=rate,
+            replica=self.index,
+            worker=self.worker,
+            line=line,
+            source_line=source,
+            error=describe_error(exc),
+            traceback_text=text,
+            iteration=iteration,
+            advice="Do what the error says; the cell itself may be fine." if isinstance(exc, WorkbenchError) else None,
+        )
 
     def _missing(self, frag, rate, b: Binding, iteration, why: str) -> FragmentRuntimeError:
-        return self._cell_error(frag, rate, iteration, f"it reads {b.name!r} from fragment {b.producer!r}, "
-                                f"which {why}. Give {b.name!r} a first value in {b.producer!r}'s --init cell.")
+        return self._cell_error(
+            frag,
+            rate,
+            iteration,
+            f"it reads {b.name!r} from fragment {b.producer!r}, "
+            f"which {why}. Give {b.name!r} a first value in {b.producer!r}'s --init cell.",
+        )
 
 
 #: the file cloudpickle names for the code of every function and class it rebuilds from
@@ -166,8 +216,13 @@ def _named_frames(tb, cells: dict[tuple[str, str], str] | None = None) -> traceb
         if frames[i].filename == _REBUILT:
             old = frames[i]
             frames[i] = traceback.FrameSummary(
-                _written_in(frame, cells or {}), old.lineno, old.name, end_lineno=old.end_lineno,
-                colno=old.colno, end_colno=old.end_colno)
+                _written_in(frame, cells or {}),
+                old.lineno,
+                old.name,
+                end_lineno=old.end_lineno,
+                colno=old.colno,
+                end_colno=old.end_colno,
+            )
     return frames
 
 
@@ -202,6 +257,9 @@ def _line_writing(code: str, name: str) -> int | None:
     to point at the line whose per-step value is stacked; None if no line does."""
     import ast
 
-    lines = [node.lineno for node in ast.walk(ast.parse(code))
-             if isinstance(node, ast.Name) and node.id == name and isinstance(node.ctx, ast.Store)]
+    lines = [
+        node.lineno
+        for node in ast.walk(ast.parse(code))
+        if isinstance(node, ast.Name) and node.id == name and isinstance(node.ctx, ast.Store)
+    ]
     return max(lines) if lines else None

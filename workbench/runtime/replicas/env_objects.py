@@ -11,6 +11,7 @@ by the ones its fragment keeps.
     >>> close_envs(ns); ns["envs"].closed
     True
 """
+
 from __future__ import annotations
 
 __all__ = ["is_env", "close_envs"]

@@ -34,6 +34,7 @@ Example:
     >>> fence.enter(("env", 0), 2, lambda: False)   # the boundary: stop before iteration 2
     False
 """
+
 from __future__ import annotations
 
 import threading

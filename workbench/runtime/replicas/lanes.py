@@ -36,6 +36,7 @@ Example (two lanes, a switch in each step: their steps interleave in one thread)
     >>> order
     [(0, 0), (1, 0), (0, 1), (1, 1)]
 """
+
 from __future__ import annotations
 
 import contextvars
@@ -49,8 +50,17 @@ from workbench.context import lane_switch, step_elsewhere
 from workbench.errors import WorkbenchError
 from workbench.runtime.transport.channels import Stopped
 
-__all__ = ["Lanes", "LanesError", "step_elsewhere", "join_lanes", "run_as_lane", "lanes_available",
-           "placed_for_lanes", "NOT_PLACED_FOR_LANES", "LANES_INSTALL_HINT"]
+__all__ = [
+    "Lanes",
+    "LanesError",
+    "step_elsewhere",
+    "join_lanes",
+    "run_as_lane",
+    "lanes_available",
+    "placed_for_lanes",
+    "NOT_PLACED_FOR_LANES",
+    "LANES_INSTALL_HINT",
+]
 
 #: how often a replica waiting for its lane looks at the run's stop flag (seconds)
 _STOP_POLL_S = 0.05
@@ -63,8 +73,9 @@ class LanesError(WorkbenchError):
 class _Lane:
     __slots__ = ("index", "body", "context", "switched", "claimed", "done", "error", "greenlet")
 
-    def __init__(self, index: int, body: Callable[[], Any], context: contextvars.Context,
-                 switched: Callable[[bool], None] | None) -> None:
+    def __init__(
+        self, index: int, body: Callable[[], Any], context: contextvars.Context, switched: Callable[[bool], None] | None
+    ) -> None:
         self.index, self.body, self.context, self.switched = index, body, context, switched
         self.claimed = self.done = False
         self.error: BaseException | None = None
@@ -91,8 +102,13 @@ class Lanes:
             self._members.discard(index)
             self._cond.notify_all()
 
-    def run(self, index: int, body: Callable[[], Any], stopped: Callable[[], bool],
-            switched: Callable[[bool], None] | None = None) -> None:
+    def run(
+        self,
+        index: int,
+        body: Callable[[], Any],
+        stopped: Callable[[], bool],
+        switched: Callable[[bool], None] | None = None,
+    ) -> None:
         """Run ``body`` (replica ``index``'s step loop of one iteration) as a lane; raise
         what it raised. ``switched(away)`` is called as the lane leaves (True) and gets its
         turn back (False): the replica gives up and takes back its random streams there."""
@@ -141,6 +157,7 @@ class Lanes:
                 finally:
                     if switched is not None:
                         switched(False)
+
             return switch
 
         def start(lane: _Lane) -> None:
@@ -173,11 +190,14 @@ class Lanes:
 
 def cannot_wait_in_a_lane(what: str) -> Callable[..., Any]:
     """What ``wb.allreduce`` / ``wb.env_steps`` do inside a step cell that runs as a lane."""
+
     def refuse(*args, **kwargs):
         raise LanesError(
             f"{what} waits for other replicas, and inside a step cell run as a lane (lanes=True) "
             "the replicas it waits for run in the same thread: it would wait forever. Call it "
-            "outside the step cells (an iteration cell), or run without lanes (lanes=False).")
+            "outside the step cells (an iteration cell), or run without lanes (lanes=False)."
+        )
+
     return refuse
 
 
@@ -207,15 +227,18 @@ def placed_for_lanes(plan, programs: dict) -> bool:
     >>> placed_for_lanes(plan, {"actor": NS(steps_on_its_own=True)})
     True
     """
-    return any(programs[name].steps_on_its_own and len(set(group.workers)) < len(group.workers)
-               for name, group in plan.groups.items())
+    return any(
+        programs[name].steps_on_its_own and len(set(group.workers)) < len(group.workers)
+        for name, group in plan.groups.items()
+    )
 
 
 NOT_PLACED_FOR_LANES = (
     "lanes=True has nothing to step as lanes: no group that steps on its own (a fused actor+env) "
     "has two replicas in one process, so every replica keeps its own thread. Put two on a worker "
     "(wb.SingleLearnerCoarse(actors=2 * workers)) or two in this process (a wb.Policy whose acting "
-    "Group has workers (IN_PROCESS, IN_PROCESS)); docs/envpool.md")
+    "Group has workers (IN_PROCESS, IN_PROCESS)); docs/envpool.md"
+)
 
 
 def run_as_lane(replica, loop: Callable[[], None], ctx) -> None:

@@ -5,6 +5,7 @@ Dask worker (one long-running task per replica). It blocks only on the inputs it
 so replicas are synchronised by their data and nothing else — the way MSRL's generated
 interfaces work.
 """
+
 from __future__ import annotations
 
 import time
@@ -60,8 +61,11 @@ def run_loop(
     done = 0
     last = None
     pacer = SnapshotPacer(estimate=lambda: _nbytes(replica, False)) if paced and snapshot is not None else None
-    checkpoints = (CheckpointPacer(estimate=lambda: _nbytes(replica, True))
-                   if full_snapshot_every == PACED and snapshot is not None else None)
+    checkpoints = (
+        CheckpointPacer(estimate=lambda: _nbytes(replica, True))
+        if full_snapshot_every == PACED and snapshot is not None
+        else None
+    )
     snap = None
     try:
         for task in tasks:
@@ -70,15 +74,22 @@ def run_loop(
             if stopped():
                 break
             if task.iteration is not None:
-                if fence is not None and (last is None or task.iteration > last) \
-                        and not fence.enter((group, replica.index), task.iteration, stopped):
+                if (
+                    fence is not None
+                    and (last is None or task.iteration > last)
+                    and not fence.enter((group, replica.index), task.iteration, stopped)
+                ):
                     _run_head(replica, task, fence.boundary, mailbox, replica_counts, stopped)
                     break
                 if snapshot is not None and last is not None and task.iteration > last:
-                    full = (checkpoints.due(task.iteration) if checkpoints is not None else
-                            bool(full_snapshot_every) and task.iteration % full_snapshot_every == 0)
-                    light = bool(snapshot_every) and (pacer.due(task.iteration) if pacer is not None
-                                                      else task.iteration % snapshot_every == 0)
+                    full = (
+                        checkpoints.due(task.iteration)
+                        if checkpoints is not None
+                        else bool(full_snapshot_every) and task.iteration % full_snapshot_every == 0
+                    )
+                    light = bool(snapshot_every) and (
+                        pacer.due(task.iteration) if pacer is not None else task.iteration % snapshot_every == 0
+                    )
                     if full or light:
                         snap = _snapshotter(snapshot, task.iteration, full, pacer, checkpoints)
                 last = task.iteration
@@ -100,10 +111,12 @@ def run_loop(
     return done
 
 
-def _snapshotter(snapshot, iteration: int, full: bool, pacer: SnapshotPacer | None,
-                 checkpoints: CheckpointPacer | None = None):
+def _snapshotter(
+    snapshot, iteration: int, full: bool, pacer: SnapshotPacer | None, checkpoints: CheckpointPacer | None = None
+):
     """``snapshot(iteration, full)`` as a call to make later, timed for ``pacer`` (a light
     one) or ``checkpoints`` (a full one)."""
+
     def take() -> None:
         began = time.perf_counter()
         size = snapshot(iteration, full)  # its bytes (None: not said)
@@ -111,6 +124,7 @@ def _snapshotter(snapshot, iteration: int, full: bool, pacer: SnapshotPacer | No
             checkpoints.took(time.perf_counter() - began)
         elif pacer is not None and not full:
             pacer.took(time.perf_counter() - began, size)
+
     return take
 
 
@@ -131,8 +145,9 @@ def _nbytes(replica: GroupReplica, full: bool) -> int | None:
         return None
 
 
-def _run_head(replica: GroupReplica, task: WiredTask, boundary: int, mailbox: Mailbox,
-              counts: dict[str, int], stopped) -> None:
+def _run_head(
+    replica: GroupReplica, task: WiredTask, boundary: int, mailbox: Mailbox, counts: dict[str, int], stopped
+) -> None:
     """At a fence: run the items of ``task`` that belong to iterations before the boundary.
 
     A task may open with the last iteration's closing cells (an actor loading the learner's
@@ -143,8 +158,13 @@ def _run_head(replica: GroupReplica, task: WiredTask, boundary: int, mailbox: Ma
     head = tuple(i for i in task.spec.items if i.iteration is not None and i.iteration < boundary)
     if not head:
         return
-    wanted = {b.key for item in head for frag in item.fragments
-              for b in replica.program.bindings.get((frag, item.rate), ()) if b.source == "inbox"}
+    wanted = {
+        b.key
+        for item in head
+        for frag in item.fragments
+        for b in replica.program.bindings.get((frag, item.rate), ())
+        if b.source == "inbox"
+    }
     try:
         inputs = {}
         for wired in task.inputs:
@@ -198,8 +218,14 @@ def _run_task(replica, task, mailbox, postman, counts, report, stopped, arrivals
     task_report.send_seconds = ended - sending + replica.step_send_seconds - step_sent
     task_report.send_cpu_seconds = ended_cpu - sending_cpu + replica.step_send_cpu_seconds - step_sent_cpu
     # the rest of the task (binding, stacking, emitting): its span less what is accounted
-    task_report.other_seconds = max(0.0, ended - started - task_report.wait_seconds - task_report.send_seconds
-                                    - sum(task_report.compute_seconds.values()))
+    task_report.other_seconds = max(
+        0.0,
+        ended
+        - started
+        - task_report.wait_seconds
+        - task_report.send_seconds
+        - sum(task_report.compute_seconds.values()),
+    )
     task_report.sent_bytes = postman.bytes_sent - bytes_before
     report(task.index, task_report)
 

@@ -26,6 +26,7 @@ Example (the plain case it serves)::
 
     run = fdg.run(iterations=100, policy="fine", act_on_arrival=True)
 """
+
 from __future__ import annotations
 
 import time
@@ -39,21 +40,27 @@ __all__ = ["acts_on_arrival", "check_act_on_arrival", "refusal", "step_on_arriva
 
 NOT_PLACED_TO_ACT_ON_ARRIVAL = (
     "act_on_arrival applies to a group whose step cells gather another group's per-step values "
-    "(the actor under SingleLearnerFine); this policy has none, so every step runs as usual")
+    "(the actor under SingleLearnerFine); this policy has none, so every step runs as usual"
+)
 
 
 def _gathers(program) -> list:
-    return [(frag, b) for (frag, rate), bs in program.bindings.items() if rate == "step"
-            for b in bs if b.source == "step"]
+    return [
+        (frag, b) for (frag, rate), bs in program.bindings.items() if rate == "step" for b in bs if b.source == "step"
+    ]
 
 
 def acts_on_arrival(program, counts: dict[str, int]) -> bool:
     """Whether this group's steps run on arrival: asked for, one replica, gathering one
     other group's per-step values."""
     gathers = _gathers(program)
-    return (program.act_on_arrival and counts.get(program.group) == 1 and bool(gathers)
-            and all(b.spatial == "gather" for _, b in gathers)
-            and len({b.producer_group for _, b in gathers}) == 1)
+    return (
+        program.act_on_arrival
+        and counts.get(program.group) == 1
+        and bool(gathers)
+        and all(b.spatial == "gather" for _, b in gathers)
+        and len({b.producer_group for _, b in gathers}) == 1
+    )
 
 
 def check_act_on_arrival(plan: Plan, programs: dict, run) -> None:
@@ -84,20 +91,26 @@ def refusal(plan: Plan, group: str) -> str | None:
             continue
         carried = sorted(n for n in cell.inputs if n in step_writes and n not in cell.declared_reads)
         if carried:
-            return (f"fragment {name!r} reads {', '.join(carried)} in its step cell, which a step cell of its "
-                    "group wrote the step before: acting on each env replica's values as they arrive would "
-                    "mix the replicas' rows of it. Keep such state per env (in the env fragment) or run "
-                    "without act_on_arrival.")
+            return (
+                f"fragment {name!r} reads {', '.join(carried)} in its step cell, which a step cell of its "
+                "group wrote the step before: acting on each env replica's values as they arrive would "
+                "mix the replicas' rows of it. Keep such state per env (in the env fragment) or run "
+                "without act_on_arrival."
+            )
     answered = {r.producer_group for r in plan.routes_into(group) if r.per_step}
     for route in plan.routes_out_of(group):
         if route.per_step and route.consumer_group not in answered:
-            return (f"{route.interface.producer!r} sends {route.interface.name!r} every step to "
-                    f"{route.consumer_group!r}, which sends this group nothing every step: acting on arrival "
-                    "answers only the replicas whose values it acted on. Run without act_on_arrival.")
+            return (
+                f"{route.interface.producer!r} sends {route.interface.name!r} every step to "
+                f"{route.consumer_group!r}, which sends this group nothing every step: acting on arrival "
+                "answers only the replicas whose values it acted on. Run without act_on_arrival."
+            )
         if route.per_step and route.spatial != "scatter":
-            return (f"{route.interface.producer!r} sends {route.interface.name!r} to "
-                    f"{route.consumer_group!r} every step as a {route.spatial}, not split by rows: acting on "
-                    "arrival answers each env replica with its own rows only. Run without act_on_arrival.")
+            return (
+                f"{route.interface.producer!r} sends {route.interface.name!r} to "
+                f"{route.consumer_group!r} every step as a {route.spatial}, not split by rows: acting on "
+                "arrival answers each env replica with its own rows only. Run without act_on_arrival."
+            )
     return None
 
 
@@ -122,14 +135,21 @@ def step_on_arrival(replica, item, inbox: dict, report, ctx) -> None:
         batch = sorted(arrived)
         values = {(first.key, first_frag): [arrived[k] for k in batch]}
         for frag, b in gathers[1:]:  # the same replicas' other values of their step
-            values[(b.key, frag)] = [peers.mailbox.take(b.key, tag_base[(b.key, frag)] + done[k], k, peers.stopped)
-                                     for k in batch]
+            values[(b.key, frag)] = [
+                peers.mailbox.take(b.key, tag_base[(b.key, frag)] + done[k], k, peers.stopped) for k in batch
+            ]
         replica.step_wait_seconds += time.perf_counter() - waiting
         if any(isinstance(v, Unbatched) for vs in values.values() for v in vs):
-            raise replica._error(first_frag, "step", ValueError(
-                "act_on_arrival needs env replicas that step a batch of envs (values with a batch axis): "
-                "this one steps one plain env. Use a vector env (wb.envs.make(…, num_envs=N)) or run "
-                "without act_on_arrival."), item.iteration)
+            raise replica._error(
+                first_frag,
+                "step",
+                ValueError(
+                    "act_on_arrival needs env replicas that step a batch of envs (values with a batch axis): "
+                    "this one steps one plain env. Use a vector env (wb.envs.make(…, num_envs=N)) or run "
+                    "without act_on_arrival."
+                ),
+                item.iteration,
+            )
         sizes = [_rows(v) for v in values[(first.key, first_frag)]]
         ctx.step = min(done[k] for k in batch)
         for frag in item.fragments:
@@ -142,8 +162,9 @@ def step_on_arrival(replica, item, inbox: dict, report, ctx) -> None:
     for key, base in sent_base.items():
         replica._sent[key] = base + steps
     for frag in item.fragments:  # each step's rows of every replica, in replica order
-        replica.buffers[frag] = {n: [gather([per[k][t] for k in senders], 0) for t in range(steps)]
-                                 for n, per in rows[frag].items()}
+        replica.buffers[frag] = {
+            n: [gather([per[k][t] for k in senders], 0) for t in range(steps)] for n, per in rows[frag].items()
+        }
     replica.steps_done += steps
     for frag, seconds in clock.items():
         report.compute_seconds[frag] = report.compute_seconds.get(frag, 0.0) + seconds
@@ -194,8 +215,9 @@ def _run_cell(replica, frag, item, inbox, values, batch, sizes, done, rows, sent
     sending, cpu = time.perf_counter(), time.thread_time()
     for send in replica._sends[frag]:
         for k, piece in zip(batch, split(send.name)):
-            replica.peers.postman.send((send.consumer_group, k), send.key, sent_base[send.key] + done[k],
-                                       replica.index, piece)
+            replica.peers.postman.send(
+                (send.consumer_group, k), send.key, sent_base[send.key] + done[k], replica.index, piece
+            )
     replica.step_send_seconds += time.perf_counter() - sending
     replica.step_send_cpu_seconds += time.thread_time() - cpu
     return seconds

@@ -10,6 +10,7 @@ Example::
     >>> TaskReport.from_message(report.to_message()).env_steps
     {3: 512}
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -103,8 +104,9 @@ class GroupProgram:
         """Whether the group has step cells and they take nothing from other groups every
         step (a fused actor+env): a loop that can run as a lane, never blocking its thread
         on a value another lane of it has yet to produce."""
-        return (any(rate == "step" for _, rate in self.code)
-                and not any(b.source == "step" for (_, rate), bs in self.bindings.items() if rate == "step" for b in bs))
+        return any(rate == "step" for _, rate in self.code) and not any(
+            b.source == "step" for (_, rate), bs in self.bindings.items() if rate == "step" for b in bs
+        )
 
 
 @dataclass
@@ -140,33 +142,53 @@ class TaskReport:
     def to_message(self) -> dict:
         """Plain msgpack-able form (string keys only), for Dask events."""
         return {
-            "group": self.group, "replica": self.replica, "worker": self.worker,
+            "group": self.group,
+            "replica": self.replica,
+            "worker": self.worker,
             "metrics": {str(k): v for k, v in self.metrics.items()},
             "env_steps": {str(k): v for k, v in self.env_steps.items()},
             "compute_seconds": self.compute_seconds,
-            "wait_seconds": self.wait_seconds, "send_seconds": self.send_seconds,
+            "wait_seconds": self.wait_seconds,
+            "send_seconds": self.send_seconds,
             "send_cpu_seconds": self.send_cpu_seconds,
-            "other_seconds": self.other_seconds, "iterations": self.iterations, "sent_bytes": self.sent_bytes,
-            "env_steps_base": self.env_steps_base, "notes": self.notes, "shown": self.shown,
+            "other_seconds": self.other_seconds,
+            "iterations": self.iterations,
+            "sent_bytes": self.sent_bytes,
+            "env_steps_base": self.env_steps_base,
+            "notes": self.notes,
+            "shown": self.shown,
         }
 
     @classmethod
     def from_message(cls, msg: dict) -> "TaskReport":
         return cls(
-            msg["group"], msg["replica"], msg["worker"],
+            msg["group"],
+            msg["replica"],
+            msg["worker"],
             metrics={int(k): v for k, v in msg["metrics"].items()},
             env_steps={int(k): v for k, v in msg["env_steps"].items()},
             compute_seconds=dict(msg["compute_seconds"]),
-            wait_seconds=msg["wait_seconds"], send_seconds=msg["send_seconds"],
+            wait_seconds=msg["wait_seconds"],
+            send_seconds=msg["send_seconds"],
             send_cpu_seconds=msg.get("send_cpu_seconds", 0.0),
-            other_seconds=msg.get("other_seconds", 0.0), iterations=list(msg["iterations"]), sent_bytes=msg["sent_bytes"],
-            env_steps_base=msg.get("env_steps_base", 0), notes=[tuple(n) for n in msg.get("notes", ())],
+            other_seconds=msg.get("other_seconds", 0.0),
+            iterations=list(msg["iterations"]),
+            sent_bytes=msg["sent_bytes"],
+            env_steps_base=msg.get("env_steps_base", 0),
+            notes=[tuple(n) for n in msg.get("notes", ())],
             shown=list(msg.get("shown", ())),
         )
 
 
-def group_program(plan: Plan, group: str, steps: int, own_random: bool = True,
-                  allreduce: str = "auto", lanes: bool = False, act_on_arrival: bool = False) -> GroupProgram:
+def group_program(
+    plan: Plan,
+    group: str,
+    steps: int,
+    own_random: bool = True,
+    allreduce: str = "auto",
+    lanes: bool = False,
+    act_on_arrival: bool = False,
+) -> GroupProgram:
     """Compile the plan's view of one group into a :class:`GroupProgram`."""
     members = plan.groups[group].fragments
     code, bindings = {}, {}
@@ -182,8 +204,14 @@ def group_program(plan: Plan, group: str, steps: int, own_random: bool = True,
         for r in {r.key: r for r in outgoing if not r.per_step}.values()
     )
     step_sends = tuple(
-        StepSend(r.key, r.interface.producer, r.interface.name, r.consumer_group, r.spatial,
-                 "init" in r.interface.producer_rates)
+        StepSend(
+            r.key,
+            r.interface.producer,
+            r.interface.name,
+            r.consumer_group,
+            r.spatial,
+            "init" in r.interface.producer_rates,
+        )
         for r in {(r.key, r.consumer_group): r for r in outgoing if r.per_step}.values()
     )
     envs = env_fragments(plan.fdg)
@@ -191,16 +219,29 @@ def group_program(plan: Plan, group: str, steps: int, own_random: bool = True,
     env_groups = tuple(g for g, grp in plan.groups.items() if any(f in envs for f in grp.fragments))
     arrival_keys = tuple(dict.fromkeys(r.key for r in plan.routes_into(group) if r.arrival))
     state_names = {name: tuple(n for n in plan.fdg[name].writes if n != "replica") for name in members}
-    return GroupProgram(group, code, bindings, recorded, emits, steps, step_sends, counted=counted,
-                        env_groups=env_groups, arrival_keys=arrival_keys, state_names=state_names,
-                        own_random=own_random, allreduce=allreduce, lanes=lanes, act_on_arrival=act_on_arrival)
+    return GroupProgram(
+        group,
+        code,
+        bindings,
+        recorded,
+        emits,
+        steps,
+        step_sends,
+        counted=counted,
+        env_groups=env_groups,
+        arrival_keys=arrival_keys,
+        state_names=state_names,
+        own_random=own_random,
+        allreduce=allreduce,
+        lanes=lanes,
+        act_on_arrival=act_on_arrival,
+    )
 
 
 def _bindings_for(plan: Plan, group: str, fragment: str, rate: str) -> tuple[Binding, ...]:
     out = []
     local = {(e.name, e.consumer, e.consumer_rate): e for e in plan.local_interfaces(group)}
-    remote = {(r.interface.name, r.interface.consumer, r.interface.consumer_rate): r
-              for r in plan.routes_into(group)}
+    remote = {(r.interface.name, r.interface.consumer, r.interface.consumer_rate): r for r in plan.routes_into(group)}
     for name in plan.fdg[fragment].external_inputs(rate):
         edge = local.get((name, fragment, rate))
         if edge is not None:
@@ -211,9 +252,17 @@ def _bindings_for(plan: Plan, group: str, fragment: str, rate: str) -> tuple[Bin
                 order = plan.schedule.step_order
                 forward = order.index(route.interface.producer) < order.index(fragment)
                 offset = 1 if forward and "init" in route.interface.producer_rates else 0
-                out.append(Binding(name, "step", route.interface.producer, key=route.key,
-                                   producer_group=route.producer_group, spatial=route.spatial,
-                                   offset=offset))
+                out.append(
+                    Binding(
+                        name,
+                        "step",
+                        route.interface.producer,
+                        key=route.key,
+                        producer_group=route.producer_group,
+                        spatial=route.spatial,
+                        offset=offset,
+                    )
+                )
             else:
                 out.append(Binding(name, "inbox", key=route.key))
     return tuple(out)

@@ -4,6 +4,7 @@ A :class:`GroupProgram` (:mod:`workbench.runtime.replicas.program`) is the plain
 :class:`GroupReplica` holds the live state (namespaces, step buffers) in whichever process
 it was deployed to (the notebook kernel for inline, a Dask worker otherwise). Fragments in
 one group hand values to each other by reference: no serialisation inside a process."""
+
 from __future__ import annotations
 
 import linecache
@@ -21,8 +22,16 @@ from workbench.deferred_metrics import DeferredMetricError
 from workbench.runtime.replicas.env_objects import close_envs
 from workbench.runtime.replicas.lanes import Lanes, run_as_lane
 from workbench.runtime.replicas.on_arrival import acts_on_arrival, step_on_arrival
-from workbench.runtime.state.counting import (ENV_STEPS_KEY, RANDOM_KEY, REBUILT_KEY, batch_of, counter_of, explicit,
-                                        one_plain_env, without_counters)
+from workbench.runtime.state.counting import (
+    ENV_STEPS_KEY,
+    RANDOM_KEY,
+    REBUILT_KEY,
+    batch_of,
+    counter_of,
+    explicit,
+    one_plain_env,
+    without_counters,
+)
 from workbench.runtime.transport.process_group import allreduce_for
 from workbench.runtime.state.portable import PortableState, decode_value, restore_into, type_label
 from workbench.runtime.replicas.program import Binding, Emit, GroupProgram, StepSend, TaskReport, group_program
@@ -44,9 +53,17 @@ class GroupReplica(CellErrors):
     #: iteration steps, a stuck one does not; workbench.runtime.process.stall)
     steps_done = 0
 
-    def __init__(self, program: GroupProgram, index: int, count: int, worker: str,
-                 notebook: dict[str, Any], device: str = "cpu",
-                 state: dict[str, dict[str, Any]] | None = None, turns: GeneratorTurns | None = None) -> None:
+    def __init__(
+        self,
+        program: GroupProgram,
+        index: int,
+        count: int,
+        worker: str,
+        notebook: dict[str, Any],
+        device: str = "cpu",
+        state: dict[str, dict[str, Any]] | None = None,
+        turns: GeneratorTurns | None = None,
+    ) -> None:
         self.program = program
         #: the run's replicas in this process take turns with its random generators, each
         #: drawing from its own streams (workbench.runtime.state.randomness): pass every replica of
@@ -179,8 +196,13 @@ class GroupReplica(CellErrors):
         return compile(source, filename, "exec")
 
     # -- the loop ----------------------------------------------------------------------
-    def run(self, items: tuple[Item, ...], inputs: dict[str, tuple[str, int, list]],
-            emit_keys: tuple[str, ...] = (), entering=None) -> tuple[dict[str, Any], TaskReport]:
+    def run(
+        self,
+        items: tuple[Item, ...],
+        inputs: dict[str, tuple[str, int, list]],
+        emit_keys: tuple[str, ...] = (),
+        entering=None,
+    ) -> tuple[dict[str, Any], TaskReport]:
         """Run ``items`` in order with ``inputs`` from other groups (key → (spatial, axis,
         one value per sending replica)); return the outbox (values for other groups, by
         route key) and a small report. ``entering()``: called before the first item of the
@@ -191,11 +213,14 @@ class GroupReplica(CellErrors):
                 inbox[key] = gather(values, axis) if spatial == "gather" else unwrapped(values[0])
             except ReplicasDisagree as exc:
                 raise self._disagree(key, exc, items) from None
-        report = TaskReport(self.program.group, self.index, self.worker,
-                            iterations=sorted({i.iteration for i in items if i.iteration is not None}))
+        report = TaskReport(
+            self.program.group,
+            self.index,
+            self.worker,
+            iterations=sorted({i.iteration for i in items if i.iteration is not None}),
+        )
         report.notes = self.notes  # from the snapshot taken before this task, and from its own cells
-        ctx = ReplicaContext(ReplicaInfo(self.program.group, self.index, self.count, self.worker,
-                                         self.device))
+        ctx = ReplicaContext(ReplicaInfo(self.program.group, self.index, self.count, self.worker, self.device))
         if self.peers is not None and self.count > 1:  # waits for the others: not in a turn
             ctx.reducer = self.turns.released(self.streams, allreduce_for(self), self._stopped)
         ctx.env_steps = self.turns.released(self.streams, lambda: self._env_steps_now(ctx), self._stopped)
@@ -235,13 +260,22 @@ class GroupReplica(CellErrors):
         for frag in item.fragments:
             self.buffers[frag] = {name: [] for name in self.program.recorded[frag]}
         plan = [
-            (frag, self.namespaces[frag], self.compiled[(frag, "step")],
-             self.program.bindings[(frag, "step")], self.buffers[frag], self._sends[frag])
+            (
+                frag,
+                self.namespaces[frag],
+                self.compiled[(frag, "step")],
+                self.program.bindings[(frag, "step")],
+                self.buffers[frag],
+                self._sends[frag],
+            )
             for frag in item.fragments
         ]
         clock = {frag: 0.0 for frag in item.fragments}
-        counting = {f: (self.program.counted[f], explicit(self.program.code[(f, "step")]))
-                    for f in item.fragments if f in self.program.counted}
+        counting = {
+            f: (self.program.counted[f], explicit(self.program.code[(f, "step")]))
+            for f in item.fragments
+            if f in self.program.counted
+        }
         taken = 0
         turns, streams, stopped = self.turns, self.streams, self._stopped
         for t in range(self.program.steps):
@@ -338,13 +372,26 @@ class GroupReplica(CellErrors):
             self.notes.extend(("edit overridden", note) for note in restore_into(self.namespaces[frag], values))
         except Exception as exc:
             raise FragmentRuntimeError(
-                fragment=frag, rate="init", replica=self.index, worker=self.worker, line=None, source_line=None,
-                iteration=iteration, error=f"restoring its checkpointed state failed: {type(exc).__name__}: "
-                      + (str(exc) if "init cell" in str(exc) else  # it says what to do already
-                         f"{str(exc).rstrip('.')}. The init cell must build the same objects (network "
-                         "shapes, optimiser) as the run that wrote the checkpoint."),
-                traceback_text="" if type(exc) is ValueError and exc.__cause__ is None else  # a check's own
-                "".join(traceback.format_exception(exc)), advice="Resume as it says; the checkpoint is unchanged.",
+                fragment=frag,
+                rate="init",
+                replica=self.index,
+                worker=self.worker,
+                line=None,
+                source_line=None,
+                iteration=iteration,
+                error=f"restoring its checkpointed state failed: {type(exc).__name__}: "
+                + (
+                    str(exc)
+                    if "init cell" in str(exc)
+                    # it says what to do already
+                    else f"{str(exc).rstrip('.')}. The init cell must build the same objects (network "
+                    "shapes, optimiser) as the run that wrote the checkpoint."
+                ),
+                traceback_text=""
+                if type(exc) is ValueError and exc.__cause__ is None
+                # a check's own
+                else "".join(traceback.format_exception(exc)),
+                advice="Resume as it says; the checkpoint is unchanged.",
             ) from None
 
     def _layout_tag(self) -> list:
@@ -367,12 +414,16 @@ class GroupReplica(CellErrors):
         """Say once that a cell of this replica ran beside another replica's long cell."""
         if not self._said_no_turn:
             self._said_no_turn = True
-            self.notes.append(("random streams shared",
-                f"the {frag} {rate} cell of replica {self.index} of {self.program.group} (on {on_worker(self.worker)}) "
-                f"waited over {PATIENCE_S:g} s for another replica's cell in its process and ran beside it: "
-                "from here its random numbers (torch, np.random, random) may differ from run to run. "
-                "Give each replica its own worker, or keep cells from waiting on other replicas "
-                "(or run with own_random=False, --no-own-random, to let them share streams)."))
+            self.notes.append(
+                (
+                    "random streams shared",
+                    f"the {frag} {rate} cell of replica {self.index} of {self.program.group} (on {on_worker(self.worker)}) "
+                    f"waited over {PATIENCE_S:g} s for another replica's cell in its process and ran beside it: "
+                    "from here its random numbers (torch, np.random, random) may differ from run to run. "
+                    "Give each replica its own worker, or keep cells from waiting on other replicas "
+                    "(or run with own_random=False, --no-own-random, to let them share streams).",
+                )
+            )
 
     def _stopped(self) -> bool:
         """The run's stop flag (False before a loop lends this replica its channels)."""
@@ -385,15 +436,18 @@ class GroupReplica(CellErrors):
             return None
         seconds = time.monotonic() - self.running_since
         waits = " (it waits for its turn in its lane: another replica's cell holds the thread)"
-        return (f"the {cell[0]} {cell[1]} cell (replica {self.index} of {self.program.group}, "
-                f"on {on_worker(self.worker)}) has not returned for {seconds:.0f} s" + (waits if self.lane_waiting else ""))
+        return (
+            f"the {cell[0]} {cell[1]} cell (replica {self.index} of {self.program.group}, "
+            f"on {on_worker(self.worker)}) has not returned for {seconds:.0f} s" + (waits if self.lane_waiting else "")
+        )
 
     def export_state(self, fragments=None, streams: bool = True) -> dict[str, dict[str, Any]]:
         """Each fragment's own state (the names it binds), to resume elsewhere (only
         ``fragments``, when given), with the replica's random streams (``streams``)."""
         out = {
             frag: {n: ns[n] for n in self.program.state_names.get(frag, ()) if n in ns}
-            for frag, ns in self.namespaces.items() if fragments is None or frag in fragments
+            for frag, ns in self.namespaces.items()
+            if fragments is None or frag in fragments
         }
         states = self.turns.states_of(self.streams, self._stopped) if out and streams else None
         if states is not None:  # with each saved fragment: a resume in this layout continues them
@@ -438,8 +492,7 @@ class GroupReplica(CellErrors):
             if not found:  # each value pickles alone, the whole does not: name what we can
                 raise state_error(states, dumps_state, exc) from None
             for frag, names in found.items():
-                self.left_out.setdefault(frag, {}).update(
-                    (n, type_label(states[frag][n])) for n in names)
+                self.left_out.setdefault(frag, {}).update((n, type_label(states[frag][n])) for n in names)
                 self.notes.extend(("state left out", left_out_note(frag, n, what)) for n, what in names.items())
             return self.state_bytes(fragments, streams)
 
@@ -491,7 +544,11 @@ class GroupReplica(CellErrors):
             return Unbatched(value) if e.producer in self.unbatched else lists_marked(value, steps[0])
         # a copy: in one process the reader gets this object, and the producer's next
         # iteration may write into its own before the reader binds it (never bound: named)
-        return handed_over(self._written(e.producer, "init" if iteration is None else "iteration", self.namespaces[e.producer], e.name, iteration))
+        return handed_over(
+            self._written(
+                e.producer, "init" if iteration is None else "iteration", self.namespaces[e.producer], e.name, iteration
+            )
+        )
 
     def _read_deferred(self, ctx: ReplicaContext) -> None:
         try:

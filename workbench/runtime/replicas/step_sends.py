@@ -5,6 +5,7 @@ observations for the actor), or scattered among the reader's replicas (the actor
 for the env replicas: each replica its own rows, the mirror of the gather of theirs;
 :mod:`workbench.runtime.values.scatter`). An env replica that steps one plain env says its values
 have no batch axis (:class:`~workbench.runtime.values.arrays.Unbatched`)."""
+
 from __future__ import annotations
 
 import time
@@ -25,8 +26,13 @@ def send_step_values(replica, frag: str, ns: dict, sends, iteration) -> None:
         try:
             replica.peers.send(send.consumer_group, send.spatial, send.key, replica._sent.get(send.key, 0), value)
         except RowsAmbiguous as exc:
-            raise replica._cell_error(frag, "step", iteration, f"it writes {send.name!r}, which is split among the "
-                                      f"replicas of {send.consumer_group!r} every step, and {exc}") from None
+            raise replica._cell_error(
+                frag,
+                "step",
+                iteration,
+                f"it writes {send.name!r}, which is split among the "
+                f"replicas of {send.consumer_group!r} every step, and {exc}",
+            ) from None
         replica.step_send_seconds += time.perf_counter() - start
         replica.step_send_cpu_seconds += time.thread_time() - cpu
         sent_keys.add(send.key)

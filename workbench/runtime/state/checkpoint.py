@@ -33,6 +33,7 @@ Example:
     >>> ckpt.iteration, ckpt.state.fragments["counter"][0]["n"]
     (2, 6)
 """
+
 from __future__ import annotations
 
 import datetime
@@ -112,21 +113,31 @@ class Checkpoint:
         """
         replicas = self.state.fragments.get(fragment)
         if replicas is None:
-            raise CheckpointError(f"checkpoint {self.path} has no fragment {fragment!r} (it has "
-                                  f"{', '.join(self.fragments) or 'none'}).")
+            raise CheckpointError(
+                f"checkpoint {self.path} has no fragment {fragment!r} (it has {', '.join(self.fragments) or 'none'})."
+            )
         saved = sorted({n for values in replicas for n in values if not n.startswith("_wb_")})
         unknown = [n for n in names if n not in saved]
         if unknown:
-            raise CheckpointError(f"checkpoint {self.path} saved no {', '.join(map(repr, unknown))} of fragment "
-                                  f"{fragment!r} (it saved {', '.join(saved) or 'nothing'}).")
+            raise CheckpointError(
+                f"checkpoint {self.path} saved no {', '.join(map(repr, unknown))} of fragment "
+                f"{fragment!r} (it saved {', '.join(saved) or 'nothing'})."
+            )
         for values in replicas:
             for name in names:
                 values.pop(name, None)
         return self
 
 
-def save_checkpoint(directory: str | os.PathLike, state: RunState, fdg, policy: Policy, *,
-                    keep: int | None = 3, warn: Callable[[str], None] | None = None) -> Path:
+def save_checkpoint(
+    directory: str | os.PathLike,
+    state: RunState,
+    fdg,
+    policy: Policy,
+    *,
+    keep: int | None = 3,
+    warn: Callable[[str], None] | None = None,
+) -> Path:
     """Write ``state`` (taken under ``policy``) as a new checkpoint in ``directory``;
     return the checkpoint's own directory. ``keep``: how many checkpoints to leave (None:
     all). ``warn`` is called with :func:`unsaved_message` when state that holds data is
@@ -150,12 +161,18 @@ def save_checkpoint(directory: str | os.PathLike, state: RunState, fdg, policy: 
                 for what in unsaved_data(values, skipped):
                     unsaved.setdefault(f"{frag}.{what}", None)
             tensors[frag] = encoded
-            described[frag] = {"replicas": len(replicas), "stepping": frag in state.stepping,
-                               "saved": saved_names, "recreated_by_init": recreated}
+            described[frag] = {
+                "replicas": len(replicas),
+                "stepping": frag in state.stepping,
+                "saved": saved_names,
+                "recreated_by_init": recreated,
+            }
         buffer = io.BytesIO()
         torch.save({"format": FORMAT, "version": VERSION, "fragments": tensors}, buffer)
         manifest = {
-            "format": FORMAT, "version": VERSION, "iteration": state.iteration,
+            "format": FORMAT,
+            "version": VERSION,
+            "iteration": state.iteration,
             "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
             "torch": torch.__version__,
             "policy": policy.to_dict(),
@@ -188,11 +205,13 @@ def unsaved_message(names: list[str]) -> str:
     checkpoints do not save learner.buffer (a __main__.Buffer): a resume builds it again with its fragment's init cell, ...
     """
     one = len(names) == 1
-    return (f"checkpoints do not save {', '.join(names)}: a resume builds {'it' if one else 'them'} "
-            f"again with {'its' if one else 'their'} fragment's init cell, without what {'it' if one else 'they'} "
-            "held. To save one, give its class state_dict() and load_state_dict(), or keep its data in "
-            "arrays, numbers, lists or dicts (an object whose attributes are only such values is saved "
-            "by them; see docs/reliability.md, \"What is saved\").")
+    return (
+        f"checkpoints do not save {', '.join(names)}: a resume builds {'it' if one else 'them'} "
+        f"again with {'its' if one else 'their'} fragment's init cell, without what {'it' if one else 'they'} "
+        "held. To save one, give its class state_dict() and load_state_dict(), or keep its data in "
+        "arrays, numbers, lists or dicts (an object whose attributes are only such values is saved "
+        'by them; see docs/reliability.md, "What is saved").'
+    )
 
 
 def load_checkpoint(path: str | os.PathLike) -> Checkpoint:
@@ -209,9 +228,11 @@ def load_checkpoint(path: str | os.PathLike) -> Checkpoint:
 
 def _damaged(file: Path, exc: BaseException) -> CheckpointError:
     """The error for a checkpoint file that does not load, naming the file inside."""
-    return CheckpointError(f"checkpoint {file.parent} cannot be read ({file.name}: {type(exc).__name__}: "
-                           f"{_gist(exc)}): its {file.name} is damaged, or holds what workbench never "
-                           "writes (nothing in it was run).")
+    return CheckpointError(
+        f"checkpoint {file.parent} cannot be read ({file.name}: {type(exc).__name__}: "
+        f"{_gist(exc)}): its {file.name} is damaged, or holds what workbench never "
+        "writes (nothing in it was run)."
+    )
 
 
 def _read(target: Path) -> Checkpoint:
@@ -225,8 +246,7 @@ def _read(target: Path) -> Checkpoint:
     except Exception as exc:
         raise _damaged(target / "state.pt", exc) from None
     _check_data(target / "state.pt", data, manifest)
-    fragments = {frag: [PortableState(values) for values in replicas]
-                 for frag, replicas in data["fragments"].items()}
+    fragments = {frag: [PortableState(values) for values in replicas] for frag, replicas in data["fragments"].items()}
     stepping = frozenset(f for f, d in manifest["fragments"].items() if d["stepping"])
     state = RunState(int(manifest["iteration"]), fragments, stepping)
     return Checkpoint(target, state.iteration, state, manifest)
@@ -291,8 +311,10 @@ def _earlier(target: Path) -> str:
             continue
         loading.append(other.name)
     if loading:
-        return (f" Earlier checkpoints in {root} that load: {', '.join(loading)}; resume from one "
-                f"by passing its directory ({root / loading[0]}).")
+        return (
+            f" Earlier checkpoints in {root} that load: {', '.join(loading)}; resume from one "
+            f"by passing its directory ({root / loading[0]})."
+        )
     if others:
         return f" The earlier checkpoints in {root} ({', '.join(p.name for p in others)}) cannot be read either."
     return f" There is no earlier checkpoint in {root}."
@@ -312,19 +334,23 @@ _MANIFEST_FIELDS = {
 
 def _check_manifest(file: Path, manifest: Any) -> None:
     """Raise :class:`CheckpointError` naming ``file`` and the field that has a wrong type."""
+
     def bad(field: str, what: str, got: Any) -> CheckpointError:
-        return CheckpointError(f"checkpoint manifest {file}: {field} must be {what}, got "
-                               f"{type(got).__name__} {got!r:.60}. The file was changed or damaged.")
+        return CheckpointError(
+            f"checkpoint manifest {file}: {field} must be {what}, got "
+            f"{type(got).__name__} {got!r:.60}. The file was changed or damaged."
+        )
 
     if not isinstance(manifest, dict):
         raise bad("the manifest", "a JSON object", manifest)
     if manifest.get("format") != FORMAT:
-        raise CheckpointError(f"{file.parent} is not a workbench checkpoint (its manifest has no "
-                              f"format {FORMAT!r}).")
+        raise CheckpointError(f"{file.parent} is not a workbench checkpoint (its manifest has no format {FORMAT!r}).")
     version = manifest.get("version", 0)
     if isinstance(version, int) and version > VERSION:
-        raise CheckpointError(f"{file.parent} was written by a newer workbench (format version "
-                              f"{version}; this one reads ≤ {VERSION}). Upgrade workbench.")
+        raise CheckpointError(
+            f"{file.parent} was written by a newer workbench (format version "
+            f"{version}; this one reads ≤ {VERSION}). Upgrade workbench."
+        )
     for field, (kind, what) in _MANIFEST_FIELDS.items():
         value = manifest.get(field)
         if not isinstance(value, kind) or isinstance(value, bool) or (field == "iteration" and value < 0):
@@ -341,14 +367,19 @@ def _check_data(file: Path, data: Any, manifest: dict) -> None:
     """``state.pt``'s layout: fragment → list of per-replica dicts, the manifest's fragments."""
     fragments = data.get("fragments") if isinstance(data, dict) else None
     if not isinstance(fragments, dict) or not all(
-            isinstance(r, list) and all(isinstance(v, dict) for v in r) for r in fragments.values()):
-        raise CheckpointError(f"checkpoint state {file} does not hold fragment states (fragment → a "
-                              f"list of one dict per replica). The file was changed or damaged.")
+        isinstance(r, list) and all(isinstance(v, dict) for v in r) for r in fragments.values()
+    ):
+        raise CheckpointError(
+            f"checkpoint state {file} does not hold fragment states (fragment → a "
+            f"list of one dict per replica). The file was changed or damaged."
+        )
     if set(fragments) != set(manifest["fragments"]):
-        raise CheckpointError(f"checkpoint {file.parent}: state.pt holds fragments "
-                              f"{', '.join(sorted(fragments)) or 'none'} but manifest.json lists "
-                              f"{', '.join(sorted(manifest['fragments'])) or 'none'}: the two files do "
-                              f"not belong together.")
+        raise CheckpointError(
+            f"checkpoint {file.parent}: state.pt holds fragments "
+            f"{', '.join(sorted(fragments)) or 'none'} but manifest.json lists "
+            f"{', '.join(sorted(manifest['fragments'])) or 'none'}: the two files do "
+            f"not belong together."
+        )
 
 
 def _portable(values: Any) -> tuple[PortableState, list[str]]:
@@ -361,9 +392,17 @@ def _cells(fdg) -> list[dict]:
     cells = []
     for frag in fdg.fragments.values():
         for rate, cell in frag.cells.items():
-            cells.append({"fragment": frag.name, "rate": rate, "code": cell.code,
-                          "replicas": frag.replicas, "device": frag.device,
-                          "reads": list(cell.declared_reads), "writes": list(cell.declared_writes)})
+            cells.append(
+                {
+                    "fragment": frag.name,
+                    "rate": rate,
+                    "code": cell.code,
+                    "replicas": frag.replicas,
+                    "device": frag.device,
+                    "reads": list(cell.declared_reads),
+                    "writes": list(cell.declared_writes),
+                }
+            )
     return cells
 
 
@@ -375,8 +414,10 @@ def _newest(root: Path) -> Path:
             return candidate
     complete = sorted(p for p in root.glob("iteration-*") if _complete(p))
     if not complete:
-        raise CheckpointError(f"no complete checkpoint in {root} (a checkpoint directory holds "
-                              f"iteration-NNNNNN/ folders with manifest.json and state.pt).")
+        raise CheckpointError(
+            f"no complete checkpoint in {root} (a checkpoint directory holds "
+            f"iteration-NNNNNN/ folders with manifest.json and state.pt)."
+        )
     return complete[-1]
 
 

@@ -14,6 +14,7 @@ Example:
     >>> CheckpointWriter(None, None, None).every   # no directory: none while training
     0
 """
+
 from __future__ import annotations
 
 import queue
@@ -76,8 +77,13 @@ class CheckpointWriter:
             plan, iteration, pickled, policy = job
             try:
                 state = state_from(plan, iteration, pickled)
-                written = save_checkpoint(self.directory, state, self.run.fdg, policy,
-                                          warn=lambda text: self.run.note_once("state not saved", text))
+                written = save_checkpoint(
+                    self.directory,
+                    state,
+                    self.run.fdg,
+                    policy,
+                    warn=lambda text: self.run.note_once("state not saved", text),
+                )
                 self.run.checkpoints.append(str(written))
             except BaseException as exc:  # reported once, at the end; training goes on
                 self.error = exc
@@ -86,8 +92,7 @@ class CheckpointWriter:
         """The run ended: write its final state (after the queued ones)."""
         self.close()
         if self.error is not None:
-            raise CheckpointError(f"writing a checkpoint to {self.directory} failed: {self.error}") \
-                from self.error
+            raise CheckpointError(f"writing a checkpoint to {self.directory} failed: {self.error}") from self.error
         if self.enabled and self.run.state is not None:
             self.run.checkpoint(self.directory)
 

@@ -35,12 +35,22 @@ Example:
     >>> env_fragments(fdg)
     ('sim',)
 """
+
 from __future__ import annotations
 
 import re
 from typing import Any
 
-__all__ = ["env_fragments", "batch_of", "one_plain_env", "RESERVED", "ENV_STEPS_KEY", "REBUILT_KEY", "RANDOM_KEY", "RETURN_METRIC"]
+__all__ = [
+    "env_fragments",
+    "batch_of",
+    "one_plain_env",
+    "RESERVED",
+    "ENV_STEPS_KEY",
+    "REBUILT_KEY",
+    "RANDOM_KEY",
+    "RETURN_METRIC",
+]
 
 #: the metric fragments log finished episodes' returns under (CleanRL's name)
 RETURN_METRIC = "charts/episodic_return"
@@ -79,15 +89,20 @@ def env_fragments(fdg) -> tuple[str, ...]:
     by_hand = tuple(name for name, frag in stepping.items() if explicit(frag.cells["step"].code))
     if by_hand:  # 1. authoritative: nothing counted automatically on top
         return by_hand
-    candidates = [name for name, frag in stepping.items()
-                  if named_env(name) or any(n in frag.writes_at("step") for n in _REWARD_NAMES)]
+    candidates = [
+        name
+        for name, frag in stepping.items()
+        if named_env(name) or any(n in frag.writes_at("step") for n in _REWARD_NAMES)
+    ]
     order = fdg.schedule().step_order if stepping and len(candidates) != 1 else ()
     if len(candidates) > 1:  # 3. one that works on an earlier one's output of the step
         ranked = sorted(candidates, key=order.index)
         downstream = {
-            later for i, later in enumerate(ranked)
-            if any(set(fdg[later].external_inputs("step")) & set(fdg[earlier].writes_at("step"))
-                   for earlier in ranked[:i])
+            later
+            for i, later in enumerate(ranked)
+            if any(
+                set(fdg[later].external_inputs("step")) & set(fdg[earlier].writes_at("step")) for earlier in ranked[:i]
+            )
         }
         candidates = [name for name in candidates if name not in downstream]
     if candidates:

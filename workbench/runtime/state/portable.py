@@ -52,6 +52,7 @@ Example:
     ...
     ValueError: 'obs' does not fit what the init cell builds now: the checkpoint holds a float32 array of shape (8, 4), the init cell a float32 array of shape (8, 6). ...
 """
+
 from __future__ import annotations
 
 import random
@@ -115,7 +116,7 @@ def unsaved_data(values: dict[str, Any], skipped: list[str]) -> list[str]:
 
 
 def type_label(value: Any) -> str:
-    """"a TYPE" with its module, as messages name a value's type: ``a __main__.Buffer``."""
+    """ "a TYPE" with its module, as messages name a value's type: ``a __main__.Buffer``."""
     cls = type(value)
     return f"a {cls.__qualname__}" if cls.__module__ == "builtins" else f"a {cls.__module__}.{cls.__qualname__}"
 
@@ -164,8 +165,9 @@ def restore_into(ns: dict[str, Any], saved: dict[str, Any]) -> list[str]:
             try:
                 target.load_state_dict(_decode(enc["value"], None))
             except Exception as exc:
-                raise ValueError(f"{name!r} (a {kind}) does not take the saved state: "
-                                 f"{type(exc).__name__}: {exc}") from exc
+                raise ValueError(
+                    f"{name!r} (a {kind}) does not take the saved state: {type(exc).__name__}: {exc}"
+                ) from exc
         elif kind == "object":
             _restore_object(name, enc, ns.get(name))
         else:
@@ -186,8 +188,10 @@ def _restore_object(name: str, enc: dict, target: Any) -> None:
     cls = enc["class"]
     if target is None or _class_name(target) != cls:
         built = "nothing" if target is None else f"a {_class_name(target)}"
-        raise ValueError(f"the checkpoint holds {name!r}, a {cls} saved by its attributes, but the "
-                         f"fragment's init cell built {built} under that name to set them on.")
+        raise ValueError(
+            f"the checkpoint holds {name!r}, a {cls} saved by its attributes, but the "
+            f"fragment's init cell built {built} under that name to set them on."
+        )
     for attr, value in enc["value"]:
         _check_fits(f"{name}.{attr}", value, getattr(target, attr, None), whole=False)
         object.__setattr__(target, attr, _decode(value, getattr(target, attr, None)))
@@ -212,7 +216,9 @@ def _check_fits(name: str, enc: Any, current: Any, *, whole: bool) -> None:
         # a plain array's dtype may change between cells (an init cell's float64 zeros, a
         # step cell's float32 observations): only weights and state_dicts must keep theirs
         same_dtype = not whole or str(_dtype_name(saved_dtype, enc["value"])) == str(_dtype_name(None, current))
-        same_shape = shape == saved_shape if whole else (len(shape) == len(saved_shape) and shape[1:] == saved_shape[1:])
+        same_shape = (
+            shape == saved_shape if whole else (len(shape) == len(saved_shape) and shape[1:] == saved_shape[1:])
+        )
         if not (same_dtype and same_shape):
             raise ValueError(
                 f"{repr(name) if name.isidentifier() else name} does not fit what the init cell builds now: "
@@ -221,7 +227,8 @@ def _check_fits(name: str, enc: Any, current: Any, *, whole: bool) -> None:
                 "than the run that wrote the checkpoint: the fragment's cells changed since, or a "
                 "notebook value they read (a size in a config) is not what it was then. Resume "
                 "with the cells and values it came from (wb.FDG.from_checkpoint(DIR) rebuilds the "
-                "cells), or start a new run.")
+                "cells), or start a new run."
+            )
         return
     if kind == "dict" or (kind is None and isinstance(enc, dict)):
         items = enc["value"] if kind == "dict" else list(enc.items())
@@ -262,7 +269,7 @@ def _kind(enc: Any) -> str | None:
 def _encode(value: Any) -> Any:
     torch = loaded("torch")
     if isinstance(value, np.generic):  # before _PLAIN: np.float64 is a float, yet torch's
-        return value.item()            # weights_only loader refuses NumPy scalars
+        return value.item()  # weights_only loader refuses NumPy scalars
     if torch is not None:
         if isinstance(value, torch.nn.Module):
             return {"__kind__": "module", "value": _encode(value.state_dict())}
@@ -298,13 +305,31 @@ def _plain_object(value: Any) -> bool:
     """An instance of a user class (not a library's, whose objects hold more than data)
     with a ``__dict__``: candidates for saving by attributes."""
     module = type(value).__module__.split(".")[0]
-    return (hasattr(value, "__dict__") and not isinstance(value, type) and not callable(value)
-            and module not in _LIBRARIES)
+    return (
+        hasattr(value, "__dict__") and not isinstance(value, type) and not callable(value) and module not in _LIBRARIES
+    )
 
 
 #: modules whose objects are never saved by attributes: their state is not plain data
-_LIBRARIES = frozenset({"builtins", "numpy", "torch", "cupy", "gymnasium", "gym", "distributed", "dask",
-                        "threading", "socket", "io", "ssl", "asyncio", "multiprocessing", "workbench"})
+_LIBRARIES = frozenset(
+    {
+        "builtins",
+        "numpy",
+        "torch",
+        "cupy",
+        "gymnasium",
+        "gym",
+        "distributed",
+        "dask",
+        "threading",
+        "socket",
+        "io",
+        "ssl",
+        "asyncio",
+        "multiprocessing",
+        "workbench",
+    }
+)
 
 
 def _encode_object(value: Any) -> dict:

@@ -54,6 +54,7 @@ envs; the draws then depend on thread timing).
     >>> first == np.random.RandomState(1).rand()
     True
 """
+
 from __future__ import annotations
 
 import copy
@@ -73,8 +74,15 @@ from typing import Any
 from workbench.loaded_modules import loaded
 from workbench.runtime.transport.channels import Stopped
 
-__all__ = ["GeneratorTurns", "Streams", "SharedStreams", "SHARED_STREAMS", "PATIENCE_S", "BUSY_PATIENCE_S",
-           "INIT_PATIENCE_S"]
+__all__ = [
+    "GeneratorTurns",
+    "Streams",
+    "SharedStreams",
+    "SHARED_STREAMS",
+    "PATIENCE_S",
+    "BUSY_PATIENCE_S",
+    "INIT_PATIENCE_S",
+]
 
 #: how often a replica waiting for its turn looks at the run's stop flag (seconds)
 _STOP_POLL_S = 0.05
@@ -288,10 +296,10 @@ class GeneratorTurns:
             streams.holding = False
             self._lock.release()
 
-    def released(self, streams: Streams, wait: Callable[..., Any],
-                 stopped: Callable[[], bool]) -> Callable[..., Any]:
+    def released(self, streams: Streams, wait: Callable[..., Any], stopped: Callable[[], bool]) -> Callable[..., Any]:
         """``wait`` (called inside a cell) with the turn given up while it runs: the other
         replicas of this process it waits for can run their cells meanwhile."""
+
         def call(*args, **kwargs):
             held = streams.holding  # called outside a cell (a thread of the user's): no turn
             self.give(streams)
@@ -300,6 +308,7 @@ class GeneratorTurns:
             finally:
                 if held:
                     self.take(streams, stopped)
+
         return call
 
     def states_of(self, streams: Streams, stopped: Callable[[], bool]) -> dict[str, Any]:
@@ -331,8 +340,9 @@ class GeneratorTurns:
         except Stopped:
             return False
 
-    def take(self, streams: Streams, stopped: Callable[[], bool], patience: float = PATIENCE_S,
-             init: bool = False) -> bool:
+    def take(
+        self, streams: Streams, stopped: Callable[[], bool], patience: float = PATIENCE_S, init: bool = False
+    ) -> bool:
         """Begin a turn of the replica whose streams these are (see :meth:`turn`), for an
         ``init`` cell or another. False when another replica's cell kept the turn for
         ``patience`` seconds without computing (its thread's CPU time still; up to
@@ -357,7 +367,7 @@ class GeneratorTurns:
                     deadline = now + patience  # it computes: wait on
         self._holder_thread, self._holder_init = threading.get_native_id(), init
         if self._holder is not streams:  # another replica ran since: swap (lazily, so a
-            try:                         # process with one replica never pays for it)
+            try:  # process with one replica never pays for it)
                 if self._holder is not None:
                     self._holder.save()
                 streams.install()
@@ -417,12 +427,12 @@ class SharedStreams:
     def give(self, streams: Streams) -> None:
         pass
 
-    def released(self, streams: Streams, wait: Callable[..., Any],
-                 stopped: Callable[[], bool]) -> Callable[..., Any]:
+    def released(self, streams: Streams, wait: Callable[..., Any], stopped: Callable[[], bool]) -> Callable[..., Any]:
         return wait
 
-    def take(self, streams: Streams, stopped: Callable[[], bool], patience: float = PATIENCE_S,
-             init: bool = False) -> bool:
+    def take(
+        self, streams: Streams, stopped: Callable[[], bool], patience: float = PATIENCE_S, init: bool = False
+    ) -> bool:
         return True
 
     def states_of(self, streams: Streams, stopped: Callable[[], bool]) -> None:

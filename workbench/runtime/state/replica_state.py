@@ -19,6 +19,7 @@ Example:
     >>> state.layout({"learner": 2, "env": 1})
     {'learner': [{'w': 1}, {'w': 1}], 'env': [None]}
 """
+
 from __future__ import annotations
 
 import pickle

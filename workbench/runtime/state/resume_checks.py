@@ -43,6 +43,7 @@ Example:
     >>> print(note.split(". A resume")[0])
     fragment 'learner' resumes 'lr' from the checkpoint, not as its edited init cell builds it (line 1: `lr = 1e-4`, which was `lr = 3e-4`): the edited cell builds a float (0.0001), the checkpoint restores a float (0.0003)
 """
+
 from __future__ import annotations
 
 import ast
@@ -80,15 +81,17 @@ def edited_bindings(old: str | None, new: str) -> dict[str, dict]:
         if was is not None and [ast.dump(s) for s, _ in made_now] == [ast.dump(s) for s, _ in made_then]:
             continue
         # the edit to point at: the first statement making it that the old cell lacks
-        stmt, found = next(((s, f) for s, f in made_now if ast.dump(s) not in everything_then),
-                           (None, None))
+        stmt, found = next(((s, f) for s, f in made_now if ast.dump(s) not in everything_then), (None, None))
         if stmt is None:  # the old cell's statements, combined anew, or one of them gone
             stmt = next(s for s, f in reversed(made_now) if name in f.writes)
             gone = next((s for s, _ in made_then if ast.dump(s) not in {ast.dump(t) for t, _ in made_now}), None)
         else:
             gone = next((s for s, f in reversed(was or ()) if set(f.writes) & set(found.writes)), None)
-        out[name] = {"line": stmt.lineno, "now": _first_line(stmt),
-                     "was": _first_line(gone) if gone is not None else None}
+        out[name] = {
+            "line": stmt.lineno,
+            "now": _first_line(stmt),
+            "was": _first_line(gone) if gone is not None else None,
+        }
     return out
 
 
@@ -175,8 +178,10 @@ def _changes_in_place(stmt: ast.stmt, found, name: str) -> bool:
         return False
     if not found.writes:  # an expression statement or a mutation: it binds nothing
         return True
-    return any(isinstance(node, (ast.Attribute, ast.Subscript)) and isinstance(node.ctx, ast.Store)
-               and _base(node) == name for node in ast.walk(stmt))
+    return any(
+        isinstance(node, (ast.Attribute, ast.Subscript)) and isinstance(node.ctx, ast.Store) and _base(node) == name
+        for node in ast.walk(stmt)
+    )
 
 
 def _base(node: ast.AST) -> str | None:
@@ -191,8 +196,17 @@ def _first_line(stmt: ast.stmt) -> str:
 
 # -- kinds ------------------------------------------------------------------------------
 #: an encoded value's kind; modules, optimisers, state_dicts and objects have checks of their own
-_ENCODED = {"ndarray": "array", "cupy": "array", "tensor": "tensor", "list": "list", "tuple": "tuple",
-            "dict": "dict", "np_generator": "generator", "random": "random", "object": None}
+_ENCODED = {
+    "ndarray": "array",
+    "cupy": "array",
+    "tensor": "tensor",
+    "list": "list",
+    "tuple": "tuple",
+    "dict": "dict",
+    "np_generator": "generator",
+    "random": "random",
+    "object": None,
+}
 
 
 def _plain_kind(value: Any) -> str | None:
@@ -222,8 +236,13 @@ def _live_kind(value: Any) -> str | None:
         return "array"
     if module.startswith("torch") and hasattr(value, "shape") and hasattr(value, "dtype"):
         return "tensor"
-    for kind, cls in (("list", list), ("tuple", tuple), ("dict", dict), ("generator", np.random.Generator),
-                      ("random", random.Random)):
+    for kind, cls in (
+        ("list", list),
+        ("tuple", tuple),
+        ("dict", dict),
+        ("generator", np.random.Generator),
+        ("random", random.Random),
+    ):
         if isinstance(value, cls):
             return kind
     return "other"
@@ -294,14 +313,16 @@ def _where(info: dict) -> str:
 
 def _refusal(path: str, name: str, saved: Any, live: Any, mark: dict) -> str:
     frag, info = mark["fragment"], mark["names"][name]
-    return (f"{_label(path)} does not fit what the edited init cell builds now: the checkpoint holds "
-            f"{_describe_saved(saved)}, the init cell {_describe_live(live)}. The init cell of fragment "
-            f"{frag!r} makes {name!r} another way since the checkpoint was written ({_where(info)}), so "
-            "the saved value would replace the new one. Nothing was changed: the checkpoint and the "
-            "FDG are as they were. Either resume with the cell as it was (wb.FDG.from_checkpoint(DIR) "
-            f"rebuilds the cells the checkpoint came from), or keep the new {name!r} and resume "
-            f"everything else (ckpt = load_checkpoint(DIR); ckpt.leave_out({frag!r}, {name!r}); "
-            "fdg.run(resume=ckpt, …)), or start a new run.")
+    return (
+        f"{_label(path)} does not fit what the edited init cell builds now: the checkpoint holds "
+        f"{_describe_saved(saved)}, the init cell {_describe_live(live)}. The init cell of fragment "
+        f"{frag!r} makes {name!r} another way since the checkpoint was written ({_where(info)}), so "
+        "the saved value would replace the new one. Nothing was changed: the checkpoint and the "
+        "FDG are as they were. Either resume with the cell as it was (wb.FDG.from_checkpoint(DIR) "
+        f"rebuilds the cells the checkpoint came from), or keep the new {name!r} and resume "
+        f"everything else (ckpt = load_checkpoint(DIR); ckpt.leave_out({frag!r}, {name!r}); "
+        "fdg.run(resume=ckpt, …)), or start a new run."
+    )
 
 
 def _replaced_note(name: str, differences: list[tuple[str, str, str]], mark: dict) -> str:
@@ -309,17 +330,21 @@ def _replaced_note(name: str, differences: list[tuple[str, str, str]], mark: dic
     if len(differences) == 1 and differences[0][0] == name:
         what = f"the edited cell builds {differences[0][1]}, the checkpoint restores {differences[0][2]}"
     else:
-        shown = [f"{_label(path)}: the edited cell builds {built}, the checkpoint restores {restored}"
-                 for path, built, restored in differences[:_SHOWN]]
+        shown = [
+            f"{_label(path)}: the edited cell builds {built}, the checkpoint restores {restored}"
+            for path, built, restored in differences[:_SHOWN]
+        ]
         more = len(differences) - _SHOWN
         what = "; ".join(shown) + (f"; and {more} more part{'s' if more != 1 else ''}" if more > 0 else "")
-    return (f"fragment {frag!r} resumes {name!r} from the checkpoint, not as its edited init cell builds it "
-            f"({_where(info)}): {what}. A resume lays the checkpoint's values over what the init cells "
-            f"build (docs/reliability.md), so the run goes on with the checkpoint's {name!r}. To use the "
-            f"edited value, start a fresh run (without resume= / --resume), or leave {name!r} out of the "
-            f"resume (ckpt = load_checkpoint(DIR); ckpt.leave_out({frag!r}, {name!r}); "
-            "fdg.run(resume=ckpt, …)); to resume as the checkpoint was written, undo the edit "
-            "(wb.FDG.from_checkpoint(DIR) rebuilds its cells).")
+    return (
+        f"fragment {frag!r} resumes {name!r} from the checkpoint, not as its edited init cell builds it "
+        f"({_where(info)}): {what}. A resume lays the checkpoint's values over what the init cells "
+        f"build (docs/reliability.md), so the run goes on with the checkpoint's {name!r}. To use the "
+        f"edited value, start a fresh run (without resume= / --resume), or leave {name!r} out of the "
+        f"resume (ckpt = load_checkpoint(DIR); ckpt.leave_out({frag!r}, {name!r}); "
+        "fdg.run(resume=ckpt, …)); to resume as the checkpoint was written, undo the edit "
+        "(wb.FDG.from_checkpoint(DIR) rebuilds its cells)."
+    )
 
 
 # -- what the checkpoint replaces -------------------------------------------------------
@@ -342,8 +367,11 @@ def _differences(path: str, enc: Any, live: Any) -> list[tuple[str, str, str]]:
         cls = type(live)
         if f"{cls.__module__}.{cls.__qualname__}" != enc["class"]:  # restoring refuses it
             return [(path, _built(live), f"a {enc['class']}")]
-        return [d for attr, value in enc["value"]
-                for d in _differences(f"{path}.{attr}", value, getattr(live, attr, MISSING))]
+        return [
+            d
+            for attr, value in enc["value"]
+            for d in _differences(f"{path}.{attr}", value, getattr(live, attr, MISSING))
+        ]
     kind, now = _saved_kind(enc), _live_kind(live)
     if kind is None:  # a bare state_dict's dict: nothing to compare it by
         return []
@@ -352,19 +380,25 @@ def _differences(path: str, enc: Any, live: Any) -> list[tuple[str, str, str]]:
     if kind in ("list", "tuple"):
         if len(enc["value"]) != len(live):
             return [(path, _built(live), _restored(enc))]
-        return [d for i, (value, item) in enumerate(zip(enc["value"], live))
-                for d in _differences(f"{path}[{i}]", value, item)]
+        return [
+            d
+            for i, (value, item) in enumerate(zip(enc["value"], live))
+            for d in _differences(f"{path}[{i}]", value, item)
+        ]
     if kind == "dict":
         keys = [key for key, _ in enc["value"]]
         out = [] if set(keys) == set(live) else [(path, _keys(list(live)), _keys(keys))]
-        return out + [d for key, value in enc["value"] if key in live
-                      for d in _differences(f"{path}[{key!r}]", value, live[key])]
+        return out + [
+            d for key, value in enc["value"] if key in live for d in _differences(f"{path}[{key!r}]", value, live[key])
+        ]
     built, restored = _built(live), _restored(enc)
     if built != restored:
         return [(path, built, restored)]
     if _same(kind, enc, live):
         return []
-    return [(path, built, restored + (" in another state" if kind in ("generator", "random") else " with other values"))]
+    return [
+        (path, built, restored + (" in another state" if kind in ("generator", "random") else " with other values"))
+    ]
 
 
 def _state_of(value: Any) -> Any:

@@ -6,6 +6,7 @@ Example:
     >>> run.mean_return()
     10.0
 """
+
 from __future__ import annotations
 
 import html
@@ -15,15 +16,35 @@ from typing import Any, Literal
 
 from workbench.config import DEFAULT_UNIT, rate_label
 
-__all__ = ["IterationRecord", "Run", "RunEvent", "RunStatus", "EventKind", "RETURN_METRIC", "headline_text", "merge_shown", "rate_label",
-           "DEFAULT_UNIT"]
+__all__ = [
+    "IterationRecord",
+    "Run",
+    "RunEvent",
+    "RunStatus",
+    "EventKind",
+    "RETURN_METRIC",
+    "headline_text",
+    "merge_shown",
+    "rate_label",
+    "DEFAULT_UNIT",
+]
 
 #: Where a run is: training, or how it ended.
 RunStatus = Literal["running", "finished", "solved", "stopped", "interrupted", "failed"]
 #: What can happen to a run's placement while it trains.
-EventKind = Literal["replaced", "re-placed", "worker lost", "edited", "updated", "not applied",
-                    "state left out", "state not saved", "edit overridden", "random streams shared",
-                    "cell left running"]
+EventKind = Literal[
+    "replaced",
+    "re-placed",
+    "worker lost",
+    "edited",
+    "updated",
+    "not applied",
+    "state left out",
+    "state not saved",
+    "edit overridden",
+    "random streams shared",
+    "cell left running",
+]
 
 
 @dataclass(frozen=True)
@@ -34,6 +55,7 @@ class RunEvent:
     message: str
     iteration: int | None = None
     time: float = field(default_factory=time.time)
+
 
 #: The metric fragments log episode returns under (CleanRL's name).
 RETURN_METRIC = "charts/episodic_return"
@@ -162,11 +184,14 @@ class Run:
         for name, seconds in rec.comm_seconds.items():
             row[f"time/{name}_s"] = seconds
         self.rows.append(row)
-        self._episodes_at.append((len(self.episode_returns), dict(self.replica_env_steps),
-                                  dict(self.replica_episodes)))
+        self._episodes_at.append((len(self.episode_returns), dict(self.replica_env_steps), dict(self.replica_episodes)))
         if self.solved_at is None and self.is_solved():
-            self.solved_at = {"iteration": rec.iteration, "time_s": elapsed, "env_steps": self.env_steps,
-                              "evidence": self.evidence()}
+            self.solved_at = {
+                "iteration": rec.iteration,
+                "time_s": elapsed,
+                "env_steps": self.env_steps,
+                "evidence": self.evidence(),
+            }
 
     def record_unfinished(self, steps: dict[str, int], base: int = 0) -> None:
         """Count ``steps`` ("group[replica]" → env steps) that the env replicas' own counters
@@ -234,8 +259,16 @@ class Run:
                 "checkpoint_dir=… (and checkpoint_every=N, or every 5-10 s of training) to write "
                 "checkpoints as it goes."
             )
-        written = str(save_checkpoint(path, self.state, self.fdg, self.policy, keep=keep,
-                                      warn=lambda text: self.note_once("state not saved", text)))
+        written = str(
+            save_checkpoint(
+                path,
+                self.state,
+                self.fdg,
+                self.policy,
+                keep=keep,
+                warn=lambda text: self.note_once("state not saved", text),
+            )
+        )
         self.checkpoints.append(written)
         return written
 
@@ -276,7 +309,7 @@ class Run:
 
     def mean_return(self) -> float | None:
         """Mean of the last ``window`` episode returns (None before any episode ends)."""
-        last = self.episode_returns[-self.window:]
+        last = self.episode_returns[-self.window :]
         return sum(last) / len(last) if last else None
 
     # "Solved" must not be luck. The first episodes to finish are the short ones — on a
@@ -296,8 +329,13 @@ class Run:
         if not any(per.values()):  # the returns are logged by fragments that step no envs
             per = dict(self.replica_episodes)
         window = self.evidence_window
-        return {"episodes": len(self.episode_returns), "window": window, "burn_in": window,
-                "per_replica": per, "min_per_replica": -(-window // max(1, len(per)))}
+        return {
+            "episodes": len(self.episode_returns),
+            "window": window,
+            "burn_in": window,
+            "per_replica": per,
+            "min_per_replica": -(-window // max(1, len(per))),
+        }
 
     def is_solved(self) -> bool:
         """The mean return of the last ``evidence_window`` episodes reached the target, with
@@ -310,7 +348,7 @@ class Run:
             return False
         if any(n < ev["min_per_replica"] for n in ev["per_replica"].values()):
             return False
-        last = self.episode_returns[-ev["window"]:]
+        last = self.episode_returns[-ev["window"] :]
         return sum(last) / len(last) >= self.target_return
 
     # -- reading -----------------------------------------------------------------------
@@ -359,28 +397,40 @@ class Run:
         window = ev["window"] if self.target_return is not None else self.window
         last = self.episode_returns[-window:]
         mean_text = f"{sum(last) / len(last):.1f}" if last else "n/a"
-        unfinished = (f" ({self.unfinished_env_steps:,} of them in iterations the stop left unfinished)"
-                      if self.unfinished_env_steps else "")
+        unfinished = (
+            f" ({self.unfinished_env_steps:,} of them in iterations the stop left unfinished)"
+            if self.unfinished_env_steps
+            else ""
+        )
         headline = headline_text(self.headline())
-        text = (f"{self.status}: {self.completed_iterations}/{self.iterations} iterations under "
-                f"{self.policy_name}, {self.env_steps:,} {self.unit}{unfinished}"
-                f"{f' ({self.env_steps_base:,} of them before it resumed)' if self.env_steps_base else ''} "
-                f"in {self.wall_time:.1f} s "
-                f"({self.steps_per_second:,.0f} {rate_label(self.unit)}); ")
+        text = (
+            f"{self.status}: {self.completed_iterations}/{self.iterations} iterations under "
+            f"{self.policy_name}, {self.env_steps:,} {self.unit}{unfinished}"
+            f"{f' ({self.env_steps_base:,} of them before it resumed)' if self.env_steps_base else ''} "
+            f"in {self.wall_time:.1f} s "
+            f"({self.steps_per_second:,.0f} {rate_label(self.unit)}); "
+        )
         # a run without episodes (GRPO) says what it logged for the progress bar instead
-        text += (headline if headline and not last else
-                 f"mean return of the last {window} episodes {mean_text}" + (f"; {headline}" if headline else ""))
+        text += (
+            headline
+            if headline and not last
+            else f"mean return of the last {window} episodes {mean_text}" + (f"; {headline}" if headline else "")
+        )
         if self.solved_at:
-            text += (f"; solved (≥ {self.target_return:g}) at iteration {self.solved_at['iteration']}"
-                     f" after {self.solved_at['time_s']:.2f} s, {self.solved_at['env_steps']:,} {self.unit}"
-                     f", with {ev['episodes']} episodes finished by "
-                     f"{len(ev['per_replica'])} env replica{'s' if len(ev['per_replica']) != 1 else ''}"
-                     f" (the first {ev['burn_in']} not counted)")
+            text += (
+                f"; solved (≥ {self.target_return:g}) at iteration {self.solved_at['iteration']}"
+                f" after {self.solved_at['time_s']:.2f} s, {self.solved_at['env_steps']:,} {self.unit}"
+                f", with {ev['episodes']} episodes finished by "
+                f"{len(ev['per_replica'])} env replica{'s' if len(ev['per_replica']) != 1 else ''}"
+                f" (the first {ev['burn_in']} not counted)"
+            )
         elif self.target_return is not None:
             ev = self.evidence()
-            text += (f"; not solved (target {self.target_return:g}; {ev['episodes']} episodes finished, "
-                     f"the decision needs ≥ {ev['burn_in'] + ev['window']} and ≥ {ev['min_per_replica']}"
-                     " from each env replica)")
+            text += (
+                f"; not solved (target {self.target_return:g}; {ev['episodes']} episodes finished, "
+                f"the decision needs ≥ {ev['burn_in'] + ev['window']} and ≥ {ev['min_per_replica']}"
+                " from each env replica)"
+            )
         return text
 
     def __repr__(self) -> str:
@@ -412,8 +462,9 @@ def headline_text(pairs: list[tuple[str, float]]) -> str:
     'charts/loss 1.5 · losses/loss 2e-05'
     """
     short = [name.rsplit("/", 1)[-1] for name, _ in pairs]
-    return " · ".join(f"{label if short.count(label) == 1 else name} {_number(value)}"
-                      for (name, value), label in zip(pairs, short))
+    return " · ".join(
+        f"{label if short.count(label) == 1 else name} {_number(value)}" for (name, value), label in zip(pairs, short)
+    )
 
 
 def _number(value: float) -> str:

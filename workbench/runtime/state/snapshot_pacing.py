@@ -58,14 +58,28 @@ Example:
     >>> [i for i in range(1, 30) if checkpoints.due(i, now=float(i))]
     [8, 16, 24]
 """
+
 from __future__ import annotations
 
 import time
 from collections import deque
 from statistics import median
 
-__all__ = ["SnapshotPacer", "CheckpointPacer", "BUDGET", "MOST", "FLOOR_S", "BIG_BYTES", "ASSUMED_BYTES_PER_S",
-           "SMALL_PACED_BYTES", "SMALL_SEEN", "SMALL_FLOOR_S", "SMALL_MOST", "CHECKPOINT_PERIOD_S", "PACED"]
+__all__ = [
+    "SnapshotPacer",
+    "CheckpointPacer",
+    "BUDGET",
+    "MOST",
+    "FLOOR_S",
+    "BIG_BYTES",
+    "ASSUMED_BYTES_PER_S",
+    "SMALL_PACED_BYTES",
+    "SMALL_SEEN",
+    "SMALL_FLOOR_S",
+    "SMALL_MOST",
+    "CHECKPOINT_PERIOD_S",
+    "PACED",
+]
 
 #: the share of an iteration's time that snapshots may take, on average
 BUDGET = 0.05
@@ -138,8 +152,12 @@ class SnapshotPacer:
             self._small.append(seconds)
             typical = sorted(self._small)[len(self._small) // 2]
             # the size first: a PPO learner's 150 KB is never paced, however busy the machine
-            paced = (size is not None and size >= SMALL_PACED_BYTES and len(self._small) >= SMALL_SEEN
-                     and typical >= SMALL_FLOOR_S)
+            paced = (
+                size is not None
+                and size >= SMALL_PACED_BYTES
+                and len(self._small) >= SMALL_SEEN
+                and typical >= SMALL_FLOOR_S
+            )
             self._cost = typical if paced else None
             self.every = self._interval(typical) if paced else 1
             return
@@ -185,8 +203,9 @@ class CheckpointPacer:
     (False, 2048)
     """
 
-    def __init__(self, period: float | None = None, budget: float | None = None, most: int = MOST,
-                 estimate=None) -> None:
+    def __init__(
+        self, period: float | None = None, budget: float | None = None, most: int = MOST, estimate=None
+    ) -> None:
         # the module's values read now, not at import: a test may set them for a run
         self.period = CHECKPOINT_PERIOD_S if period is None else period
         self.budget = BUDGET if budget is None else budget

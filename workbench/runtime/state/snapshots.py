@@ -28,6 +28,7 @@ Example:
     >>> seen                                       # a checkpoint can be written from 16
     [(8, False), (16, True)]
 """
+
 from __future__ import annotations
 
 import threading
@@ -73,7 +74,8 @@ class SnapshotBook:
         #: is an :class:`IterationSnapshots`
         self.on_complete = on_complete
         self._versions: dict[tuple[str, int], dict[int, bytes]] = {
-            (g, i): {} for g, n in counts.items() for i in range(n)}
+            (g, i): {} for g, n in counts.items() for i in range(n)
+        }
         #: per replica, the iterations of its snapshots that were full
         self._full: dict[tuple[str, int], set[int]] = {key: set() for key in self._versions}
         self._lock = threading.Lock()
@@ -91,7 +93,7 @@ class SnapshotBook:
     def put(self, key: str, task: int, replica: int, value: bytes) -> None:
         """A snapshot of replica ``replica`` of the group in ``key``, at iteration ``task``."""
         full = key.startswith(_FULL_PREFIX)
-        group = key[len(_FULL_PREFIX if full else _PREFIX):]
+        group = key[len(_FULL_PREFIX if full else _PREFIX) :]
         with self._lock:
             versions = self._versions.setdefault((group, replica), {})
             fulls = self._full.setdefault((group, replica), set())
@@ -102,8 +104,9 @@ class SnapshotBook:
                 fulls.discard(old)
             complete = all(task in v for v in self._versions.values())
             if complete:
-                pickled = IterationSnapshots({k: v[task] for k, v in self._versions.items()},
-                                             full=all(task in f for f in self._full.values()))
+                pickled = IterationSnapshots(
+                    {k: v[task] for k, v in self._versions.items()}, full=all(task in f for f in self._full.values())
+                )
                 usable = self._newest_complete()
                 for k, v in self._versions.items():  # older ones can never be used now
                     for old in [t for t in v if usable is not None and t < usable]:

@@ -13,6 +13,7 @@ Example:
     >>> state_nbytes({"learner": {"w": np.zeros(1000), "step": 3}}) >= 8000
     True
 """
+
 from __future__ import annotations
 
 from typing import Any

@@ -16,6 +16,7 @@ Example:
     >>> box.take("traj", 3, 0, stopped=lambda: False)
     [1, 2]
 """
+
 from __future__ import annotations
 
 import io
@@ -259,8 +260,9 @@ class Peers:
     replica counts); ``allreduce`` averages a value across the replicas of one group.
     """
 
-    def __init__(self, group: str, index: int, mailbox: Mailbox, postman, counts: dict[str, int],
-                 stopped: Callable[[], bool]) -> None:
+    def __init__(
+        self, group: str, index: int, mailbox: Mailbox, postman, counts: dict[str, int], stopped: Callable[[], bool]
+    ) -> None:
         self.group, self.index = group, index
         self.mailbox, self.postman, self.counts, self.stopped = mailbox, postman, counts, stopped
         self._reductions = 0
@@ -272,8 +274,11 @@ class Peers:
         from workbench.runtime.values.scatter import split
 
         targets = receivers_for(spatial, self.index, self.counts[consumer_group])
-        pieces = (split(value, self.counts[consumer_group], self.rows_sent.get(consumer_group))
-                  if spatial == "scatter" else None)  # each replica its own rows: the gather's mirror
+        pieces = (
+            split(value, self.counts[consumer_group], self.rows_sent.get(consumer_group))
+            if spatial == "scatter"
+            else None
+        )  # each replica its own rows: the gather's mirror
         for target in targets:
             part = pieces[target] if pieces is not None else value
             self.postman.send((consumer_group, target), key, tag, self.index, part)
@@ -316,16 +321,21 @@ class Peers:
                 raise other_iteration(self.index, iteration, sender, theirs)
             return part
 
-        return allreduce(value, self.index, count, reduction, send, take,
-                                     chunked_min_bytes=self.chunked_min_bytes)
+        return allreduce(value, self.index, count, reduction, send, take, chunked_min_bytes=self.chunked_min_bytes)
 
 
 class SocketServer:
     """Accepts connections from other replicas' postmen and files what they send; with
     ``tls``, only over TLS from peers holding a certificate of the cluster's CA."""
 
-    def __init__(self, mailbox: Mailbox, host: str, authkey: bytes, tls: ChannelTLS | None = None,
-                 routes: dict[Target, Mailbox] | None = None) -> None:
+    def __init__(
+        self,
+        mailbox: Mailbox,
+        host: str,
+        authkey: bytes,
+        tls: ChannelTLS | None = None,
+        routes: dict[Target, Mailbox] | None = None,
+    ) -> None:
         self.mailbox = mailbox
         # the mailboxes of the other replicas in this process, by target: a postman sends
         # everything for this process over one connection to one of its servers, saying
@@ -435,8 +445,7 @@ class SocketServer:
         except Exception as exc:
             # e.g. a class the receiver cannot import, a CUDA value without CUDA: the
             # replica waiting for it gets this error (not a "stalled" run later on)
-            exc.add_note(f"while unpickling a {len(message)}-byte value another replica sent "
-                         "over a workbench channel")
+            exc.add_note(f"while unpickling a {len(message)}-byte value another replica sent over a workbench channel")
             box.fail(exc)
             raise StopReading() from None
         box.put(key, task, replica, value)
@@ -493,4 +502,3 @@ def _close_quietly(conn) -> None:
         conn.close()
     except OSError:
         pass
-

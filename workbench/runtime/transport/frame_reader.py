@@ -38,6 +38,7 @@ servers nobody waits on (the driver's).
     [3, 100000]
     >>> reader.close(); sender.close()
 """
+
 from __future__ import annotations
 
 import logging
@@ -270,7 +271,7 @@ class FrameReader:
         while True:
             try:
                 if s.big is not None:  # a big frame: its own buffer, read into directly
-                    n = os.readv(s.fd, [s.view[s.got:]])
+                    n = os.readv(s.fd, [s.view[s.got :]])
                     if n == 0:
                         return False
                     s.got += n
@@ -297,12 +298,12 @@ class FrameReader:
         buffer, pos = s.buffer, 0
         with memoryview(buffer) as view:
             while len(buffer) - pos >= 4:
-                size, = struct.unpack_from("!i", buffer, pos)
+                (size,) = struct.unpack_from("!i", buffer, pos)
                 head = 4
                 if size == -1:  # past 2 GiB: an 8-byte length follows
                     if len(buffer) - pos < 12:
                         break
-                    size, = struct.unpack_from("!Q", buffer, pos + 4)
+                    (size,) = struct.unpack_from("!Q", buffer, pos + 4)
                     head = 12
                 start = pos + head
                 if len(buffer) - start < size:
@@ -310,10 +311,10 @@ class FrameReader:
                         s.big = bytearray(size)
                         s.view = memoryview(s.big)
                         s.got = len(buffer) - start
-                        s.view[:s.got] = view[start:]
+                        s.view[: s.got] = view[start:]
                         pos = len(buffer)
                     break
-                if not self._hand_on(view[start:start + size].tobytes(), s):
+                if not self._hand_on(view[start : start + size].tobytes(), s):
                     return False
                 pos = start + size
         del buffer[:pos]

@@ -18,6 +18,7 @@ Example:
     >>> box.wakeups  # no thread waited: both values were in already
     0
 """
+
 from __future__ import annotations
 
 import threading
@@ -172,14 +173,14 @@ class Mailbox:
                 if not queue:  # claimed already (a value read twice): wait for the next
                     self._block(_Wait(key, None, set(), self._lock), lambda: bool(queue), stopped, poll)
 
-    def take(self, key: str, task: int, replica: int, stopped: Callable[[], bool],
-             poll: float = 0.05) -> Any:
+    def take(self, key: str, task: int, replica: int, stopped: Callable[[], bool], poll: float = 0.05) -> Any:
         """Wait for the version ``task`` of ``key`` from ``replica``; older versions are
         dropped. Raises :class:`Stopped` if the run stops first."""
         return self.take_all(key, task, (replica,), stopped, poll)[0]
 
-    def take_all(self, key: str, task: int, replicas: Iterable[int], stopped: Callable[[], bool],
-                 poll: float = 0.05) -> list[Any]:
+    def take_all(
+        self, key: str, task: int, replicas: Iterable[int], stopped: Callable[[], bool], poll: float = 0.05
+    ) -> list[Any]:
         """The version ``task`` of ``key`` from each of ``replicas``, in their order, once
         all are in (older versions dropped); the waiting thread wakes once, when the last
         arrives. Raises :class:`Stopped` if the run stops first."""
@@ -197,12 +198,14 @@ class Mailbox:
                 out.append(versions[task])
             return out
 
-    def take_ready(self, key: str, wanted: dict[int, int], stopped: Callable[[], bool],
-                   poll: float = 0.05) -> list[tuple[int, Any]]:
+    def take_ready(
+        self, key: str, wanted: dict[int, int], stopped: Callable[[], bool], poll: float = 0.05
+    ) -> list[tuple[int, Any]]:
         """Every value of ``key`` that is in from the replicas of ``wanted`` (replica → the
         version it must send next), as ``(replica, value)`` in replica order, once at least
         one is (older versions dropped): a consumer that acts on what has arrived."""
         with self._lock:
+
             def ready() -> list[int]:
                 return [r for r, task in wanted.items() if task in self._items.get((key, r), ())]
 

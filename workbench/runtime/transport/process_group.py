@@ -36,6 +36,7 @@ Example (a stretch's reducer, as ``GroupReplica.run`` installs it)::
 
     ctx.reducer = allreduce_for(replica)      # wb.allreduce(x) → reducer(x)
 """
+
 from __future__ import annotations
 
 import datetime
@@ -55,8 +56,7 @@ from workbench.loaded_modules import loaded
 from workbench.runtime.transport.channels import LocalPostman, Stopped
 from workbench.runtime.values.allreduce import torch_allreduce, torch_payload_bytes
 
-__all__ = ["BACKENDS", "Hello", "choose", "TorchGroup", "host_store", "Reducer", "allreduce_for",
-           "open_groups"]
+__all__ = ["BACKENDS", "Hello", "choose", "TorchGroup", "host_store", "Reducer", "allreduce_for", "open_groups"]
 
 #: the values of ``RunConfig.allreduce``
 BACKENDS = ALLREDUCE_BACKENDS
@@ -126,8 +126,15 @@ def host_store(host: str, count: int) -> tuple[Any, int]:
         # the store takes a descriptor of its own and closes it when it goes (or fails);
         # the long timeout bounds this rank's own waits on the store, which NCCL uses for
         # as long as the group lives
-        store = dist.TCPStore(host, port, count, True, datetime.timedelta(seconds=COLLECTIVE_TIMEOUT_S),
-                              wait_for_workers=False, master_listen_fd=os.dup(listener.fileno()))
+        store = dist.TCPStore(
+            host,
+            port,
+            count,
+            True,
+            datetime.timedelta(seconds=COLLECTIVE_TIMEOUT_S),
+            wait_for_workers=False,
+            master_listen_fd=os.dup(listener.fileno()),
+        )
     return store, port
 
 
@@ -151,8 +158,19 @@ class TorchGroup:
             _open.add(self)
 
     @classmethod
-    def form(cls, kind: str, index: int, count: int, host: str, store_host: str, port: int, token: str, *,
-             device: Any = None, store: Any = None) -> "TorchGroup":
+    def form(
+        cls,
+        kind: str,
+        index: int,
+        count: int,
+        host: str,
+        store_host: str,
+        port: int,
+        token: str,
+        *,
+        device: Any = None,
+        store: Any = None,
+    ) -> "TorchGroup":
         """Join the store at ``store_host:port`` (replica 0 passes the ``store`` it hosts)
         and build the group, its gloo transport bound to ``host`` (this worker's address);
         NCCL's communicator is made now on ``device``, not at the first collective."""
@@ -214,8 +232,15 @@ class TorchGroup:
         on_gpu = value.device.type == "cuda"
         with torch.cuda.device(value.device) if on_gpu else nullcontext():
             try:
-                return torch_allreduce(value, self.index, self.count, self.backend, wait,
-                                       host_copy=on_gpu and self.kind == "gloo", iteration=iteration)
+                return torch_allreduce(
+                    value,
+                    self.index,
+                    self.count,
+                    self.backend,
+                    wait,
+                    host_copy=on_gpu and self.kind == "gloo",
+                    iteration=iteration,
+                )
             except (Stopped, ValueError):  # ValueError: shapes differ, said alike on every rank
                 raise
             except BaseException:
@@ -287,14 +312,22 @@ class Reducer:
 
     # -- forming ---------------------------------------------------------------------
     def _form(self, value: Any) -> None:
-        mine = Hello(self.index, self.worker, self._host(self.index), value.device.type == "cuda",
-                     _gpu_id(value), _nccl_available(), getattr(self.postman, "tls", None) is not None)
+        mine = Hello(
+            self.index,
+            self.worker,
+            self._host(self.index),
+            value.device.type == "cuda",
+            _gpu_id(value),
+            _nccl_available(),
+            getattr(self.postman, "tls", None) is not None,
+        )
         self.hellos = self._exchange(0, mine)
         path = choose(self.mode, self.hellos)
         if path != "channels":
             self.torch_group = self._rendezvous(path, value)
-            threading.Thread(target=self._watch, args=(threading.current_thread(),), daemon=True,
-                             name=f"workbench-{path}-watch").start()
+            threading.Thread(
+                target=self._watch, args=(threading.current_thread(),), daemon=True, name=f"workbench-{path}-watch"
+            ).start()
         self.path = path
 
     def _exchange(self, tag: int, mine: Any) -> list:
@@ -302,8 +335,7 @@ class Reducer:
         for other in range(self.count):
             if other != self.index:
                 self.postman.send((self.group, other), _KEY, tag, self.index, mine)
-        return [mine if r == self.index else self.mailbox.take(_KEY, tag, r, self.stopped)
-                for r in range(self.count)]
+        return [mine if r == self.index else self.mailbox.take(_KEY, tag, r, self.stopped) for r in range(self.count)]
 
     def _rendezvous(self, path: str, value: Any) -> TorchGroup:
         first = self.hellos[0]
@@ -313,8 +345,10 @@ class Reducer:
                 store, port = host_store(first.host, self.count)
                 offer = {"port": port, "token": secrets.token_hex(8)}
             except Exception as exc:
-                offer = {"error": f"replica 0 on worker {self.worker} could not host the rendezvous store "
-                                  f"on {first.host} ({_first_line(exc)})"}
+                offer = {
+                    "error": f"replica 0 on worker {self.worker} could not host the rendezvous store "
+                    f"on {first.host} ({_first_line(exc)})"
+                }
             for other in range(1, self.count):
                 self.postman.send((self.group, other), _KEY, 1, 0, offer)
         else:
@@ -323,16 +357,31 @@ class Reducer:
             raise self._cannot_form(path, offer["error"])
         device = value.device if path == "nccl" else None
         try:
-            return _in_background(lambda: TorchGroup.form(
-                path, self.index, self.count, self._host(self.index), first.host, offer["port"], offer["token"],
-                device=device, store=store), self.stopped)
+            return _in_background(
+                lambda: TorchGroup.form(
+                    path,
+                    self.index,
+                    self.count,
+                    self._host(self.index),
+                    first.host,
+                    offer["port"],
+                    offer["token"],
+                    device=device,
+                    store=store,
+                ),
+                self.stopped,
+            )
         except Stopped:
             raise
         except Exception as exc:
-            raise self._cannot_form(path, (
-                f"replica {self.index} on worker {self.worker} could not connect to the other replicas "
-                f"through the rendezvous store that replica 0 hosts on worker {first.worker} at "
-                f"{first.host}:{offer['port']} within {RENDEZVOUS_TIMEOUT_S:g} s ({_first_line(exc)})")) from None
+            raise self._cannot_form(
+                path,
+                (
+                    f"replica {self.index} on worker {self.worker} could not connect to the other replicas "
+                    f"through the rendezvous store that replica 0 hosts on worker {first.worker} at "
+                    f"{first.host}:{offer['port']} within {RENDEZVOUS_TIMEOUT_S:g} s ({_first_line(exc)})"
+                ),
+            ) from None
 
     def _cannot_form(self, path: str, why: str) -> ProcessGroupError:
         return ProcessGroupError(
@@ -341,7 +390,8 @@ class Reducer:
             "its own TCP connections between these workers, beside workbench's channels, so every "
             "replica's worker must reach replica 0's worker on any port (check the firewalls and routes "
             "between them). Or run with allreduce='channels' (--allreduce channels): the same average "
-            "over workbench's own channels.")
+            "over workbench's own channels."
+        )
 
     # -- reducing --------------------------------------------------------------------
     def _over_torch(self, value: Any) -> Any:
@@ -368,7 +418,8 @@ class Reducer:
                     f"{self.count} replicas of {self.group!r} ({self._who()}) broke during a reduction on "
                     f"replica {self.index}: {_first_line(exc)}. No worker was lost within "
                     f"{BROKEN_GRACE_S:g} s; a connection between these workers was cut or a collective timed "
-                    "out. Run again, or with allreduce='channels' (--allreduce channels).") from None
+                    "out. Run again, or with allreduce='channels' (--allreduce channels)."
+                ) from None
 
     # -- closing ---------------------------------------------------------------------
     def _watch(self, loop: threading.Thread) -> None:

@@ -23,6 +23,7 @@ sender's object and read into the receiver's own buffer (a ``bytearray``), no ot
     >>> key, task, replica, len(value), joiner.pending("c1")
     ('snapshot:learner', 3, 0, 1048576, False)
 """
+
 from __future__ import annotations
 
 from typing import Any, Hashable, NamedTuple

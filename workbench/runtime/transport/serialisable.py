@@ -25,6 +25,7 @@ Example:
     ...     print(str(exc).split(":")[0])
     the notebook name 'lock' that fragment actor reads cannot be sent to the workers (a _thread.lock cannot be pickled)
 """
+
 from __future__ import annotations
 
 import logging
@@ -38,8 +39,16 @@ import cloudpickle
 from workbench.errors import WorkbenchError
 from workbench.runtime.transport.mailbox import Arrival
 
-__all__ = ["SerialisationError", "check_notebook", "quiet_dask_serialisation", "value_error", "state_error", "culprit", "unpicklable",
-           "left_out_note"]
+__all__ = [
+    "SerialisationError",
+    "check_notebook",
+    "quiet_dask_serialisation",
+    "value_error",
+    "state_error",
+    "culprit",
+    "unpicklable",
+    "left_out_note",
+]
 
 
 class SerialisationError(WorkbenchError):
@@ -47,19 +56,26 @@ class SerialisationError(WorkbenchError):
 
 
 #: what to do, per kind of thing that must cross processes
-_FIX_NOTEBOOK = ("Define it in the fragment's --init cell instead (it is then built on each "
-                 "replica, never sent), or run with policy inline.")
-_FIX_VALUE = ("Write plain data there (arrays, tensors, numbers, dicts/lists of them); a function "
-              "must be a module-level function (def in a module, not a lambda or a closure); keep "
-              "locks, generators and open files in the fragment's own names, not in values other "
-              "fragments read.")
-_FIX_STATE = ("Keep it out of the fragment's state: build it inside a function (so the cell does not "
-              "bind it), or make it picklable; the fragment's state is what snapshots send and "
-              "checkpoints keep.")
+_FIX_NOTEBOOK = (
+    "Define it in the fragment's --init cell instead (it is then built on each "
+    "replica, never sent), or run with policy inline."
+)
+_FIX_VALUE = (
+    "Write plain data there (arrays, tensors, numbers, dicts/lists of them); a function "
+    "must be a module-level function (def in a module, not a lambda or a closure); keep "
+    "locks, generators and open files in the fragment's own names, not in values other "
+    "fragments read."
+)
+_FIX_STATE = (
+    "Keep it out of the fragment's state: build it inside a function (so the cell does not "
+    "bind it), or make it picklable; the fragment's state is what snapshots send and "
+    "checkpoints keep."
+)
 
 
-def culprit(value: Any, dump: Callable[[Any], bytes] = cloudpickle.dumps, path: str = "",
-            depth: int = 4) -> tuple[str, str]:
+def culprit(
+    value: Any, dump: Callable[[Any], bytes] = cloudpickle.dumps, path: str = "", depth: int = 4
+) -> tuple[str, str]:
     """(where inside ``value``, what type) of the innermost part that does not serialise:
     ``("['info'].lock", "_thread.lock")``. Looks into dicts, lists, tuples and attributes."""
     parts: list[tuple[str, Any]] = []
@@ -102,21 +118,24 @@ def check_notebook(notebook: Mapping[str, Any], readers: Mapping[str, list[str]]
                 f"the notebook name {name!r} that fragment{'s' if len(fragments) > 1 else ''} {who} "
                 f"read{'' if len(fragments) > 1 else 's'} cannot be sent to the workers "
                 f"({_what(notebook[name], cloudpickle.dumps)}): {type(exc).__name__}: {_short(exc)}. "
-                f"{_FIX_NOTEBOOK}") from exc
+                f"{_FIX_NOTEBOOK}"
+            ) from exc
 
 
 #: the loggers Dask reports a value it could not serialise on, each with its traceback
 #: chained three deep (pickle, then cloudpickle): ~420 lines before workbench's own
 #: one-line error for one lock read from the notebook
-_DASK_SERIALISATION_LOGGERS = ("distributed.protocol.pickle", "distributed.protocol.core",
-                               "distributed.comm.utils")
+_DASK_SERIALISATION_LOGGERS = ("distributed.protocol.pickle", "distributed.protocol.core", "distributed.comm.utils")
 
 
 class _SerialisationFailures(logging.Filter):
     def filter(self, record: logging.LogRecord) -> bool:
         message = str(record.msg)
-        return not (message.startswith(("Failed to serialize", "Failed to Serialize", "Unserializable Message"))
-                    or "Could not serialize" in message or "Could not serialize" in str(record.args))
+        return not (
+            message.startswith(("Failed to serialize", "Failed to Serialize", "Unserializable Message"))
+            or "Could not serialize" in message
+            or "Could not serialize" in str(record.args)
+        )
 
 
 @contextmanager
@@ -155,11 +174,13 @@ def value_error(key: str, value: Any, exc: BaseException) -> SerialisationError:
     return SerialisationError(
         f"fragment {producer!r} writes {name!r}, which another group of this policy reads, but it "
         f"cannot be sent between processes ({_what(value, pickle.dumps)}): {type(exc).__name__}: "
-        f"{_short(exc)}. {_FIX_VALUE}")
+        f"{_short(exc)}. {_FIX_VALUE}"
+    )
 
 
-def state_error(states: Mapping[str, Mapping[str, Any]], dump: Callable[[Any], bytes],
-                exc: BaseException) -> SerialisationError:
+def state_error(
+    states: Mapping[str, Mapping[str, Any]], dump: Callable[[Any], bytes], exc: BaseException
+) -> SerialisationError:
     """The error for fragment state (fragment → name → value) that did not serialise:
     names the first fragment and name that fail on their own."""
     for fragment, values in states.items():
@@ -170,13 +191,14 @@ def state_error(states: Mapping[str, Mapping[str, Any]], dump: Callable[[Any], b
                 return SerialisationError(
                     f"fragment {fragment!r} keeps {name!r} in its state, which cannot be serialised "
                     f"for a snapshot ({_what(value, dump)}): {type(exc).__name__}: {_short(exc)}. "
-                    f"{_FIX_STATE}")
-    return SerialisationError(f"a fragment's state cannot be serialised for a snapshot: "
-                              f"{type(exc).__name__}: {_short(exc)}. {_FIX_STATE}")
+                    f"{_FIX_STATE}"
+                )
+    return SerialisationError(
+        f"a fragment's state cannot be serialised for a snapshot: {type(exc).__name__}: {_short(exc)}. {_FIX_STATE}"
+    )
 
 
-def unpicklable(states: Mapping[str, Mapping[str, Any]],
-                dump: Callable[[Any], bytes]) -> dict[str, dict[str, str]]:
+def unpicklable(states: Mapping[str, Mapping[str, Any]], dump: Callable[[Any], bytes]) -> dict[str, dict[str, str]]:
     """Fragment → name → what is wrong, for each value of fragment state (fragment → name
     → value) that does not serialise on its own.
 
@@ -196,10 +218,12 @@ def unpicklable(states: Mapping[str, Mapping[str, Any]],
 
 def left_out_note(fragment: str, name: str, what: str) -> str:
     """What a run says (once) about fragment state that snapshots leave out."""
-    return (f"fragment {fragment!r} keeps {name!r} in its state, which cannot be pickled ({what}): "
-            "snapshots and checkpoints leave it out, and a recovery or resume runs the fragment's "
-            "init cell to build it again. If the run needs its contents back, keep them in arrays "
-            "or numbers, or give its class state_dict()/load_state_dict().")
+    return (
+        f"fragment {fragment!r} keeps {name!r} in its state, which cannot be pickled ({what}): "
+        "snapshots and checkpoints leave it out, and a recovery or resume runs the fragment's "
+        "init cell to build it again. If the run needs its contents back, keep them in arrays "
+        "or numbers, or give its class state_dict()/load_state_dict()."
+    )
 
 
 def _short(exc: BaseException) -> str:
@@ -209,5 +233,7 @@ def _short(exc: BaseException) -> str:
 
 def readers_of(fdg, names) -> dict[str, list[str]]:
     """name → the fragments that read it (for :func:`check_notebook`)."""
-    return {name: [f.name for f in fdg.fragments.values()
-                   if any(name in f.external_inputs(rate) for rate in f.rates)] for name in names}
+    return {
+        name: [f.name for f in fdg.fragments.values() if any(name in f.external_inputs(rate) for rate in f.rates)]
+        for name in names
+    }

@@ -25,6 +25,7 @@ Example (two replicas behind one server):
     1
     >>> postman.close(); server.close()
 """
+
 from __future__ import annotations
 
 import pickle
@@ -48,8 +49,13 @@ def route_frame(target: Target) -> bytes:
 class SocketPostman:
     """Sends to replicas in other processes; in-process targets get the local fast path."""
 
-    def __init__(self, addresses: dict[Target, Address], authkey: bytes,
-                 local: dict | None = None, tls: wire.ChannelTLS | None = None) -> None:
+    def __init__(
+        self,
+        addresses: dict[Target, Address],
+        authkey: bytes,
+        local: dict | None = None,
+        tls: wire.ChannelTLS | None = None,
+    ) -> None:
         self.addresses = addresses
         self.authkey = authkey
         self.tls = tls

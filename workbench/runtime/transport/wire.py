@@ -24,6 +24,7 @@ Example:
     b'hello'
     >>> left.close(); right.close()
 """
+
 from __future__ import annotations
 
 import socket
@@ -75,9 +76,9 @@ class FramedSocket:
             self._sock.sendall(buf)
 
     def recv_bytes(self, maxlength: int | None = None) -> bytearray:
-        size, = struct.unpack("!i", self._recv_exactly(4))
+        (size,) = struct.unpack("!i", self._recv_exactly(4))
         if size == -1:
-            size, = struct.unpack("!Q", self._recv_exactly(8))
+            (size,) = struct.unpack("!Q", self._recv_exactly(8))
         if maxlength is not None and size > maxlength:
             self.close()  # as Connection does: the stream is out of step now
             raise OSError("bad message length")

@@ -54,6 +54,7 @@ Example, three replicas in threads:
     >>> out[0].tolist(), all((out[r] == out[0]).all() for r in range(3))
     ([1.0, 1.0, 1.0, 1.0, 1.0], True)
 """
+
 from __future__ import annotations
 
 from collections.abc import Callable
@@ -64,8 +65,19 @@ import numpy as np
 from workbench.context import reducible  # re-exported: its home is beside wb.allreduce
 from workbench.runtime.values.arrays import _is_cupy, _is_torch
 
-__all__ = ["allreduce", "reducible", "other_iteration", "direct_allreduce", "scatter_allreduce", "ring_allreduce", "torch_allreduce",
-           "torch_payload_bytes", "tags_per_reduction", "CHUNKED_MIN_BYTES", "CHUNKED_MIN_REPLICAS"]
+__all__ = [
+    "allreduce",
+    "reducible",
+    "other_iteration",
+    "direct_allreduce",
+    "scatter_allreduce",
+    "ring_allreduce",
+    "torch_allreduce",
+    "torch_payload_bytes",
+    "tags_per_reduction",
+    "CHUNKED_MIN_BYTES",
+    "CHUNKED_MIN_REPLICAS",
+]
 
 #: the smallest array (in bytes) that is sent in chunks. Chosen so the quickstart PPO's
 #: 37 KB gradient is (flat bytes per learner, issue 15), and so a chunk's ~220-byte
@@ -79,7 +91,7 @@ CHUNKED_MIN_REPLICAS = 3
 ALGORITHMS = ("scatter", "ring")
 
 Send = Callable[[int, int, Any], None]  # (to replica, tag, value)
-Take = Callable[[int, int], Any]        # (from replica, tag) -> value, blocking
+Take = Callable[[int, int], Any]  # (from replica, tag) -> value, blocking
 
 
 def other_iteration(index: int, mine: Any, sender: int, theirs: Any) -> ValueError:
@@ -90,7 +102,8 @@ def other_iteration(index: int, mine: Any, sender: int, theirs: Any) -> ValueErr
         f"same reduction from iteration {theirs}: the replicas of this fragment called wb.allreduce a "
         "different number of times in an iteration, so their values would be averaged across iterations. "
         "Every replica must call it the same number of times each iteration: decide an early stop "
-        "together (average what it tests, e.g. the KL, with wb.allreduce and stop on the mean).")
+        "together (average what it tests, e.g. the KL, with wb.allreduce and stop on the mean)."
+    )
 
 
 def tags_per_reduction(count: int) -> int:
@@ -98,9 +111,17 @@ def tags_per_reduction(count: int) -> int:
     return max(2, 2 * (count - 1))
 
 
-def allreduce(value: Any, index: int, count: int, reduction: int, send: Send, take: Take,
-              chunked_min_bytes: int = CHUNKED_MIN_BYTES,
-              chunked_min_replicas: int = CHUNKED_MIN_REPLICAS, algorithm: str = "scatter") -> Any:
+def allreduce(
+    value: Any,
+    index: int,
+    count: int,
+    reduction: int,
+    send: Send,
+    take: Take,
+    chunked_min_bytes: int = CHUNKED_MIN_BYTES,
+    chunked_min_replicas: int = CHUNKED_MIN_REPLICAS,
+    algorithm: str = "scatter",
+) -> Any:
     """The mean of ``value`` over ``count`` replicas (this one is ``index``); ``reduction``
     numbers this reduction (0, 1, 2… on every replica alike) and fixes its tags;
     ``algorithm`` (``"scatter"`` or ``"ring"``) is how arrays of ``chunked_min_bytes`` or
@@ -142,7 +163,7 @@ def scatter_allreduce(value: Any, index: int, count: int, tag: int, send: Send, 
     flat = _flatten(value)
     size = flat.shape[0]
     bounds = [size * k // count for k in range(count + 1)]
-    chunks = [flat[bounds[k]:bounds[k + 1]] for k in range(count)]
+    chunks = [flat[bounds[k] : bounds[k + 1]] for k in range(count)]
     for other in range(count):
         if other != index:
             send(other, tag, chunks[other])
@@ -167,7 +188,7 @@ def ring_allreduce(value: Any, index: int, count: int, tag: int, send: Send, tak
     flat = _flatten(value)
     size = flat.shape[0]
     bounds = [size * k // count for k in range(count + 1)]  # a value smaller than N: empty chunks
-    chunks = [flat[bounds[k]:bounds[k + 1]] for k in range(count)]
+    chunks = [flat[bounds[k] : bounds[k + 1]] for k in range(count)]
     right, left = (index + 1) % count, (index - 1) % count
     # Reduce-scatter: at step s, pass on the partial sum of chunk (index − s) and add this
     # replica's share to the partial of chunk (index − s − 1) arriving from the left.
@@ -229,14 +250,18 @@ def _received(part: Any, like: Any, sender: int, index: int, value: Any = None) 
     another GPU; summing needs one device)."""
     mine, theirs = getattr(like, "shape", None), getattr(part, "shape", None)
     if mine is not None and theirs is not None and tuple(mine) != tuple(theirs):
-        sent = (f"one of shape {tuple(theirs)}" if value is None else
-                f"a chunk of {theirs[0]} elements where this replica's chunk has {mine[0]}")
+        sent = (
+            f"one of shape {tuple(theirs)}"
+            if value is None
+            else f"a chunk of {theirs[0]} elements where this replica's chunk has {mine[0]}"
+        )
         raise ValueError(
             f"wb.allreduce: replica {index} holds a value of shape "
             f"{tuple((like if value is None else value).shape)} but replica {sender} sent "
             f"{sent}. Every replica of a group must pass a value of the same shape and dtype "
             "(the same network's gradients); check that no cell sizes its network by the "
-            "replica.")
+            "replica."
+        )
     return beside(part, like)
 
 
@@ -270,9 +295,18 @@ def beside(part: Any, like: Any) -> Any:
 Wait = Callable[[Any], None]  # blocks until a torch.distributed Work is done (or raises)
 
 
-def torch_allreduce(value: Any, index: int, count: int, backend: Any, wait: Wait, *,
-                    host_copy: bool = False, iteration: int | None = None, chunked_min_bytes: int = CHUNKED_MIN_BYTES,
-                    chunked_min_replicas: int = CHUNKED_MIN_REPLICAS) -> Any:
+def torch_allreduce(
+    value: Any,
+    index: int,
+    count: int,
+    backend: Any,
+    wait: Wait,
+    *,
+    host_copy: bool = False,
+    iteration: int | None = None,
+    chunked_min_bytes: int = CHUNKED_MIN_BYTES,
+    chunked_min_replicas: int = CHUNKED_MIN_REPLICAS,
+) -> Any:
     """The mean of the torch tensor ``value`` over ``count`` replicas through ``backend``
     (a ``torch.distributed`` ``ProcessGroupGloo`` or ``ProcessGroupNCCL``; this replica is
     its rank ``index``), identical bit for bit to :func:`allreduce`'s. ``wait(work)``
@@ -313,8 +347,9 @@ def torch_allreduce(value: Any, index: int, count: int, backend: Any, wait: Wait
     return result.reshape(value.shape).to(value.device)
 
 
-def torch_payload_bytes(value: Any, count: int, chunked_min_bytes: int = CHUNKED_MIN_BYTES,
-                        chunked_min_replicas: int = CHUNKED_MIN_REPLICAS) -> int:
+def torch_payload_bytes(
+    value: Any, count: int, chunked_min_bytes: int = CHUNKED_MIN_BYTES, chunked_min_replicas: int = CHUNKED_MIN_REPLICAS
+) -> int:
     """The bytes one replica sends in :func:`torch_allreduce` of ``value`` (the header and
     the data; gloo's and NCCL's own framing not counted): what a run reports as sent.
 
@@ -364,8 +399,9 @@ def _as_bytes(tensor: Any) -> Any:
     return tensor.view(torch.uint8)
 
 
-def _agree_on_shape(value: Any, flat: Any, index: int, count: int, backend: Any, wait: Wait,
-                    iteration: int | None = None) -> None:
+def _agree_on_shape(
+    value: Any, flat: Any, index: int, count: int, backend: Any, wait: Wait, iteration: int | None = None
+) -> None:
     """All-gather (iteration, elements, dtype, shape) from every replica and raise the
     channels' ``ValueError`` on every replica alike when one differs (so none goes on to a
     collective of another size)."""
@@ -373,8 +409,12 @@ def _agree_on_shape(value: Any, flat: Any, index: int, count: int, backend: Any,
 
     import torch
 
-    mine = [-1 if iteration is None else iteration, flat.numel(), zlib.crc32(str(value.dtype).encode()),
-            zlib.crc32(repr(tuple(value.shape)).encode())]
+    mine = [
+        -1 if iteration is None else iteration,
+        flat.numel(),
+        zlib.crc32(str(value.dtype).encode()),
+        zlib.crc32(repr(tuple(value.shape)).encode()),
+    ]
     out = torch.empty(4 * count, dtype=torch.int64, device=flat.device)
     wait(backend._allgather_base(out, torch.tensor(mine, dtype=torch.int64, device=flat.device)))
     headers = out.view(count, 4).tolist()
@@ -390,4 +430,5 @@ def _agree_on_shape(value: Any, flat: Any, index: int, count: int, backend: Any,
             f"{value.dtype}, but replica {other} passed one of {headers[other][0]} elements"
             + (" of another dtype" if headers[other][1] != mine[1] else "")
             + ". Every replica of a group must pass a value of the same shape and dtype (the same "
-            "network's gradients); check that no cell sizes its network by the replica.")
+            "network's gradients); check that no cell sizes its network by the replica."
+        )

@@ -11,6 +11,7 @@ Example:
     >>> gather([np.zeros((2, 3)), np.ones((2, 5))], axis=1).shape
     (2, 8)
 """
+
 from __future__ import annotations
 
 import copy
@@ -22,8 +23,20 @@ import numpy as np
 from workbench.runtime.values.scatter import split, split_rows
 from workbench.runtime.values.stacked_lists import Listed, StackedLists, lists_marked, unmarked
 
-__all__ = ["stack", "gather", "split", "split_rows", "nbytes", "handed_over", "StepMismatch", "ReplicasDisagree",
-           "ReplicasMisfit", "Unbatched", "unwrapped", "lists_marked"]
+__all__ = [
+    "stack",
+    "gather",
+    "split",
+    "split_rows",
+    "nbytes",
+    "handed_over",
+    "StepMismatch",
+    "ReplicasDisagree",
+    "ReplicasMisfit",
+    "Unbatched",
+    "unwrapped",
+    "lists_marked",
+]
 
 #: ``WORKBENCH_HAND_OVER=shared`` (read at import) hands values over as they are, not copied:
 #: only to measure what the copies cost (``python -m benchmarks bench_ab --variants current
@@ -335,8 +348,11 @@ def _gather(values: list[Any], axis: int, part: str) -> Any:
                 raise ReplicasDisagree(part, (0, _describe(first)), (r, _describe(v)))
         if isinstance(first, dict):
             return {k: _gather([v[k] for v in values], axis, f"{part}[{k!r}]") for k in first}
-        if type(first) is list and all(type(x) in _PLAIN for x in first) and all(
-                list(map(type, v)) == list(map(type, first)) and v == first for v in values[1:]):
+        if (
+            type(first) is list
+            and all(type(x) in _PLAIN for x in first)
+            and all(list(map(type, v)) == list(map(type, first)) and v == first for v in values[1:])
+        ):
             return first  # the same numbers or strings on every replica (the common case), at once
         items = [_gather(list(parts), axis, f"{part}[{i}]") for i, parts in enumerate(zip(*values))]
         return items if type(first) is list else tuple(items)
@@ -409,12 +425,14 @@ def _contrast(a: Any, b: Any) -> tuple[str, str]:
         return shown
     texts = [_text(v) for v in (a, b)]
     if texts[0] == texts[1] or type(b).__eq__ is object.__eq__:
-        return (f"{shown[0]} ({texts[0][:40]})",
-                f"another {type(b).__name__}, unequal to it by == (a {type(b).__name__} without "
-                "__eq__ compares by identity: define __eq__, or write a plain value)")
+        return (
+            f"{shown[0]} ({texts[0][:40]})",
+            f"another {type(b).__name__}, unequal to it by == (a {type(b).__name__} without "
+            "__eq__ compares by identity: define __eq__, or write a plain value)",
+        )
     at = next((i for i, (x, y) in enumerate(zip(*texts)) if x != y), min(map(len, texts)))
     start = max(0, at - 20)
-    window = [("…" if start else "") + t[start:at + 20] + ("…" if len(t) > at + 20 else "") for t in texts]
+    window = [("…" if start else "") + t[start : at + 20] + ("…" if len(t) > at + 20 else "") for t in texts]
     if shown[0].startswith("a ") and not shown[0].startswith(("a dict", "a tuple", "a list")):
         holds = " holding " if start == 0 and len(window[0]) < 60 else " "
         return shown[0] + holds + window[0], shown[1] + holds + window[1]

@@ -15,6 +15,7 @@ Example:
     >>> [p.tolist() for p in split(np.arange(5), 2, {"obs": (2, 3)})]
     [[0, 1], [2, 3, 4]]
 """
+
 from __future__ import annotations
 
 from collections.abc import Mapping
@@ -116,7 +117,8 @@ def _sizes(rows: int, parts: int, sent: Mapping[str, tuple[int, ...]] | None) ->
         raise RowsAmbiguous(
             f"an array of {rows} rows goes back to {parts} replicas that sent {list(a)} rows "
             f"({_name(key_a)}) and {list(b)} rows ({_name(key_b)}): which rows are whose is "
-            "ambiguous. Give the values read from those replicas the same rows (one row per env).")
+            "ambiguous. Give the values read from those replicas the same rows (one row per env)."
+        )
     return next(iter(fits), None)
 
 

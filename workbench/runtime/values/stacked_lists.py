@@ -19,6 +19,7 @@ marks; the reader gets the arrays, exactly as a reader of one replica does.
     >>> gather([lists_marked(stacked, [np.arange(2)])] * 2, axis=1).shape
     (3, 1, 4)
 """
+
 from __future__ import annotations
 
 from typing import Any
