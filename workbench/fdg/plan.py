@@ -181,7 +181,19 @@ class Plan:
         """The program as a stream of tasks, in an order that respects every data dependency.
 
         Consecutive items of one group merge into one task, but a task never holds two
-        blocks of steps: that keeps per-iteration progress visible.
+        blocks of steps nor the iteration cells of two iterations: that keeps per-iteration
+        progress visible, and lets a stop or the driver's window land between iterations (a
+        group without step cells, alone, was one task for the whole run: its first report
+        came at its end, and a run longer than the driver's window waited for it forever).
+
+        >>> from workbench.fdg.graph import Graph
+        >>> from workbench.fdg.policy import Group, Policy
+        >>> fdg = Graph()
+        >>> _ = fdg.add_fragment("learner", "w = 0", rate="init")
+        >>> _ = fdg.add_fragment("learner", "w += 1", rate="iteration")
+        >>> plan = make_plan(fdg, Policy("p", (Group(("learner",), 1),)))
+        >>> [task.describe() for task in plan.tasks(3)]
+        ['learner: init learner · iteration learner (iteration 0)', 'learner: iteration learner (iteration 1)', 'learner: iteration learner (iteration 2)']
         """
         stream: list[tuple[str, Item]] = []
         if with_init:
@@ -197,7 +209,10 @@ class Plan:
         for stream in phases:
             for group, item in stream:
                 has_steps = any(i.rate == "step" for i in pending_items)
-                if group != pending_group or (item.rate == "step" and has_steps):
+                next_iteration = item.rate == "iteration" and any(
+                    i.rate == "iteration" and i.iteration != item.iteration for i in pending_items
+                )
+                if group != pending_group or (item.rate == "step" and has_steps) or next_iteration:
                     if pending_items:
                         yield TaskSpec(pending_group, tuple(pending_items))
                     pending_group, pending_items = group, []
