@@ -484,7 +484,13 @@ def main() -> None:
         epilog="\n".join(__doc__.splitlines()[1:]),
     )
     parser.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3], help="the seeds (default 1 2 3)")
-    parser.add_argument("--only", choices=PARTS, help="one comparison only")
+    parser.add_argument(
+        "--only",
+        choices=PARTS,
+        nargs="+",
+        metavar="PART",
+        help=f"these comparisons only ({', '.join(PARTS)}; default: all)",
+    )
     parser.add_argument(
         "--sizes",
         type=int,
@@ -557,7 +563,7 @@ def main() -> None:
         else:
             rllib = out.strip().splitlines()[-1]
 
-    parts = [p for p in PARTS if args.only in (None, p)]
+    parts = [p for p in PARTS if args.only is None or p in args.only]
     who = {
         "solve": ["workbench", "rllib"],
         "throughput": ["workbench", "rllib"],
