@@ -64,7 +64,7 @@ class WorkerSetup(WorkerPlugin):
         except ImportError:
             pass
         self.threads = max(1, int(worker.state.nthreads))
-        limit_threads(self.threads)  # the worker's threads share a host with other workers
+        limit_threads(self.threads, pools_started_at_size=True)  # the worker's threads share a host
         warm_up()
 
 

@@ -20,9 +20,13 @@ __all__ = ["limit_threads", "POOL_VARIABLES"]
 POOL_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
 
 
-def limit_threads(count: int = 1) -> Callable[[], None]:
+def limit_threads(count: int = 1, *, pools_started_at_size: bool = False) -> Callable[[], None]:
     """Set torch's intra-op threads (if torch is loaded) and the BLAS pools' (NumPy's matmuls,
     through threadpoolctl) to ``count``; return a function that restores both.
+
+    ``pools_started_at_size``: a fresh process whose :data:`POOL_VARIABLES` all say ``count``
+    (a Dask worker: its nanny sets them) started its BLAS pools at that size, so threadpoolctl
+    is not asked (it reads every loaded library). Elsewhere a pool may have been resized since.
 
     >>> restore = limit_threads(1)
     >>> restore()
@@ -33,7 +37,7 @@ def limit_threads(count: int = 1) -> Callable[[], None]:
     if torch is not None and previous != count:
         torch.set_num_threads(count)
     blas = None
-    if not all(os.environ.get(name) == str(count) for name in POOL_VARIABLES):  # else they started at this size
+    if not (pools_started_at_size and all(os.environ.get(name) == str(count) for name in POOL_VARIABLES)):
         try:
             from threadpoolctl import threadpool_limits
 
