@@ -11,6 +11,11 @@ __all__ = ["WorkbenchMagics", "load_ipython_extension"]
 def load_ipython_extension(ipython) -> None:
     """``%load_ext workbench``."""
     ipython.register_magics(WorkbenchMagics(ipython))
+    if hasattr(ipython, "kernel"):  # a Jupyter kernel: wb.sweep's table as a widget in the cell
+        from workbench.magics.sweep_view import NotebookView
+        from workbench.sweep import views
+
+        views.notebook_view = NotebookView
     _load_bokehjs(ipython)
     _wrap_notices(ipython)
 

@@ -1,25 +1,24 @@
-"""The sweep's live table: HTML in a notebook (an ipywidgets ``HTML``), text elsewhere.
+"""The sweep's live table: text here; in a notebook, the view ``%load_ext workbench`` sets.
 
 A view has ``update(table)`` (called as trials report; it redraws at most every
-``every_s``) and ``close(table)`` (the final table).
+``every_s``) and ``close(table)`` (the final table). The notebook's view (an ipywidgets
+``HTML`` shown in the cell) lives in :mod:`workbench.magics`, the only IPython import: it
+sets :data:`notebook_view` when the extension loads in a kernel.
 """
 
 from __future__ import annotations
 
 import sys
 import time
-from typing import Any
+from typing import Any, Callable
 
 from workbench.sweep.table import SweepTable
 
-__all__ = ["make_view", "TextView", "NotebookView", "in_notebook"]
+__all__ = ["make_view", "TextView", "notebook_view"]
 
 
-def in_notebook() -> bool:
-    """Whether this process is a Jupyter kernel (asked of what is loaded, importing nothing)."""
-    ipython = sys.modules.get("IPython")
-    shell = ipython.get_ipython() if ipython is not None and hasattr(ipython, "get_ipython") else None
-    return shell is not None and hasattr(shell, "kernel")
+#: makes the notebook's view of a table; set by ``%load_ext workbench`` in a Jupyter kernel
+notebook_view: Callable[[SweepTable], Any] | None = None
 
 
 def make_view(progress: Any, table: SweepTable):
@@ -27,9 +26,9 @@ def make_view(progress: Any, table: SweepTable):
         return _NoView()
     if callable(progress):
         return progress(table)
-    if in_notebook():
+    if notebook_view is not None:
         try:
-            return NotebookView(table)
+            return notebook_view(table)
         except ImportError:  # no ipywidgets: the text table still works
             pass
     return TextView(table)
@@ -88,25 +87,3 @@ class TextView:
         else:
             self.update(table)
             print(table.text(), file=self.stream, flush=True)
-
-
-class NotebookView:
-    """An ipywidgets ``HTML`` shown in the cell, its value redrawn as trials report."""
-
-    def __init__(self, table: SweepTable, every_s: float = 0.3) -> None:
-        import ipywidgets
-        from IPython.display import display
-
-        self.every_s = every_s
-        self.last = 0.0
-        self.widget = ipywidgets.HTML(table.html())
-        display(self.widget)
-
-    def update(self, table: SweepTable) -> None:
-        now = time.monotonic()
-        if now - self.last >= self.every_s:
-            self.last = now
-            self.widget.value = table.html()
-
-    def close(self, table: SweepTable) -> None:
-        self.widget.value = table.html()
