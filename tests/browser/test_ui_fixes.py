@@ -35,6 +35,11 @@ CELLS = quickstart_cells() + [
     "print('LIVE', seen, bg.completed_iterations, bg.status)",
     "# stop\nrun = %fdg stop\nprint('SAME', run is bg, run.status)",
     "%fdg place",
+    "# diagnose: run only when the page shows no progress\n"
+    "import sys, traceback\n"
+    "print('DIAGNOSIS', bg.status, bg.completed_iterations, repr(bg.error))\n"
+    "for ident, frame in sys._current_frames().items():\n"
+    "    print(f'--- thread {ident}', ''.join(traceback.format_stack(frame)[-8:]), sep='\\n')",
 ]
 
 

@@ -141,7 +141,11 @@ try {
   for (;;) {
     result.progress = await runNode.evaluate(measureProgress);
     if (/ (\d{2,}) it /.test(result.progress.text) && result.progress.text.includes("return")) break;
-    if (Date.now() > deadline) throw new Error(`no progress: ${JSON.stringify(result.progress)}`);
+    if (Date.now() > deadline) {
+      // whether the run stalled or only the page stopped hearing of it: the kernel says
+      const said = await runCell(page, "# diagnose", "DIAGNOSIS").catch((e) => `no diagnosis: ${e}`);
+      throw new Error(`no progress: ${JSON.stringify(result.progress)}\nthe kernel: ${said}`);
+    }
     await page.waitForTimeout(500);
   }
   await runNode.evaluate((node) => { node.style.width = "560px"; });  // a narrow notebook
