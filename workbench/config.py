@@ -46,6 +46,7 @@ __all__ = [
     "RUN_USAGE",
     "PLACE_USAGE",
     "DEFAULT_ITERATIONS",
+    "DEFAULT_VIDEO_EVERY",
     "DEFAULT_STEPS",
     "DEFAULT_UNIT",
     "rate_label",
@@ -62,6 +63,10 @@ EVERYWHERE = ("api", "magic", "cli")
 API_ONLY = ("api",)
 
 
+#: ``--video-every`` given without N: a clip every this many iterations
+DEFAULT_VIDEO_EVERY = 100
+
+
 def _option(
     default,
     help: str,
@@ -72,8 +77,10 @@ def _option(
     aliases: tuple[str, ...] = (),
     surfaces: tuple[str, ...] = EVERYWHERE,
     boolean: bool = False,
+    const: Any = None,
 ):
-    """A RunConfig field: its default plus how it appears on a command line."""
+    """A RunConfig field: its default plus how it appears on a command line (``const``: the
+    value the flag alone gives, its argument then optional)."""
     return field(
         default=default,
         metadata={
@@ -84,6 +91,7 @@ def _option(
             "aliases": aliases,
             "surfaces": surfaces,
             "boolean": boolean,
+            "const": const,
         },
     )
 
@@ -398,6 +406,16 @@ class RunConfig:
     keep_state: bool = _option(
         True, "keep the final fragment states in run.state (to checkpoint or resume from)", check=_boolean, boolean=True
     )
+    video_every: int | None = _option(
+        None,
+        f"record a clip of the agent every N iterations (N alone: every {DEFAULT_VIDEO_EVERY}), played "
+        "from the run's state in a low-priority process, into the notebook's live view, run.clips and "
+        "TensorBoard; a clip due while the last is still being made is skipped (docs/evaluation.md)",
+        check=_whole(1),
+        type=int,
+        metavar="N",
+        const=DEFAULT_VIDEO_EVERY,
+    )
     # output
     log_dir: str | None = _option(
         None, "write metrics.csv (and TensorBoard events, when installed) to DIR", check=_directory, metavar="DIR"
@@ -496,8 +514,15 @@ def add_run_arguments(parser: argparse.ArgumentParser, surface: str, *, only: tu
                 help=meta["help"] + (" (default on)" if default else ""),
             )
         else:
+            optional = {"nargs": "?", "const": meta["const"]} if meta.get("const") is not None else {}
             parser.add_argument(
-                *flags, dest=f.name, type=meta["type"], metavar=meta["metavar"], default=None, help=meta["help"] + shown
+                *flags,
+                dest=f.name,
+                type=meta["type"],
+                metavar=meta["metavar"],
+                default=None,
+                help=meta["help"] + shown,
+                **optional,
             )
 
 

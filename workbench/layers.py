@@ -106,10 +106,11 @@ LAYERS: tuple[tuple[str, tuple[str, ...], str], ...] = (
             "workbench.stretch_state",
             "workbench.progress",
             "workbench.auto_trials",
+            "workbench.training_clips",
         ),
         "Dask: connect or the embedded LocalCluster, worker plugins, the Dask backend, the dashboard page "
         "(every Dask internal it touches is in `cluster/_dask_compat.py`); language models as fragments; "
-        "what the trainer composes: live edits, a stretch's state, progress, auto's trials",
+        "what the trainer composes: live edits, a stretch's state, progress, auto's trials, clips while training",
     ),
     (
         "training",

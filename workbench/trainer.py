@@ -58,6 +58,7 @@ from workbench.runtime.replicas.replica import group_program
 from workbench.runtime.state.run import Run, rate_label
 from workbench.runtime.transport.serialisable import check_notebook, quiet_dask_serialisation, readers_of
 from workbench.runtime.state.replica_state import RunState
+from workbench.training_clips import Clip, ClipMaker
 from workbench.stretch_state import collect_state, counts_in, say_left_out, settle_counts, snapshot_state, states_for
 
 __all__ = ["Trainer", "TrainerState", "AUTO_TRIAL_ITERATIONS", "MAX_RECOVERIES"]
@@ -121,6 +122,8 @@ class _Stretch:
     namespace: Mapping[str, Any]
     keep_state: bool
     writer: CheckpointWriter
+    #: the run's clips (``--video-every``), else None
+    clips: ClipMaker | None = None
 
     def snapshots_for(self, policy: Policy) -> tuple[int, int]:
         """How often replicas send snapshots of their learners (on a cluster every
@@ -273,7 +276,8 @@ class Trainer:
         loggers = _loggers(config.loggers, config.log_dir)
         bar = make_progress(config.progress, config.iterations, run.policy_name)
         writer = CheckpointWriter(run, config.checkpoint_dir, config.checkpoint_every)
-        stretch = _Stretch(config, cluster, self.namespace, config.keep_state or writer.enabled, writer)
+        clips = _clip_maker(run, config.video_every, loggers, bar)
+        stretch = _Stretch(config, cluster, self.namespace, config.keep_state or writer.enabled, writer, clips)
         self.state.loggers, self.state.bar, self.state.carried = loggers, bar, CarriedEnvs()
         self.state.fault = None
         try:
@@ -311,6 +315,10 @@ class Trainer:
             self.state.over = True
             self.state.carried.close()  # the envs stretches handed on: nothing steps them now
             writer.close()
+            if clips is not None:
+                clips.close()  # the clip being made is finished first: it shows the end of training
+                for kind, text in clips.notes():
+                    run.note(kind, text)
             if bar is not None:
                 bar.finish(run)
             for logger in loggers:
@@ -477,7 +485,7 @@ class Trainer:
         _deploy(backend, placed, notebook, states)
         # the env replicas' own counts settle the stretch's: steps of iterations left unfinished count
         counts = counts_in(states), dict(run.replica_env_steps)
-        completed = self._drive(run, placed, backend, iterations, start, stretch, counts)
+        completed = self._drive(run, placed, backend, iterations, start, stretch, counts, notebook)
         settle_counts(run, backend, *counts)
         self._collect(run, placed.plan, backend, start + completed, stretch)
 
@@ -490,6 +498,7 @@ class Trainer:
         start: int,
         stretch: _Stretch,
         counts: tuple[dict[str, int], dict[str, int]],
+        notebook: dict[str, Any],
     ) -> int:
         """Drive the deployed replicas through ``iterations`` iterations from ``start``,
         recording each; return how many were recorded. A lost worker's error carries the
@@ -512,7 +521,11 @@ class Trainer:
                 start=start,
                 snapshot_every=every,
                 full_snapshot_every=full_every,
-                on_snapshot=stretch.writer.stretch(plan, placed.policy),
+                on_snapshot=_each(
+                    stretch.writer.stretch(plan, placed.policy, stretch.clips.every if stretch.clips else 0),
+                    stretch.clips.stretch(plan, notebook) if stretch.clips else None,
+                ),
+                clip_every=stretch.clips.every if stretch.clips else 0,
                 stopping=self._stop.is_set,
                 lockstep=run.target_return is not None,
                 snapshot_paced=self.config.snapshot_every is None,
@@ -711,6 +724,43 @@ def _check_not_repeating(run: Run, lost: WorkerLostError, last) -> None:
         "memory. Run under policy inline to see where (the error names the cell), fix it, and run "
         "again."
     ) from lost
+
+
+def _each(*hooks):
+    """One ``on_snapshot`` hook calling each of ``hooks`` that is set (None: none is)."""
+    hooks = [h for h in hooks if h is not None]
+    if len(hooks) <= 1:
+        return hooks[0] if hooks else None
+
+    def on_snapshot(iteration: int, pickled) -> None:
+        for hook in hooks:
+            hook(iteration, pickled)
+
+    return on_snapshot
+
+
+def _clip_maker(run: Run, every: int | None, loggers: list, bar) -> ClipMaker | None:
+    """The run's clips (``--video-every``): each kept in ``run.clips``, shown by the progress
+    view and given to the loggers that take clips (TensorBoard's)."""
+    if not every:
+        return None
+    takers = [x for x in [bar, *loggers] if callable(getattr(x, "clip", None))]
+
+    def on_clip(clip: Clip) -> None:
+        steps = run.env_steps_after(clip.iteration)
+        if steps is not None:  # the whole run's count (the clip's state knows its first env replica's)
+            clip = dataclasses.replace(clip, env_steps=steps)
+        run.clips.append(clip)
+        for taker in takers:
+            try:
+                taker.clip(clip)
+            except Exception as exc:  # noqa: BLE001 — a view or logger failing must not end training
+                run.note_once("clip not shown", f"{type(taker).__name__} could not take a clip: {exc}")
+
+    gif = any(getattr(x, "wants_gif", False) for x in takers)
+    maker = run.clip_maker = ClipMaker(every, on_clip, gif=gif)
+    maker.start()  # its child imports while the run deploys
+    return maker
 
 
 def _loggers(loggers, log_dir: str | None) -> list:

@@ -167,12 +167,21 @@ def test_a_run_still_training_is_refused():
         Run(policy_name="inline", iterations=5, steps=4).evaluate()
 
 
-def test_a_run_loaded_from_the_store_says_how_to_play_it(tmp_path):
-    # a checkpoint keeps the state encoded: nothing a cell could step until a resume decodes it
+def test_a_run_loaded_from_the_store_plays_as_the_run_it_was(tmp_path):
+    """A checkpoint keeps the state encoded (tensors, plain values): the init cells build the
+    objects again from the notebook names it was loaded with, and the saved values are laid
+    over them, so the loaded run plays exactly as the run that trained did."""
+    fdg = ppo.build_fdg()
+    trained = fdg.run(iterations=6, steps=16, progress=False, run_store=str(tmp_path), run_name="kept")
+    loaded = wb.load_run("kept", store=str(tmp_path), namespace=fdg.namespace)
+    again, there = loaded.evaluate(episodes=3), trained.evaluate(episodes=3)
+    assert again.returns == there.returns and again.lengths == there.lengths and again.seeds == there.seeds
+    assert loaded.show().frames == there.lengths[0] + 1
+
+
+def test_a_run_loaded_without_its_notebook_names_says_how_to_load_it(tmp_path):
     fdg = ppo.build_fdg()
     fdg.run(iterations=1, steps=8, progress=False, run_store=str(tmp_path), run_name="kept")
     loaded = wb.load_run("kept", store=str(tmp_path))
-    with pytest.raises(EvaluationError, match=r"loaded from a checkpoint file.*fdg.run\(resume=loaded.checkpoint_path"):
+    with pytest.raises(EvaluationError, match=r"loaded without the notebook names.*namespace=globals\(\)"):
         loaded.evaluate(episodes=1)
-    resumed = fdg.run(resume=loaded.checkpoint_path, iterations=1, steps=8, progress=False, run_store="off")
-    assert len(resumed.evaluate(episodes=2).returns) == 2

@@ -347,7 +347,7 @@ class DaskBackend(Backend):
         counts = {name: g.replicas for name, g in plan.groups.items()}
         self._asynchronous = plan.policy.asynchronous
         addresses = gateways(self._workers, self._addresses)
-        if stream.snapshot_every or stream.full_snapshot_every:
+        if stream.snapshot_every or stream.full_snapshot_every or stream.clip_every:
             # replicas send their state here between iterations; the run restores from it
             # when a worker dies
             self.snapshots = SnapshotBook(counts, on_complete=events.on_snapshot)

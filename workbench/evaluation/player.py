@@ -14,6 +14,11 @@ Per stepping fragment, from the state's first replica:
 
 The state is deep-copied first and the random generators (``random``, NumPy's, torch's)
 are restored afterwards, so an evaluation changes nothing, whatever it raises.
+
+A run loaded from the run store keeps its state as a checkpoint file encodes it (tensors and
+plain values, :mod:`workbench.runtime.state.portable`): each such fragment first runs its init
+cell, with the notebook names the run was loaded with (``wb.load_run(…, namespace=globals())``),
+and the saved values are laid over what it built, as a resume does; then it plays as above.
 """
 
 from __future__ import annotations
@@ -87,10 +92,14 @@ def play(
     render: bool = False,
     max_steps: int = DEFAULT_MAX_STEPS,
     state: Any = None,
+    max_frames: int | None = None,
 ) -> Played:
-    """Play the state (``state``, else ``run.state``) of ``run``'s FDG; see the module."""
+    """Play the state (``state``, else ``run.state``) of ``run``'s FDG; see the module.
+    ``max_frames``: rendering stops after this many frames (the episodes still end)."""
     _check_count("episodes", episodes)
     _check_count("max_steps", max_steps)
+    if max_frames is not None:
+        _check_count("max_frames", max_frames)
     if seed is not None and (isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0):
         raise EvaluationError(f"seed must be a whole number ≥ 0 or None (held-out seeds), got {seed!r}.")
     if run.status == "running":
@@ -109,7 +118,7 @@ def play(
         game = _Game(run.fdg, state, run)
         try:
             game.start()
-            result = game.play(episodes, evaluation, max_steps, render)
+            result = game.play(episodes, evaluation, max_steps, render, max_frames)
         finally:
             game.close()
     return Played(dataclasses.replace(result, seconds=time.perf_counter() - started), game.frames)
@@ -182,11 +191,15 @@ class _Game:
         firsts = {
             f: replicas[0] for f, replicas in state.fragments.items() if replicas and isinstance(replicas[0], dict)
         }
-        if any(run.is_checkpoint_values(values) for values in firsts.values()):
+        #: fragments whose state a checkpoint file encodes (a run loaded from the store): decoded by start
+        self.encoded = {f: values for f, values in firsts.items() if run.is_checkpoint_values(values)}
+        self.restore = run.restore_checkpoint_values
+        if self.encoded and fdg.namespace is None and fdg.notebook_names():
+            names = ", ".join(sorted(fdg.notebook_names())[:6])
             raise EvaluationError(
-                "this run was loaded from a checkpoint file, which keeps its state encoded, without objects a "
-                "cell could step; play it by resuming it in the notebook that trained it: "
-                "run = fdg.run(resume=loaded.checkpoint_path, iterations=1), then run.evaluate()."
+                f"this run was loaded without the notebook names its cells read ({names}, …), and its "
+                "checkpoint keeps tensors and plain values, not the objects a cell builds from them: load "
+                "it in the notebook that defines them, wb.load_run(…, namespace=globals()), then evaluate."
             )
         self.kept = {
             f: {n: v for n, v in values.items() if not n.startswith(_RESERVED_PREFIX)} for f, values in firsts.items()
@@ -199,6 +212,8 @@ class _Game:
         self.contexts: dict[str, ReplicaContext] = {}
         self.compiled: dict[tuple[str, str], Any] = {}
         self.recorders: list[EpisodeRecorder] = []
+        #: envs the decoding of a checkpoint's state built (the envs played are built afresh)
+        self.spare_envs: list[Any] = []
         self.frames: list[np.ndarray] | None = None
         self.iteration = state.iteration
         trained = state.env_steps
@@ -211,6 +226,10 @@ class _Game:
     # -- building the namespaces -------------------------------------------------------------
     def start(self) -> None:
         notebook = dict(self.fdg.namespace or {})
+        order = self.fdg.schedule().init_order
+        for frag in [f for f in order if f in self.encoded] + [f for f in self.encoded if f not in order]:
+            self.kept[frag] = self._decoded(frag, notebook)
+            del self.encoded[frag]  # its values are objects now: what later init cells read
         for frag in self.init_order + [f for f in self.stepping if f not in self.init_order]:
             own = self.kept.get(frag, {})
             ns = dict(notebook)
@@ -247,6 +266,37 @@ class _Game:
             if "iteration" in self.fragments[frag].cells and self._reads_only_kept(frag, "iteration"):
                 self._run(frag, "iteration")
 
+    def _decoded(self, frag: str, notebook: dict[str, Any]) -> dict[str, Any]:
+        """A checkpoint's values of ``frag`` as objects: its init cell builds them, the saved
+        values are laid over them (what a resume does)."""
+        saved = self.encoded[frag]
+        ns = dict(notebook)
+        ns["replica"] = ReplicaInfo(frag)
+        for name in self.fragments[frag].external_inputs("init"):  # decoded before it: init order
+            for producer in self.writers.get(name, ()):
+                if producer != frag and producer not in self.encoded and name in self.kept.get(producer, {}):
+                    ns[name] = self.kept[producer][name]
+        if "init" in self.fragments[frag].cells:
+            evaluation = context.evaluation.get()
+            taken = len(evaluation.seeds) if evaluation is not None else 0
+            self._exec(frag, "init", ns, ReplicaContext(ReplicaInfo(frag)))
+            if (
+                evaluation is not None
+            ):  # the envs it builds here are rebuilt to play: their seeds are not the played ones
+                del evaluation.seeds[taken:]
+        # an env's saved state is not laid over: the envs played are built afresh (held-out seeds, rendering)
+        restorable = {name: enc for name, enc in saved.items() if not is_env(ns.get(name))}
+        try:
+            self.restore(ns, restorable)
+        except ValueError as exc:
+            raise EvaluationError(
+                f"the run's saved state of fragment {frag!r} does not fit what its init cell builds now: {exc}"
+            ) from exc
+        values = {name: ns[name] for name in saved if name in ns and not name.startswith(_RESERVED_PREFIX)}
+        shared = {id(v) for v in notebook.values()}
+        self.spare_envs += [v for v in ns.values() if is_env(v) and id(v) not in shared]
+        return values
+
     def _reads_only_kept(self, frag: str, rate: str) -> bool:
         """The cell reads nothing another stepping fragment writes (no rollout to learn from)."""
         return not any(
@@ -281,23 +331,28 @@ class _Game:
                     ns[name] = self._copy(producer, name, self.kept[producer][name])
 
     def _run(self, frag: str, rate: str) -> None:
+        self._bind(frag, rate)
+        self._exec(frag, rate, self.namespaces[frag], self.contexts[frag])
+
+    def _exec(self, frag: str, rate: str, namespace: dict[str, Any], ctx: ReplicaContext) -> None:
         key = (frag, rate)
         if key not in self.compiled:
             source = self.fragments[frag].cells[rate].code
             filename = f"<fragment {frag}:{rate}>"
             linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
             self.compiled[key] = compile(source, filename, "exec")
-        self._bind(frag, rate)
-        token = activate(self.contexts[frag])
+        token = activate(ctx)
         try:
-            exec(self.compiled[key], self.namespaces[frag])
+            exec(self.compiled[key], namespace)
         except Exception as exc:
             raise _cell_error(frag, rate, exc) from exc
         finally:
             deactivate(token)
 
     # -- playing ------------------------------------------------------------------------------
-    def play(self, episodes: int, evaluation: Evaluating, max_steps: int, render: bool) -> EvaluationResult:
+    def play(
+        self, episodes: int, evaluation: Evaluating, max_steps: int, render: bool, max_frames: int | None = None
+    ) -> EvaluationResult:
         total = sum(r.num_envs for r in self.recorders)
         chosen = chosen_episodes(episodes, total, only_env=0 if render else None)
         first = self.recorders[0]
@@ -325,8 +380,10 @@ class _Game:
                 self.contexts[frag].step = step
                 self._run(frag, "step")
             step += 1
-            if render and len(first.ended.get(0, ())) >= episodes:
-                first.frames = None  # the episodes shown have ended: no more frames
+            if render and (
+                len(first.ended.get(0, ())) >= episodes or max_frames is not None and len(self.frames) >= max_frames
+            ):
+                first.frames = None  # the episodes shown have ended, or the clip is long enough: no more frames
         ended = {env: eps for r in self.recorders for env, eps in r.ended.items()}
         rounds = max(chosen.values())
         picked = [(env, ended[env][k]) for k in range(rounds) for env in sorted(chosen) if k < chosen[env]]
@@ -356,9 +413,9 @@ class _Game:
         return frame.astype(np.uint8)
 
     def close(self) -> None:
-        for recorder in self.recorders:
+        for env in [r.env for r in self.recorders] + self.spare_envs:
             try:
-                recorder.env.close()
+                env.close()
             except Exception:  # closing is best effort; the result is made
                 pass
 

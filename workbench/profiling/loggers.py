@@ -126,5 +126,27 @@ class TensorBoardLogger(_Logger):
         self.writer.add_text(f"events/{kind.replace(' ', '_')}", f"iteration {iteration}: {message}", step)
         self.writer.flush()
 
+    #: clips come with a small GIF for this logger (TensorBoard shows animated GIFs, not mp4s)
+    wants_gif = True
+
+    def clip(self, clip) -> None:
+        """A clip of the agent (``--video-every``): its GIF as an image summary under tag
+        ``videos/agent`` (TensorBoard's Images tab plays it), at the step the rows use, and its
+        mp4 in ``clips/`` beside the events."""
+        step = clip.iteration if self.step == "iteration" else clip.env_steps
+        if clip.gif is not None:
+            from tensorboard.compat.proto.summary_pb2 import Summary
+
+            width, height = clip.gif_size
+            image = Summary.Image(height=height, width=width, colorspace=3, encoded_image_string=clip.gif)
+            # torch's add_video would need moviepy to make the GIF: the summary is written as add_image writes its own
+            summary = Summary(value=[Summary.Value(tag="videos/agent", image=image)])
+            self.writer._get_file_writer().add_summary(summary, step)
+            self.writer.flush()
+        folder = os.path.join(self.log_dir, "clips")
+        os.makedirs(folder, exist_ok=True)
+        suffix = ".mp4" if clip.video.mime == "video/mp4" else ".gif"
+        clip.video.save(os.path.join(folder, f"iteration_{clip.iteration:07d}{suffix}"))
+
     def close(self) -> None:
         self.writer.close()

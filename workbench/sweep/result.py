@@ -56,14 +56,15 @@ class SweepResult:
         return pd.DataFrame.from_records(records).set_index("trial")
 
     def plot(self, by: str | None = None, metric: str | None = None, **options):
-        """The trials' curves grouped by the setting ``by`` (default: the first swept one):
-        each group's IQM across its seeds with a stratified-bootstrap confidence interval
+        """The trials' curves grouped by the setting ``by`` (default: the first swept one; a
+        sweep of seeds alone: the policy, so every seed is in one group): each group's IQM
+        across its seeds with a stratified-bootstrap confidence interval
         (:func:`workbench.run_store.compare`; ``options`` go to it)."""
         from workbench.run_store import compare
 
         if by is None:
             swept = [k for k in (self.trials.rows[0].trial.settings if self.trials.rows else {})]
-            by = swept[0] if swept else None
+            by = swept[0] if swept else "policy"
         runs = [self.runs[i] for i in sorted(self.runs)]
         return compare(runs, by=by, **({"metric": metric} if metric else {}), **options)
 

@@ -67,8 +67,10 @@ class LiveView:
         #: a background run's thread cannot print into a finished cell (Jupyter drops it),
         #: so the view, which stays on the page, says it
         self.events = widgets.HTML("")
+        #: the newest clip of the agent (``--video-every``), once there is one
+        self.clip_view = widgets.HTML("")
         line = widgets.HBox([self.progress, self.label], layout=widgets.Layout(flex_flow="row nowrap", width="100%"))
-        self.widget = widgets.VBox([line, self.plots, self.events])
+        self.widget = widgets.VBox([line, self.plots, self.events, self.clip_view])
         self._shown = 0
         self._events_shown = 0
         self._last_draw = 0.0
@@ -124,6 +126,15 @@ class LiveView:
         if len(run.events) != self._events_shown:
             self._events_shown = len(run.events)
             self.events.value = events_html(run.events)
+
+    def clip(self, clip) -> None:
+        """Show the newest clip of the agent (a :class:`workbench.training_clips.Clip`) under the plots."""
+        import html
+
+        self.clip_view.value = (
+            f"<div class='wb-clip' style='{NOTICE_STYLE}'><b>the agent at {html.escape(clip.caption())}</b>"
+            f"{clip.video.to_html()}</div>"
+        )
 
     def close(self, run) -> None:
         self.update(run, force=True)

@@ -87,6 +87,9 @@ class StreamSpec:
     #: and every fragment's every ``full_snapshot_every`` (0: never)
     snapshot_every: int = 0
     full_snapshot_every: int = 0
+    #: every fragment's also every this many iterations: the states a run's clips are
+    #: played from (``--video-every``; 0: none)
+    clip_every: int = 0
     #: no replica begins an iteration before the driver has recorded the one before and
     #: released it (``Backend.release``): a stop decided on an iteration lands right after it
     lockstep: bool = False
@@ -259,6 +262,7 @@ def run_replica(
             stream.full_snapshot_every,
             fence,
             stream.snapshot_paced,
+            stream.clip_every,
         )
     except passes:
         raise

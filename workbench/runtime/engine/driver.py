@@ -72,6 +72,7 @@ def drive(
     snapshot_every: int = 0,
     full_snapshot_every: int = 0,
     on_snapshot=None,
+    clip_every: int = 0,
     check_every: float = 1.0,
     stopping: Callable[[], bool] | None = None,
     lockstep: bool = False,
@@ -114,7 +115,9 @@ def drive(
     # not in lockstep: a window of iterations released ahead, half of it at a time (a task
     # needs at most the iteration after the one the driver waits for: never held)
     window = LOOKAHEAD + plan.policy.lag if fenced and not gated else 0
-    stream = StreamSpec(iterations, start, with_init, snapshot_every, full_snapshot_every, gated, snapshot_paced)
+    stream = StreamSpec(
+        iterations, start, with_init, snapshot_every, full_snapshot_every, clip_every, gated, snapshot_paced
+    )
     book = Bookkeeping(plan, stream, window)  # what the events mean: this function does the I/O
     events = Events(on_snapshot)
     last_check = time.monotonic()

@@ -181,7 +181,7 @@ class InlineBackend(Backend):
         boxes = {key: Mailbox(r.program.arrival_keys) for key, r in self.replicas.items()}
         postman = LocalPostman(boxes)
         counts = {name: g.replicas for name, g in plan.groups.items()}
-        if stream.snapshot_every or stream.full_snapshot_every:
+        if stream.snapshot_every or stream.full_snapshot_every or stream.clip_every:
             self.snapshots = boxes[DRIVER] = SnapshotBook(counts, on_complete=events.on_snapshot)
 
         def loop(key: tuple[str, int]) -> None:

@@ -36,6 +36,7 @@ def run_loop(
     full_snapshot_every: int = 0,
     fence: Fence | None = None,
     paced: bool = False,
+    clip_every: int = 0,
 ) -> int:
     """Run this replica's tasks in order; return how many ran (fewer if stopped).
 
@@ -55,6 +56,8 @@ def run_loop(
     iterations' time instead (:mod:`workbench.runtime.state.snapshot_pacing`). ``full_snapshot_every``
     = :data:`~workbench.runtime.state.snapshot_pacing.PACED` (a checkpoint directory without
     ``checkpoint_every``): the full ones every 5–10 s of training, within the same share.
+    ``clip_every``: a full one every ``clip_every``-th iteration too (what ``--video-every``
+    plays its clips from).
     """
     group = replica.program.group
     replica.peers = Peers(group, replica.index, mailbox, postman, replica_counts, stopped)
@@ -86,7 +89,7 @@ def run_loop(
                         checkpoints.due(task.iteration)
                         if checkpoints is not None
                         else bool(full_snapshot_every) and task.iteration % full_snapshot_every == 0
-                    )
+                    ) or (bool(clip_every) and task.iteration % clip_every == 0)
                     light = bool(snapshot_every) and (
                         pacer.due(task.iteration) if pacer is not None else task.iteration % snapshot_every == 0
                     )

@@ -47,15 +47,21 @@ class CheckpointWriter:
         self._thread: threading.Thread | None = None
         self.error: BaseException | None = None
 
-    def stretch(self, plan: "Plan", policy: "Policy"):
-        """The ``on_snapshot`` hook for one stretch: queue each due checkpoint."""
+    def stretch(self, plan: "Plan", policy: "Policy", clip_every: int = 0):
+        """The ``on_snapshot`` hook for one stretch: queue each due checkpoint. ``clip_every``:
+        the run's clips also take full snapshots, every this many iterations; those are not
+        checkpoints, unless one is due there too."""
         if not self.every:
             return None
 
         def on_snapshot(iteration: int, pickled: "IterationSnapshots") -> None:
             # only where every replica sent its whole state: replicas that pace their
             # checkpoints alone may disagree at an iteration, and light ones lack the envs
-            if pickled.full:
+            if not pickled.full:
+                return
+            for_a_clip = bool(clip_every) and iteration % clip_every == 0
+            due = iteration % self.every == 0 if self.every != PACED else not for_a_clip
+            if due:
                 self._queue((plan, iteration, pickled, policy))
 
         return on_snapshot

@@ -44,6 +44,9 @@ EventKind = Literal[
     "edit overridden",
     "random streams shared",
     "cell left running",
+    "clips skipped",
+    "clip failed",
+    "clip not shown",
 ]
 
 
@@ -143,6 +146,11 @@ class Run:
     #: metrics the cells logged with ``wb.log(…, prog_bar=True)``: ``charts/`` ones first, each
     #: kind in the order first logged
     shown_metrics: list[str] = field(default_factory=list)
+    #: clips of the agent made while it trained (``--video-every``), oldest first: each a
+    #: :class:`workbench.training_clips.Clip` (shown inline in a notebook)
+    clips: list = field(default_factory=list, repr=False)
+    #: what makes them (set by the trainer): :meth:`wait_for_clips` waits on it
+    clip_maker: Any = field(default=None, repr=False)
     _newest: dict[str, float] = field(default_factory=dict, repr=False)
 
     # -- recording ---------------------------------------------------------------------
@@ -192,6 +200,35 @@ class Run:
                 "env_steps": self.env_steps,
                 "evidence": self.evidence(),
             }
+
+    def __getstate__(self) -> dict:
+        # a record sent elsewhere (a sweep's trial, back from its worker) keeps its clips,
+        # not the thread and process that made them
+        return {**self.__dict__, "clip_maker": None}
+
+    def wait_for_clips(self, timeout: float | None = None) -> list:
+        """Wait (up to ``timeout`` seconds) until the clip being made when training ended is in
+        :attr:`clips` (``--video-every``; made at low priority, it may come after the run
+        returns); return the clips."""
+        if self.clip_maker is not None:
+            self.clip_maker.join(timeout)
+        return self.clips
+
+    def env_steps_after(self, iterations: int) -> int | None:
+        """The run's env steps once its first ``iterations`` iterations were recorded (None:
+        not recorded yet, or not among this record's rows).
+
+        >>> run = Run(policy_name="inline", iterations=2, steps=1)
+        >>> run.rows = [{"iteration": 0, "env_steps": 4}, {"iteration": 1, "env_steps": 8}]
+        >>> run.env_steps_after(2), run.env_steps_after(5)
+        (8, None)
+        """
+        for row in reversed(self.rows):
+            if row["iteration"] == iterations - 1:
+                return row["env_steps"]
+            if row["iteration"] < iterations - 1:
+                return None
+        return None
 
     def record_unfinished(self, steps: dict[str, int], base: int = 0) -> None:
         """Count ``steps`` ("group[replica]" → env steps) that the env replicas' own counters
@@ -288,6 +325,15 @@ class Run:
         from workbench.runtime.state.portable import PortableState
 
         return isinstance(values, PortableState)
+
+    @staticmethod
+    def restore_checkpoint_values(namespace: dict[str, Any], values: Any) -> list[str]:
+        """Lay a checkpoint file's encoded ``values`` over ``namespace`` (what the fragment's
+        init cell built), as a resume does; return the names not restored. Raises ValueError
+        for a value that does not fit what the init cell built."""
+        from workbench.runtime.state.portable import restore_into
+
+        return restore_into(namespace, values)
 
     def show(self, episodes: int = 1, *, seed: int | None = None, fps: float = 50):
         """``episodes`` evaluation episodes of the final state as a :class:`~workbench.evaluation.Video`
