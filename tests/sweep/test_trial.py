@@ -62,3 +62,13 @@ def test_the_result_is_a_table_and_a_grouped_plot():
     assert sorted(result.runs) == list(range(6))
     comparison = result.plot()  # by the swept setting: IQM across the seeds, per lr
     assert sorted(set(map(float, comparison.table["group"]))) == [1.0, 2.0]
+
+
+def test_a_sweep_of_seeds_alone_plots_every_seed_as_one_group():
+    trials = trial_grid({}, seeds=3)
+    table = SweepTable(trials, iterations=4)
+    spec = TrialSpec(options={"iterations": 4, "steps": 1, "run_store": False})
+    for trial in trials:
+        table.apply({"trial": trial.index, "kind": "ended", "result": run_trial(_notebook(), trial, spec, Recorded())})
+    comparison = SweepResult(table, wall_s=1.0).plot()  # nothing swept but the seed: their IQM and its band
+    assert set(comparison.table["group"]) == {"inline"} and set(comparison.table["runs"]) == {3}
