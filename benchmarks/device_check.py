@@ -20,6 +20,7 @@ Python. Without ``--wheels`` the parts use the current environment (``pip instal
     python -m benchmarks device_check --parts kernel ppo    # some parts
     python -m benchmarks device_check --json out.json       # the rows as JSON too
     python -m benchmarks device_check --parts ppo --profile --logs out/   # where GPU PPO's time goes
+    python -m benchmarks device_check --parts tests --tests-k "nccl or placement"   # some tests again
 
 Parts: ``facts`` (GPU, versions, cores), ``tests`` (``pytest -m gpu``), ``kernel`` (CartPole
 env-steps/s, CuPy against NumPy, by number of envs), ``ppo`` (the quickstart's PPO on the
@@ -92,11 +93,14 @@ def part_facts() -> list[dict]:
     return rows
 
 
-def part_tests() -> list[dict]:
+def part_tests(k: str | None = None) -> list[dict]:
     """``pytest -m gpu``, then the CPU tests that look for a GPU (their twins, the detection,
     the placement: on this host they must skip or pass, not assume there is none):
-    passed / failed / skipped, and what failed."""
+    passed / failed / skipped, and what failed. ``k``: a pytest ``-k`` expression both runs
+    keep to (``--tests-k``: rerun the tests that failed, by name); they still collect every
+    file, so the summaries count the others as deselected."""
     rows = []
+    selected = ["-k", k] if k else []
     for marker, files, what in (
         ("gpu", gpu_test_files(), "pytest -m gpu"),
         ("not gpu", gpu_aware_test_files(), "pytest -m 'not gpu' (tests that look for a GPU)"),
@@ -120,6 +124,7 @@ def part_tests() -> list[dict]:
                 "--durations=15",
                 "-o",
                 "addopts=",
+                *selected,
                 *files,
             ]
         )
@@ -440,6 +445,11 @@ def main() -> None:
         "install): a part is cut at it, later ones are not started",
     )
     parser.add_argument("--logs", help="write each part's whole output to DIR/PART.log")
+    parser.add_argument(
+        "--tests-k",
+        metavar="EXPR",
+        help="tests: only the tests pytest's -k EXPR selects, in both runs (rerun some by name)",
+    )
     parser.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3, 4, 5], help="ppo: seeds")
     parser.add_argument("--envs", type=int, nargs="+", default=[32, 4096, 16384, 65536], help="ppo: numbers of envs")
     parser.add_argument("--sizes", type=int, nargs="+", default=[1, 2, 4, 8, 16, 32], help="scaling: workers")
@@ -513,6 +523,7 @@ def main() -> None:
     deadline = time.monotonic() + (args.budget or float("inf"))
     for name in args.parts:  # in the order given: put what matters most first
         kwargs = {
+            "tests": {"k": args.tests_k},
             "ppo": {"seeds": args.seeds, "env_counts": args.envs, "profile": args.profile, "steps": args.steps},
             "scaling": {"sizes": args.sizes, "pairs": args.pairs, "policies": args.scaling_policies},
             **{

@@ -9,6 +9,7 @@ import doctest
 import importlib
 import json
 import os
+import re
 import subprocess
 import sys
 import zipfile
@@ -367,9 +368,37 @@ def test_the_pyarrow_trim_drops_what_datasets_never_loads_and_its_record_lines(t
         assert z.read(record).decode().split() == [f"{n},sha256=abc,1" for n in kept]
 
 
+#: how a conftest or plugin would mark tests it collects, whatever their files say
+MARKING_HOOKS = re.compile(r"add_marker|pytest_collection_modifyitems|pytest_itemcollected|pytest_pycollect_makeitem")
+
+
+def _files_a_gpu_mark_could_reach() -> list[str]:
+    """The test files that could hold a gpu-marked test: a test carries the marker only where
+    its file names it, or a name made from it (``mark.gpu``, ``pytestmark = …``, ``marks=…``,
+    a base class's), or imports such a name from a module of tests/ (tests/gpu's ON_GPU). Such
+    names say "gpu" (``GPU_ONLY``, ``needs_gpu``…); one that did not would still come from a
+    module of tests/ that says it, whose name the file then says. So: the files that say "gpu"
+    in any case, or the name of a module of tests/ that does."""
+    says_gpu = re.compile("gpu", re.IGNORECASE)
+    modules = [p for p in (REPO / "tests").rglob("*.py") if not p.name.startswith("test_")]
+    names = {p.parent.name if p.name == "__init__.py" else p.stem for p in modules if says_gpu.search(p.read_text())}
+    names.discard("conftest")  # pytest loads it; nothing imports it
+    reaches = re.compile("|".join(["gpu", *(rf"\b{re.escape(n)}\b" for n in names)]), re.IGNORECASE)
+    return sorted(
+        str(p.relative_to(REPO)) for p in (REPO / "tests").rglob("test_*.py") if reaches.search(p.read_text())
+    )
+
+
 def test_the_tests_part_runs_every_file_that_holds_gpu_marked_tests():
     """pytest's own view (collecting here, where every extra is installed) against the
-    device check's text search: a GPU test left out would never run anywhere."""
+    device check's text search: a GPU test left out would never run anywhere. pytest collects
+    the files a gpu mark could reach at all (above: a quarter of the suite, which is what
+    collecting costs); no conftest or plugin of the repository marks the tests it collects,
+    which would reach any file."""
+    support = [REPO / "conftest.py", *(p for p in (REPO / "tests").rglob("*.py") if not p.name.startswith("test_"))]
+    hooks = [str(p.relative_to(REPO)) for p in support if MARKING_HOOKS.search(p.read_text())]
+    assert not hooks, f"{hooks} may mark tests as they are collected: collect the whole tree here"
+    reachable = _files_a_gpu_mark_could_reach()
     done = subprocess.run(
         [
             sys.executable,
@@ -383,7 +412,7 @@ def test_the_tests_part_runs_every_file_that_holds_gpu_marked_tests():
             "no:cacheprovider",
             "-o",
             "addopts=",
-            "tests",
+            *reachable,
         ],
         capture_output=True,
         text=True,
@@ -474,12 +503,28 @@ def test_the_on_arrival_control_answers_each_env_without_waiting_for_the_slowest
 
 
 def test_the_tests_part_runs_the_gpu_tests_and_the_cpu_tests_that_look_for_a_gpu(tmp_path):
-    _, rows = _device_check("--parts", "tests", tmp_path=tmp_path, timeout=900)
+    """Both of the part's pytest runs, kept by ``--tests-k detection`` to GPU detection's tests:
+    the gpu test that finds this host's GPUs and its CPU twins in test_placement_cpu.py, which
+    look for one. Each run still collects every one of its files (the others are deselected);
+    the CPU tests left out run in the suite itself."""
+    logs = tmp_path / "logs"
+    _, rows = _device_check(
+        "--parts", "tests", "--tests-k", "detection", "--logs", str(logs), tmp_path=tmp_path, timeout=900
+    )
     got = {r["what"]: r["value"] for r in rows if r["part"] == "tests"}
     assert not [r for r in rows if r["what"] == "failed"]
     on_gpu, looking = got["pytest -m gpu"], got["pytest -m 'not gpu' (tests that look for a GPU)"]
     assert "skipped" in on_gpu and "passed" not in on_gpu  # no GPU here: every gpu test skips, saying why
     assert " passed" in looking and "failed" not in looking
+    assert "deselected" in on_gpu and "deselected" in looking  # -k reached both runs
+    log = (logs / "tests.log").read_text()
+    assert "needs CUDA" in log, log[-3000:]  # why it skipped
+    for ran in (
+        "tests/gpu/test_on_gpu.py::test_detection_and_the_inventory_find_this_hosts_gpus SKIPPED",
+        "tests/gpu/test_placement_cpu.py::test_detection_rules PASSED",
+        "tests/gpu/test_placement_cpu.py::test_detection_on_this_cpu_host_finds_none PASSED",
+    ):
+        assert ran in log, log[-3000:]
     assert "tests/gpu/test_placement_cpu.py" in _script("device_check_select").gpu_aware_test_files()
 
 

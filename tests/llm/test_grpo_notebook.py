@@ -24,14 +24,43 @@ NOTEBOOKS = {
 }
 
 
+def _at_ci_size(name: str, tmp_path: Path) -> Path:
+    """A copy of the notebook with its budget knobs cut down (each knob in one cell, none in a
+    fragment: the copy's fragment cells are the notebook's own)."""
+    nb = json.loads((ROOT / "notebooks" / f"{name}.ipynb").read_text())
+    sources = ["".join(c["source"]) for c in nb["cells"] if c["cell_type"] == "code"]
+    for knob in NOTEBOOKS[name]:  # the knobs the cut relies on
+        assert sum(knob in s for s in sources) == 1, knob
+        assert not any(knob in s for s in sources if s.startswith("%%fragment")), knob
+    for cell in nb["cells"]:
+        if cell["cell_type"] == "code":
+            text = "".join(cell["source"])
+            for knob, cut in NOTEBOOKS[name].items():
+                text = text.replace(knob, cut)
+            cell["source"] = text
+    copy = tmp_path / f"{name}_ci.ipynb"
+    copy.write_text(json.dumps(nb))
+    return copy
+
+
 @pytest.mark.parametrize("name", NOTEBOOKS)
-def test_the_notebook_cells_are_the_library_algorithm_byte_for_byte(name):
+def test_the_notebook_cells_are_the_library_algorithm_byte_for_byte(name, tmp_path):
+    """The notebook's fragment cells are its module's, and build its FDG. Building it runs
+    the ordinary cells the fragments read (the warm start, RLHF's reward model): at CI size
+    here, in a copy whose fragment cells are the notebook's byte for byte."""
     import importlib
+
+    import nbformat
 
     from tests.conftest import assert_notebook_is_the_module
 
+    def fragment_cells(path):
+        return [c.source for c in nbformat.read(path, as_version=4).cells if c.source.startswith("%%fragment")]
+
+    shipped, copy = ROOT / "notebooks" / f"{name}.ipynb", _at_ci_size(name, tmp_path)
+    assert fragment_cells(copy) == fragment_cells(shipped)
     module = importlib.import_module(f"workbench.algorithms.{name}")
-    _, options = assert_notebook_is_the_module(ROOT / "notebooks" / f"{name}.ipynb", module)
+    _, options = assert_notebook_is_the_module(copy, module)
     assert options["steps"] == 1
 
 
@@ -41,19 +70,7 @@ def test_the_notebook_executes_under_nbval_at_ci_size(name, tmp_path):
     model too) with the budget knobs cut down."""
     from tests.test_cli_and_notebooks import _nbval
 
-    nb = json.loads((ROOT / "notebooks" / f"{name}.ipynb").read_text())
-    sources = ["".join(c["source"]) for c in nb["cells"] if c["cell_type"] == "code"]
-    for knob in NOTEBOOKS[name]:  # the knobs the cut relies on
-        assert sum(knob in s for s in sources) == 1, knob
-    for cell in nb["cells"]:
-        if cell["cell_type"] == "code":
-            text = "".join(cell["source"])
-            for knob, cut in NOTEBOOKS[name].items():
-                text = text.replace(knob, cut)
-            cell["source"] = text
-    copy = tmp_path / f"{name}_ci.ipynb"
-    copy.write_text(json.dumps(nb))
-    result = _nbval(copy, tmp_path)
+    result = _nbval(_at_ci_size(name, tmp_path), tmp_path)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
 
 

@@ -34,9 +34,13 @@ def test_a_module_counts_as_loaded_only_once_its_import_has_finished(tmp_path, m
 def test_streams_are_saved_and_set_while_another_thread_imports_torch():
     # a fresh interpreter, so torch's import really happens beside the saving (it takes
     # ~1 s: thousands of saves fall inside it, as a replica's turns did beside the
-    # checkpoint writer's first `import torch`)
+    # checkpoint writer's first `import torch`). The loop lets the importer have the GIL after
+    # each save (sleep(0)): one that kept it made the importer wait out the switch interval
+    # (5 ms) after each of its file reads, and the import took several times as long (a
+    # minute in a loaded suite run) for nothing more of what the test needs, saves made
+    # while torch is half built (counted, and asserted below)
     script = textwrap.dedent("""
-        import sys, threading
+        import sys, threading, time
         from workbench.runtime.state.randomness import Streams
         assert "torch" not in sys.modules
         importer = threading.Thread(target=lambda: __import__("torch"))
@@ -48,6 +52,7 @@ def test_streams_are_saved_and_set_while_another_thread_imports_torch():
             streams.save()
             streams.install()
             saves += 1
+            time.sleep(0)
         importer.join()
         streams.save()
         assert streams.torch is not None  # once imported, torch's state is kept
