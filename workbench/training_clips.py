@@ -38,8 +38,9 @@ from typing import Any, Callable
 
 __all__ = ["Clip", "ClipMaker", "ClipSchedule", "MAX_CLIP_FRAMES"]
 
-#: a clip draws at most this many frames (10 s at 50 fps; the episode still ends)
-MAX_CLIP_FRAMES = 500
+#: a clip draws at most this many frames (5 s at 50 fps; the episode still ends): drawing is
+#: most of a clip's cost, and a shorter clip comes more often
+MAX_CLIP_FRAMES = 250
 #: how long the end of a run waits for the clip being made (one that takes longer is still
 #: added to ``run.clips`` when done: :meth:`Run.wait_for_clips`)
 FINISH_WAIT_S = 30.0
@@ -82,6 +83,9 @@ class Clip:
 
     def _repr_html_(self) -> str:
         return self.video.to_html()
+
+    def __repr__(self) -> str:
+        return f"<Clip {self.caption()}: {self.video!r}>"
 
 
 @dataclasses.dataclass(frozen=True)
