@@ -185,7 +185,9 @@ class _Game:
                 "this FDG has no step cells, so nothing plays episodes: an evaluation runs the "
                 "fragments that step (an actor and an env fragment); add them, train, then evaluate."
             )
-        self.init_order = [f for f in schedule.init_order if f in self.stepping]
+        #: every fragment's init order (a loaded run's encoded state is decoded in it)
+        self.every_init = list(schedule.init_order)
+        self.init_order = [f for f in self.every_init if f in self.stepping]
         self.iteration_order = [f for f in schedule.iteration_order if f in self.stepping]
         self.writers = fdg.writers()
         firsts = {
@@ -226,7 +228,7 @@ class _Game:
     # -- building the namespaces -------------------------------------------------------------
     def start(self) -> None:
         notebook = dict(self.fdg.namespace or {})
-        order = self.fdg.schedule().init_order
+        order = self.every_init
         for frag in [f for f in order if f in self.encoded] + [f for f in self.encoded if f not in order]:
             self.kept[frag] = self._decoded(frag, notebook)
             del self.encoded[frag]  # its values are objects now: what later init cells read
@@ -280,9 +282,8 @@ class _Game:
             evaluation = context.evaluation.get()
             taken = len(evaluation.seeds) if evaluation is not None else 0
             self._exec(frag, "init", ns, ReplicaContext(ReplicaInfo(frag)))
-            if (
-                evaluation is not None
-            ):  # the envs it builds here are rebuilt to play: their seeds are not the played ones
+            # the envs it builds here are rebuilt to play: their seeds are not the played ones
+            if evaluation is not None:
                 del evaluation.seeds[taken:]
         # an env's saved state is not laid over: the envs played are built afresh (held-out seeds, rendering)
         restorable = {name: enc for name, enc in saved.items() if not is_env(ns.get(name))}
