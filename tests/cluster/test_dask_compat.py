@@ -107,3 +107,34 @@ def test_the_forkserver_preload_is_ours():
         assert server._preload_modules == ["numpy"]
     finally:
         server._preload_modules = before
+
+
+def test_a_scheduler_started_without_its_dashboard_serves_it_once_connected():
+    """What ``embedded_cluster(dashboard_later=True)`` relies on: the HTTP server listens
+    without the dashboard's pages, and adding them later makes them answer."""
+    import urllib.error
+    import urllib.request
+
+    from distributed import LocalCluster
+
+    def answer(url: str) -> int:
+        try:
+            with urllib.request.urlopen(url, timeout=30) as reply:
+                return reply.status
+        except urllib.error.HTTPError as exc:
+            return exc.code
+
+    with LocalCluster(
+        n_workers=0,
+        processes=False,
+        dashboard_address="127.0.0.1:0",
+        scheduler_kwargs={"dashboard": False},
+    ) as cluster:
+        status = f"http://127.0.0.1:{cluster.scheduler.http_server.port}/status"
+        assert answer(status) == 404
+        assert cluster.sync(_connect_on_loop, cluster.scheduler) is True
+        assert answer(status) == 200
+
+
+async def _connect_on_loop(scheduler) -> bool:
+    return compat.connect_dashboard(scheduler)

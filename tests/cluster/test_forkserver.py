@@ -22,9 +22,10 @@ PROBE = textwrap.dedent("""
     import psutil
 
     def facts():
-        import sys, os, psutil
+        import gc, sys, os, psutil
         return {"parent": psutil.Process(os.getppid()).cmdline(), "torch": "torch" in sys.modules,
-                "omp": os.environ.get("OMP_NUM_THREADS"), "hash": hash("workbench")}
+                "omp": os.environ.get("OMP_NUM_THREADS"), "hash": hash("workbench"),
+                "frozen": gc.get_freeze_count()}
 
     if __name__ == "__main__":
         from workbench.cluster.connect import embedded_cluster, shutdown_embedded
@@ -57,6 +58,9 @@ def test_workers_are_forked_from_a_server_that_preloaded_torch():
         # the server's environment came from the nanny's pre-spawn settings: pools start at one thread
         assert facts["omp"] == "1"
         assert facts["torch"]
+        # the server froze what its imports made (workbench.cluster.frozen_heap): the worker
+        # inherited that generation, which its collections (and its exit) never walk
+        assert facts["frozen"] > 10_000, facts["frozen"]
     # Dask fixes the workers' hash seed (so they hash keys alike): the server started early keeps it
     assert len({facts["hash"] for facts in workers}) == 1
 
@@ -65,6 +69,7 @@ def test_spawn_keeps_a_fresh_python_per_worker():
     for facts in _workers("spawn")[:2]:
         # the nannies live in the client's process: a spawned worker is its child
         assert facts["parent"][1:2] == ["-c"] and "forkserver" not in " ".join(facts["parent"]), facts["parent"]
+        assert facts["frozen"] == 0  # a fresh Python: nothing frozen
 
 
 def test_the_start_method_variable_is_checked(monkeypatch):

@@ -29,6 +29,7 @@ __all__ = [
     "workers_info",
     "claim_forkserver_preload",
     "nanny_spawn_environment",
+    "connect_dashboard",
 ]
 
 #: the scheduler event topics of workbench runs: ``workbench-<run id>``
@@ -145,3 +146,16 @@ def nanny_spawn_environment() -> dict[str, str]:
     if env.get("PYTHONHASHSEED") in (None, "0"):
         env["PYTHONHASHSEED"] = "6640"  # Dask's own choice (dask/dask#6640)
     return env
+
+
+def connect_dashboard(scheduler, prefix: str = "/") -> bool:
+    """Serve Dask's dashboard (with every page registered by then) from ``scheduler``'s
+    HTTP server, which was started without it (``Scheduler(dashboard=False)`` still listens
+    on the dashboard's address). What ``Scheduler.__init__`` does when it starts with one;
+    call it on the scheduler's event loop. False where Bokeh is not installed."""
+    try:
+        from distributed.dashboard import scheduler as board
+    except ImportError:
+        return False
+    board.connect(scheduler.http_application, scheduler.http_server, scheduler, prefix=prefix)
+    return True

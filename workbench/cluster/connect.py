@@ -23,7 +23,7 @@ import logging
 import ssl
 import threading
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import dask
 from distributed import Client, LocalCluster, WorkerPlugin
@@ -31,7 +31,7 @@ from distributed.comm.core import CommClosedError
 from distributed.deploy import Cluster
 from distributed.security import Security
 
-from workbench.cluster._dask_compat import workers_info
+from workbench.cluster._dask_compat import connect_dashboard, workers_info
 from workbench.cluster.forkserver import start_forkserver, worker_start_settings
 from workbench.cluster.quiet_workers import QUIET_WORKER_CONFIG, embedded_worker_count, oversubscribed
 from workbench.cluster.restart_tolerant import PatientLocalCluster
@@ -50,6 +50,8 @@ class ClusterHandle:
     client: Client
     owned: bool = False
     cluster: LocalCluster | None = None
+    #: set once the dashboard's pages answer (at once, unless it was started later)
+    dashboard_ready: threading.Event = field(default_factory=threading.Event)
 
     @property
     def dashboard_link(self) -> str:
@@ -72,12 +74,15 @@ EMBEDDED_DASHBOARD_ADDRESS = "127.0.0.1:8787"
 
 
 def embedded_cluster(
-    n_workers: int | None = None, threads_per_worker: int = 1, *, quiet: bool = False
+    n_workers: int | None = None, threads_per_worker: int = 1, *, quiet: bool = False, dashboard_later: bool = False
 ) -> ClusterHandle:
     """The process's embedded ``LocalCluster`` (started on first use, on loopback).
 
     ``n_workers`` None sizes it to the host: one single-thread worker per usable core, at
     least 2, or ``WORKBENCH_WORKERS`` when set (``workbench.cluster.quiet_workers.embedded_worker_count``).
+    ``dashboard_later``: the scheduler starts without its dashboard's pages and a thread
+    adds them once it runs (:func:`_serve_dashboard_soon`); the address is the same and
+    ``handle.dashboard_ready`` is set when they answer.
     """
     global _embedded
     if n_workers is None:
@@ -105,7 +110,8 @@ def embedded_cluster(
             settings.update(QUIET_WORKER_CONFIG)
         with dask.config.set(settings):
             start_forkserver()  # first: its imports (torch…) run beside the dashboard's and the scheduler's start
-        import workbench.cluster.dashboard  # noqa: F401  (registers the /workbench page before the dashboard starts)
+        if not dashboard_later:
+            import workbench.cluster.dashboard  # noqa: F401  (registers the /workbench page before the dashboard starts)
 
         try:
             with dask.config.set(settings):
@@ -117,6 +123,8 @@ def embedded_cluster(
                     processes=True,
                     host=EMBEDDED_HOST,
                     dashboard_address=EMBEDDED_DASHBOARD_ADDRESS,
+                    # later: its HTTP server listens now, its pages come with _serve_dashboard_soon
+                    scheduler_kwargs={"dashboard": False} if dashboard_later else None,
                     silence_logs=logging.ERROR,
                 )
         except RuntimeError as exc:
@@ -135,6 +143,10 @@ def embedded_cluster(
             client.register_plugin(pin, name=pin.name)
         client.run(_warm_up, on_error="ignore")  # a worker lost meanwhile is the run's to find
         _embedded = ClusterHandle(client, owned=True, cluster=cluster)
+        if dashboard_later:
+            _serve_dashboard_soon(cluster, _embedded.dashboard_ready)
+        else:
+            _embedded.dashboard_ready.set()
         atexit.register(shutdown_embedded)
         # every path that starts the cluster says where its dashboard is (quiet or not:
         # later runs reuse it and would never say), pointing at workbench's own page
@@ -152,7 +164,7 @@ def embedded_cluster(
         return _embedded
 
 
-def start_embedded_in_background(n_workers: int | None = None) -> threading.Thread:
+def start_embedded_in_background(n_workers: int | None = None, *, dashboard_later: bool = False) -> threading.Thread:
     """Start the embedded cluster in a thread and return at once.
 
     The command line calls this before it loads the notebook: the notebook's imports (torch)
@@ -160,6 +172,7 @@ def start_embedded_in_background(n_workers: int | None = None) -> threading.Thre
     after the other (~1 s of a 2-core machine's ~8 s coarse quickstart). The run's own
     :func:`embedded_cluster` call waits for it (the start holds the lock). A start that fails
     here is not reported here: that call tries again in the foreground and raises its error.
+    ``dashboard_later`` as for :func:`embedded_cluster`.
 
     >>> thread = start_embedded_in_background()          # doctest: +SKIP
     >>> embedded_cluster() is embedded_cluster()         # doctest: +SKIP
@@ -168,11 +181,39 @@ def start_embedded_in_background(n_workers: int | None = None) -> threading.Thre
 
     def start() -> None:
         try:
-            embedded_cluster(n_workers)
+            embedded_cluster(n_workers, dashboard_later=dashboard_later)
         except Exception:  # noqa: BLE001 - the foreground call reports it
             pass
 
     thread = threading.Thread(target=start, name="workbench-embedded-start", daemon=True)
+    thread.start()
+    return thread
+
+
+def _serve_dashboard_soon(cluster: LocalCluster, ready: threading.Event) -> threading.Thread:
+    """Add the dashboard's pages to ``cluster``'s running scheduler from a thread.
+
+    Importing Bokeh and Dask's dashboard is ~1.3 s of this process's CPU, all of it under
+    the GIL: at a command line's start it ran beside the notebook's own imports (torch) and
+    the scheduler's start, in the same process, and delayed a sweep's first trial by as
+    much. Here it runs while the workers work; the pages answer ~1-2 s after the link is
+    printed (a request before that gets Dask's "not found")."""
+
+    def serve() -> None:
+        try:
+            import workbench.cluster.dashboard  # noqa: F401  (registers /workbench with Dask's pages)
+
+            scheduler = cluster.scheduler
+
+            def attach() -> None:
+                if scheduler.status.name == "running" and connect_dashboard(scheduler):
+                    ready.set()
+
+            cluster.loop.add_callback(attach)
+        except Exception:  # noqa: BLE001 - a dashboard that cannot start leaves the cluster as it is
+            logging.getLogger(__name__).warning("the dashboard could not start", exc_info=True)
+
+    thread = threading.Thread(target=serve, name="workbench-dashboard-start", daemon=True)
     thread.start()
     return thread
 

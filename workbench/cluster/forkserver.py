@@ -47,6 +47,7 @@ WORKER_PRELOAD = (
     "workbench.cluster.backend",
     "workbench.algorithms.ppo",
     "workbench.envs",
+    "workbench.cluster.frozen_heap",  # last: freezes what the imports above made
 )
 
 #: the environment variable that picks how embedded workers start: forkserver or spawn
