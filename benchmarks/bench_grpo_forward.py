@@ -79,11 +79,10 @@ def main() -> None:
     for index in range(options.iterations + 20):
         fast = index % 2 == 0
         models, optimizer, rng, times = sides[fast]
-        llama_fast._ENABLED = fast
-        parts = iteration(cfg, models, optimizer, rng)
+        with llama_fast.fast_path(fast):
+            parts = iteration(cfg, models, optimizer, rng)
         if index >= 20:  # warm-up: allocations, first-use imports
             times.append(parts)
-    llama_fast._ENABLED = True
     print(
         f"GRPO iteration parts, {grpo.count_parameters(sides[True][0][2]):,}-parameter Llama "
         f"(hidden {cfg.hidden}, {cfg.layers} layers), {cfg.prompts_per_step} prompts × {cfg.group_size}, "

@@ -149,9 +149,8 @@ def test_sampling_and_scoring_take_the_fast_path_and_match_transformers(monkeypa
         with torch.no_grad():
             return out, sequence_logp(model, ids, mask, out.tokens, out.completion_mask)
 
-    monkeypatch.setattr(llama_fast, "_ENABLED", False)
-    slow, slow_logp = run()
-    monkeypatch.setattr(llama_fast, "_ENABLED", True)
+    with llama_fast.fast_path(False):
+        slow, slow_logp = run()
     calls = []
     original = llama_fast.forward
     monkeypatch.setattr(llama_fast, "forward", lambda *a, **k: calls.append(1) or original(*a, **k))
@@ -207,8 +206,9 @@ def test_models_it_does_not_compute_run_transformers_forward(kind, monkeypatch):
     torch.testing.assert_close(logp[live], full[live], rtol=1e-5, atol=1e-5)
 
 
-def test_the_switch_turns_it_off(monkeypatch):
+def test_the_switch_turns_it_off():
     model = llama()
     assert llama_fast.supports(model)
-    monkeypatch.setattr(llama_fast, "_ENABLED", False)
-    assert not llama_fast.supports(model)
+    with llama_fast.fast_path(False):
+        assert not llama_fast.supports(model)
+    assert llama_fast.supports(model)

@@ -32,11 +32,12 @@ Example:
 
 from __future__ import annotations
 
+import contextlib
 import os
 
 import torch
 
-__all__ = ["supports", "forward", "decode_step", "StaticKV", "select_rows", "KV"]
+__all__ = ["supports", "forward", "decode_step", "StaticKV", "select_rows", "KV", "fast_path"]
 
 #: per layer, ``(keys, values)`` of shape ``[B, kv heads, S, head dim]``
 KV = list
@@ -48,6 +49,29 @@ FUSED: bool | None = None
 
 #: ``WORKBENCH_FAST_LLAMA=0`` turns this path off (to compare, or should a model misbehave on it)
 _ENABLED = os.environ.get("WORKBENCH_FAST_LLAMA", "1") != "0"
+
+
+@contextlib.contextmanager
+def fast_path(on: bool):
+    """This path on (``True``) or off (``False``, ``transformers``' own forward everywhere)
+    for the block, in this process; as it was after. How a benchmark or a test compares
+    the two sides in one process (``WORKBENCH_FAST_LLAMA=0`` sets it off from the start).
+
+    >>> from workbench.llm.tokenizers import char_tokenizer
+    >>> from workbench.llm.models import tiny_causal_lm
+    >>> model = tiny_causal_lm(char_tokenizer(), context=16)
+    >>> with fast_path(False):
+    ...     supports(model)
+    False
+    >>> supports(model)
+    True
+    """
+    global _ENABLED
+    before, _ENABLED = _ENABLED, bool(on)
+    try:
+        yield
+    finally:
+        _ENABLED = before
 
 
 def supports(model) -> bool:
