@@ -31,7 +31,7 @@ from distributed.comm.core import CommClosedError
 from distributed.deploy import Cluster
 from distributed.security import Security
 
-from workbench.cluster._dask_compat import connect_dashboard, workers_info
+from workbench.cluster._dask_compat import workers_info
 from workbench.cluster.forkserver import start_forkserver, worker_start_settings
 from workbench.cluster.quiet_workers import QUIET_WORKER_CONFIG, embedded_worker_count, oversubscribed
 from workbench.cluster.restart_tolerant import PatientLocalCluster
@@ -80,9 +80,9 @@ def embedded_cluster(
 
     ``n_workers`` None sizes it to the host: one single-thread worker per usable core, at
     least 2, or ``WORKBENCH_WORKERS`` when set (``workbench.cluster.quiet_workers.embedded_worker_count``).
-    ``dashboard_later``: the scheduler starts without its dashboard's pages and a thread
-    adds them once it runs (:func:`_serve_dashboard_soon`); the address is the same and
-    ``handle.dashboard_ready`` is set when they answer.
+    ``dashboard_later``: the scheduler starts without its dashboard's pages; they are built
+    at the first visit of its address (:mod:`workbench.cluster.pages_on_visit`), and
+    ``handle.dashboard_ready`` is set once they are.
     """
     global _embedded
     if n_workers is None:
@@ -123,7 +123,7 @@ def embedded_cluster(
                     processes=True,
                     host=EMBEDDED_HOST,
                     dashboard_address=EMBEDDED_DASHBOARD_ADDRESS,
-                    # later: its HTTP server listens now, its pages come with _serve_dashboard_soon
+                    # later: its HTTP server listens now, its pages come at their first visit
                     scheduler_kwargs={"dashboard": False} if dashboard_later else None,
                     silence_logs=logging.ERROR,
                 )
@@ -144,7 +144,9 @@ def embedded_cluster(
         client.run(_warm_up, on_error="ignore")  # a worker lost meanwhile is the run's to find
         _embedded = ClusterHandle(client, owned=True, cluster=cluster)
         if dashboard_later:
-            _serve_dashboard_soon(cluster, _embedded.dashboard_ready)
+            from workbench.cluster.pages_on_visit import serve_pages_on_first_visit
+
+            cluster.sync(_on_loop, serve_pages_on_first_visit, cluster.scheduler, _embedded.dashboard_ready)
         else:
             _embedded.dashboard_ready.set()
         atexit.register(shutdown_embedded)
@@ -190,32 +192,8 @@ def start_embedded_in_background(n_workers: int | None = None, *, dashboard_late
     return thread
 
 
-def _serve_dashboard_soon(cluster: LocalCluster, ready: threading.Event) -> threading.Thread:
-    """Add the dashboard's pages to ``cluster``'s running scheduler from a thread.
-
-    Importing Bokeh and Dask's dashboard is ~1.3 s of this process's CPU, all of it under
-    the GIL: at a command line's start it ran beside the notebook's own imports (torch) and
-    the scheduler's start, in the same process, and delayed a sweep's first trial by as
-    much. Here it runs while the workers work; the pages answer ~1-2 s after the link is
-    printed (a request before that gets Dask's "not found")."""
-
-    def serve() -> None:
-        try:
-            import workbench.cluster.dashboard  # noqa: F401  (registers /workbench with Dask's pages)
-
-            scheduler = cluster.scheduler
-
-            def attach() -> None:
-                if scheduler.status.name == "running" and connect_dashboard(scheduler):
-                    ready.set()
-
-            cluster.loop.add_callback(attach)
-        except Exception:  # noqa: BLE001 - a dashboard that cannot start leaves the cluster as it is
-            logging.getLogger(__name__).warning("the dashboard could not start", exc_info=True)
-
-    thread = threading.Thread(target=serve, name="workbench-dashboard-start", daemon=True)
-    thread.start()
-    return thread
+async def _on_loop(function, *args) -> None:
+    function(*args)
 
 
 def workbench_page(client: Client) -> str:

@@ -166,7 +166,7 @@ def sweep_command(args: argparse.Namespace, load_notebook: Callable) -> int:
     if given.get("cluster") is None:
         from workbench.cluster.connect import start_embedded_in_background
 
-        # its workers start while the notebook loads; the dashboard's pages once trials run
+        # its workers start while the notebook loads; the dashboard's pages at their first visit
         start_embedded_in_background(dashboard_later=True)
     fdg, options = load_notebook(args.notebook, overrides=fixed)
     options.update({k: v for k, v in given.items() if k in _TRIAL_OPTIONS})
