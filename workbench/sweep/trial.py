@@ -111,8 +111,8 @@ def run_trial(notebook: Notebook, trial: Trial, spec: TrialSpec, channel: TrialC
         torch.set_num_threads(1)
     namespace = with_settings(notebook.namespace, {**trial.settings, spec.seed_key: trial.seed})
     fdg = FDG(notebook.fragments, namespace)
-    # keep_state off: the record comes back without the fragments' state, and no final
-    # checkpoint is written (a finished trial is not resumed); those while it trains are
+    # keep_state off: the record comes back without the fragments' state; with a checkpoint
+    # directory the run still writes its checkpoints, the final one included
     options = {**spec.options, "policy": "inline", "progress": False, "keep_state": False}
     resume, start_at = None, 0
     if spec.checkpoint_root is not None:
