@@ -50,8 +50,9 @@ class ClusterHandle:
     client: Client
     owned: bool = False
     cluster: LocalCluster | None = None
-    #: set once the dashboard's pages answer (at once, unless it was started later)
-    dashboard_ready: threading.Event = field(default_factory=threading.Event)
+    #: set once the dashboard's pages answer: from the start, unless they come at their
+    #: first visit (``embedded_cluster(dashboard_later=True)``)
+    dashboard_ready: threading.Event = field(default_factory=lambda: _set(threading.Event()))
 
     @property
     def dashboard_link(self) -> str:
@@ -146,9 +147,8 @@ def embedded_cluster(
         if dashboard_later:
             from workbench.cluster.pages_on_visit import serve_pages_on_first_visit
 
-            cluster.sync(_on_loop, serve_pages_on_first_visit, cluster.scheduler, _embedded.dashboard_ready)
-        else:
-            _embedded.dashboard_ready.set()
+            _embedded.dashboard_ready = threading.Event()
+            serve_pages_on_first_visit(cluster.scheduler, _embedded.dashboard_ready)
         atexit.register(shutdown_embedded)
         # every path that starts the cluster says where its dashboard is (quiet or not:
         # later runs reuse it and would never say), pointing at workbench's own page
@@ -192,8 +192,9 @@ def start_embedded_in_background(n_workers: int | None = None, *, dashboard_late
     return thread
 
 
-async def _on_loop(function, *args) -> None:
-    function(*args)
+def _set(event: threading.Event) -> threading.Event:
+    event.set()
+    return event
 
 
 def workbench_page(client: Client) -> str:

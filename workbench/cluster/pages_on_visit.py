@@ -11,10 +11,10 @@ request for any other path imports the dashboard in a thread, connects its pages
 among them), steps aside and sends the browser back to the same address, which the pages
 then answer. A cluster nobody looks at never pays for them.
 
-Example (on the scheduler's event loop)::
+Example::
 
     ready = threading.Event()
-    cluster.loop.add_callback(serve_pages_on_first_visit, cluster.scheduler, ready)
+    serve_pages_on_first_visit(cluster.scheduler, ready)
 """
 
 from __future__ import annotations
@@ -31,7 +31,8 @@ __all__ = ["serve_pages_on_first_visit"]
 
 def serve_pages_on_first_visit(scheduler, ready: threading.Event) -> None:
     """Answer the first visit of ``scheduler``'s dashboard by building its pages; set
-    ``ready`` once they are there. Call it on the scheduler's event loop."""
+    ``ready`` once they are there. From any thread: it only adds a handler to the list the
+    scheduler's HTTP server looks through."""
     routing = scheduler.http_application
     attach = _Attach(scheduler, ready)
     placeholder = web.Application([(r".*", _FirstVisit, {"attach": attach})])
