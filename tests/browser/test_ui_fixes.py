@@ -38,6 +38,8 @@ CELLS = quickstart_cells() + [
     "# diagnose: run only when the page shows no progress\n"
     "import sys, traceback\n"
     "print('DIAGNOSIS', bg.status, bg.completed_iterations, repr(bg.error))\n"
+    "if bg.error is not None:\n"
+    "    print(''.join(traceback.format_exception(bg.error)))\n"
     "for ident, frame in sys._current_frames().items():\n"
     "    print(f'--- thread {ident}', ''.join(traceback.format_stack(frame)[-8:]), sep='\\n')",
 ]

@@ -94,3 +94,67 @@ def test_the_plot_turns_to_the_return_once_episodes_end():
     assert view.returns.data["iteration"] == [3, 4, 5]
     assert view.returns.data["mean"] == [104.0, 104.5, 105.0]  # the mean return so far, per iteration
     assert "return 105" in view.label.value
+
+
+def _from_the_page(source_id: str, plot_id: str, iteration: int) -> list[dict]:
+    """What BokehJS sends back after drawing a streamed row (as a real JupyterLab page sent
+    it): its measured size, the source's ``data`` reset, and an echo of the row."""
+    events = [
+        {"kind": "ModelChanged", "model": {"id": plot_id}, "attr": "inner_width", "new": 377 + iteration % 3},
+        {
+            "kind": "ModelChanged",
+            "model": {"id": source_id},
+            "attr": "data",
+            "new": {"type": "map", "entries": [["iteration", []], ["mean", []]]},
+        },
+        {
+            "kind": "ColumnsStreamed",
+            "model": {"id": source_id},
+            "attr": "data",
+            "data": {"type": "map", "entries": [["iteration", [iteration]], ["mean", [1.0]]]},
+            "rollover": None,
+        },
+    ]
+    return [
+        {"content": {"data": {"method": "custom", "content": {**e, "event": "jsevent"}}}, "buffers": []} for e in events
+    ]
+
+
+def test_what_the_page_sends_back_leaves_the_runs_plots_alone():
+    """The page's messages arrive on another thread than the run's (an ipykernel subshell):
+    applied there, a ``data`` reset racing the run's stream raised "Set changed size during
+    iteration" in the run's thread and ended the run. The plots are drawn one way."""
+    import threading
+
+    from workbench.runtime.engine.driver import IterationRecord
+    from workbench.runtime.state.run import Run
+
+    view = live.LiveView(total=10_000, title="inline")
+    run = Run(policy_name="inline", iterations=10_000, steps=1)
+    source, plot = view.returns, view.first_plot
+    page_errors: list[BaseException] = []
+    streamed = threading.Event()
+
+    def page() -> None:
+        i = 0
+        while not streamed.is_set():
+            for msg in _from_the_page(source.id, plot.id, i):
+                try:
+                    view.plots._handle_msg(msg)
+                except Exception as exc:  # noqa: BLE001 — said by the assertion below
+                    page_errors.append(exc)
+            i += 1
+
+    reader = threading.Thread(target=page)
+    reader.start()
+    try:
+        for i in range(300):
+            run.record(IterationRecord(i, metrics={"charts/reward_mean": [float(i)]}, shown=["charts/reward_mean"]))
+            view.update(run, force=True)
+    finally:
+        streamed.set()
+        reader.join()
+    assert page_errors == []
+    assert source.data["iteration"] == list(range(300)), "the page's echoes changed what the run streamed"
+    with pytest.raises(ValueError, match="inner_width doesn't have a value set"):
+        plot.inner_width  # noqa: B018 — the page's measurements stay in the page

@@ -7,6 +7,9 @@ travel over the kernel's widget channel: no Bokeh server, nothing fetched from a
 (BokehJS comes with the jupyter_bokeh extension). Outside a notebook, runs use a text
 progress bar instead.
 
+The plots go one way, kernel to page: the run's thread is the only writer of their Bokeh
+document (see :class:`OneWayBokehModel`).
+
 Example (in a notebook; ``fdg.run`` does this for you):
     >>> view = LiveView(total=100, title="SingleLearnerCoarse")     # doctest: +SKIP
     >>> view.update(run)                                            # doctest: +SKIP
@@ -26,12 +29,29 @@ from workbench.progress import progress_text
 from workbench.widgets.notices import NOTICE_STYLE
 from workbench.runtime.state.run import rate_label
 
-__all__ = ["LiveView"]
+__all__ = ["LiveView", "OneWayBokehModel"]
 
 #: the plots redraw at most this often (a fast run finishes iterations in milliseconds)
 MIN_REDRAW_SECONDS = 0.25
 #: the first plot's title while it shows the return
 RETURN_TITLE = "mean return (last 20 episodes)"
+
+
+class OneWayBokehModel(BokehModel):
+    """jupyter_bokeh's widget, drawing only: what the page sends back is not applied.
+
+    BokehJS sends every change it makes back to the kernel (the plot's measured sizes, its
+    auto-ranges, and echoes of the very rows the kernel streamed), and jupyter_bokeh applies
+    them to the document on the thread that reads the page's messages (an ipykernel subshell
+    in JupyterLab), while the run's thread streams the next rows into the same
+    ``ColumnDataSource``. Bokeh's documents are not thread-safe: replacing a source's
+    ``data`` there while it is streamed here raised "Set changed size during iteration" in
+    the run's thread and ended the run. Nothing in the kernel reads those values back (the
+    plots have no tools), so the page's changes stay in the page.
+    """
+
+    def _sync_model(self, _model, _content, _buffers) -> None:
+        return None
 
 
 class LiveView:
@@ -62,7 +82,7 @@ class LiveView:
         sps = figure(height=220, width=420, title="env-steps/s", x_axis_label="seconds", toolbar_location=None)
         sps.line("time", "sps", source=self.rates, line_width=2, color="#4393c3")
         self.rate_plot = sps  # titled after the run's unit at the first update
-        self.plots = BokehModel(row(ret, sps))
+        self.plots = OneWayBokehModel(row(ret, sps))
         #: what happened to the run (edits landing, updates, re-placements, lost workers):
         #: a background run's thread cannot print into a finished cell (Jupyter drops it),
         #: so the view, which stays on the page, says it

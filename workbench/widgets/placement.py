@@ -203,6 +203,14 @@ class PlacementBoard(anywidget.AnyWidget):
     def _on_msg(self, _widget, content, _buffers) -> None:
         self.handle(content)
 
+    def set_state(self, sync_data) -> None:
+        """The page's change of a trait (``steps``), under the board's lock: it arrives on
+        the thread that reads the page's messages while the poller may be sending the
+        board's state, and ipywidgets' batching of a state (``hold_sync``) is one set per
+        widget, which two threads must not fill and send at once."""
+        with self._lock:
+            super().set_state(sync_data)
+
     # -- changing ------------------------------------------------------------------------
     def _require(self) -> Policy:
         if self._policy is None:
@@ -277,7 +285,7 @@ class PlacementBoard(anywidget.AnyWidget):
                 if self._closed.is_set():
                     return
                 if self.cluster_live:
-                    with self.hold_sync():
+                    with self._lock, self.hold_sync():
                         self.cluster_live = False
                         self.status = (
                             f"cluster unreachable ({type(exc).__name__}: {exc}): the workers "
