@@ -130,6 +130,34 @@ def test_the_in_place_python_fingerprint_reads_what_getstate_gives():
     assert python_fingerprint()[0] == cached[0] and python_fingerprint() != cached
 
 
+def test_saved_states_are_plain_arrays_a_torch_free_process_reads_and_torch_resumes_from():
+    """A run's states reach the notebook (export, checkpoints) as NumPy and Python values: a
+    notebook whose FDG never uses torch reads them without importing torch (~2.5 s at the
+    end of every cluster run before), and torch's generator is put back exactly from them."""
+    import pickle
+    import subprocess
+
+    from workbench.runtime.state.randomness import Streams
+
+    torch.manual_seed(7)
+    saved = Streams()
+    saved.save()
+    ahead = torch.rand(3)
+    states = saved.states()
+    assert isinstance(states["torch"], np.ndarray) and states["torch"].dtype == np.uint8
+    reader = "import pickle, sys; pickle.loads(sys.stdin.buffer.read()); print('torch' in sys.modules)"
+    done = subprocess.run(
+        [sys.executable, "-c", reader], input=pickle.dumps(states), capture_output=True, timeout=60, check=True
+    )
+    assert done.stdout.strip() == b"False", done.stderr.decode()[-2000:]
+
+    torch.manual_seed(8)  # elsewhere in the stream
+    again = Streams()
+    again.load(pickle.loads(pickle.dumps(states)))
+    again.install()
+    assert torch.equal(torch.rand(3), ahead)
+
+
 def test_a_replica_waiting_for_its_turn_sees_the_stop():
     turns, stop = GeneratorTurns(), threading.Event()
     turns.take(turns.streams(), stop.is_set)  # a stuck cell holds the turn
