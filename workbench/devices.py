@@ -32,6 +32,7 @@ __all__ = [
     "cuda_index",
     "replica_device",
     "visible_gpus",
+    "gpu_driver_present",
     "gpus_here",
     "claim_gpus",
     "use_device",
@@ -86,15 +87,41 @@ def cuda_index(device: str) -> int | None:
     return parse_device(device)[1]
 
 
+#: what a GPU driver puts in the file system on Linux: NVIDIA's control device, its first
+#: GPU and its procfs folder; AMD ROCm's (torch.cuda counts ROCm's GPUs); WSL2's
+GPU_DRIVER_NODES = ("/dev/nvidiactl", "/dev/nvidia0", "/proc/driver/nvidia", "/dev/kfd", "/dev/dxg")
+
+
+def gpu_driver_present(exists=os.path.exists, platform: str = sys.platform) -> bool:
+    """Whether a GPU driver could give this process a CUDA device: on Linux, whether one of
+    :data:`GPU_DRIVER_NODES` exists; elsewhere assumed (torch is asked).
+
+    >>> gpu_driver_present(exists=lambda path: False, platform="linux")
+    False
+    >>> gpu_driver_present(exists=lambda path: path == "/dev/nvidiactl", platform="linux")
+    True
+    >>> gpu_driver_present(exists=lambda path: False, platform="darwin")
+    True
+    """
+    if not platform.startswith("linux"):
+        return True
+    return any(exists(path) for path in GPU_DRIVER_NODES)
+
+
 def visible_gpus() -> int:
     """CUDA devices this process can use (honours ``CUDA_VISIBLE_DEVICES``); 0 when there
     is no driver, no GPU, or neither torch nor CuPy is installed. Never raises.
 
-    torch is asked first (its count reads NVML and does not create a CUDA context); CuPy
+    On Linux without a GPU driver (:func:`gpu_driver_present`) the answer is 0 at once.
+    Otherwise torch is asked first (its count reads NVML and does not create a CUDA context); CuPy
     only where it is installed, and only through its runtime call (see
     ``workbench.kernels.array_module``: a successful import proves nothing).
     """
     if os.environ.get("CUDA_VISIBLE_DEVICES", None) in ("", "-1"):
+        return 0
+    if loaded("torch") is None and not gpu_driver_present():
+        # no driver: CUDA sees nothing, and asking torch would import it (~2.5 s) for that
+        # 0, in every `dask worker` a user starts on a CPU host (the GPU plugin asks here)
         return 0
     try:
         if "torch" in sys.modules or importlib.util.find_spec("torch") is not None:

@@ -77,6 +77,21 @@ def test_a_gpu_placement_without_a_gpu_is_an_error_not_the_cpu(gpus):
         ReplicaInfo("learner", 0, 1, "w0", "cuda:1")
 
 
+def test_a_host_without_a_gpu_driver_counts_no_gpu_without_importing_torch():
+    """What a fresh ``dask worker``'s GPU plugin asks first: on a CPU host the answer is 0
+    and torch stays unimported (its import cost every worker 2.6 s here for that 0)."""
+    import subprocess
+    import sys
+
+    from workbench.devices import gpu_driver_present
+
+    if gpu_driver_present():
+        pytest.skip("this host has a GPU driver: torch is asked")
+    probe = "import sys; from workbench.devices import visible_gpus; print(visible_gpus(), 'torch' in sys.modules)"
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60, check=True)
+    assert done.stdout.split() == ["0", "False"], done.stdout + done.stderr[-2000:]
+
+
 def test_a_replica_on_the_cpu_needs_no_gpu_probe(monkeypatch):
     def boom():
         raise AssertionError("probed for GPUs")
