@@ -237,7 +237,8 @@ class Streams:
                 self.torch = torch.from_numpy(self.torch)
             torch.set_rng_state(self.torch)
             if self.cuda is not None and torch.cuda.is_initialized():
-                self.cuda = [s if isinstance(s, torch.Tensor) else torch.from_numpy(s) for s in self.cuda]
+                if self.cuda and not isinstance(self.cuda[0], torch.Tensor):  # as bytes: once
+                    self.cuda = [torch.from_numpy(s) for s in self.cuda]
                 torch.cuda.set_rng_state_all(self.cuda)
         numpy = sys.modules.get("numpy")
         if numpy is not None and self.numpy is not None:
